@@ -1,0 +1,101 @@
+import { metaValue, readGgufFile, type GgufFile } from './reader.js';
+
+/** What the hub needs to know about a model, derived from its GGUF header alone. */
+export interface ModelInfo {
+  readonly architecture: string | null;
+  readonly name: string | null;
+  readonly blockCount: number | null;
+  readonly embeddingLength: number | null;
+  readonly headCount: number | null;
+  /** Per-layer KV head counts collapse to their maximum here; kvBytesPerToken sums them exactly. */
+  readonly headCountKv: number | null;
+  readonly keyLength: number | null;
+  readonly valueLength: number | null;
+  readonly contextLength: number | null;
+  /** 0 for a dense model. MoE only when both expertCount and expertUsedCount are > 0. */
+  readonly expertCount: number;
+  readonly expertUsedCount: number;
+  readonly isMoe: boolean;
+  /** K+V bytes one token occupies in an f16 cache across all layers; null when the header lacks the fields. */
+  readonly kvBytesPerToken: number | null;
+  readonly tokenCount: number | null;
+  readonly tensorCount: number;
+  readonly tensorBytes: number;
+  readonly fileSize: number;
+}
+
+function num(v: unknown): number | null {
+  if (typeof v === 'number' && Number.isFinite(v)) return v;
+  if (typeof v === 'bigint' && v <= BigInt(Number.MAX_SAFE_INTEGER) && v >= 0n) return Number(v);
+  return null;
+}
+
+/** A positive integer, or null: zero or garbage in a header never becomes a divisor. */
+function posInt(v: unknown): number | null {
+  const n = num(v);
+  return n !== null && Number.isInteger(n) && n > 0 ? n : null;
+}
+
+/** A per-layer value may be one number or an array with one entry per layer. */
+function perLayer(v: unknown, layers: number): number[] | null {
+  if (Array.isArray(v)) {
+    if (v.length !== layers) return null;
+    const out = v.map((x) => num(x));
+    return out.every((x): x is number => x !== null && Number.isInteger(x) && x >= 0) ? out : null;
+  }
+  const n = posInt(v);
+  return n === null ? null : new Array<number>(layers).fill(n);
+}
+
+export function deriveModelInfo(file: GgufFile): ModelInfo {
+  const arch = metaValue(file, 'general.architecture');
+  const architecture = typeof arch === 'string' ? arch : null;
+  const k = (suffix: string): unknown => (architecture ? metaValue(file, `${architecture}.${suffix}`) : undefined);
+
+  const blockCount = posInt(k('block_count'));
+  const embeddingLength = posInt(k('embedding_length'));
+  const headCountRaw = k('attention.head_count');
+  const headCount = Array.isArray(headCountRaw) ? posInt(Math.max(...headCountRaw.map((x) => num(x) ?? 0))) : posInt(headCountRaw);
+  const headDim = embeddingLength !== null && headCount !== null && embeddingLength % headCount === 0 ? embeddingLength / headCount : null;
+  const keyLength = posInt(k('attention.key_length')) ?? headDim;
+  const valueLength = posInt(k('attention.value_length')) ?? headDim;
+
+  // llama.cpp defaults head_count_kv to head_count when the key is absent.
+  const kvRaw = k('attention.head_count_kv') ?? headCountRaw;
+  const kvHeads = blockCount !== null ? perLayer(kvRaw, blockCount) : null;
+  const headCountKv = kvHeads && kvHeads.length > 0 ? Math.max(...kvHeads) : null;
+
+  let kvBytesPerToken: number | null = null;
+  if (kvHeads && keyLength !== null && valueLength !== null) {
+    kvBytesPerToken = kvHeads.reduce((sum, h) => sum + h * (keyLength + valueLength) * 2, 0);
+  }
+
+  const expertCount = posInt(k('expert_count')) ?? 0;
+  const expertUsedCount = posInt(k('expert_used_count')) ?? 0;
+  const tokens = metaValue(file, 'tokenizer.ggml.tokens');
+  const name = metaValue(file, 'general.name');
+
+  return {
+    architecture,
+    name: typeof name === 'string' ? name : null,
+    blockCount,
+    embeddingLength,
+    headCount,
+    headCountKv,
+    keyLength,
+    valueLength,
+    contextLength: posInt(k('context_length')),
+    expertCount,
+    expertUsedCount,
+    isMoe: expertCount > 0 && expertUsedCount > 0,
+    kvBytesPerToken,
+    tokenCount: Array.isArray(tokens) ? tokens.length : null,
+    tensorCount: file.tensors.length,
+    tensorBytes: file.tensors.reduce((s, t) => s + t.bytes, 0),
+    fileSize: file.fileSize,
+  };
+}
+
+export function readModelInfo(path: string): ModelInfo {
+  return deriveModelInfo(readGgufFile(path));
+}

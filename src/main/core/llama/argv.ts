@@ -1,0 +1,83 @@
+/**
+ * Pure argv builders for the two llama.cpp binaries. Every llama-server relay launches (host replica, node
+ * replica, shard head) goes through llamaServerArgv, so the KV-cache and flash-attention flags cannot drift
+ * between launch paths. Secrets never go in argv: it is readable by every local user.
+ */
+
+export const KV_CACHE_TYPES = ['f16', 'q8_0', 'q4_0'] as const;
+export type KvCacheType = (typeof KV_CACHE_TYPES)[number];
+export type FlashAttn = 'on' | 'off' | 'auto';
+
+export interface TensorOverride {
+  /** Regex over tensor names, e.g. `blk\.[0-1]\.ffn_(gate|up|down)_exps\.weight`. */
+  readonly pattern: string;
+  /** Buffer type name as llama-server lists it, e.g. `RPC0[127.0.0.1:50052]` or `CPU`. */
+  readonly bufferType: string;
+}
+
+export interface LlamaServerOptions {
+  readonly model: string;
+  readonly host: string;
+  readonly port: number;
+  readonly ctx: number;
+  readonly slots: number;
+  readonly cacheType: KvCacheType;
+  /** Explicit choice; when undefined, a quantized cache forces 'on' (llama.cpp needs it for a quantized V). */
+  readonly flashAttn?: FlashAttn | undefined;
+  readonly gpuLayers?: number | undefined;
+  readonly rpc?: readonly string[] | undefined;
+  readonly devices?: readonly string[] | undefined;
+  readonly tensorSplit?: readonly number[] | undefined;
+  readonly overrides?: readonly TensorOverride[] | undefined;
+  /** llama.cpp's automatic fit step aborts when overrides are given; relay does its own fit-check. */
+  readonly fit?: 'on' | 'off' | undefined;
+  readonly threads?: number | undefined;
+  readonly alias?: string | undefined;
+  readonly embedding?: boolean | undefined;
+}
+
+export function effectiveFlashAttn(cacheType: KvCacheType, explicit: FlashAttn | undefined): FlashAttn {
+  if (explicit !== undefined) return explicit;
+  return cacheType === 'f16' ? 'auto' : 'on';
+}
+
+export function llamaServerArgv(o: LlamaServerOptions): string[] {
+  const a = [
+    '--model', o.model,
+    '--host', o.host,
+    '--port', String(o.port),
+    '--ctx-size', String(o.ctx * o.slots),
+    '--parallel', String(o.slots),
+    '--cache-type-k', o.cacheType,
+    '--cache-type-v', o.cacheType,
+    '--flash-attn', effectiveFlashAttn(o.cacheType, o.flashAttn),
+    '--no-webui',
+  ];
+  if (o.gpuLayers !== undefined) a.push('--n-gpu-layers', String(o.gpuLayers));
+  if (o.rpc && o.rpc.length > 0) a.push('--rpc', o.rpc.join(','));
+  if (o.devices && o.devices.length > 0) a.push('--device', o.devices.join(','));
+  if (o.tensorSplit && o.tensorSplit.length > 0) a.push('--tensor-split', o.tensorSplit.join(','));
+  if (o.overrides && o.overrides.length > 0) {
+    a.push('--override-tensor', o.overrides.map((ov) => `${ov.pattern}=${ov.bufferType}`).join(','));
+  }
+  if (o.fit !== undefined) a.push('--fit', o.fit);
+  if (o.threads !== undefined) a.push('--threads', String(o.threads));
+  if (o.alias !== undefined) a.push('--alias', o.alias);
+  if (o.embedding) a.push('--embedding');
+  return a;
+}
+
+export interface RpcServerOptions {
+  /** Always loopback in relay: the RPC protocol has no authentication (llama.cpp's own warning). */
+  readonly host: '127.0.0.1';
+  readonly port: number;
+  readonly cache: boolean;
+  readonly threads?: number | undefined;
+}
+
+export function rpcServerArgv(o: RpcServerOptions): string[] {
+  const a = ['--host', o.host, '--port', String(o.port)];
+  if (o.cache) a.push('--cache');
+  if (o.threads !== undefined) a.push('--threads', String(o.threads));
+  return a;
+}

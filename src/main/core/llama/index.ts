@@ -1,0 +1,6 @@
+export * from './argv.js';
+export * from './devices.js';
+export * from './install.js';
+export * from './ports.js';
+export * from './processes.js';
+export * from './supervisor.js';

@@ -1,0 +1,75 @@
+import { llamaServerArgv, rpcServerArgv, type LlamaServerOptions } from './argv.js';
+import type { LlamaInstall } from './install.js';
+import { freePort } from './ports.js';
+import { spawnChild, type ManagedChild } from './supervisor.js';
+
+export interface RunningLlamaServer {
+  readonly child: ManagedChild;
+  readonly baseUrl: string;
+  readonly port: number;
+  readonly argv: readonly string[];
+}
+
+type ServerOpts = Omit<LlamaServerOptions, 'host' | 'port'> & {
+  readonly name?: string;
+  readonly readyTimeoutMs?: number;
+  readonly env?: NodeJS.ProcessEnv;
+  readonly onLine?: (line: string) => void;
+};
+
+/** Start llama-server on 127.0.0.1 and an ephemeral port; resolves once /health answers 200. */
+export async function startLlamaServer(install: LlamaInstall, opts: ServerOpts): Promise<RunningLlamaServer> {
+  for (let attempt = 0; ; attempt++) {
+    const port = await freePort();
+    const argv = llamaServerArgv({ ...opts, host: '127.0.0.1', port });
+    const child = spawnChild({
+      name: opts.name ?? 'llama-server',
+      command: install.serverPath,
+      args: argv,
+      env: opts.env,
+      readiness: { kind: 'http', url: `http://127.0.0.1:${port}/health` },
+      readyTimeoutMs: opts.readyTimeoutMs ?? 180_000,
+      onLine: opts.onLine,
+    });
+    try {
+      await child.ready;
+      return { child, baseUrl: `http://127.0.0.1:${port}`, port, argv };
+    } catch (err) {
+      // Another process can take the port between freePort() and bind(): retry that case only.
+      if (attempt < 3 && child.output().some((l) => /couldn't bind|address already in use/i.test(l))) continue;
+      throw err;
+    }
+  }
+}
+
+export interface RunningRpcServer {
+  readonly child: ManagedChild;
+  readonly port: number;
+  readonly endpoint: string;
+}
+
+/** Start ggml-rpc-server bound to 127.0.0.1 only. `cacheDir` becomes LLAMA_CACHE (the tensor cache is under it). */
+export async function startRpcServer(
+  install: LlamaInstall,
+  opts: { cache?: boolean; cacheDir?: string; threads?: number; name?: string; env?: NodeJS.ProcessEnv } = {},
+): Promise<RunningRpcServer> {
+  for (let attempt = 0; ; attempt++) {
+    const port = await freePort();
+    const env = { ...(opts.env ?? process.env), ...(opts.cacheDir ? { LLAMA_CACHE: opts.cacheDir } : {}) };
+    const child = spawnChild({
+      name: opts.name ?? `ggml-rpc-server:${port}`,
+      command: install.rpcServerPath,
+      args: rpcServerArgv({ host: '127.0.0.1', port, cache: opts.cache ?? false, threads: opts.threads }),
+      env,
+      readiness: { kind: 'tcp', host: '127.0.0.1', port },
+      readyTimeoutMs: 30_000,
+    });
+    try {
+      await child.ready;
+      return { child, port, endpoint: `127.0.0.1:${port}` };
+    } catch (err) {
+      if (attempt < 3 && child.output().some((l) => /bind|address already in use/i.test(l))) continue;
+      throw err;
+    }
+  }
+}
