@@ -18,12 +18,18 @@ export interface GgufLimits {
   readonly maxKeyBytes: number;
   readonly maxStringBytes: number;
   readonly maxTensorDims: number;
+  readonly maxTensors: number;
+  readonly maxKeys: number;
+  readonly maxArrayItems: number;
 }
 
 export const DEFAULT_GGUF_LIMITS: GgufLimits = {
   maxKeyBytes: 65_535,
   maxStringBytes: 64 * 1024 * 1024,
   maxTensorDims: 4, // GGML_MAX_DIMS
+  maxTensors: 1 << 20,
+  maxKeys: 1 << 20,
+  maxArrayItems: 1 << 30, // GGUF_MAX_ARRAY_ELEMENTS in ggml's reader
 };
 
 export interface GgufTensorInfo {
@@ -118,11 +124,15 @@ class Cursor {
     this.pos += 8;
     return this.view.getBigUint64(i, true);
   }
-  /** A u64 that must also fit a JS number and not exceed `max`. */
-  count(what: string, max: number): number {
+  /**
+   * A u64 count or length. Over `absMax` it is absurd (GGUF_LIMIT_EXCEEDED); under it but more than the
+   * bytes left can hold (`fits`), the file was cut short (GGUF_TRUNCATED). Either way nothing is allocated.
+   */
+  count(what: string, absMax: number, fits = Number.MAX_SAFE_INTEGER): number {
     const at = this.pos;
     const v = this.u64(what);
-    if (v > BigInt(max) || v > MAX_SAFE) this.fail(ErrorCode.GGUF_LIMIT_EXCEEDED, `${what} ${v} exceeds the limit ${max}`, at);
+    if (v > BigInt(absMax)) this.fail(ErrorCode.GGUF_LIMIT_EXCEEDED, `${what} ${v} exceeds the limit ${absMax}`, at);
+    if (v > BigInt(fits)) this.fail(ErrorCode.GGUF_TRUNCATED, `${what} ${v} is more than the ${this.remaining} bytes left can hold`, at);
     return Number(v);
   }
 
@@ -153,7 +163,7 @@ class Cursor {
 
   string(what: string, maxBytes: number): string {
     const at = this.pos;
-    const len = this.count(`${what} length`, Math.min(maxBytes, this.remaining - 8));
+    const len = this.count(`${what} length`, maxBytes, this.remaining);
     if (len === 0) return '';
     const i = this.need(len, what);
     this.pos += len;
@@ -182,7 +192,7 @@ function readValue(c: Cursor, type: number, what: string, limits: GgufLimits): G
   if (itemType === GgufValueType.ARRAY || (itemType !== GgufValueType.STRING && SCALAR_SIZE[itemType] === undefined)) {
     c.fail(ErrorCode.GGUF_BAD_VALUE_TYPE, `${what} has invalid array item type ${itemType}`, typeAt);
   }
-  const n = c.count(`${what} item count`, Math.floor((c.remaining - 8) / minEncodedSize(itemType)));
+  const n = c.count(`${what} item count`, limits.maxArrayItems, Math.floor(c.remaining / minEncodedSize(itemType)));
   const items: GgufScalar[] = new Array(n);
   for (let k = 0; k < n; k++) {
     items[k] = itemType === GgufValueType.STRING ? c.string(`${what}[${k}]`, limits.maxStringBytes) : c.scalar(itemType, `${what}[${k}]`);
@@ -203,8 +213,8 @@ export function parseGguf(src: ByteSource, opts: { path?: string; limits?: GgufL
   if (version !== 2 && version !== 3) c.fail(ErrorCode.GGUF_UNSUPPORTED_VERSION, `GGUF version ${version} is not supported (2 or 3)`, 4);
 
   // The cheapest possible tensor info is 24 bytes and the cheapest KV 13: the file must hold that many.
-  const tensorCount = c.count('tensor count', Math.floor(c.remaining / 24));
-  const kvCount = c.count('metadata count', Math.floor(c.remaining / 13));
+  const tensorCount = c.count('tensor count', limits.maxTensors, Math.floor(c.remaining / 24));
+  const kvCount = c.count('metadata count', limits.maxKeys, Math.floor(c.remaining / 13));
 
   const metadata = new Map<string, GgufValue>();
   for (let k = 0; k < kvCount; k++) {

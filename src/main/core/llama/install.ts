@@ -1,7 +1,7 @@
 import { spawn, spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import {
-  copyFileSync, createReadStream, existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, statSync, writeFileSync,
+  copyFileSync, cpSync, createReadStream, existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, statSync, writeFileSync,
 } from 'node:fs';
 import { homedir, availableParallelism } from 'node:os';
 import { join } from 'node:path';
@@ -40,6 +40,8 @@ export interface LlamaInstall {
   readonly rpcServerPath: string;
   /** llama.cpp vocab-only GGUFs copied from the source tree (absent for a user's own build). */
   readonly vocabDir: string | null;
+  /** llama.cpp's gguf-py package (PYTHONPATH root), copied from the same source; absent for a user's build. */
+  readonly ggufPyDir: string | null;
   readonly tag: string;
   readonly backend: Backend | 'custom';
   /** `llama-server --version` output: nodes and hub must match for ggml RPC to work. */
@@ -85,7 +87,7 @@ export function findLlama(opts: { backend?: Backend; env?: NodeJS.ProcessEnv } =
       if (!existsSync(p)) throw new RelayError(ErrorCode.LLAMA_NOT_FOUND, `RELAY_LLAMA_BIN_DIR=${custom} has no ${p}`, { path: p });
     }
     const version = readVersion(serverPath);
-    return { binDir: custom, serverPath, rpcServerPath, vocabDir: null, tag: version, backend: 'custom', version, source: 'env' };
+    return { binDir: custom, serverPath, rpcServerPath, vocabDir: null, ggufPyDir: null, tag: version, backend: 'custom', version, source: 'env' };
   }
   const dir = installDir(opts.backend ?? 'cpu', env);
   const manifestPath = join(dir, 'install.json');
@@ -97,6 +99,7 @@ export function findLlama(opts: { backend?: Backend; env?: NodeJS.ProcessEnv } =
     serverPath: join(binDir, SERVER_BIN),
     rpcServerPath: join(binDir, RPC_BIN),
     vocabDir: join(dir, 'models'),
+    ggufPyDir: join(dir, 'gguf-py'),
     tag: m.tag,
     backend: m.backend,
     version: m.version,
@@ -265,6 +268,8 @@ export async function ensureLlama(opts: { backend?: Backend; env?: NodeJS.Proces
     for (const f of readdirSync(join(src, 'models'))) {
       if (/^ggml-vocab-.*\.gguf$/.test(f)) copyFileSync(join(src, 'models', f), join(stage, 'models', f));
     }
+    // llama.cpp's own Python GGUF reader: the test suite's independent oracle for relay's reader.
+    cpSync(join(src, 'gguf-py', 'gguf'), join(stage, 'gguf-py', 'gguf'), { recursive: true });
     const version = readVersion(join(stage, 'bin', SERVER_BIN));
     const manifest: InstallManifest = {
       tag: LLAMA_SOURCE.tag,

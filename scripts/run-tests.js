@@ -1,0 +1,62 @@
+#!/usr/bin/env node
+// Runs every compiled *.test.js under dist/test with node's test runner, then checks that no process the
+// suite started (they carry RELAY_TEST_RUN_ID in their environment) is still running.
+import { spawn } from 'node:child_process';
+import { randomUUID } from 'node:crypto';
+import { readdirSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
+
+const root = new URL('..', import.meta.url).pathname;
+const only = process.argv.slice(2);
+
+function collect(dir) {
+  const out = [];
+  for (const e of readdirSync(dir, { withFileTypes: true })) {
+    const p = join(dir, e.name);
+    if (e.isDirectory()) out.push(...collect(p));
+    else if (e.name.endsWith('.test.js')) out.push(p);
+  }
+  return out;
+}
+
+let files = collect(join(root, 'dist', 'test')).sort();
+if (only.length > 0) files = files.filter((f) => only.some((o) => f.includes(o)));
+if (files.length === 0) {
+  console.error('no test files matched');
+  process.exit(1);
+}
+
+const runId = randomUUID();
+const marker = `RELAY_TEST_RUN_ID=${runId}`;
+const child = spawn(process.execPath, ['--test', '--test-reporter=spec', ...files], {
+  stdio: 'inherit',
+  env: { ...process.env, RELAY_TEST_RUN_ID: runId },
+});
+const code = await new Promise((resolve) => child.on('close', (c, s) => resolve(c ?? (s ? 1 : 0))));
+
+function leftovers() {
+  const found = [];
+  if (process.platform !== 'linux') return found;
+  for (const pid of readdirSync('/proc')) {
+    if (!/^\d+$/.test(pid) || Number(pid) === process.pid) continue;
+    try {
+      const env = readFileSync(`/proc/${pid}/environ`, 'utf8');
+      if (!env.split('\0').includes(marker)) continue;
+      const cmd = readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0').join(' ').trim();
+      found.push({ pid: Number(pid), cmd });
+    } catch { /* gone or not ours */ }
+  }
+  return found;
+}
+
+const orphans = leftovers();
+if (orphans.length > 0) {
+  console.error(`\norphan check: FAILED, ${orphans.length} process(es) started by the suite are still running:`);
+  for (const o of orphans) {
+    console.error(`  ${o.pid} ${o.cmd}`);
+    try { process.kill(o.pid, 'SIGKILL'); } catch { /* gone */ }
+  }
+  process.exit(1);
+}
+console.log('orphan check: no llama-server, ggml-rpc-server or helper process from this run is left');
+process.exit(code);
