@@ -34,6 +34,8 @@ export interface LlamaServerOptions {
   readonly threads?: number | undefined;
   readonly alias?: string | undefined;
   readonly embedding?: boolean | undefined;
+  /** llama.cpp log threshold; 4 keeps the load report (model and KV buffer sizes per device) in the tail. */
+  readonly logVerbosity?: number | undefined;
 }
 
 export function effectiveFlashAttn(cacheType: KvCacheType, explicit: FlashAttn | undefined): FlashAttn {
@@ -64,6 +66,7 @@ export function llamaServerArgv(o: LlamaServerOptions): string[] {
   if (o.threads !== undefined) a.push('--threads', String(o.threads));
   if (o.alias !== undefined) a.push('--alias', o.alias);
   if (o.embedding) a.push('--embedding');
+  if (o.logVerbosity !== undefined) a.push('--log-verbosity', String(o.logVerbosity));
   return a;
 }
 

@@ -21,7 +21,7 @@ type ServerOpts = Omit<LlamaServerOptions, 'host' | 'port'> & {
 export async function startLlamaServer(install: LlamaInstall, opts: ServerOpts): Promise<RunningLlamaServer> {
   for (let attempt = 0; ; attempt++) {
     const port = await freePort();
-    const argv = llamaServerArgv({ ...opts, host: '127.0.0.1', port });
+    const argv = llamaServerArgv({ logVerbosity: 4, ...opts, host: '127.0.0.1', port });
     const child = spawnChild({
       name: opts.name ?? 'llama-server',
       command: install.serverPath,

@@ -1,0 +1,26 @@
+/** Minimal OpenAI-shaped calls straight to a llama-server (the hub's own client tests use the openai package). */
+export interface Completion {
+  text: string;
+  completionTokens: number;
+}
+
+async function post(url: string, body: unknown): Promise<Record<string, unknown>> {
+  const res = await fetch(url, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
+  const json = (await res.json()) as Record<string, unknown>;
+  if (res.status !== 200) throw new Error(`${url} answered ${res.status}: ${JSON.stringify(json)}`);
+  return json;
+}
+
+export const GREEDY = { temperature: 0, top_k: 1, seed: 42 } as const;
+
+export async function complete(baseUrl: string, prompt: string, maxTokens = 24): Promise<Completion> {
+  const j = await post(`${baseUrl}/v1/completions`, { prompt, max_tokens: maxTokens, ...GREEDY });
+  const choices = j.choices as { text: string }[];
+  return { text: choices[0]!.text, completionTokens: (j.usage as { completion_tokens: number }).completion_tokens };
+}
+
+export async function chat(baseUrl: string, content: string, maxTokens = 24): Promise<Completion> {
+  const j = await post(`${baseUrl}/v1/chat/completions`, { messages: [{ role: 'user', content }], max_tokens: maxTokens, ...GREEDY });
+  const choices = j.choices as { message: { content: string } }[];
+  return { text: choices[0]!.message.content, completionTokens: (j.usage as { completion_tokens: number }).completion_tokens };
+}

@@ -1,0 +1,104 @@
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import {
+  cmakeFlags, effectiveFlashAttn, llamaServerArgv, parseListDevices, rpcServerArgv, type LlamaServerOptions,
+} from '../../src/main/core/llama/index.js';
+
+const base: LlamaServerOptions = { model: '/m.gguf', host: '127.0.0.1', port: 8080, ctx: 4096, slots: 2, cacheType: 'f16' };
+
+function flag(argv: string[], name: string): string | undefined {
+  const i = argv.indexOf(name);
+  return i < 0 ? undefined : argv[i + 1];
+}
+
+describe('llamaServerArgv', () => {
+  it('sets both cache types from the one KV setting, for every type', () => {
+    for (const t of ['f16', 'q8_0', 'q4_0'] as const) {
+      const a = llamaServerArgv({ ...base, cacheType: t });
+      assert.equal(flag(a, '--cache-type-k'), t);
+      assert.equal(flag(a, '--cache-type-v'), t);
+    }
+  });
+
+  it('forces flash attention on for a quantized cache unless told otherwise', () => {
+    assert.equal(flag(llamaServerArgv({ ...base, cacheType: 'q8_0' }), '--flash-attn'), 'on');
+    assert.equal(flag(llamaServerArgv({ ...base, cacheType: 'q4_0' }), '--flash-attn'), 'on');
+    assert.equal(flag(llamaServerArgv({ ...base, cacheType: 'f16' }), '--flash-attn'), 'auto');
+    assert.equal(flag(llamaServerArgv({ ...base, cacheType: 'q8_0', flashAttn: 'off' }), '--flash-attn'), 'off');
+    assert.equal(effectiveFlashAttn('f16', 'on'), 'on');
+  });
+
+  it('sizes the context as ctx per slot × slots, and binds where told', () => {
+    const a = llamaServerArgv(base);
+    assert.equal(flag(a, '--ctx-size'), '8192');
+    assert.equal(flag(a, '--parallel'), '2');
+    assert.equal(flag(a, '--host'), '127.0.0.1');
+    assert.equal(flag(a, '--port'), '8080');
+  });
+
+  it('emits rpc, devices, tensor split and overrides in order, and nothing when unset', () => {
+    const a = llamaServerArgv({
+      ...base,
+      rpc: ['127.0.0.1:50052', '127.0.0.1:50053'],
+      devices: ['RPC0', 'RPC1'],
+      tensorSplit: [1, 3],
+      gpuLayers: 99,
+      fit: 'off',
+      overrides: [
+        { pattern: 'blk\\.[0-1]\\.ffn_(gate|up|down)_exps\\.weight', bufferType: 'RPC0[127.0.0.1:50052]' },
+        { pattern: 'blk\\.[2-3]\\.ffn_(gate|up|down)_exps\\.weight', bufferType: 'RPC0[127.0.0.1:50053]' },
+      ],
+    });
+    assert.equal(flag(a, '--rpc'), '127.0.0.1:50052,127.0.0.1:50053');
+    assert.equal(flag(a, '--device'), 'RPC0,RPC1');
+    assert.equal(flag(a, '--tensor-split'), '1,3');
+    assert.equal(flag(a, '--n-gpu-layers'), '99');
+    assert.equal(flag(a, '--fit'), 'off');
+    assert.equal(
+      flag(a, '--override-tensor'),
+      'blk\\.[0-1]\\.ffn_(gate|up|down)_exps\\.weight=RPC0[127.0.0.1:50052],blk\\.[2-3]\\.ffn_(gate|up|down)_exps\\.weight=RPC0[127.0.0.1:50053]',
+    );
+    const plain = llamaServerArgv(base);
+    for (const f of ['--rpc', '--device', '--tensor-split', '--override-tensor', '--n-gpu-layers', '--fit']) assert.equal(plain.includes(f), false, f);
+  });
+});
+
+describe('rpcServerArgv', () => {
+  it('binds to loopback and enables the tensor cache only when asked', () => {
+    assert.deepEqual(rpcServerArgv({ host: '127.0.0.1', port: 50052, cache: true }), ['--host', '127.0.0.1', '--port', '50052', '--cache']);
+    assert.deepEqual(rpcServerArgv({ host: '127.0.0.1', port: 1, cache: false, threads: 2 }), ['--host', '127.0.0.1', '--port', '1', '--threads', '2']);
+  });
+});
+
+describe('cmakeFlags', () => {
+  it('always builds RPC, portable and static, and adds the backend switch', () => {
+    const cpu = cmakeFlags('cpu', false);
+    for (const f of ['-DGGML_RPC=ON', '-DGGML_NATIVE=OFF', '-DBUILD_SHARED_LIBS=OFF', '-DLLAMA_CURL=OFF']) assert.ok(cpu.includes(f), f);
+    assert.ok(cmakeFlags('cuda', false).includes('-DGGML_CUDA=ON'));
+    assert.ok(cmakeFlags('vulkan', false).includes('-DGGML_VULKAN=ON'));
+    assert.ok(cmakeFlags('metal', false).includes('-DGGML_METAL=ON'));
+    assert.ok(cmakeFlags('cpu', true).includes('-DCMAKE_CXX_COMPILER_LAUNCHER=ccache'));
+    assert.equal(cpu.some((f) => f.includes('ccache')), false);
+  });
+});
+
+describe('parseListDevices', () => {
+  it('reads no devices from a CPU-only machine', () => {
+    assert.deepEqual(parseListDevices('Available devices:\n  (none)\n'), []);
+  });
+
+  it('reads GPUs and RPC devices with total and free MiB, ignoring log noise', () => {
+    const out = [
+      'ggml_cuda_init: found 1 CUDA devices:',
+      'Available devices:',
+      '  CUDA0: NVIDIA GeForce RTX 4070 SUPER (12281 MiB, 11796 MiB free)',
+      '  RPC0: 127.0.0.1:50052 (24105 MiB, 24105 MiB free)',
+      '  Vulkan0: AMD Radeon RX 7900 XTX (RADV NAVI31) (24560 MiB, 24000 MiB free)',
+    ].join('\n');
+    assert.deepEqual(parseListDevices(out), [
+      { name: 'CUDA0', description: 'NVIDIA GeForce RTX 4070 SUPER', totalMib: 12281, freeMib: 11796 },
+      { name: 'RPC0', description: '127.0.0.1:50052', totalMib: 24105, freeMib: 24105 },
+      { name: 'Vulkan0', description: 'AMD Radeon RX 7900 XTX (RADV NAVI31)', totalMib: 24560, freeMib: 24000 },
+    ]);
+  });
+});
