@@ -282,8 +282,8 @@ export async function ensureLlama(opts: { backend?: Backend; env?: NodeJS.Proces
     writeFileSync(join(stage, 'install.json'), `${JSON.stringify(manifest, null, 2)}\n`);
     rmSync(dir, { recursive: true, force: true });
     renameSync(stage, dir);
-    // The object files are large; ccache (when present) keeps what a rebuild needs.
-    rmSync(build, { recursive: true, force: true });
+    // Source and object files are large; ccache (when present) keeps what a rebuild needs.
+    rmSync(work, { recursive: true, force: true });
     progress(`installed ${dir} (${statSync(join(dir, 'bin', SERVER_BIN)).size >> 20} MiB llama-server)`);
   });
   const done = findLlama({ backend, env });
