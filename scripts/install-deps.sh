@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# System packages relay's build and test suite need (Debian/Ubuntu). Installs only what is missing.
+#   cmake g++ git ccache  build llama-server / ggml-rpc-server from the pinned llama.cpp source
+#   python3-numpy         llama.cpp's gguf-py, the test suite's independent GGUF oracle
+#   util-linux            setpriv: children die with their parent (PDEATHSIG)
+set -euo pipefail
+pkgs=(cmake g++ make git ccache python3 python3-numpy util-linux ca-certificates)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "system packages: all present"
+  exit 0
+fi
+sudo=""
+[ "$(id -u)" -eq 0 ] || sudo="sudo"
+echo "system packages: installing ${missing[*]}"
+$sudo apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
