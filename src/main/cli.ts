@@ -1,12 +1,21 @@
 import { spawnSync } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { isRelayError } from '../shared/errors.js';
-import { BACKENDS, ensureLlama, findLlama, parseListDevices, type Backend } from './core/llama/index.js';
+import { hubConfigFromEnv, type HubConfig } from './core/config.js';
+import { packageVersion, startHub } from './core/hub/index.js';
+import { BACKENDS, ensureLlama, findLlama, parseListDevices, terminateAll, type Backend } from './core/llama/index.js';
+import { createLogger } from './core/log.js';
 
 const USAGE = `relay — pool a household's GPUs for llama.cpp inference
 
 Usage:
+  relay hub [--port 7070] [--listen 127.0.0.1] [--home DIR] [--cpu-budget-mb N] [--keep-alive-ms MS]
+                         run the hub: OpenAI-compatible /v1, dashboard at /, admin API at /api
+  relay models add FILE [--name NAME] [--required-vram-mb N] [--embedding] [--hub URL]
+  relay models ls [--hub URL]
+  relay models rm NAME [--hub URL]
+                         manage the running hub's registry (it hashes and reads the GGUF header)
   relay llama build [--backend cpu|cuda|vulkan|metal]
                          build llama-server and ggml-rpc-server from the pinned llama.cpp source
                          (cached under ~/.cache/relay/llama.cpp/<tag>-<backend>/; a second call returns at once)
@@ -14,15 +23,14 @@ Usage:
                          print the binaries in use, the llama.cpp tag and the devices llama-server sees
   relay --version | --help
 
-Environment:
+Environment (see README for all):
+  RELAY_HOME             hub data dir (the JSON store); default the platform's user data dir
+  RELAY_HUB_URL          hub for \`relay models\` (default http://127.0.0.1:7070)
+  RELAY_KV_CACHE_TYPE    f16 | q8_0 | q4_0          RELAY_CONTEXT_SIZE, RELAY_REPLICA_CTX, RELAY_PARALLEL_SLOTS
+  RELAY_FLASH_ATTN       on | off | auto            RELAY_API_KEY, RELAY_ADMIN_TOKEN
   RELAY_LLAMA_BIN_DIR    use your own llama.cpp build (a folder holding llama-server and ggml-rpc-server)
   RELAY_CACHE_DIR        cache root (default ~/.cache/relay)
 `;
-
-function packageVersion(): string {
-  const pkg = JSON.parse(readFileSync(new URL('../../../package.json', import.meta.url), 'utf8')) as { version: string };
-  return pkg.version;
-}
 
 function backendOf(v: string | undefined): Backend {
   const b = (v ?? 'cpu') as Backend;
@@ -58,6 +66,139 @@ async function cmdDoctor(args: string[]): Promise<number> {
   return 0;
 }
 
+function intFlag(v: string | undefined, name: string): number | undefined {
+  if (v === undefined) return undefined;
+  const n = Number(v);
+  if (!Number.isInteger(n)) throw new Error(`${name} must be an integer, got "${v}"`);
+  return n;
+}
+
+async function cmdHub(args: string[]): Promise<number> {
+  const { values } = parseArgs({
+    args,
+    options: {
+      port: { type: 'string' }, listen: { type: 'string' }, home: { type: 'string' },
+      'cpu-budget-mb': { type: 'string' }, 'keep-alive-ms': { type: 'string' },
+    },
+  });
+  const overrides: Partial<HubConfig> = {
+    port: intFlag(values.port, '--port'),
+    host: values.listen,
+    home: values.home ? resolve(values.home) : undefined,
+    cpuBudgetMb: intFlag(values['cpu-budget-mb'], '--cpu-budget-mb'),
+    keepAliveMs: intFlag(values['keep-alive-ms'], '--keep-alive-ms'),
+  };
+  const config = hubConfigFromEnv(process.env, overrides);
+  const log = createLogger({ name: 'hub' });
+  const hub = await startHub(config, { log });
+  console.log(`relay hub ${packageVersion()} is serving`);
+  console.log(`  /v1        ${hub.url}/v1`);
+  console.log(`  dashboard  ${hub.url}/`);
+  console.log(`  store      ${hub.store.path}`);
+  if (config.host === '0.0.0.0' || config.host === '::') console.log(`  listening on all interfaces (port ${hub.port})`);
+  await new Promise<void>((done) => {
+    const stop = (sig: string): void => {
+      log.info({ signal: sig }, 'shutting down');
+      void hub.close().then(done, done);
+    };
+    process.once('SIGINT', () => stop('SIGINT'));
+    process.once('SIGTERM', () => stop('SIGTERM'));
+  });
+  await terminateAll(5000);
+  return 0;
+}
+
+function hubUrl(v: string | undefined): string {
+  return (v ?? process.env.RELAY_HUB_URL ?? 'http://127.0.0.1:7070').replace(/\/+$/, '');
+}
+
+async function api(base: string, path: string, init: RequestInit = {}): Promise<Response> {
+  const headers = new Headers(init.headers);
+  if (process.env.RELAY_ADMIN_TOKEN) headers.set('authorization', `Bearer ${process.env.RELAY_ADMIN_TOKEN}`);
+  try {
+    return await fetch(`${base}${path}`, { ...init, headers });
+  } catch (err) {
+    throw new Error(`cannot reach the hub at ${base} (${(err as Error).cause ? String((err as { cause: Error }).cause.message) : (err as Error).message}); is \`relay hub\` running? (--hub URL)`);
+  }
+}
+
+function apiFailure(j: { error?: { code?: string; message?: string } }): number {
+  console.error(`relay: ${j.error?.code ?? 'error'}: ${j.error?.message ?? JSON.stringify(j)}`);
+  return 1;
+}
+
+async function cmdModels(sub: string | undefined, args: string[]): Promise<number> {
+  const { values, positionals } = parseArgs({
+    args,
+    allowPositionals: true,
+    options: { hub: { type: 'string' }, name: { type: 'string' }, 'required-vram-mb': { type: 'string' }, embedding: { type: 'boolean' }, json: { type: 'boolean' } },
+  });
+  const base = hubUrl(values.hub);
+  if (sub === 'add') {
+    const file = positionals[0];
+    if (!file) throw new Error('usage: relay models add FILE [--name NAME] [--required-vram-mb N] [--embedding]');
+    const body = JSON.stringify({
+      path: resolve(file),
+      name: values.name,
+      required_vram_mb: intFlag(values['required-vram-mb'], '--required-vram-mb'),
+      embedding: values.embedding,
+    });
+    const tty = Boolean(process.stderr.isTTY);
+    const res = await api(base, `/api/models${tty ? '?progress=1' : ''}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body });
+    let result: { model?: { name: string; sha256: string; size: number; need_mb: number }; created?: boolean; error?: { code: string; message: string } };
+    if (tty && res.status === 200) {
+      // NDJSON progress lines, then the result line.
+      let buf = '';
+      let last: typeof result = {};
+      for await (const chunk of res.body as unknown as AsyncIterable<Uint8Array>) {
+        buf += Buffer.from(chunk).toString('utf8');
+        let nl: number;
+        while ((nl = buf.indexOf('\n')) >= 0) {
+          const line = JSON.parse(buf.slice(0, nl)) as { progress?: { done: number; total: number } } & typeof result;
+          buf = buf.slice(nl + 1);
+          if (line.progress) {
+            const pct = line.progress.total ? Math.floor((100 * line.progress.done) / line.progress.total) : 100;
+            const bar = '#'.repeat(Math.floor(pct / 4)).padEnd(25, '.');
+            process.stderr.write(`\rhashing [${bar}] ${pct}%`);
+          } else last = line;
+        }
+      }
+      process.stderr.write('\n');
+      result = last;
+    } else {
+      result = (await res.json()) as typeof result;
+    }
+    if (result.error || !result.model) return apiFailure(result);
+    const m = result.model;
+    console.log(`${result.created ? 'added' : 'already registered'}: ${m.name}  sha256 ${m.sha256}  ${(m.size / 1048576).toFixed(1)} MB, needs ${m.need_mb} MB`);
+    return 0;
+  }
+  if (sub === 'ls') {
+    const res = await api(base, '/api/models');
+    const j = (await res.json()) as { models?: { name: string; size: number; need_mb: number; fits_now: boolean; shortfall: string | null; arch: string | null; sha256: string }[]; error?: { code: string; message: string } };
+    if (!res.ok || !j.models) return apiFailure(j);
+    if (values.json) {
+      console.log(JSON.stringify(j.models, null, 2));
+      return 0;
+    }
+    if (j.models.length === 0) console.log('no models registered (relay models add FILE.gguf)');
+    for (const m of j.models) {
+      console.log(`${m.name.padEnd(24)} ${String(m.arch).padEnd(10)} ${((m.size / 1048576).toFixed(1) + ' MB').padStart(10)}  needs ${m.need_mb} MB  ${m.fits_now ? 'available' : `unavailable: ${m.shortfall}`}`);
+    }
+    return 0;
+  }
+  if (sub === 'rm') {
+    const name = positionals[0];
+    if (!name) throw new Error('usage: relay models rm NAME');
+    const res = await api(base, `/api/models/${encodeURIComponent(name)}`, { method: 'DELETE' });
+    const j = (await res.json()) as { removed?: { name: string }; error?: { code: string; message: string } };
+    if (!res.ok || !j.removed) return apiFailure(j);
+    console.log(`removed: ${j.removed.name}`);
+    return 0;
+  }
+  throw new Error('usage: relay models add|ls|rm');
+}
+
 export async function main(argv: string[]): Promise<number> {
   const [cmd, sub, ...rest] = argv;
   if (cmd === undefined || cmd === '--help' || cmd === '-h' || cmd === 'help') {
@@ -68,6 +209,8 @@ export async function main(argv: string[]): Promise<number> {
     console.log(packageVersion());
     return 0;
   }
+  if (cmd === 'hub') return cmdHub(sub === undefined ? rest : [sub, ...rest]);
+  if (cmd === 'models') return cmdModels(sub, rest);
   if (cmd === 'llama' && sub === 'build') return cmdLlamaBuild(rest);
   if (cmd === 'doctor') return cmdDoctor(sub === undefined ? rest : [sub, ...rest]);
   console.error(`relay: unknown command "${argv.join(' ')}"\n`);
@@ -79,6 +222,7 @@ main(process.argv.slice(2)).then(
   (code) => { process.exitCode = code; },
   (err: unknown) => {
     if (isRelayError(err)) console.error(`relay: ${err.code}: ${err.message}`);
+    else if (err instanceof Error && (err as NodeJS.ErrnoException).code === undefined) console.error(`relay: ${err.message}`);
     else console.error(`relay: ${(err as Error).stack ?? String(err)}`);
     process.exitCode = 1;
   },

@@ -20,9 +20,28 @@ export const ErrorCode = {
   CHILD_SPAWN_FAILED: 'CHILD_SPAWN_FAILED',
   CHILD_EXITED_EARLY: 'CHILD_EXITED_EARLY',
   CHILD_READY_TIMEOUT: 'CHILD_READY_TIMEOUT',
+  // store and registry
+  STORE_UNREADABLE: 'STORE_UNREADABLE',
+  MODEL_NOT_FOUND: 'MODEL_NOT_FOUND',
+  MODEL_EXISTS: 'MODEL_EXISTS',
+  MODEL_FILE_MISSING: 'MODEL_FILE_MISSING',
+  MODEL_NOT_EMBEDDING: 'MODEL_NOT_EMBEDDING',
+  // placement and serving
+  MODEL_UNAVAILABLE: 'MODEL_UNAVAILABLE',
+  REPLICA_FAILED: 'REPLICA_FAILED',
+  UPSTREAM_ERROR: 'UPSTREAM_ERROR',
+  // HTTP surface
+  INVALID_REQUEST: 'INVALID_REQUEST',
+  INVALID_JSON: 'INVALID_JSON',
+  PAYLOAD_TOO_LARGE: 'PAYLOAD_TOO_LARGE',
+  INVALID_API_KEY: 'INVALID_API_KEY',
+  FORBIDDEN: 'FORBIDDEN',
+  NOT_FOUND: 'NOT_FOUND',
+  HUB_UNREACHABLE: 'HUB_UNREACHABLE',
   // generic
   INVALID_ARGUMENT: 'INVALID_ARGUMENT',
   IO_ERROR: 'IO_ERROR',
+  INTERNAL: 'INTERNAL',
 } as const;
 
 export type ErrorCode = (typeof ErrorCode)[keyof typeof ErrorCode];
@@ -45,4 +64,45 @@ export class RelayError extends Error {
 
 export function isRelayError(err: unknown, code?: ErrorCode): err is RelayError {
   return err instanceof RelayError && (code === undefined || err.code === code);
+}
+
+/**
+ * How each code surfaces over HTTP: status and the OpenAI error `type`. The body is always
+ * `{ error: { code: <code in lower case>, message, type } }`. Codes not listed are 500 server_error.
+ */
+export const HTTP_ERRORS: Readonly<Partial<Record<ErrorCode, { status: number; type: string }>>> = {
+  GGUF_TRUNCATED: { status: 422, type: 'invalid_request_error' },
+  GGUF_BAD_MAGIC: { status: 422, type: 'invalid_request_error' },
+  GGUF_UNSUPPORTED_VERSION: { status: 422, type: 'invalid_request_error' },
+  GGUF_LIMIT_EXCEEDED: { status: 422, type: 'invalid_request_error' },
+  GGUF_BAD_VALUE_TYPE: { status: 422, type: 'invalid_request_error' },
+  GGUF_BAD_TENSOR: { status: 422, type: 'invalid_request_error' },
+  GGUF_DUPLICATE: { status: 422, type: 'invalid_request_error' },
+  GGUF_BAD_ALIGNMENT: { status: 422, type: 'invalid_request_error' },
+  GGUF_BAD_UTF8: { status: 422, type: 'invalid_request_error' },
+  MODEL_NOT_FOUND: { status: 404, type: 'invalid_request_error' },
+  MODEL_EXISTS: { status: 409, type: 'invalid_request_error' },
+  MODEL_FILE_MISSING: { status: 422, type: 'invalid_request_error' },
+  MODEL_NOT_EMBEDDING: { status: 400, type: 'invalid_request_error' },
+  MODEL_UNAVAILABLE: { status: 503, type: 'server_error' },
+  REPLICA_FAILED: { status: 502, type: 'server_error' },
+  UPSTREAM_ERROR: { status: 502, type: 'server_error' },
+  INVALID_REQUEST: { status: 400, type: 'invalid_request_error' },
+  INVALID_JSON: { status: 400, type: 'invalid_request_error' },
+  INVALID_ARGUMENT: { status: 400, type: 'invalid_request_error' },
+  PAYLOAD_TOO_LARGE: { status: 413, type: 'invalid_request_error' },
+  INVALID_API_KEY: { status: 401, type: 'authentication_error' },
+  FORBIDDEN: { status: 403, type: 'permission_error' },
+  NOT_FOUND: { status: 404, type: 'invalid_request_error' },
+  IO_ERROR: { status: 422, type: 'invalid_request_error' },
+};
+
+export interface HttpErrorBody {
+  error: { code: string; message: string; type: string; details?: Readonly<Record<string, unknown>> };
+}
+
+export function httpError(err: RelayError): { status: number; body: HttpErrorBody } {
+  const m = HTTP_ERRORS[err.code] ?? { status: 500, type: 'server_error' };
+  const details = Object.keys(err.details).length > 0 ? { details: err.details } : {};
+  return { status: m.status, body: { error: { code: err.code.toLowerCase(), message: err.message, type: m.type, ...details } } };
 }

@@ -1,0 +1,107 @@
+import { homedir } from 'node:os';
+import { join } from 'node:path';
+import { ErrorCode, RelayError } from '../../shared/errors.js';
+import { KV_CACHE_TYPES, type FlashAttn, type KvCacheType } from './llama/argv.js';
+
+/**
+ * Every setting the hub reads, in one place: environment variables of the spec, then CLI flags on top.
+ * Units are in the names. `verifyConfig` rejects nonsense before anything binds or spawns.
+ */
+export interface HubConfig {
+  /** Data dir: the JSON store lives here. RELAY_HOME, `--home`. */
+  readonly home: string;
+  readonly host: string;
+  readonly port: number;
+  /** Context per slot for replicas: RELAY_CONTEXT_SIZE. */
+  readonly contextSize: number;
+  /** When > 0, replicas use min(replicaCtx, contextSize): RELAY_REPLICA_CTX. */
+  readonly replicaCtx: number;
+  /** RELAY_PARALLEL_SLOTS. */
+  readonly parallelSlots: number;
+  /** RELAY_KV_CACHE_TYPE: f16 (llama.cpp's default), q8_0 or q4_0. */
+  readonly kvCacheType: KvCacheType;
+  /** RELAY_FLASH_ATTN; unset = forced on for a quantized cache, llama.cpp's auto otherwise. */
+  readonly flashAttn: FlashAttn | undefined;
+  /** Opt-in capacity for a machine without a GPU (`--cpu-budget-mb`, RELAY_CPU_BUDGET_MB); 0 = none. */
+  readonly cpuBudgetMb: number;
+  /** An idle replica stops after this long (`--keep-alive-ms`, RELAY_KEEP_ALIVE_MS). */
+  readonly keepAliveMs: number;
+  /** When set, /v1 requires `Authorization: Bearer <key>` (RELAY_API_KEY). */
+  readonly apiKey: string | undefined;
+  /** When set, the admin API also answers non-loopback clients that present it (RELAY_ADMIN_TOKEN). */
+  readonly adminToken: string | undefined;
+  /** Largest accepted request body for /v1 and /api (RELAY_MAX_BODY_BYTES). */
+  readonly maxBodyBytes: number;
+  /** Readiness limit for a llama-server load. */
+  readonly loadTimeoutMs: number;
+  /** CPU threads per llama-server (RELAY_THREADS); undefined = llama.cpp's choice. */
+  readonly threads: number | undefined;
+}
+
+export function defaultHome(env: NodeJS.ProcessEnv = process.env): string {
+  if (env.RELAY_HOME) return env.RELAY_HOME;
+  if (process.platform === 'win32') return join(env.APPDATA ?? join(homedir(), 'AppData', 'Roaming'), 'relay');
+  if (process.platform === 'darwin') return join(homedir(), 'Library', 'Application Support', 'relay');
+  return join(env.XDG_DATA_HOME ?? join(homedir(), '.local', 'share'), 'relay');
+}
+
+export const HUB_DEFAULTS = {
+  host: '127.0.0.1',
+  port: 7070,
+  contextSize: 4096,
+  replicaCtx: 0,
+  parallelSlots: 2,
+  kvCacheType: 'f16' as KvCacheType,
+  cpuBudgetMb: 0,
+  keepAliveMs: 10 * 60_000,
+  maxBodyBytes: 8 * 1024 * 1024,
+  loadTimeoutMs: 10 * 60_000,
+} as const;
+
+function int(env: NodeJS.ProcessEnv, name: string, fallback: number): number {
+  const raw = env[name];
+  if (raw === undefined || raw === '') return fallback;
+  const n = Number(raw);
+  if (!Number.isInteger(n)) throw new RelayError(ErrorCode.INVALID_ARGUMENT, `${name}=${raw} is not an integer`);
+  return n;
+}
+
+export function hubConfigFromEnv(env: NodeJS.ProcessEnv = process.env, overrides: Partial<HubConfig> = {}): HubConfig {
+  const kv = (env.RELAY_KV_CACHE_TYPE ?? HUB_DEFAULTS.kvCacheType) as KvCacheType;
+  const fa = env.RELAY_FLASH_ATTN as FlashAttn | undefined;
+  const cfg: HubConfig = {
+    home: defaultHome(env),
+    host: HUB_DEFAULTS.host,
+    port: int(env, 'RELAY_PORT', HUB_DEFAULTS.port),
+    contextSize: int(env, 'RELAY_CONTEXT_SIZE', HUB_DEFAULTS.contextSize),
+    replicaCtx: int(env, 'RELAY_REPLICA_CTX', HUB_DEFAULTS.replicaCtx),
+    parallelSlots: int(env, 'RELAY_PARALLEL_SLOTS', HUB_DEFAULTS.parallelSlots),
+    kvCacheType: kv,
+    flashAttn: fa === undefined || fa === '' as FlashAttn ? undefined : fa,
+    cpuBudgetMb: int(env, 'RELAY_CPU_BUDGET_MB', HUB_DEFAULTS.cpuBudgetMb),
+    keepAliveMs: int(env, 'RELAY_KEEP_ALIVE_MS', HUB_DEFAULTS.keepAliveMs),
+    apiKey: env.RELAY_API_KEY || undefined,
+    adminToken: env.RELAY_ADMIN_TOKEN || undefined,
+    maxBodyBytes: int(env, 'RELAY_MAX_BODY_BYTES', HUB_DEFAULTS.maxBodyBytes),
+    loadTimeoutMs: int(env, 'RELAY_LOAD_TIMEOUT_MS', HUB_DEFAULTS.loadTimeoutMs),
+    threads: env.RELAY_THREADS ? int(env, 'RELAY_THREADS', 0) : undefined,
+    ...Object.fromEntries(Object.entries(overrides).filter(([, v]) => v !== undefined)),
+  };
+  verifyConfig(cfg);
+  return cfg;
+}
+
+export function verifyConfig(c: HubConfig): void {
+  const bad = (msg: string): never => {
+    throw new RelayError(ErrorCode.INVALID_ARGUMENT, msg);
+  };
+  if (!KV_CACHE_TYPES.includes(c.kvCacheType)) bad(`RELAY_KV_CACHE_TYPE must be one of ${KV_CACHE_TYPES.join(', ')}, got "${c.kvCacheType}"`);
+  if (c.flashAttn !== undefined && !['on', 'off', 'auto'].includes(c.flashAttn)) bad(`RELAY_FLASH_ATTN must be on, off or auto, got "${c.flashAttn}"`);
+  if (c.contextSize < 64) bad(`RELAY_CONTEXT_SIZE must be at least 64, got ${c.contextSize}`);
+  if (c.replicaCtx < 0) bad(`RELAY_REPLICA_CTX must be >= 0, got ${c.replicaCtx}`);
+  if (c.parallelSlots < 1 || c.parallelSlots > 64) bad(`RELAY_PARALLEL_SLOTS must be 1..64, got ${c.parallelSlots}`);
+  if (c.cpuBudgetMb < 0) bad(`--cpu-budget-mb must be >= 0, got ${c.cpuBudgetMb}`);
+  if (c.port < 0 || c.port > 65535) bad(`port ${c.port} is out of range`);
+  if (c.keepAliveMs < 0) bad(`keep-alive must be >= 0 ms, got ${c.keepAliveMs}`);
+  if (c.maxBodyBytes < 1024) bad(`RELAY_MAX_BODY_BYTES must be at least 1024, got ${c.maxBodyBytes}`);
+}

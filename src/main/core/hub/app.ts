@@ -1,0 +1,268 @@
+import { timingSafeEqual } from 'node:crypto';
+import { readFileSync } from 'node:fs';
+import express, { type NextFunction, type Request, type Response } from 'express';
+import type { Logger } from 'pino';
+import { ErrorCode, httpError, isRelayError, RelayError } from '../../../shared/errors.js';
+import type { HubConfig } from '../config.js';
+import { effectiveFlashAttn } from '../llama/argv.js';
+import type { ModelRegistry } from '../models/registry.js';
+import type { Scheduler } from '../scheduler/ensure.js';
+import { fmtMb } from '../scheduler/fit.js';
+import type { ModelRecord } from '../store/store.js';
+import type { HubMetrics } from './metrics.js';
+import { proxyToReplica } from './proxy.js';
+
+export interface AppDeps {
+  readonly config: HubConfig;
+  readonly registry: ModelRegistry;
+  readonly scheduler: Scheduler;
+  readonly metrics: HubMetrics;
+  readonly log: Logger;
+  readonly version: string;
+  readonly llama: { tag: string; version: string };
+}
+
+function sendError(res: Response, err: unknown, log: Logger): void {
+  const e = isRelayError(err) ? err : new RelayError(ErrorCode.INTERNAL, 'internal error');
+  if (!isRelayError(err)) log.error({ err }, 'unhandled error');
+  const { status, body } = httpError(e);
+  if (res.headersSent) {
+    res.destroy();
+    return;
+  }
+  res.status(status).json(body);
+}
+
+function safeEqual(a: string, b: string): boolean {
+  const x = Buffer.from(a);
+  const y = Buffer.from(b);
+  return x.length === y.length && timingSafeEqual(x, y);
+}
+
+function bearer(req: Request): string | undefined {
+  const h = req.get('authorization');
+  const m = h ? /^Bearer\s+(.+)$/i.exec(h) : null;
+  return m?.[1];
+}
+
+export function isLoopback(addr: string | undefined): boolean {
+  return addr === '127.0.0.1' || addr === '::1' || addr === '::ffff:127.0.0.1' || (addr?.startsWith('127.') ?? false);
+}
+
+/** Parse a raw JSON body; the caller has already enforced the size limit. */
+function parseJson(req: Request): Record<string, unknown> {
+  const raw = req.body as Buffer | undefined;
+  if (!raw || raw.byteLength === 0) throw new RelayError(ErrorCode.INVALID_REQUEST, 'the request body is empty; send a JSON object');
+  let v: unknown;
+  try {
+    v = JSON.parse(raw.toString('utf8'));
+  } catch (err) {
+    throw new RelayError(ErrorCode.INVALID_JSON, `the request body is not valid JSON: ${(err as Error).message}`);
+  }
+  if (typeof v !== 'object' || v === null || Array.isArray(v)) throw new RelayError(ErrorCode.INVALID_REQUEST, 'the request body must be a JSON object');
+  return v as Record<string, unknown>;
+}
+
+type Endpoint = 'chat/completions' | 'completions' | 'embeddings';
+
+/** Field checks per endpoint: enough to refuse nonsense with a 400 before a replica is loaded for it. */
+function validate(endpoint: Endpoint, body: Record<string, unknown>): string {
+  const bad = (msg: string): never => {
+    throw new RelayError(ErrorCode.INVALID_REQUEST, msg);
+  };
+  if (typeof body.model !== 'string' || body.model === '') bad('"model" must be a non-empty string naming a registered model');
+  if (endpoint === 'chat/completions') {
+    if (!Array.isArray(body.messages) || body.messages.length === 0) bad('"messages" must be a non-empty array');
+    for (const m of body.messages as unknown[]) {
+      if (typeof m !== 'object' || m === null || typeof (m as { role?: unknown }).role !== 'string') bad('each message must be an object with a string "role"');
+    }
+  } else if (endpoint === 'completions') {
+    const p = body.prompt;
+    if (!(typeof p === 'string' || (Array.isArray(p) && p.length > 0))) bad('"prompt" must be a string or a non-empty array');
+  } else if (!(typeof body.input === 'string' || (Array.isArray(body.input) && body.input.length > 0))) {
+    bad('"input" must be a string or a non-empty array');
+  }
+  if (body.stream !== undefined && typeof body.stream !== 'boolean') bad('"stream" must be a boolean');
+  if (body.max_tokens !== undefined && !(Number.isInteger(body.max_tokens) && (body.max_tokens as number) >= 0)) bad('"max_tokens" must be a non-negative integer');
+  return body.model as string;
+}
+
+export function createApp(d: AppDeps): express.Express {
+  const { config, registry, scheduler, metrics, log } = d;
+  const app = express();
+  app.disable('x-powered-by');
+  app.set('trust proxy', false);
+
+  const raw = express.raw({ type: () => true, limit: config.maxBodyBytes });
+
+  /** /v1 auth: only when RELAY_API_KEY is set. */
+  const requireApiKey = (req: Request, _res: Response, next: NextFunction): void => {
+    if (!config.apiKey) return next();
+    const token = bearer(req);
+    if (token && safeEqual(token, config.apiKey)) return next();
+    next(new RelayError(ErrorCode.INVALID_API_KEY, 'a valid API key is required: send Authorization: Bearer <RELAY_API_KEY>'));
+  };
+
+  /** Admin and status: loopback always; others only with the admin token (or the API key for read-only views). */
+  const requireAdmin = (readOnly: boolean) => (req: Request, _res: Response, next: NextFunction): void => {
+    if (isLoopback(req.socket.remoteAddress)) return next();
+    const token = bearer(req);
+    if (token && config.adminToken && safeEqual(token, config.adminToken)) return next();
+    if (readOnly && token && config.apiKey && safeEqual(token, config.apiKey)) return next();
+    next(new RelayError(ErrorCode.FORBIDDEN, 'the admin API answers loopback clients, or others that present RELAY_ADMIN_TOKEN'));
+  };
+
+  // ---- OpenAI-compatible /v1 ----
+  app.get('/v1/models', requireApiKey, (_req, res) => {
+    res.json({
+      object: 'list',
+      data: registry.list().map((m) => {
+        const a = scheduler.availability(m);
+        return { id: m.name, object: 'model', created: Math.floor(Date.parse(m.added_at) / 1000), owned_by: 'relay', available: a.available, unavailable_reason: a.reason };
+      }),
+    });
+  });
+
+  for (const endpoint of ['chat/completions', 'completions', 'embeddings'] as const) {
+    app.post(`/v1/${endpoint}`, requireApiKey, raw, async (req, res, next) => {
+      const done = (status: number): void => metrics.requests.add({ endpoint, status: String(status) });
+      try {
+        const body = parseJson(req);
+        const name = validate(endpoint, body);
+        const model = registry.require(name);
+        if (endpoint === 'embeddings' && !model.embedding) {
+          throw new RelayError(ErrorCode.MODEL_NOT_EMBEDDING, `"${name}" is not registered as an embedding model (relay models add FILE --embedding)`, { model: name });
+        }
+        if (endpoint !== 'embeddings' && model.embedding) {
+          throw new RelayError(ErrorCode.INVALID_REQUEST, `"${name}" is an embedding model: use /v1/embeddings`, { model: name });
+        }
+        const lease = await scheduler.acquire(name);
+        if (res.destroyed) {
+          lease.release();
+          return;
+        }
+        proxyToReplica({
+          lease, path: `/v1/${endpoint}`, body: req.body as Buffer, req, res, log: log.child({ model: name }),
+          onDone: (status, usage) => {
+            done(status);
+            if (usage) {
+              metrics.tokens.add({ model: name, kind: 'prompt' }, usage.promptTokens);
+              metrics.tokens.add({ model: name, kind: 'completion' }, usage.completionTokens);
+            }
+          },
+        });
+      } catch (err) {
+        const status = isRelayError(err) ? httpError(err).status : 500;
+        done(status);
+        next(err);
+      }
+    });
+  }
+
+  // ---- admin API ----
+  app.get('/api/models', requireAdmin(true), (_req, res) => {
+    res.json({ models: registry.list().map((m) => modelView(m)) });
+  });
+
+  app.post('/api/models', requireAdmin(false), raw, async (req, res, next) => {
+    try {
+      const body = parseJson(req);
+      const input = {
+        path: body.path as string,
+        name: body.name === undefined || body.name === null ? undefined : String(body.name),
+        required_vram_mb: body.required_vram_mb as number | null | undefined,
+        embedding: body.embedding === undefined ? undefined : Boolean(body.embedding),
+      };
+      if (req.query.progress === '1') {
+        // NDJSON: progress lines while hashing, then the result (the CLI draws a progress bar from them).
+        res.status(200).setHeader('content-type', 'application/x-ndjson');
+        res.flushHeaders();
+        try {
+          const r = await registry.add(input, (done, total) => res.write(`${JSON.stringify({ progress: { done, total } })}\n`));
+          res.end(`${JSON.stringify({ model: modelView(r.model), created: r.created })}\n`);
+        } catch (err) {
+          const e = isRelayError(err) ? err : new RelayError(ErrorCode.INTERNAL, String(err));
+          res.end(`${JSON.stringify(httpError(e).body)}\n`);
+        }
+        return;
+      }
+      const r = await registry.add(input);
+      res.status(r.created ? 201 : 200).json({ model: modelView(r.model), created: r.created });
+    } catch (err) {
+      next(err);
+    }
+  });
+
+  app.delete('/api/models/:name', requireAdmin(false), async (req, res, next) => {
+    try {
+      const name = String(req.params.name);
+      registry.require(name);
+      await scheduler.stopModel(name, 'model removed from the registry');
+      const m = await registry.remove(name);
+      res.json({ removed: modelView(m) });
+    } catch (err) {
+      next(err);
+    }
+  });
+
+  const modelView = (m: ModelRecord) => {
+    const need = scheduler.need(m);
+    const a = scheduler.availability(m);
+    return {
+      ...m,
+      need_mb: Math.ceil(need.needMb),
+      need: { weights_mb: Math.ceil(need.weightsMb), kv_mb: Math.ceil(need.kvMb), overhead_mb: Math.ceil(need.overheadMb), ctx: need.ctx, slots: need.slots, kv_scale: need.kvScale },
+      fits_now: a.available,
+      shortfall: a.reason,
+    };
+  };
+
+  // ---- status, metrics, dashboard ----
+  app.get('/status', requireAdmin(true), (_req, res) => {
+    res.json({
+      relay: d.version,
+      llama_cpp: d.llama,
+      kv_cache_type: config.kvCacheType,
+      settings: {
+        context_size: config.contextSize,
+        replica_ctx: config.replicaCtx,
+        parallel_slots: config.parallelSlots,
+        kv_cache_type: config.kvCacheType,
+        flash_attn: config.flashAttn ?? `unset: ${effectiveFlashAttn(config.kvCacheType, undefined)} for a ${config.kvCacheType} cache`,
+        cpu_budget_mb: config.cpuBudgetMb,
+        keep_alive_ms: config.keepAliveMs,
+        api_key_required: Boolean(config.apiKey),
+      },
+      devices: scheduler.deviceStatus(),
+      models: registry.list().map((m) => {
+        const v = modelView(m);
+        return { name: m.name, size: m.size, sha256: m.sha256, need_mb: v.need_mb, need: v.need, fits_now: v.fits_now, shortfall: v.shortfall, embedding: m.embedding };
+      }),
+      replicas: scheduler.status(),
+      shards: [],
+      nodes: [],
+    });
+  });
+
+  app.get('/metrics', requireAdmin(true), (_req, res) => {
+    res.type('text/plain; version=0.0.4').send(metrics.render(scheduler.status().map((r) => r.state)));
+  });
+
+  const dashboard = new URL('../../../../../src/renderer/index.html', import.meta.url);
+  app.get('/', (_req, res) => {
+    res.type('html').send(readFileSync(dashboard, 'utf8'));
+  });
+
+  app.use((_req, _res, next) => next(new RelayError(ErrorCode.NOT_FOUND, 'no such endpoint')));
+
+  // Body-parser errors (size, aborted) become coded errors; everything else goes through httpError.
+  app.use((err: unknown, _req: Request, res: Response, _next: NextFunction) => {
+    const e = err as { type?: string; status?: number; limit?: number };
+    if (e?.type === 'entity.too.large') {
+      return sendError(res, new RelayError(ErrorCode.PAYLOAD_TOO_LARGE, `the request body is larger than ${fmtMb(config.maxBodyBytes / 1024 / 1024)} (${config.maxBodyBytes} bytes)`), log);
+    }
+    if (e?.type === 'request.aborted' || e?.type === 'stream.not.readable') return res.destroy();
+    sendError(res, err, log);
+  });
+  return app;
+}

@@ -1,0 +1,81 @@
+import { readFileSync } from 'node:fs';
+import type { Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import type { Logger } from 'pino';
+import type { HubConfig } from '../config.js';
+import { HostInventory, type Device } from '../gpu/inventory.js';
+import { ensureLlama, type LlamaInstall } from '../llama/install.js';
+import { ModelRegistry } from '../models/registry.js';
+import { Scheduler } from '../scheduler/ensure.js';
+import { Store } from '../store/store.js';
+import { createApp } from './app.js';
+import { HubMetrics } from './metrics.js';
+
+/**
+ * The hub's composition root: store, registry, inventory, scheduler and the HTTP surface, wired once.
+ * The tray app embeds exactly this; `relay hub` runs it headless.
+ */
+export interface Hub {
+  readonly url: string;
+  readonly port: number;
+  readonly store: Store;
+  readonly scheduler: Scheduler;
+  close(): Promise<void>;
+}
+
+export function packageVersion(): string {
+  const pkg = JSON.parse(readFileSync(new URL('../../../../../package.json', import.meta.url), 'utf8')) as { version: string };
+  return pkg.version;
+}
+
+export async function startHub(config: HubConfig, deps: { log: Logger; install?: LlamaInstall; devices?: () => Device[] }): Promise<Hub> {
+  const log = deps.log;
+  const install = deps.install ?? (await ensureLlama({ progress: (l) => log.info(`[llama build] ${l}`) }));
+  const store = await Store.open(config.home);
+  if (store.migratedFrom !== null) log.warn({ path: store.path, from: store.migratedFrom }, 'store migrated to the current schema (backup kept beside it)');
+  const registry = new ModelRegistry(store, log.child({ c: 'registry' }));
+  const inventory = new HostInventory(install.serverPath, config.cpuBudgetMb);
+  const metrics = new HubMetrics();
+  const scheduler = new Scheduler({
+    config,
+    registry,
+    install,
+    devices: deps.devices ?? (() => inventory.devices()),
+    log: log.child({ c: 'scheduler' }),
+    onLoad: (model, seconds) => {
+      metrics.loads.add({ model });
+      metrics.loadSeconds.add({ model }, seconds);
+    },
+  });
+  const app = createApp({ config, registry, scheduler, metrics, log, version: packageVersion(), llama: { tag: install.tag, version: install.version } });
+
+  const server: Server = await new Promise((resolve, reject) => {
+    const s = app.listen(config.port, config.host, () => resolve(s));
+    s.once('error', reject);
+  });
+  // Generations can be long: no server-side timeout on requests; idle keep-alive sockets still close.
+  server.requestTimeout = 0;
+  server.headersTimeout = 60_000;
+  const port = (server.address() as AddressInfo).port;
+  const host = config.host === '0.0.0.0' || config.host === '::' ? '127.0.0.1' : config.host;
+  const url = `http://${host.includes(':') ? `[${host}]` : host}:${port}`;
+
+  let closing: Promise<void> | null = null;
+  return {
+    url,
+    port,
+    store,
+    scheduler,
+    close() {
+      closing ??= (async () => {
+        server.closeIdleConnections();
+        const closed = new Promise<void>((r) => server.close(() => r()));
+        await scheduler.close();
+        server.closeAllConnections();
+        await closed;
+        await store.close();
+      })();
+      return closing;
+    },
+  };
+}

@@ -1,0 +1,39 @@
+/**
+ * Prometheus text exposition for the hub, hand-rolled: a few counters and gauges need no client library.
+ */
+type Labels = Record<string, string>;
+
+function key(labels: Labels): string {
+  return Object.entries(labels).sort(([a], [b]) => a.localeCompare(b)).map(([k, v]) => `${k}="${v.replace(/["\\\n]/g, '_')}"`).join(',');
+}
+
+class Family {
+  readonly values = new Map<string, number>();
+  constructor(readonly name: string, readonly type: 'counter' | 'gauge', readonly help: string) {}
+  add(labels: Labels, v = 1): void {
+    const k = key(labels);
+    this.values.set(k, (this.values.get(k) ?? 0) + v);
+  }
+  set(labels: Labels, v: number): void {
+    this.values.set(key(labels), v);
+  }
+  render(): string {
+    const lines = [`# HELP ${this.name} ${this.help}`, `# TYPE ${this.name} ${this.type}`];
+    for (const [k, v] of this.values) lines.push(`${this.name}${k ? `{${k}}` : ''} ${v}`);
+    return lines.join('\n');
+  }
+}
+
+export class HubMetrics {
+  readonly requests = new Family('relay_requests_total', 'counter', 'Requests to /v1 by endpoint and HTTP status.');
+  readonly tokens = new Family('relay_tokens_total', 'counter', 'Tokens processed through /v1, by model and kind (prompt, completion).');
+  readonly loadSeconds = new Family('relay_load_seconds_total', 'counter', 'Seconds spent loading replicas, by model.');
+  readonly loads = new Family('relay_loads_total', 'counter', 'Replica loads, by model.');
+  readonly replicas = new Family('relay_replicas', 'gauge', 'Replicas by state.');
+
+  render(replicaStates: readonly string[]): string {
+    this.replicas.values.clear();
+    for (const s of ['starting', 'ready', 'failed', 'stopping']) this.replicas.set({ state: s }, replicaStates.filter((x) => x === s).length);
+    return `${[this.requests, this.tokens, this.loadSeconds, this.loads, this.replicas].map((f) => f.render()).join('\n')}\n`;
+  }
+}

@@ -1,0 +1,126 @@
+import http from 'node:http';
+import type { Request, Response } from 'express';
+import type { Logger } from 'pino';
+import { ErrorCode, httpError, RelayError } from '../../../shared/errors.js';
+import type { Lease } from '../scheduler/ensure.js';
+
+/**
+ * Forward one /v1 request to a replica's llama-server and stream the answer back byte for byte.
+ * Backpressure: upstream is paused while the client's socket is full. A client that goes away aborts the
+ * upstream request, which makes llama-server stop generating and free the slot. An upstream that dies
+ * mid-response ends an SSE stream with an OpenAI-shaped error event, and any other response with a 502.
+ */
+const agent = new http.Agent({ keepAlive: true, maxSockets: 256 });
+
+export interface Usage {
+  promptTokens: number;
+  completionTokens: number;
+  tokensPerSecond: number | null;
+}
+
+const TAIL_BYTES = 8192;
+
+/** Token counts from the end of a response: `usage` in JSON bodies, `timings` in llama-server's last SSE chunk. */
+export function usageFromTail(tail: string): Usage | null {
+  const num = (re: RegExp): number | null => {
+    const all = [...tail.matchAll(re)];
+    const last = all[all.length - 1];
+    return last ? Number(last[1]) : null;
+  };
+  const prompt = num(/"prompt_tokens":(\d+)/g) ?? num(/"prompt_n":(\d+)/g);
+  const completion = num(/"completion_tokens":(\d+)/g) ?? num(/"predicted_n":(\d+)/g);
+  if (prompt === null && completion === null) return null;
+  return { promptTokens: prompt ?? 0, completionTokens: completion ?? 0, tokensPerSecond: num(/"predicted_per_second":([\d.]+)/g) };
+}
+
+export function sseError(err: RelayError): string {
+  return `data: ${JSON.stringify(httpError(err).body)}\n\n`;
+}
+
+export function proxyToReplica(opts: {
+  lease: Lease;
+  path: string;
+  body: Buffer;
+  req: Request;
+  res: Response;
+  log: Logger;
+  onDone: (status: number, usage: Usage | null) => void;
+}): void {
+  const { lease, res, log } = opts;
+  const url = new URL(opts.path, lease.baseUrl);
+  let tail = '';
+  let finished = false;
+  const finish = (status: number): void => {
+    if (finished) return;
+    finished = true;
+    lease.release();
+    opts.onDone(status, usageFromTail(tail));
+  };
+
+  const up = http.request(url, {
+    method: 'POST',
+    agent,
+    headers: {
+      'content-type': 'application/json',
+      'content-length': String(opts.body.byteLength),
+      accept: opts.req.get('accept') ?? '*/*',
+    },
+  });
+
+  let isSse = false;
+  const brokenUpstream = (why: string): void => {
+    if (res.writableEnded || res.destroyed) return;
+    const err = new RelayError(ErrorCode.REPLICA_FAILED, `the replica of "${lease.model.name}" stopped mid-response (${why})`, { model: lease.model.name });
+    log.warn({ replica: lease.replicaId, why }, 'upstream broke mid-response');
+    if (!res.headersSent) {
+      const { status, body } = httpError(err);
+      res.status(status).json(body);
+      finish(status);
+    } else if (isSse) {
+      res.end(sseError(err));
+      finish(502);
+    } else {
+      res.destroy(err);
+      finish(502);
+    }
+  };
+
+  res.on('close', () => {
+    if (!res.writableFinished) {
+      // The client went away: stop the generation upstream so the slot frees now, not at max_tokens.
+      up.destroy();
+      finish(499);
+    }
+  });
+
+  up.on('response', (ur) => {
+    isSse = (ur.headers['content-type'] ?? '').includes('text/event-stream');
+    res.status(ur.statusCode ?? 502);
+    if (ur.headers['content-type']) res.setHeader('content-type', ur.headers['content-type']);
+    if (isSse) {
+      res.setHeader('cache-control', 'no-cache');
+      res.setHeader('x-accel-buffering', 'no');
+    }
+    res.flushHeaders();
+    ur.on('data', (chunk: Buffer) => {
+      tail = (tail + chunk.toString('utf8')).slice(-TAIL_BYTES);
+      if (!res.write(chunk)) {
+        ur.pause();
+        res.once('drain', () => ur.resume());
+      }
+    });
+    ur.on('end', () => {
+      res.end();
+      finish(ur.statusCode ?? 502);
+    });
+    ur.on('close', () => {
+      if (!ur.complete) brokenUpstream('connection closed');
+    });
+    ur.on('error', () => undefined); // 'close' reports it
+  });
+  up.on('error', (err) => {
+    if (finished) return;
+    brokenUpstream((err as NodeJS.ErrnoException).code ?? err.message);
+  });
+  up.end(opts.body);
+}

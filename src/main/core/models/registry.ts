@@ -1,0 +1,150 @@
+import { createHash } from 'node:crypto';
+import { createReadStream, statSync, type Stats } from 'node:fs';
+import { basename, isAbsolute } from 'node:path';
+import type { Logger } from 'pino';
+import { ErrorCode, RelayError } from '../../../shared/errors.js';
+import { deriveModelInfo, readGgufFile } from '../gguf/index.js';
+import type { ModelRecord, Store } from '../store/store.js';
+
+/**
+ * The models the hub owns. A record is bound to the bytes it was hashed from: when the file's size or mtime
+ * changes, the model is re-hashed and re-read before it is served again, so it is never served under an old
+ * hash.
+ */
+export type HashProgress = (done: number, total: number) => void;
+
+export async function sha256File(path: string, progress?: HashProgress): Promise<string> {
+  const h = createHash('sha256');
+  const total = statSync(path).size;
+  let done = 0;
+  let last = 0;
+  for await (const chunk of createReadStream(path, { highWaterMark: 4 * 1024 * 1024 })) {
+    h.update(chunk as Buffer);
+    done += (chunk as Buffer).byteLength;
+    if (progress && (done - last > 64 * 1024 * 1024 || done === total)) {
+      last = done;
+      progress(done, total);
+    }
+  }
+  return h.digest('hex');
+}
+
+const NAME_RE = /^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$/;
+
+export interface AddModelInput {
+  readonly path: string;
+  readonly name?: string | undefined;
+  readonly required_vram_mb?: number | null | undefined;
+  readonly embedding?: boolean | undefined;
+}
+
+function statFile(path: string): Stats {
+  let st: Stats;
+  try {
+    st = statSync(path);
+  } catch (err) {
+    throw new RelayError(ErrorCode.MODEL_FILE_MISSING, `cannot read ${path}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`, { path });
+  }
+  if (!st.isFile()) throw new RelayError(ErrorCode.MODEL_FILE_MISSING, `${path} is not a regular file`, { path });
+  return st;
+}
+
+async function describe(path: string, progress?: HashProgress): Promise<Omit<ModelRecord, 'name' | 'required_vram_mb' | 'embedding' | 'added_at'>> {
+  const st = statFile(path);
+  const info = deriveModelInfo(readGgufFile(path)); // refuses non-GGUF and truncated files before hashing
+  const sha256 = await sha256File(path, progress);
+  return {
+    path,
+    sha256,
+    size: st.size,
+    mtimeMs: st.mtimeMs,
+    arch: info.architecture,
+    block_count: info.blockCount,
+    kv_bytes_per_token: info.kvBytesPerToken,
+    expert_count: info.expertCount,
+    expert_used_count: info.expertUsedCount,
+    context_length: info.contextLength,
+  };
+}
+
+export class ModelRegistry {
+  constructor(
+    private readonly store: Store,
+    private readonly log: Logger,
+  ) {}
+
+  list(): readonly ModelRecord[] {
+    return this.store.data.models;
+  }
+
+  get(name: string): ModelRecord | undefined {
+    return this.store.data.models.find((m) => m.name === name);
+  }
+
+  require(name: string): ModelRecord {
+    const m = this.get(name);
+    if (!m) throw new RelayError(ErrorCode.MODEL_NOT_FOUND, `the model "${name}" does not exist`, { model: name });
+    return m;
+  }
+
+  /** Register a GGUF. The same file again is idempotent; another file under a taken name is refused. */
+  async add(input: AddModelInput, progress?: HashProgress): Promise<{ model: ModelRecord; created: boolean }> {
+    if (typeof input.path !== 'string' || !isAbsolute(input.path)) {
+      throw new RelayError(ErrorCode.INVALID_REQUEST, `path must be an absolute path to a GGUF file on the hub, got ${JSON.stringify(input.path)}`);
+    }
+    const name = input.name ?? basename(input.path).replace(/\.gguf$/i, '');
+    if (!NAME_RE.test(name)) {
+      throw new RelayError(ErrorCode.INVALID_REQUEST, `model name ${JSON.stringify(name)} must be 1-128 letters, digits, or . _ : - (not starting with a symbol)`);
+    }
+    const req = input.required_vram_mb;
+    if (req !== undefined && req !== null && !(Number.isFinite(req) && req > 0)) {
+      throw new RelayError(ErrorCode.INVALID_REQUEST, `required_vram_mb must be a positive number, got ${JSON.stringify(req)}`);
+    }
+    const d = await describe(input.path, progress);
+    return this.store.update((data) => {
+      const existing = data.models.find((m) => m.name === name);
+      if (existing) {
+        if (existing.path === d.path && existing.sha256 === d.sha256) {
+          // Same file: idempotent. An explicit required_vram_mb or embedding flag updates the record.
+          if (req !== undefined) existing.required_vram_mb = req;
+          if (input.embedding !== undefined) existing.embedding = input.embedding;
+          Object.assign(existing, { size: d.size, mtimeMs: d.mtimeMs });
+          return { model: existing, created: false };
+        }
+        throw new RelayError(ErrorCode.MODEL_EXISTS, `a model named "${name}" is already registered for ${existing.path}; remove it first or choose another --name`, { model: name });
+      }
+      const model: ModelRecord = { name, ...d, required_vram_mb: req ?? null, embedding: input.embedding ?? false, added_at: new Date().toISOString() };
+      data.models.push(model);
+      this.log.info({ model: name, sha256: d.sha256, size: d.size }, 'model registered');
+      return { model, created: true };
+    });
+  }
+
+  async remove(name: string): Promise<ModelRecord> {
+    return this.store.update((data) => {
+      const i = data.models.findIndex((m) => m.name === name);
+      if (i < 0) throw new RelayError(ErrorCode.MODEL_NOT_FOUND, `the model "${name}" does not exist`, { model: name });
+      const [m] = data.models.splice(i, 1);
+      return m!;
+    });
+  }
+
+  /**
+   * The record as it is on disk now: unchanged size and mtime → as stored; otherwise re-read and re-hash,
+   * update the record, and report that it changed (so running replicas of the old bytes are stopped).
+   */
+  async verify(name: string): Promise<{ model: ModelRecord; changed: boolean }> {
+    const m = this.require(name);
+    const st = statFile(m.path);
+    if (st.size === m.size && st.mtimeMs === m.mtimeMs) return { model: m, changed: false };
+    this.log.warn({ model: name, path: m.path }, 'model file changed on disk since it was registered: re-hashing');
+    const d = await describe(m.path);
+    const model = await this.store.update((data) => {
+      const rec = data.models.find((x) => x.name === name);
+      if (!rec) throw new RelayError(ErrorCode.MODEL_NOT_FOUND, `the model "${name}" does not exist`, { model: name });
+      Object.assign(rec, d);
+      return rec;
+    });
+    return { model, changed: true };
+  }
+}

@@ -1,0 +1,313 @@
+import { randomUUID } from 'node:crypto';
+import type { Logger } from 'pino';
+import { ErrorCode, RelayError } from '../../../shared/errors.js';
+import type { HubConfig } from '../config.js';
+import type { Device } from '../gpu/inventory.js';
+import { effectiveFlashAttn, type FlashAttn, type KvCacheType } from '../llama/argv.js';
+import type { LlamaInstall } from '../llama/install.js';
+import { startLlamaServer, type RunningLlamaServer } from '../llama/processes.js';
+import { describeExit } from '../llama/supervisor.js';
+import type { ModelRegistry } from '../models/registry.js';
+import type { ModelRecord } from '../store/store.js';
+import { fitNeed, type FitBreakdown } from './fit.js';
+import { describeNeed, freeAfterReservations, planHostReplica, shortfallMessage, type HostPlan, type ReplicaView } from './plan.js';
+
+/**
+ * Ensure: for a request naming model M, find or make a placement, in the spec's order:
+ *   1. an existing ready placement of M;
+ *   2. a replica on the hub's own device;
+ *   3. a replica on a node that fits (nodes issue);
+ *   4. a pipeline shard across hub + nodes (shards issue);
+ *   5. otherwise 503 model_unavailable naming the shortfall.
+ * Steps 3 and 4 do not exist yet: this hub has no nodes, so the shortfall says no node can host M.
+ */
+
+export type ReplicaState = 'starting' | 'ready' | 'failed' | 'stopping';
+
+export interface ReplicaStatus {
+  readonly id: string;
+  readonly model: string;
+  readonly sha256: string;
+  readonly where: 'host';
+  readonly device: string;
+  readonly state: ReplicaState;
+  readonly port: number | null;
+  readonly pid: number | null;
+  readonly ctx: number;
+  readonly slots: number;
+  readonly kv_cache_type: KvCacheType;
+  readonly flash_attn: FlashAttn;
+  readonly need_mb: number;
+  readonly in_flight: number;
+  readonly started_at: string;
+  readonly last_used_at: string;
+  readonly failure: { message: string; tail: string; at: string } | null;
+}
+
+interface Replica {
+  id: string;
+  model: string;
+  sha256: string;
+  device: string;
+  state: ReplicaState;
+  fit: FitBreakdown;
+  server: RunningLlamaServer | null;
+  inFlight: number;
+  startedAt: number;
+  lastUsedAt: number;
+  idleTimer: NodeJS.Timeout | null;
+  failure: { message: string; tail: string; at: string } | null;
+  loading: Promise<Replica> | null;
+}
+
+/** A claim on a ready replica for one request; release() exactly once when the response is done. */
+export interface Lease {
+  readonly replicaId: string;
+  readonly baseUrl: string;
+  readonly model: ModelRecord;
+  release(): void;
+}
+
+export interface SchedulerDeps {
+  readonly config: HubConfig;
+  readonly registry: ModelRegistry;
+  readonly install: LlamaInstall;
+  readonly devices: () => Device[];
+  readonly log: Logger;
+  readonly onLoad?: (model: string, seconds: number) => void;
+  readonly now?: () => number;
+}
+
+export class Scheduler {
+  private readonly replicas = new Map<string, Replica>();
+  /** Failed replicas stay visible in /status until the next load of their model replaces them. */
+  private readonly failed = new Map<string, Replica>();
+  private closed = false;
+
+  constructor(private readonly d: SchedulerDeps) {}
+
+  private now(): number {
+    return this.d.now?.() ?? Date.now();
+  }
+
+  need(model: ModelRecord): FitBreakdown {
+    const need = fitNeed(
+      { requiredVramMb: model.required_vram_mb, sizeBytes: model.size, kvBytesPerToken: model.kv_bytes_per_token },
+      this.d.config,
+    );
+    this.d.log.debug({ model: model.name, fit: need }, 'fit-check');
+    return need;
+  }
+
+  private views(): ReplicaView[] {
+    return [...this.replicas.values()].map((r) => ({
+      id: r.id, model: r.model, device: r.device, needMb: r.fit.needMb, state: r.state, inFlight: r.inFlight, lastUsedAt: r.lastUsedAt,
+    }));
+  }
+
+  private planHost(model: ModelRecord): HostPlan {
+    const views = this.views();
+    return planHostReplica(this.need(model), freeAfterReservations(this.d.devices(), views), views);
+  }
+
+  /** Whether the pool can host the model now, and if not, why (for /v1/models and /status). */
+  availability(model: ModelRecord): { available: boolean; reason: string | null } {
+    if (this.findServing(model)) return { available: true, reason: null };
+    const plan = this.planHost(model);
+    return plan.kind === 'none' ? { available: false, reason: shortfallMessage(model.name, plan) } : { available: true, reason: null };
+  }
+
+  private findServing(model: ModelRecord): Replica | undefined {
+    return [...this.replicas.values()].find((r) => r.model === model.name && r.sha256 === model.sha256 && (r.state === 'ready' || r.state === 'starting'));
+  }
+
+  /** Ensure a ready replica of `name` and lease it. */
+  async acquire(name: string): Promise<Lease> {
+    if (this.closed) throw new RelayError(ErrorCode.MODEL_UNAVAILABLE, 'the hub is shutting down');
+    // A file that changed on disk is re-hashed first and its old replicas stopped: never serve old bytes.
+    const { model, changed } = await this.d.registry.verify(name);
+    if (changed) await this.stopModel(name, 'model file changed on disk');
+
+    // 1. An existing placement (ready, or loading: concurrent first requests share one load).
+    let replica = this.findServing(model);
+    // 2. A replica on the hub's own device.
+    if (!replica) replica = await this.startHostReplica(model);
+    // 3-4. Node replicas and shards arrive with the nodes and shards issues.
+    if (replica.loading) replica = await replica.loading;
+    if (replica.state !== 'ready' || !replica.server) {
+      throw new RelayError(ErrorCode.REPLICA_FAILED, `the replica of "${name}" is ${replica.state}${replica.failure ? `: ${replica.failure.message}` : ''}`, { model: name });
+    }
+    return this.lease(replica, model);
+  }
+
+  private lease(r: Replica, model: ModelRecord): Lease {
+    r.inFlight++;
+    r.lastUsedAt = this.now();
+    if (r.idleTimer) {
+      clearTimeout(r.idleTimer);
+      r.idleTimer = null;
+    }
+    let released = false;
+    return {
+      replicaId: r.id,
+      baseUrl: r.server!.baseUrl,
+      model,
+      release: () => {
+        if (released) return;
+        released = true;
+        r.inFlight--;
+        r.lastUsedAt = this.now();
+        if (r.inFlight === 0 && r.state === 'ready') this.armIdleTimer(r);
+      },
+    };
+  }
+
+  private armIdleTimer(r: Replica): void {
+    if (r.idleTimer) clearTimeout(r.idleTimer);
+    r.idleTimer = setTimeout(() => {
+      r.idleTimer = null;
+      if (r.inFlight === 0 && r.state === 'ready') void this.stopReplica(r, `idle for ${this.d.config.keepAliveMs} ms`);
+    }, this.d.config.keepAliveMs);
+    r.idleTimer.unref();
+  }
+
+  private async startHostReplica(model: ModelRecord): Promise<Replica> {
+    const plan = this.planHost(model);
+    if (plan.kind === 'none') {
+      // 5. Nothing can place it.
+      throw new RelayError(ErrorCode.MODEL_UNAVAILABLE, shortfallMessage(model.name, plan), { model: model.name, need_mb: Math.ceil(plan.need.needMb), devices: plan.perDevice });
+    }
+    const fit = this.need(model);
+    const r: Replica = {
+      id: randomUUID().slice(0, 8),
+      model: model.name,
+      sha256: model.sha256,
+      device: plan.device,
+      state: 'starting',
+      fit,
+      server: null,
+      inFlight: 0,
+      startedAt: this.now(),
+      lastUsedAt: this.now(),
+      idleTimer: null,
+      failure: null,
+      loading: null,
+    };
+    this.replicas.set(r.id, r);
+    this.failed.delete(model.name);
+    r.loading = (async () => {
+      for (const id of plan.evict) {
+        const victim = this.replicas.get(id);
+        if (victim) await this.stopReplica(victim, `evicted (least recently used) to make room for "${model.name}"`);
+      }
+      return this.launch(r, model);
+    })();
+    r.loading.catch(() => undefined);
+    return r;
+  }
+
+  private async launch(r: Replica, model: ModelRecord): Promise<Replica> {
+    const c = this.d.config;
+    const log = this.d.log.child({ replica: r.id, model: model.name });
+    log.info({ device: r.device, need: describeNeed(model.name, r.fit) }, 'starting host replica');
+    const t0 = this.now();
+    try {
+      const server = await startLlamaServer(this.d.install, {
+        name: `llama-server[${model.name}]`,
+        model: model.path,
+        ctx: r.fit.ctx,
+        slots: r.fit.slots,
+        cacheType: c.kvCacheType,
+        flashAttn: c.flashAttn,
+        alias: model.name,
+        embedding: model.embedding,
+        threads: c.threads,
+        ...(r.device === 'CPU' ? { gpuLayers: 0 } : { devices: [r.device], gpuLayers: 999 }),
+        readyTimeoutMs: c.loadTimeoutMs,
+      });
+      r.server = server;
+      if (r.state === 'stopping') {
+        await server.child.terminate(5000);
+        throw new RelayError(ErrorCode.REPLICA_FAILED, `the replica of "${model.name}" was stopped while loading`);
+      }
+      r.state = 'ready';
+      r.loading = null;
+      const seconds = (this.now() - t0) / 1000;
+      this.d.onLoad?.(model.name, seconds);
+      log.info({ port: server.port, pid: server.child.pid, seconds }, 'host replica ready');
+      void server.child.exited.then((info) => {
+        if (r.state === 'stopping' || this.closed) return;
+        // Crashed: requests in flight see their socket close; the next request starts a new replica.
+        this.markFailed(r, `llama-server exited unexpectedly (${describeExit(info)})`, server.child.tail());
+      });
+      if (r.inFlight === 0) this.armIdleTimer(r);
+      return r;
+    } catch (err) {
+      const tail = r.server?.child.tail() ?? ((err as RelayError).details?.tail as string | undefined) ?? '';
+      this.markFailed(r, (err as Error).message.split('\n')[0] ?? 'load failed', tail);
+      throw new RelayError(ErrorCode.REPLICA_FAILED, `could not start a replica of "${model.name}": ${(err as Error).message}`, { model: model.name });
+    }
+  }
+
+  private markFailed(r: Replica, message: string, tail: string): void {
+    r.state = 'failed';
+    r.loading = null;
+    r.failure = { message, tail, at: new Date(this.now()).toISOString() };
+    if (r.idleTimer) clearTimeout(r.idleTimer);
+    this.replicas.delete(r.id);
+    this.failed.set(r.model, r);
+    this.d.log.warn({ replica: r.id, model: r.model, message, tail }, 'replica failed');
+  }
+
+  private async stopReplica(r: Replica, reason: string): Promise<void> {
+    if (r.state === 'stopping') return;
+    r.state = 'stopping';
+    if (r.idleTimer) clearTimeout(r.idleTimer);
+    this.d.log.info({ replica: r.id, model: r.model, reason }, 'stopping replica');
+    await r.server?.child.terminate(10_000);
+    this.replicas.delete(r.id);
+  }
+
+  async stopModel(name: string, reason: string): Promise<void> {
+    await Promise.all([...this.replicas.values()].filter((r) => r.model === name).map((r) => this.stopReplica(r, reason)));
+  }
+
+  status(): ReplicaStatus[] {
+    const all = [...this.replicas.values(), ...this.failed.values()];
+    return all.map((r) => ({
+      id: r.id,
+      model: r.model,
+      sha256: r.sha256,
+      where: 'host',
+      device: r.device,
+      state: r.state,
+      port: r.server?.port ?? null,
+      pid: r.server?.child.pid ?? null,
+      ctx: r.fit.ctx,
+      slots: r.fit.slots,
+      kv_cache_type: this.d.config.kvCacheType,
+      flash_attn: effectiveFlashAttn(this.d.config.kvCacheType, this.d.config.flashAttn),
+      need_mb: Math.ceil(r.fit.needMb),
+      in_flight: r.inFlight,
+      started_at: new Date(r.startedAt).toISOString(),
+      last_used_at: new Date(r.lastUsedAt).toISOString(),
+      failure: r.failure,
+    }));
+  }
+
+  /** Devices with what relay reserved on them (for /status). */
+  deviceStatus(): { id: string; kind: string; description: string; total_mb: number; free_mb: number; utilization_pct: number | null; source: string }[] {
+    const devices = this.d.devices();
+    const free = freeAfterReservations(devices, this.views());
+    return devices.map((d, i) => ({
+      id: d.id, kind: d.kind, description: d.description, total_mb: d.totalMb, free_mb: Math.floor(free[i]!.freeMb),
+      utilization_pct: d.utilizationPct, source: d.source,
+    }));
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    await Promise.all([...this.replicas.values()].map((r) => this.stopReplica(r, 'hub shutting down')));
+  }
+}

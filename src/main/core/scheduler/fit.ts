@@ -1,0 +1,57 @@
+import type { KvCacheType } from '../llama/argv.js';
+
+/**
+ * The spec's VRAM fit formula, exactly:
+ *   KV       = kv_bytes_per_token × ctx × slots × kv_scale
+ *   overhead = weights × 3% + 384 MB + KV × 5%
+ *   need     = weights + KV + overhead
+ * MB here is MiB (2^20 bytes), the unit llama.cpp and NVML report in.
+ */
+export const KV_SCALE: Readonly<Record<KvCacheType, number>> = { f16: 1.0, q8_0: 0.5, q4_0: 0.28 };
+export const FIXED_OVERHEAD_MB = 384;
+const MIB = 1024 * 1024;
+
+export interface FitModel {
+  /** Registered required_vram_mb, when the owner gave one. */
+  readonly requiredVramMb: number | null;
+  readonly sizeBytes: number;
+  /** From the GGUF header; null when the header gave no estimate (then KV = 0). */
+  readonly kvBytesPerToken: number | null;
+}
+
+export interface FitSettings {
+  readonly contextSize: number;
+  readonly replicaCtx: number;
+  readonly parallelSlots: number;
+  readonly kvCacheType: KvCacheType;
+}
+
+export interface FitBreakdown {
+  readonly weightsMb: number;
+  readonly kvMb: number;
+  readonly overheadMb: number;
+  readonly needMb: number;
+  readonly ctx: number;
+  readonly slots: number;
+  readonly kvScale: number;
+  readonly kvCacheType: KvCacheType;
+}
+
+/** ctx = RELAY_CONTEXT_SIZE, or min(RELAY_REPLICA_CTX, RELAY_CONTEXT_SIZE) when RELAY_REPLICA_CTX > 0. */
+export function replicaContext(s: Pick<FitSettings, 'contextSize' | 'replicaCtx'>): number {
+  return s.replicaCtx > 0 ? Math.min(s.replicaCtx, s.contextSize) : s.contextSize;
+}
+
+export function fitNeed(m: FitModel, s: FitSettings): FitBreakdown {
+  const ctx = replicaContext(s);
+  const slots = s.parallelSlots;
+  const kvScale = KV_SCALE[s.kvCacheType];
+  const weightsMb = m.requiredVramMb ?? m.sizeBytes / MIB;
+  const kvMb = m.kvBytesPerToken ? (m.kvBytesPerToken * ctx * slots * kvScale) / MIB : 0;
+  const overheadMb = weightsMb * 0.03 + FIXED_OVERHEAD_MB + kvMb * 0.05;
+  return { weightsMb, kvMb, overheadMb, needMb: weightsMb + kvMb + overheadMb, ctx, slots, kvScale, kvCacheType: s.kvCacheType };
+}
+
+export function fmtMb(mb: number): string {
+  return `${Math.ceil(mb)} MB`;
+}

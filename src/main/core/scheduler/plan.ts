@@ -1,0 +1,85 @@
+import { fmtMb, type FitBreakdown } from './fit.js';
+
+/**
+ * Pure placement decisions for the host. No I/O, no timers: inventory and replicas in, a plan out.
+ * The orchestration in ensure.ts acts on the plan; tests table-test this file.
+ */
+
+export interface DeviceView {
+  readonly id: string;
+  readonly kind: 'gpu' | 'cpu';
+  readonly totalMb: number;
+  /** Free after what relay has reserved on it (see freeAfterReservations). */
+  readonly freeMb: number;
+}
+
+export interface ReplicaView {
+  readonly id: string;
+  readonly model: string;
+  readonly device: string;
+  readonly needMb: number;
+  readonly state: 'starting' | 'ready' | 'failed' | 'stopping';
+  readonly inFlight: number;
+  readonly lastUsedAt: number;
+}
+
+export type HostPlan =
+  | { readonly kind: 'host'; readonly device: string; readonly evict: readonly string[] }
+  | { readonly kind: 'none'; readonly need: FitBreakdown; readonly perDevice: readonly { id: string; freeMb: number; totalMb: number }[] };
+
+/**
+ * What each device has free for a new replica. A CPU budget is pure bookkeeping: budget minus what relay's
+ * replicas reserved. A GPU reports its own free memory, which already counts loaded replicas; only replicas
+ * still loading are subtracted (their memory is not allocated yet).
+ */
+export function freeAfterReservations(
+  devices: readonly { id: string; kind: 'gpu' | 'cpu'; totalMb: number; reportedFreeMb: number }[],
+  replicas: readonly ReplicaView[],
+): DeviceView[] {
+  return devices.map((d) => {
+    const mine = replicas.filter((r) => r.device === d.id && r.state !== 'failed');
+    const reserved = d.kind === 'cpu'
+      ? mine.reduce((s, r) => s + r.needMb, 0)
+      : mine.filter((r) => r.state === 'starting').reduce((s, r) => s + r.needMb, 0);
+    return { id: d.id, kind: d.kind, totalMb: d.totalMb, freeMb: Math.max(0, d.reportedFreeMb - reserved) };
+  });
+}
+
+/**
+ * A device for a new replica needing `need.needMb`: the device with the most free memory that fits; else the
+ * device where evicting the fewest least-recently-used idle replicas makes room; else none.
+ */
+export function planHostReplica(need: FitBreakdown, devices: readonly DeviceView[], replicas: readonly ReplicaView[]): HostPlan {
+  const byFree = [...devices].sort((a, b) => b.freeMb - a.freeMb);
+  const fits = byFree.find((d) => d.freeMb >= need.needMb);
+  if (fits) return { kind: 'host', device: fits.id, evict: [] };
+
+  let best: { device: string; evict: string[] } | null = null;
+  for (const d of byFree) {
+    const idle = replicas
+      .filter((r) => r.device === d.id && r.state === 'ready' && r.inFlight === 0)
+      .sort((a, b) => a.lastUsedAt - b.lastUsedAt);
+    let free = d.freeMb;
+    const evict: string[] = [];
+    for (const r of idle) {
+      if (free >= need.needMb) break;
+      evict.push(r.id);
+      free += r.needMb;
+    }
+    if (free >= need.needMb && (best === null || evict.length < best.evict.length)) best = { device: d.id, evict };
+  }
+  if (best) return { kind: 'host', ...best };
+  return { kind: 'none', need, perDevice: devices.map((d) => ({ id: d.id, freeMb: d.freeMb, totalMb: d.totalMb })) };
+}
+
+export function describeNeed(model: string, n: FitBreakdown): string {
+  return `model "${model}" needs ${fmtMb(n.needMb)} (weights ${fmtMb(n.weightsMb)} + KV ${fmtMb(n.kvMb)} + overhead ${fmtMb(n.overheadMb)}; ctx ${n.ctx} × ${n.slots} slots, ${n.kvCacheType} cache)`;
+}
+
+/** The 503 message: need vs free per device, and what the pool lacks. */
+export function shortfallMessage(model: string, plan: Extract<HostPlan, { kind: 'none' }>): string {
+  const devices = plan.perDevice.length === 0
+    ? 'this hub has no GPU and no CPU budget (start it with --cpu-budget-mb N to let it serve on CPU)'
+    : `free: ${plan.perDevice.map((d) => `${d.id} ${fmtMb(d.freeMb)} of ${fmtMb(d.totalMb)}`).join(', ')}`;
+  return `${describeNeed(model, plan.need)}; ${devices}; no connected node can host it`;
+}

@@ -1,0 +1,122 @@
+import { copyFileSync, existsSync, mkdirSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { Low } from 'lowdb';
+import { JSONFile } from 'lowdb/node';
+import { ErrorCode, RelayError } from '../../../shared/errors.js';
+
+/**
+ * The hub's embedded JSON store (lowdb). lowdb's file adapter writes a temp file and renames it, so a killed
+ * hub leaves either the old or the new file, never a torn one. Writes are serialized through `update`.
+ */
+export const SCHEMA_VERSION = 2;
+
+export interface ModelRecord {
+  name: string;
+  path: string;
+  sha256: string;
+  size: number;
+  mtimeMs: number;
+  required_vram_mb: number | null;
+  arch: string | null;
+  block_count: number | null;
+  kv_bytes_per_token: number | null;
+  expert_count: number;
+  expert_used_count: number;
+  context_length: number | null;
+  /** Served on /v1/embeddings (its replicas run with --embedding). */
+  embedding: boolean;
+  added_at: string;
+}
+
+export interface StoreData {
+  schemaVersion: number;
+  models: ModelRecord[];
+  /** Filled by the nodes issue. */
+  nodes: unknown[];
+}
+
+export function emptyStore(): StoreData {
+  return { schemaVersion: SCHEMA_VERSION, models: [], nodes: [] };
+}
+
+/**
+ * Migrations from each older schema version to the next. v1 (the first layout) held only `models`, without
+ * the `embedding` flag.
+ */
+const MIGRATIONS: Record<number, (d: Record<string, unknown>) => Record<string, unknown>> = {
+  1: (d) => ({
+    ...d,
+    schemaVersion: 2,
+    models: ((d.models as Record<string, unknown>[] | undefined) ?? []).map((m) => ({ embedding: false, ...m })),
+    nodes: [],
+  }),
+};
+
+/** Parse and migrate; throws STORE_UNREADABLE (and never writes) when the file is not a store we understand. */
+export function loadStoreData(text: string, path: string): { data: StoreData; migratedFrom: number | null } {
+  let raw: unknown;
+  try {
+    raw = JSON.parse(text);
+  } catch (err) {
+    throw new RelayError(ErrorCode.STORE_UNREADABLE, `the store ${path} is not valid JSON (${(err as Error).message}); it was left untouched`, { path });
+  }
+  if (typeof raw !== 'object' || raw === null || Array.isArray(raw)) {
+    throw new RelayError(ErrorCode.STORE_UNREADABLE, `the store ${path} is not a JSON object; it was left untouched`, { path });
+  }
+  let d = raw as Record<string, unknown>;
+  const from = typeof d.schemaVersion === 'number' ? d.schemaVersion : 1;
+  if (!Number.isInteger(from) || from < 1 || from > SCHEMA_VERSION) {
+    throw new RelayError(ErrorCode.STORE_UNREADABLE, `the store ${path} has schema version ${String(d.schemaVersion)}; this relay understands 1..${SCHEMA_VERSION}. It was left untouched`, { path });
+  }
+  for (let v = from; v < SCHEMA_VERSION; v++) d = MIGRATIONS[v]!(d);
+  if (!Array.isArray(d.models)) {
+    throw new RelayError(ErrorCode.STORE_UNREADABLE, `the store ${path} has no models list; it was left untouched`, { path });
+  }
+  return { data: d as unknown as StoreData, migratedFrom: from === SCHEMA_VERSION ? null : from };
+}
+
+export class Store {
+  private queue: Promise<unknown> = Promise.resolve();
+
+  private constructor(
+    private readonly db: Low<StoreData>,
+    readonly path: string,
+    readonly migratedFrom: number | null,
+  ) {}
+
+  static async open(home: string): Promise<Store> {
+    mkdirSync(home, { recursive: true });
+    const path = join(home, 'relay.json');
+    let data = emptyStore();
+    let migratedFrom: number | null = null;
+    if (existsSync(path)) {
+      ({ data, migratedFrom } = loadStoreData(readFileSync(path, 'utf8'), path));
+      // Keep the pre-migration file: a migration is the one write that cannot be undone by the next one.
+      if (migratedFrom !== null) copyFileSync(path, `${path}.v${migratedFrom}.bak`);
+    }
+    const db = new Low<StoreData>(new JSONFile<StoreData>(path), data);
+    db.data = data;
+    const store = new Store(db, path, migratedFrom);
+    if (migratedFrom !== null || !existsSync(path)) await db.write();
+    return store;
+  }
+
+  get data(): Readonly<StoreData> {
+    return this.db.data;
+  }
+
+  /** Apply `fn` to the data and persist, one update at a time. */
+  update<T>(fn: (d: StoreData) => T): Promise<T> {
+    const next = this.queue.then(async () => {
+      const result = fn(this.db.data);
+      await this.db.write();
+      return result;
+    });
+    this.queue = next.catch(() => undefined);
+    return next;
+  }
+
+  async close(): Promise<void> {
+    await this.queue;
+  }
+}
