@@ -1,4 +1,4 @@
-import { homedir } from 'node:os';
+import { homedir as osHomedir } from 'node:os';
 import { join } from 'node:path';
 import { ErrorCode, RelayError } from '../../shared/errors.js';
 import { KV_CACHE_TYPES, type FlashAttn, type KvCacheType } from './llama/argv.js';
@@ -40,6 +40,7 @@ export interface HubConfig {
 
 export function defaultHome(env: NodeJS.ProcessEnv = process.env): string {
   if (env.RELAY_HOME) return env.RELAY_HOME;
+  const homedir = (): string => env.HOME ?? env.USERPROFILE ?? osHomedir();
   if (process.platform === 'win32') return join(env.APPDATA ?? join(homedir(), 'AppData', 'Roaming'), 'relay');
   if (process.platform === 'darwin') return join(homedir(), 'Library', 'Application Support', 'relay');
   return join(env.XDG_DATA_HOME ?? join(homedir(), '.local', 'share'), 'relay');

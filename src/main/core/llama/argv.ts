@@ -36,6 +36,8 @@ export interface LlamaServerOptions {
   readonly embedding?: boolean | undefined;
   /** llama.cpp log threshold; 4 keeps the load report (model and KV buffer sizes per device) in the tail. */
   readonly logVerbosity?: number | undefined;
+  /** Prometheus counters at /metrics (loopback only, like the server itself). */
+  readonly metrics?: boolean | undefined;
 }
 
 export function effectiveFlashAttn(cacheType: KvCacheType, explicit: FlashAttn | undefined): FlashAttn {
@@ -66,6 +68,7 @@ export function llamaServerArgv(o: LlamaServerOptions): string[] {
   if (o.threads !== undefined) a.push('--threads', String(o.threads));
   if (o.alias !== undefined) a.push('--alias', o.alias);
   if (o.embedding) a.push('--embedding');
+  if (o.metrics) a.push('--metrics');
   if (o.logVerbosity !== undefined) a.push('--log-verbosity', String(o.logVerbosity));
   return a;
 }

@@ -222,6 +222,7 @@ export class Scheduler {
         alias: model.name,
         embedding: model.embedding,
         threads: c.threads,
+        metrics: true,
         ...(r.device === 'CPU' ? { gpuLayers: 0 } : { devices: [r.device], gpuLayers: 999 }),
         readyTimeoutMs: c.loadTimeoutMs,
       });

@@ -1,0 +1,126 @@
+import assert from 'node:assert/strict';
+import { existsSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { describe, it } from 'node:test';
+import { isRelayError } from '../../src/shared/errors.js';
+import { hubConfigFromEnv } from '../../src/main/core/config.js';
+import { mergeDevices } from '../../src/main/core/gpu/inventory.js';
+import { parseNvidiaSmi } from '../../src/main/core/gpu/smi.js';
+import { readNvml } from '../../src/main/core/gpu/nvml.js';
+import { usageFromTail } from '../../src/main/core/hub/proxy.js';
+import { HubMetrics } from '../../src/main/core/hub/metrics.js';
+import { SCHEMA_VERSION, Store } from '../../src/main/core/store/store.js';
+
+const home = () => mkdtempSync(join(tmpdir(), 'relay-home-'));
+
+describe('store', () => {
+  it('creates a fresh store and persists updates as whole JSON files', async () => {
+    const h = home();
+    const s = await Store.open(h);
+    await s.update((d) => d.models.push({ name: 'm' } as never));
+    const onDisk = JSON.parse(readFileSync(join(h, 'relay.json'), 'utf8'));
+    assert.equal(onDisk.schemaVersion, SCHEMA_VERSION);
+    assert.equal(onDisk.models[0].name, 'm');
+    const again = await Store.open(h);
+    assert.equal(again.data.models.length, 1);
+  });
+
+  it('migrates a v1 store (models without the embedding flag) and keeps a backup of the original', async () => {
+    const h = home();
+    const v1 = { models: [{ name: 'old', path: '/m.gguf', sha256: 'ab' }] };
+    writeFileSync(join(h, 'relay.json'), JSON.stringify(v1));
+    const s = await Store.open(h);
+    assert.equal(s.migratedFrom, 1);
+    assert.equal(s.data.schemaVersion, SCHEMA_VERSION);
+    assert.equal(s.data.models[0]!.embedding, false);
+    assert.deepEqual(s.data.nodes, []);
+    assert.deepEqual(JSON.parse(readFileSync(join(h, 'relay.json.v1.bak'), 'utf8')), v1);
+    assert.equal(JSON.parse(readFileSync(join(h, 'relay.json'), 'utf8')).schemaVersion, SCHEMA_VERSION);
+  });
+
+  it('reports an unreadable store with its path and leaves it untouched', async () => {
+    for (const text of ['{"models": [', '[1,2]', '{"schemaVersion": 99, "models": []}', '{"schemaVersion": 2, "models": 5}']) {
+      const h = home();
+      const p = join(h, 'relay.json');
+      writeFileSync(p, text);
+      await assert.rejects(Store.open(h), (e: unknown) => isRelayError(e, 'STORE_UNREADABLE') && e.message.includes(p) && /untouched/.test(e.message));
+      assert.equal(readFileSync(p, 'utf8'), text);
+      assert.equal(existsSync(`${p}.v1.bak`), false);
+    }
+  });
+
+  it('serializes concurrent updates', async () => {
+    const s = await Store.open(home());
+    await Promise.all(Array.from({ length: 50 }, (_, i) => s.update((d) => d.models.push({ name: `m${i}` } as never))));
+    assert.equal(s.data.models.length, 50);
+  });
+});
+
+describe('config', () => {
+  it('has documented defaults', () => {
+    const c = hubConfigFromEnv({ HOME: '/home/x' });
+    assert.deepEqual([c.port, c.host, c.contextSize, c.replicaCtx, c.parallelSlots, c.kvCacheType, c.flashAttn, c.cpuBudgetMb], [7070, '127.0.0.1', 4096, 0, 2, 'f16', undefined, 0]);
+    assert.equal(c.home, '/home/x/.local/share/relay');
+  });
+
+  it('reads the spec\'s variables and lets flags override them', () => {
+    const c = hubConfigFromEnv({ RELAY_KV_CACHE_TYPE: 'q4_0', RELAY_CONTEXT_SIZE: '8192', RELAY_REPLICA_CTX: '2048', RELAY_PARALLEL_SLOTS: '4', RELAY_FLASH_ATTN: 'off', RELAY_HOME: '/d' }, { port: 0, cpuBudgetMb: 3000 });
+    assert.deepEqual([c.kvCacheType, c.contextSize, c.replicaCtx, c.parallelSlots, c.flashAttn, c.home, c.port, c.cpuBudgetMb], ['q4_0', 8192, 2048, 4, 'off', '/d', 0, 3000]);
+  });
+
+  it('refuses nonsense with INVALID_ARGUMENT naming the variable', () => {
+    for (const [env, re] of [
+      [{ RELAY_KV_CACHE_TYPE: 'q5_1' }, /RELAY_KV_CACHE_TYPE/],
+      [{ RELAY_FLASH_ATTN: 'maybe' }, /RELAY_FLASH_ATTN/],
+      [{ RELAY_PARALLEL_SLOTS: '0' }, /RELAY_PARALLEL_SLOTS/],
+      [{ RELAY_CONTEXT_SIZE: 'lots' }, /RELAY_CONTEXT_SIZE/],
+    ] as const) {
+      assert.throws(() => hubConfigFromEnv(env), (e: unknown) => isRelayError(e, 'INVALID_ARGUMENT') && re.test(e.message));
+    }
+  });
+});
+
+describe('devices', () => {
+  it('parses nvidia-smi csv', () => {
+    assert.deepEqual(parseNvidiaSmi('0, NVIDIA GeForce GTX 1060 6GB, 6144, 5800, 3\n1, NVIDIA RTX 4070 SUPER, 12282, 11000, [N/A]\n'), [
+      { index: 0, name: 'NVIDIA GeForce GTX 1060 6GB', totalMb: 6144, freeMb: 5800, utilizationPct: 3, source: 'nvidia-smi' },
+      { index: 1, name: 'NVIDIA RTX 4070 SUPER', totalMb: 12282, freeMb: 11000, utilizationPct: null, source: 'nvidia-smi' },
+    ]);
+  });
+
+  it('NVML through koffi: readings where NVIDIA\'s driver is loaded, otherwise null without an error', () => {
+    const r = readNvml();
+    if (existsSync('/proc/driver/nvidia')) {
+      assert.ok(Array.isArray(r) && r.length > 0 && r.every((g) => g.totalMb > 0 && g.freeMb <= g.totalMb));
+    } else {
+      assert.equal(r, null);
+    }
+  });
+
+  it('merges llama-server devices with driver readings; CPU appears only with a budget; RPC is not host capacity', () => {
+    const listed = [{ name: 'CUDA0', description: 'GTX 1060', totalMib: 6144, freeMib: 6000 }, { name: 'RPC0', description: '127.0.0.1:1', totalMib: 1, freeMib: 1 }];
+    const readings = [{ index: 0, name: 'GTX 1060', totalMb: 6144, freeMb: 5000, utilizationPct: 40, source: 'nvml' as const }];
+    assert.deepEqual(mergeDevices(listed, readings, 0).map((d) => [d.id, d.reportedFreeMb, d.utilizationPct, d.source]), [['CUDA0', 5000, 40, 'nvml']]);
+    assert.deepEqual(mergeDevices([], null, 0), []);
+    assert.deepEqual(mergeDevices([], null, 1500).map((d) => [d.id, d.kind, d.totalMb]), [['CPU', 'cpu', 1500]]);
+  });
+});
+
+describe('hub helpers', () => {
+  it('reads token usage from a JSON body or the last SSE chunk', () => {
+    assert.deepEqual(usageFromTail('{"usage":{"completion_tokens":8,"prompt_tokens":29}}'), { promptTokens: 29, completionTokens: 8, tokensPerSecond: null });
+    const sse = 'data: {"choices":[]}\n\ndata: {"timings":{"prompt_n":5,"predicted_n":16,"predicted_per_second":250.5}}\n\ndata: [DONE]\n\n';
+    assert.deepEqual(usageFromTail(sse), { promptTokens: 5, completionTokens: 16, tokensPerSecond: 250.5 });
+    assert.equal(usageFromTail('data: [DONE]'), null);
+  });
+
+  it('renders Prometheus text', () => {
+    const m = new HubMetrics();
+    m.requests.add({ endpoint: 'completions', status: '200' });
+    m.requests.add({ endpoint: 'completions', status: '200' });
+    const text = m.render(['ready', 'failed', 'ready']);
+    assert.match(text, /# TYPE relay_requests_total counter\nrelay_requests_total\{endpoint="completions",status="200"\} 2/);
+    assert.match(text, /relay_replicas\{state="ready"\} 2/);
+  });
+});
