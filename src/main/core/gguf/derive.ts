@@ -19,6 +19,8 @@ export interface ModelInfo {
   /** K+V bytes one token occupies in an f16 cache across all layers; null when the header lacks the fields. */
   readonly kvBytesPerToken: number | null;
   readonly tokenCount: number | null;
+  /** `<arch>.pooling_type` (llama.cpp's enum) for embedding models; null when the header does not say. */
+  readonly poolingType: number | null;
   readonly tensorCount: number;
   readonly tensorBytes: number;
   readonly fileSize: number;
@@ -90,6 +92,7 @@ export function deriveModelInfo(file: GgufFile): ModelInfo {
     isMoe: expertCount > 0 && expertUsedCount > 0,
     kvBytesPerToken,
     tokenCount: Array.isArray(tokens) ? tokens.length : null,
+    poolingType: num(k('pooling_type')),
     tensorCount: file.tensors.length,
     tensorBytes: file.tensors.reduce((s, t) => s + t.bytes, 0),
     fileSize: file.fileSize,

@@ -64,6 +64,7 @@ async function describe(path: string, progress?: HashProgress): Promise<Omit<Mod
     expert_count: info.expertCount,
     expert_used_count: info.expertUsedCount,
     context_length: info.contextLength,
+    pooling_type: info.poolingType,
   };
 }
 

@@ -221,6 +221,8 @@ export class Scheduler {
         flashAttn: c.flashAttn,
         alias: model.name,
         embedding: model.embedding,
+        // OpenAI-style embeddings need a pooled vector; a header without a pooling type gets mean pooling.
+        pooling: model.embedding && (model.pooling_type === null || model.pooling_type === undefined) ? 'mean' : undefined,
         threads: c.threads,
         metrics: true,
         ...(r.device === 'CPU' ? { gpuLayers: 0 } : { devices: [r.device], gpuLayers: 999 }),

@@ -25,6 +25,8 @@ export interface ModelRecord {
   context_length: number | null;
   /** Served on /v1/embeddings (its replicas run with --embedding). */
   embedding: boolean;
+  /** The header's pooling type; an embedding model without one is served with mean pooling. */
+  pooling_type?: number | null;
   added_at: string;
 }
 

@@ -1,0 +1,88 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { createInterface } from 'node:readline';
+
+/** A real `relay hub` process on 127.0.0.1 with its own data dir, as a household would run it. */
+export interface HubProcess {
+  readonly url: string;
+  readonly home: string;
+  readonly proc: ChildProcess;
+  readonly logs: string[];
+  stop(): Promise<void>;
+  kill9(): Promise<void>;
+  api<T = Record<string, unknown>>(path: string, init?: RequestInit): Promise<{ status: number; body: T }>;
+  status(): Promise<HubStatus>;
+}
+
+export interface ReplicaStatusJson {
+  id: string; model: string; state: string; pid: number | null; port: number | null; ctx: number; slots: number;
+  kv_cache_type: string; flash_attn: string; in_flight: number; failure: { message: string; tail: string } | null;
+}
+export interface HubStatus {
+  kv_cache_type: string;
+  devices: { id: string; free_mb: number; total_mb: number }[];
+  models: { name: string; fits_now: boolean; shortfall: string | null; need_mb: number }[];
+  replicas: ReplicaStatusJson[];
+  shards: unknown[];
+  nodes: unknown[];
+}
+
+const relayBin = new URL('../../../bin/relay.js', import.meta.url).pathname;
+
+export async function startHub(opts: { env?: Record<string, string>; args?: string[]; home?: string } = {}): Promise<HubProcess> {
+  const home = opts.home ?? mkdtempSync(join(tmpdir(), 'relay-hub-'));
+  const proc = spawn(process.execPath, [relayBin, 'hub', '--port', '0', '--home', home, ...(opts.args ?? [])], {
+    env: { ...process.env, RELAY_LOG_LEVEL: 'info', ...opts.env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  const logs: string[] = [];
+  createInterface({ input: proc.stderr! }).on('line', (l) => {
+    logs.push(l);
+    if (logs.length > 500) logs.shift();
+  });
+  const exited = new Promise<void>((r) => proc.once('exit', () => r()));
+  const url = await new Promise<string>((resolve, reject) => {
+    createInterface({ input: proc.stdout! }).on('line', (l) => {
+      const m = /\/v1\s+(http:\/\/\S+)\/v1$/.exec(l);
+      if (m) resolve(m[1]!);
+    });
+    void exited.then(() => reject(new Error(`relay hub exited before serving:\n${logs.join('\n')}`)));
+  });
+  const api = async <T>(path: string, init: RequestInit = {}) => {
+    const res = await fetch(`${url}${path}`, init);
+    const text = await res.text();
+    let body: unknown = text;
+    try {
+      body = JSON.parse(text);
+    } catch { /* not JSON */ }
+    return { status: res.status, body: body as T };
+  };
+  return {
+    url,
+    home,
+    proc,
+    logs,
+    api,
+    async status() {
+      return (await api<HubStatus>('/status')).body;
+    },
+    async stop() {
+      if (proc.exitCode === null && proc.signalCode === null) proc.kill('SIGTERM');
+      await exited;
+    },
+    async kill9() {
+      proc.kill('SIGKILL');
+      await exited;
+    },
+  };
+}
+
+export async function addModel(hub: HubProcess, body: { path: string; name?: string; required_vram_mb?: number; embedding?: boolean }) {
+  const r = await hub.api<{ model?: { name: string; sha256: string }; error?: { code: string; message: string } }>('/api/models', {
+    method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body),
+  });
+  if (r.status !== 201 && r.status !== 200) throw new Error(`add model failed: ${r.status} ${JSON.stringify(r.body)}`);
+  return r.body.model!;
+}
