@@ -49,6 +49,21 @@ export function isLoopback(addr: string | undefined): boolean {
   return addr === '127.0.0.1' || addr === '::1' || addr === '::ffff:127.0.0.1' || (addr?.startsWith('127.') ?? false);
 }
 
+/**
+ * Admin API and status views: loopback clients always; others only with RELAY_ADMIN_TOKEN, or, for the
+ * read-only views (/status, /metrics, GET /api/models), with the /v1 API key.
+ */
+export function adminAllowed(
+  remote: string | undefined,
+  token: string | undefined,
+  c: Pick<HubConfig, 'adminToken' | 'apiKey'>,
+  readOnly: boolean,
+): boolean {
+  if (isLoopback(remote)) return true;
+  if (token && c.adminToken && safeEqual(token, c.adminToken)) return true;
+  return Boolean(readOnly && token && c.apiKey && safeEqual(token, c.apiKey));
+}
+
 /** Parse a raw JSON body; the caller has already enforced the size limit. */
 function parseJson(req: Request): Record<string, unknown> {
   const raw = req.body as Buffer | undefined;
@@ -103,12 +118,8 @@ export function createApp(d: AppDeps): express.Express {
     next(new RelayError(ErrorCode.INVALID_API_KEY, 'a valid API key is required: send Authorization: Bearer <RELAY_API_KEY>'));
   };
 
-  /** Admin and status: loopback always; others only with the admin token (or the API key for read-only views). */
   const requireAdmin = (readOnly: boolean) => (req: Request, _res: Response, next: NextFunction): void => {
-    if (isLoopback(req.socket.remoteAddress)) return next();
-    const token = bearer(req);
-    if (token && config.adminToken && safeEqual(token, config.adminToken)) return next();
-    if (readOnly && token && config.apiKey && safeEqual(token, config.apiKey)) return next();
+    if (adminAllowed(req.socket.remoteAddress, bearer(req), config, readOnly)) return next();
     next(new RelayError(ErrorCode.FORBIDDEN, 'the admin API answers loopback clients, or others that present RELAY_ADMIN_TOKEN'));
   };
 
