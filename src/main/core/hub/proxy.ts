@@ -10,7 +10,10 @@ import type { Lease } from '../scheduler/ensure.js';
  * upstream request, which makes llama-server stop generating and free the slot. An upstream that dies
  * mid-response ends an SSE stream with an OpenAI-shaped error event, and any other response with a 502.
  */
-const agent = new http.Agent({ keepAlive: true, maxSockets: 256 });
+// No keep-alive to llama-server: its HTTP server closes a kept-alive connection after a few requests, and a
+// request written onto a socket it is closing fails with ECONNRESET (seen in bench/hub-overhead). A loopback
+// connect per request costs tens of microseconds, nothing next to a generation.
+const agent = new http.Agent({ keepAlive: false, maxSockets: 256 });
 
 export interface Usage {
   promptTokens: number;
@@ -48,13 +51,15 @@ export function proxyToReplica(opts: {
 }): void {
   const { lease, res, log } = opts;
   const url = new URL(opts.path, lease.baseUrl);
-  let tail = '';
+  // The last chunks, kept by reference and decoded once at the end: nothing per token but a push.
+  const tailChunks: Buffer[] = [];
+  let tailBytes = 0;
   let finished = false;
   const finish = (status: number): void => {
     if (finished) return;
     finished = true;
     lease.release();
-    opts.onDone(status, usageFromTail(tail));
+    opts.onDone(status, usageFromTail(Buffer.concat(tailChunks).toString('utf8')));
   };
 
   const up = http.request(url, {
@@ -103,7 +108,9 @@ export function proxyToReplica(opts: {
     }
     res.flushHeaders();
     ur.on('data', (chunk: Buffer) => {
-      tail = (tail + chunk.toString('utf8')).slice(-TAIL_BYTES);
+      tailChunks.push(chunk);
+      tailBytes += chunk.byteLength;
+      while (tailBytes - tailChunks[0]!.byteLength >= TAIL_BYTES) tailBytes -= tailChunks.shift()!.byteLength;
       if (!res.write(chunk)) {
         ur.pause();
         res.once('drain', () => ur.resume());

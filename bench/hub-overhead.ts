@@ -1,0 +1,100 @@
+/**
+ * bench/hub-overhead: generation tok/s and time-to-first-token through the hub vs direct llama-server.
+ * Same model, prompts and settings; requests interleaved (direct, hub, hub, direct, …) in one run so machine
+ * noise hits both paths alike; medians. Not part of `npm test`: run `npm run bench -- hub-overhead`.
+ */
+import { performance } from 'node:perf_hooks';
+import { startLlamaServer } from '../src/main/core/llama/index.js';
+import { ensureFixture, type FixtureName } from '../test/fixtures/models.js';
+import { addModel, startHub } from '../test/helpers/hub.js';
+import { llama } from '../test/helpers/llama.js';
+
+const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 9);
+const MAX_TOKENS = Number(process.env.BENCH_MAX_TOKENS ?? 128);
+const THREADS = process.env.BENCH_THREADS ?? '2';
+const CTX = 1024;
+
+interface Sample { ttftMs: number; tokPerS: number; tokens: number }
+
+/** One streaming completion; TTFT = request start → first content chunk; tok/s over the rest of the stream. */
+async function sample(url: string, model: string, prompt: string): Promise<Sample> {
+  const t0 = performance.now();
+  const res = await fetch(`${url}/v1/completions`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ model, prompt, max_tokens: MAX_TOKENS, temperature: 0, top_k: 1, seed: 1, stream: true }),
+  });
+  if (!res.ok || !res.body) throw new Error(`${url}: ${res.status} ${await res.text()}`);
+  let first = 0;
+  let last = 0;
+  let tokens = 0;
+  let buf = '';
+  const dec = new TextDecoder();
+  for await (const chunk of res.body as unknown as AsyncIterable<Uint8Array>) {
+    buf += dec.decode(chunk, { stream: true });
+    let i: number;
+    while ((i = buf.indexOf('\n\n')) >= 0) {
+      const ev = buf.slice(0, i);
+      buf = buf.slice(i + 2);
+      if (!ev.startsWith('data: ') || ev === 'data: [DONE]') continue;
+      const j = JSON.parse(ev.slice(6)) as { choices?: { text?: string }[] };
+      if (j.choices?.[0]?.text) {
+        const now = performance.now();
+        if (tokens === 0) first = now;
+        last = now;
+        tokens++;
+      }
+    }
+  }
+  return { ttftMs: first - t0, tokPerS: tokens > 1 ? (tokens - 1) / ((last - first) / 1000) : 0, tokens };
+}
+
+const median = (xs: number[]): number => {
+  const s = [...xs].sort((a, b) => a - b);
+  const m = Math.floor(s.length / 2);
+  return s.length % 2 ? s[m]! : (s[m - 1]! + s[m]!) / 2;
+};
+const pct = (xs: number[], p: number): number => [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.floor((p / 100) * xs.length))]!;
+
+async function benchModel(name: FixtureName): Promise<string[]> {
+  const path = ensureFixture(name, { vocabDir: llama().vocabDir });
+  const env = { RELAY_CONTEXT_SIZE: String(CTX), RELAY_PARALLEL_SLOTS: '1', RELAY_THREADS: THREADS, RELAY_LOG_LEVEL: 'warn' };
+  const hub = await startHub({ env, args: ['--cpu-budget-mb', '4000'] });
+  const direct = await startLlamaServer(llama(), { model: path, ctx: CTX, slots: 1, cacheType: 'f16', threads: Number(THREADS), metrics: true });
+  try {
+    await addModel(hub, { path, name });
+    const prompts = ['Once upon a time', 'The history of the bicycle', 'In the beginning', 'A recipe for bread'];
+    // Warm both (the hub's first request also loads its replica).
+    await sample(hub.url, name, 'warm up');
+    await sample(direct.baseUrl, name, 'warm up');
+    const d: Sample[] = [];
+    const h: Sample[] = [];
+    for (let r = 0; r < ROUNDS; r++) {
+      const p = prompts[r % prompts.length]!;
+      const order = r % 2 === 0 ? (['d', 'h'] as const) : (['h', 'd'] as const);
+      for (const which of order) {
+        if (which === 'd') d.push(await sample(direct.baseUrl, name, p));
+        else h.push(await sample(hub.url, name, p));
+      }
+    }
+    const dTok = median(d.map((s) => s.tokPerS));
+    const hTok = median(h.map((s) => s.tokPerS));
+    const dTtft = median(d.map((s) => s.ttftMs));
+    const hTtft = median(h.map((s) => s.ttftMs));
+    return [
+      `| ${name} | generation tok/s (median) | ${dTok.toFixed(1)} | ${hTok.toFixed(1)} | ${(hTok / dTok).toFixed(3)} |`,
+      `| ${name} | TTFT p50 ms | ${dTtft.toFixed(2)} | ${hTtft.toFixed(2)} | +${(hTtft - dTtft).toFixed(2)} ms |`,
+      `| ${name} | TTFT p90 ms | ${pct(d.map((s) => s.ttftMs), 90).toFixed(2)} | ${pct(h.map((s) => s.ttftMs), 90).toFixed(2)} | |`,
+    ];
+  } finally {
+    await direct.child.terminate(5000);
+    await hub.stop();
+  }
+}
+
+const rows: string[] = [];
+for (const m of (process.env.BENCH_MODELS ?? 'dense,large').split(',') as FixtureName[]) rows.push(...(await benchModel(m)));
+console.log(`\nhub overhead: ${ROUNDS} interleaved rounds, ${MAX_TOKENS} tokens each, ${THREADS} threads, ctx ${CTX}, streaming /v1/completions\n`);
+console.log('| model | metric | direct llama-server | through hub | hub ÷ direct |');
+console.log('| --- | --- | --- | --- | --- |');
+for (const r of rows) console.log(r);
