@@ -3,8 +3,10 @@
 #   cmake g++ git ccache  build llama-server / ggml-rpc-server from the pinned llama.cpp source
 #   python3-numpy         llama.cpp's gguf-py, the test suite's independent GGUF oracle
 #   util-linux            setpriv: children die with their parent (PDEATHSIG)
+#   golang-go, golang-github-hashicorp-yamux-dev
+#                         the reference yamux implementation the tunnel interop tests run against
 set -euo pipefail
-pkgs=(cmake g++ make git ccache python3 python3-numpy util-linux ca-certificates)
+pkgs=(cmake g++ make git ccache python3 python3-numpy util-linux ca-certificates golang-go golang-github-hashicorp-yamux-dev)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
