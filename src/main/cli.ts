@@ -4,8 +4,15 @@ import { parseArgs } from 'node:util';
 import { isRelayError } from '../shared/errors.js';
 import { hubConfigFromEnv, type HubConfig } from './core/config.js';
 import { packageVersion, startHub } from './core/hub/index.js';
+import { hostname } from 'node:os';
+import { join } from 'node:path';
+import { existsSync, readFileSync } from 'node:fs';
+import { defaultHome } from './core/config.js';
+import { joinSecret, mintJoinToken } from './core/hub/tokens.js';
 import { BACKENDS, ensureLlama, findLlama, parseListDevices, terminateAll, type Backend } from './core/llama/index.js';
 import { createLogger } from './core/log.js';
+import { NodeAgent, joinHub, readSettings, writeSettings, type NodeSettings } from './core/node/agent.js';
+import { parseSchedule } from './core/node/availability.js';
 
 const USAGE = `relay — pool a household's GPUs for llama.cpp inference
 
@@ -16,6 +23,14 @@ Usage:
   relay models ls [--hub URL]
   relay models rm NAME [--hub URL]
                          manage the running hub's registry (it hashes and reads the GGUF header)
+  relay nodes token [--home HUB_DIR]
+                         mint a join token for a new node (printed as the last line)
+  relay nodes ls | revoke NAME [--hub URL]
+  relay up --hub URL --token T [--name N] [--home DIR] [--cpu-budget-mb N] [--cache-budget-mb N]
+         [--schedule "mon-fri 09:00-17:30"]
+                         run a node: dial out to the hub and lend this machine's device
+  relay pause | resume [--home NODE_DIR]
+                         stop sharing (the hub releases this machine's GPU within 30 s) / share again
   relay llama build [--backend cpu|cuda|vulkan|metal]
                          build llama-server and ggml-rpc-server from the pinned llama.cpp source
                          (cached under ~/.cache/relay/llama.cpp/<tag>-<backend>/; a second call returns at once)
@@ -199,6 +214,110 @@ async function cmdModels(sub: string | undefined, args: string[]): Promise<numbe
   throw new Error('usage: relay models add|ls|rm');
 }
 
+function nodeHome(v: string | undefined): string {
+  return v ? resolve(v) : process.env.RELAY_NODE_HOME ?? join(defaultHome(), 'node');
+}
+
+async function cmdNodes(sub: string | undefined, args: string[]): Promise<number> {
+  const { values, positionals } = parseArgs({ args, allowPositionals: true, options: { home: { type: 'string' }, hub: { type: 'string' }, json: { type: 'boolean' } } });
+  if (sub === 'token') {
+    const home = values.home ? resolve(values.home) : defaultHome();
+    const token = mintJoinToken(joinSecret(home));
+    console.log('Join token (valid 24 h, usable once). On the new node run:');
+    console.log('  relay up --hub http://<this hub>:7070 --token <token>');
+    console.log(token);
+    return 0;
+  }
+  const base = hubUrl(values.hub);
+  if (sub === 'ls') {
+    const res = await api(base, '/api/nodes');
+    const j = (await res.json()) as { nodes?: { name: string; state: string; reason: string | null; devices: { id: string; freeMb: number; totalMb: number }[]; last_seen: string | null; replicas: unknown[] }[]; error?: { code: string; message: string } };
+    if (!res.ok || !j.nodes) return apiFailure(j);
+    if (values.json) {
+      console.log(JSON.stringify(j.nodes, null, 2));
+      return 0;
+    }
+    if (j.nodes.length === 0) console.log('no nodes (relay nodes token, then relay up on another machine)');
+    for (const n of j.nodes) {
+      const devs = n.devices.map((d) => `${d.id} ${d.freeMb}/${d.totalMb} MB`).join(', ') || '-';
+      console.log(`${n.name.padEnd(16)} ${n.state.padEnd(8)} ${devs}  replicas ${n.replicas.length}  last seen ${n.last_seen ?? 'never'}${n.reason ? `  (${n.reason})` : ''}`);
+    }
+    return 0;
+  }
+  if (sub === 'revoke') {
+    const name = positionals[0];
+    if (!name) throw new Error('usage: relay nodes revoke NAME');
+    const res = await api(base, `/api/nodes/${encodeURIComponent(name)}/revoke`, { method: 'POST' });
+    const j = (await res.json()) as { revoked?: string; error?: { code: string; message: string } };
+    if (!res.ok) return apiFailure(j);
+    console.log(`revoked: ${j.revoked}`);
+    return 0;
+  }
+  throw new Error('usage: relay nodes token|ls|revoke');
+}
+
+async function cmdUp(args: string[]): Promise<number> {
+  const { values } = parseArgs({
+    args,
+    options: {
+      hub: { type: 'string' }, token: { type: 'string' }, name: { type: 'string' }, home: { type: 'string' },
+      'cpu-budget-mb': { type: 'string' }, 'cache-budget-mb': { type: 'string' }, schedule: { type: 'string' },
+    },
+  });
+  const home = nodeHome(values.home);
+  const saved = readSettings(home);
+  const hub = (values.hub ?? saved?.hub)?.replace(/\/+$/, '');
+  if (!hub) throw new Error('usage: relay up --hub URL --token T (the first time; later runs remember both)');
+  const name = values.name ?? saved?.name ?? hostname().replace(/[^A-Za-z0-9._-]/g, '-').slice(0, 64);
+  if (values.schedule !== undefined) parseSchedule(values.schedule); // refuse a bad schedule before anything else
+  let credential = saved && saved.hub === hub && saved.name === name ? saved.credential : '';
+  if (!credential) {
+    if (!values.token) throw new Error(`this node has not joined ${hub} yet: pass --token (from \`relay nodes token\` on the hub)`);
+    credential = await joinHub(hub, values.token, name);
+  }
+  const settings: NodeSettings = {
+    hub, name, credential,
+    paused: saved?.paused ?? false,
+    schedule: values.schedule ?? saved?.schedule ?? '',
+    cpuBudgetMb: intFlag(values['cpu-budget-mb'], '--cpu-budget-mb') ?? saved?.cpuBudgetMb ?? 0,
+    cacheBudgetMb: intFlag(values['cache-budget-mb'], '--cache-budget-mb') ?? saved?.cacheBudgetMb ?? 0,
+  };
+  writeSettings(home, settings);
+  const log = createLogger({ name: `node:${name}` });
+  const install = await ensureLlama({ progress: (l) => log.info(`[llama build] ${l}`) });
+  const agent = new NodeAgent(home, settings, { log, install, heartbeatMs: Number(process.env.RELAY_HEARTBEAT_MS ?? 5000) });
+  agent.on('connected', () => console.log(`relay node ${name} connected to ${hub}`));
+  await agent.start();
+  const code = await new Promise<number>((done) => {
+    agent.once('fatal', (err: Error) => {
+      console.error(`relay: ${err.message}`);
+      done(2);
+    });
+    process.once('SIGINT', () => done(0));
+    process.once('SIGTERM', () => done(0));
+  });
+  await agent.stop();
+  await terminateAll(5000);
+  return code;
+}
+
+async function cmdPause(paused: boolean, args: string[]): Promise<number> {
+  const { values } = parseArgs({ args, options: { home: { type: 'string' } } });
+  const home = nodeHome(values.home);
+  const p = join(home, 'agent.json');
+  if (!existsSync(p)) throw new Error(`no running node in ${home} (start it with relay up)`);
+  const { port, token } = JSON.parse(readFileSync(p, 'utf8')) as { port: number; token: string };
+  let res: Response;
+  try {
+    res = await fetch(`http://127.0.0.1:${port}/${paused ? 'pause' : 'resume'}`, { method: 'POST', headers: { authorization: `Bearer ${token}` } });
+  } catch {
+    throw new Error(`the node in ${home} is not running (start it with relay up)`);
+  }
+  const j = (await res.json()) as { availability: string; reason: string | null };
+  console.log(`${paused ? 'paused' : 'resumed'}: node is ${j.availability}${j.reason ? ` (${j.reason})` : ''}`);
+  return res.ok ? 0 : 1;
+}
+
 export async function main(argv: string[]): Promise<number> {
   const [cmd, sub, ...rest] = argv;
   if (cmd === undefined || cmd === '--help' || cmd === '-h' || cmd === 'help') {
@@ -211,6 +330,9 @@ export async function main(argv: string[]): Promise<number> {
   }
   if (cmd === 'hub') return cmdHub(sub === undefined ? rest : [sub, ...rest]);
   if (cmd === 'models') return cmdModels(sub, rest);
+  if (cmd === 'nodes') return cmdNodes(sub, rest);
+  if (cmd === 'up') return cmdUp(sub === undefined ? rest : [sub, ...rest]);
+  if (cmd === 'pause' || cmd === 'resume') return cmdPause(cmd === 'pause', sub === undefined ? rest : [sub, ...rest]);
   if (cmd === 'llama' && sub === 'build') return cmdLlamaBuild(rest);
   if (cmd === 'doctor') return cmdDoctor(sub === undefined ? rest : [sub, ...rest]);
   console.error(`relay: unknown command "${argv.join(' ')}"\n`);

@@ -36,6 +36,8 @@ export interface HubConfig {
   readonly loadTimeoutMs: number;
   /** CPU threads per llama-server (RELAY_THREADS); undefined = llama.cpp's choice. */
   readonly threads: number | undefined;
+  /** Cap on weight-push bandwidth per push in MB/s (RELAY_PUSH_MAX_MBPS); 0 = unlimited. */
+  readonly pushMaxMbps: number;
 }
 
 export function defaultHome(env: NodeJS.ProcessEnv = process.env): string {
@@ -86,6 +88,7 @@ export function hubConfigFromEnv(env: NodeJS.ProcessEnv = process.env, overrides
     maxBodyBytes: int(env, 'RELAY_MAX_BODY_BYTES', HUB_DEFAULTS.maxBodyBytes),
     loadTimeoutMs: int(env, 'RELAY_LOAD_TIMEOUT_MS', HUB_DEFAULTS.loadTimeoutMs),
     threads: env.RELAY_THREADS ? int(env, 'RELAY_THREADS', 0) : undefined,
+    pushMaxMbps: int(env, 'RELAY_PUSH_MAX_MBPS', 0),
     ...Object.fromEntries(Object.entries(overrides).filter(([, v]) => v !== undefined)),
   };
   verifyConfig(cfg);

@@ -10,12 +10,14 @@ import type { Scheduler } from '../scheduler/ensure.js';
 import { fmtMb } from '../scheduler/fit.js';
 import type { ModelRecord } from '../store/store.js';
 import type { HubMetrics } from './metrics.js';
+import type { NodeManager } from './nodes.js';
 import { proxyToReplica } from './proxy.js';
 
 export interface AppDeps {
   readonly config: HubConfig;
   readonly registry: ModelRegistry;
   readonly scheduler: Scheduler;
+  readonly nodes: NodeManager;
   readonly metrics: HubMetrics;
   readonly log: Logger;
   readonly version: string;
@@ -103,7 +105,7 @@ function validate(endpoint: Endpoint, body: Record<string, unknown>): string {
 }
 
 export function createApp(d: AppDeps): express.Express {
-  const { config, registry, scheduler, metrics, log } = d;
+  const { config, registry, scheduler, nodes, metrics, log } = d;
   const app = express();
   app.disable('x-powered-by');
   app.set('trust proxy', false);
@@ -216,6 +218,31 @@ export function createApp(d: AppDeps): express.Express {
     }
   });
 
+  // ---- nodes ----
+  // Joining is open to the network: the join token is the credential for this one call.
+  app.post('/api/nodes/join', raw, async (req, res, next) => {
+    try {
+      const body = parseJson(req);
+      const r = await nodes.join(String(body.token ?? ''), String(body.name ?? ''));
+      res.status(201).json(r);
+    } catch (err) {
+      next(err);
+    }
+  });
+
+  app.get('/api/nodes', requireAdmin(true), (_req, res) => {
+    res.json({ nodes: nodes.status() });
+  });
+
+  app.post('/api/nodes/:name/revoke', requireAdmin(false), async (req, res, next) => {
+    try {
+      await nodes.revoke(String(req.params.name));
+      res.json({ revoked: String(req.params.name) });
+    } catch (err) {
+      next(err);
+    }
+  });
+
   const modelView = (m: ModelRecord) => {
     const need = scheduler.need(m);
     const a = scheduler.availability(m);
@@ -251,7 +278,8 @@ export function createApp(d: AppDeps): express.Express {
       }),
       replicas: scheduler.status(),
       shards: [],
-      nodes: [],
+      nodes: nodes.status(),
+      pushes: [...nodes.pushes.values()],
     });
   });
 

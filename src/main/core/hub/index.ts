@@ -10,6 +10,8 @@ import { Scheduler } from '../scheduler/ensure.js';
 import { Store } from '../store/store.js';
 import { createApp } from './app.js';
 import { HubMetrics } from './metrics.js';
+import { NodeManager } from './nodes.js';
+import { joinSecret } from './tokens.js';
 
 /**
  * The hub's composition root: store, registry, inventory, scheduler and the HTTP surface, wired once.
@@ -20,6 +22,7 @@ export interface Hub {
   readonly port: number;
   readonly store: Store;
   readonly scheduler: Scheduler;
+  readonly nodes: NodeManager;
   close(): Promise<void>;
 }
 
@@ -36,10 +39,19 @@ export async function startHub(config: HubConfig, deps: { log: Logger; install?:
   const registry = new ModelRegistry(store, log.child({ c: 'registry' }));
   const inventory = new HostInventory(install.serverPath, config.cpuBudgetMb);
   const metrics = new HubMetrics();
+  const nodes = new NodeManager({
+    store,
+    log: log.child({ c: 'nodes' }),
+    hubVersion: packageVersion(),
+    llamaVersion: install.version,
+    secret: joinSecret(config.home),
+    pushMaxBytesPerSec: config.pushMaxMbps > 0 ? config.pushMaxMbps * 1024 * 1024 : undefined,
+  });
   const scheduler = new Scheduler({
     config,
     registry,
     install,
+    nodes,
     devices: deps.devices ?? (() => inventory.devices()),
     log: log.child({ c: 'scheduler' }),
     onLoad: (model, seconds) => {
@@ -47,12 +59,22 @@ export async function startHub(config: HubConfig, deps: { log: Logger; install?:
       metrics.loadSeconds.add({ model }, seconds);
     },
   });
-  const app = createApp({ config, registry, scheduler, metrics, log, version: packageVersion(), llama: { tag: install.tag, version: install.version } });
+  // Replica bookkeeping follows the nodes: lost or paused → torn down; every report → reconciled.
+  nodes.on('lost', (conn, err: Error) => scheduler.nodeLost(conn, `disconnected (${err.message})`));
+  nodes.on('availability', (conn) => {
+    if (conn.availability === 'paused') void scheduler.nodePaused(conn);
+  });
+  nodes.on('connected', (conn) => {
+    void scheduler.reconcile(conn);
+    conn.on('heartbeat', () => void scheduler.reconcile(conn));
+  });
+  const app = createApp({ config, registry, scheduler, nodes, metrics, log, version: packageVersion(), llama: { tag: install.tag, version: install.version } });
 
   const server: Server = await new Promise((resolve, reject) => {
     const s = app.listen(config.port, config.host, () => resolve(s));
     s.once('error', reject);
   });
+  nodes.attach(server);
   // Generations can be long: no server-side timeout on requests; idle keep-alive sockets still close.
   server.requestTimeout = 0;
   server.headersTimeout = 60_000;
@@ -66,8 +88,10 @@ export async function startHub(config: HubConfig, deps: { log: Logger; install?:
     port,
     store,
     scheduler,
+    nodes,
     close() {
       closing ??= (async () => {
+        nodes.close();
         server.closeIdleConnections();
         const closed = new Promise<void>((r) => server.close(() => r()));
         await scheduler.close();

@@ -64,7 +64,8 @@ export function proxyToReplica(opts: {
 
   const up = http.request(url, {
     method: 'POST',
-    agent,
+    // A node replica: the request rides a fresh http stream through that node's tunnel.
+    ...(lease.connect ? { createConnection: lease.connect as unknown as http.RequestOptions['createConnection'] } : { agent }),
     headers: {
       'content-type': 'application/json',
       'content-length': String(opts.body.byteLength),

@@ -1,12 +1,14 @@
 import { randomUUID } from 'node:crypto';
+import type { Duplex } from 'node:stream';
 import type { Logger } from 'pino';
-import { ErrorCode, RelayError } from '../../../shared/errors.js';
+import { ErrorCode, RelayError, isRelayError } from '../../../shared/errors.js';
 import type { HubConfig } from '../config.js';
 import type { Device } from '../gpu/inventory.js';
 import { effectiveFlashAttn, type FlashAttn, type KvCacheType } from '../llama/argv.js';
 import type { LlamaInstall } from '../llama/install.js';
 import { startLlamaServer, type RunningLlamaServer } from '../llama/processes.js';
 import { describeExit } from '../llama/supervisor.js';
+import type { NodeConn, NodeManager } from '../hub/nodes.js';
 import type { ModelRegistry } from '../models/registry.js';
 import type { ModelRecord } from '../store/store.js';
 import { fitNeed, type FitBreakdown } from './fit.js';
@@ -19,7 +21,7 @@ import { describeNeed, freeAfterReservations, planHostReplica, shortfallMessage,
  *   3. a replica on a node that fits (nodes issue);
  *   4. a pipeline shard across hub + nodes (shards issue);
  *   5. otherwise 503 model_unavailable naming the shortfall.
- * Steps 3 and 4 do not exist yet: this hub has no nodes, so the shortfall says no node can host M.
+ * Step 4 arrives with the shards issue.
  */
 
 export type ReplicaState = 'starting' | 'ready' | 'failed' | 'stopping';
@@ -28,7 +30,8 @@ export interface ReplicaStatus {
   readonly id: string;
   readonly model: string;
   readonly sha256: string;
-  readonly where: 'host';
+  readonly where: 'host' | 'node';
+  readonly node: string | null;
   readonly device: string;
   readonly state: ReplicaState;
   readonly port: number | null;
@@ -48,6 +51,9 @@ interface Replica {
   id: string;
   model: string;
   sha256: string;
+  /** null = the hub's own device. */
+  node: NodeConn | null;
+  remotePid: number | null;
   device: string;
   state: ReplicaState;
   fit: FitBreakdown;
@@ -64,6 +70,8 @@ interface Replica {
 export interface Lease {
   readonly replicaId: string;
   readonly baseUrl: string;
+  /** For a node replica: each HTTP connection is a new http stream through the node's tunnel. */
+  readonly connect?: () => Duplex;
   readonly model: ModelRecord;
   release(): void;
 }
@@ -73,6 +81,7 @@ export interface SchedulerDeps {
   readonly registry: ModelRegistry;
   readonly install: LlamaInstall;
   readonly devices: () => Device[];
+  readonly nodes?: NodeManager;
   readonly log: Logger;
   readonly onLoad?: (model: string, seconds: number) => void;
   readonly now?: () => number;
@@ -99,22 +108,61 @@ export class Scheduler {
     return need;
   }
 
-  private views(): ReplicaView[] {
-    return [...this.replicas.values()].map((r) => ({
+  /** Replicas as the pure planner sees them, on one machine: the hub (node null) or a node by name. */
+  private views(node: string | null): ReplicaView[] {
+    return [...this.replicas.values()].filter((r) => (r.node?.name ?? null) === node).map((r) => ({
       id: r.id, model: r.model, device: r.device, needMb: r.fit.needMb, state: r.state, inFlight: r.inFlight, lastUsedAt: r.lastUsedAt,
     }));
   }
 
   private planHost(model: ModelRecord): HostPlan {
-    const views = this.views();
+    const views = this.views(null);
     return planHostReplica(this.need(model), freeAfterReservations(this.d.devices(), views), views);
+  }
+
+  /**
+   * Step 3's choice: among connected nodes that are not paused, one whose device fits M without evicting
+   * anything (a node's replicas belong to other requests); a node that already holds the file first.
+   */
+  private planNode(model: ModelRecord): { conn: NodeConn; device: string } | null {
+    const need = this.need(model);
+    let best: { conn: NodeConn; device: string; cached: boolean; free: number } | null = null;
+    for (const conn of this.d.nodes?.connected() ?? []) {
+      if (conn.availability === 'paused') continue;
+      const devices = conn.devices.map((d) => ({ id: d.id, kind: d.kind, totalMb: d.totalMb, reportedFreeMb: d.freeMb }));
+      const plan = planHostReplica(need, freeAfterReservations(devices, this.views(conn.name)), []);
+      if (plan.kind !== 'host') continue;
+      const free = devices.find((d) => d.id === plan.device)!.reportedFreeMb;
+      const cached = conn.cache.has(model.sha256);
+      if (!best || (cached && !best.cached) || (cached === best.cached && free > best.free)) best = { conn, device: plan.device, cached, free };
+    }
+    return best ? { conn: best.conn, device: best.device } : null;
+  }
+
+  /** What the nodes could offer, for the 503 message. */
+  private nodesSummary(): string {
+    const recs = this.d.nodes?.status() ?? [];
+    if (recs.length === 0) return 'no node has joined (relay nodes token, then relay up on another machine)';
+    return `nodes: ${recs.map((n) => {
+      const devs = (n.devices as { id: string; freeMb: number; totalMb: number }[]);
+      if (!n.connected) return `${String(n.name)} ${String(n.state)}`;
+      if (n.state === 'paused') return `${String(n.name)} paused (${String(n.reason)})`;
+      const views = this.views(String(n.name));
+      const free = freeAfterReservations(devs.map((d) => ({ id: d.id, kind: 'cpu', totalMb: d.totalMb, reportedFreeMb: d.freeMb })), views);
+      return `${String(n.name)} ${free.map((d) => `${d.id} ${Math.floor(d.freeMb)} MB free of ${d.totalMb} MB`).join(', ') || 'no devices'}`;
+    }).join('; ')}`;
+  }
+
+  private unavailable(model: ModelRecord, plan: Extract<HostPlan, { kind: 'none' }>): string {
+    return `${shortfallMessage(model.name, plan)}; ${this.nodesSummary()}`;
   }
 
   /** Whether the pool can host the model now, and if not, why (for /v1/models and /status). */
   availability(model: ModelRecord): { available: boolean; reason: string | null } {
     if (this.findServing(model)) return { available: true, reason: null };
     const plan = this.planHost(model);
-    return plan.kind === 'none' ? { available: false, reason: shortfallMessage(model.name, plan) } : { available: true, reason: null };
+    if (plan.kind !== 'none' || this.planNode(model)) return { available: true, reason: null };
+    return { available: false, reason: this.unavailable(model, plan) };
   }
 
   private findServing(model: ModelRecord): Replica | undefined {
@@ -130,11 +178,20 @@ export class Scheduler {
 
     // 1. An existing placement (ready, or loading: concurrent first requests share one load).
     let replica = this.findServing(model);
-    // 2. A replica on the hub's own device.
-    if (!replica) replica = await this.startHostReplica(model);
-    // 3-4. Node replicas and shards arrive with the nodes and shards issues.
+    if (!replica) {
+      const host = this.planHost(model);
+      // 2. A replica on the hub's own device.
+      if (host.kind === 'host') replica = this.startHostReplica(model, host);
+      else {
+        // 3. A replica on a node that fits.
+        const node = this.planNode(model);
+        // 4. (shards: next issue) 5. Nothing can place it.
+        if (!node) throw new RelayError(ErrorCode.MODEL_UNAVAILABLE, this.unavailable(model, host), { model: model.name, need_mb: Math.ceil(host.need.needMb) });
+        replica = this.startNodeReplica(model, node.conn, node.device);
+      }
+    }
     if (replica.loading) replica = await replica.loading;
-    if (replica.state !== 'ready' || !replica.server) {
+    if (replica.state !== 'ready' || (!replica.server && !replica.node)) {
       throw new RelayError(ErrorCode.REPLICA_FAILED, `the replica of "${name}" is ${replica.state}${replica.failure ? `: ${replica.failure.message}` : ''}`, { model: name });
     }
     return this.lease(replica, model);
@@ -148,9 +205,11 @@ export class Scheduler {
       r.idleTimer = null;
     }
     let released = false;
+    const node = r.node;
     return {
       replicaId: r.id,
-      baseUrl: r.server!.baseUrl,
+      baseUrl: node ? `http://${node.name}.node.relay` : r.server!.baseUrl,
+      ...(node ? { connect: () => node.open({ kind: 'http', replica: r.id }) } : {}),
       model,
       release: () => {
         if (released) return;
@@ -171,20 +230,16 @@ export class Scheduler {
     r.idleTimer.unref();
   }
 
-  private async startHostReplica(model: ModelRecord): Promise<Replica> {
-    const plan = this.planHost(model);
-    if (plan.kind === 'none') {
-      // 5. Nothing can place it.
-      throw new RelayError(ErrorCode.MODEL_UNAVAILABLE, shortfallMessage(model.name, plan), { model: model.name, need_mb: Math.ceil(plan.need.needMb), devices: plan.perDevice });
-    }
-    const fit = this.need(model);
+  private newReplica(model: ModelRecord, node: NodeConn | null, device: string): Replica {
     const r: Replica = {
       id: randomUUID().slice(0, 8),
       model: model.name,
       sha256: model.sha256,
-      device: plan.device,
+      node,
+      remotePid: null,
+      device,
       state: 'starting',
-      fit,
+      fit: this.need(model),
       server: null,
       inFlight: 0,
       startedAt: this.now(),
@@ -195,6 +250,74 @@ export class Scheduler {
     };
     this.replicas.set(r.id, r);
     this.failed.delete(model.name);
+    return r;
+  }
+
+  private startNodeReplica(model: ModelRecord, conn: NodeConn, device: string): Replica {
+    const r = this.newReplica(model, conn, device);
+    const c = this.d.config;
+    r.loading = (async () => {
+      const log = this.d.log.child({ replica: r.id, model: model.name, node: conn.name });
+      const t0 = this.now();
+      try {
+        if (!conn.cache.has(model.sha256)) await this.d.nodes!.push(conn, model);
+        log.info({ device, need: describeNeed(model.name, r.fit) }, 'starting node replica');
+        const reply = await conn.command({
+          type: 'start-replica', replica: r.id, sha256: model.sha256, ctx: r.fit.ctx, slots: r.fit.slots, cacheType: c.kvCacheType,
+          flashAttn: c.flashAttn ?? null, embedding: model.embedding,
+          pooling: model.embedding && (model.pooling_type === null || model.pooling_type === undefined) ? 'mean' : null,
+          alias: model.name, device,
+        }, c.loadTimeoutMs);
+        if (r.state !== 'starting') throw new RelayError(ErrorCode.REPLICA_FAILED, `the replica of "${model.name}" was stopped while loading`);
+        r.remotePid = typeof reply.data?.pid === 'number' ? reply.data.pid : null;
+        r.state = 'ready';
+        r.loading = null;
+        const seconds = (this.now() - t0) / 1000;
+        this.d.onLoad?.(model.name, seconds);
+        log.info({ seconds, pid: r.remotePid }, 'node replica ready');
+        if (r.inFlight === 0) this.armIdleTimer(r);
+        return r;
+      } catch (err) {
+        if (r.state === 'starting') this.markFailed(r, (err as Error).message.split('\n')[0] ?? 'load failed', '');
+        throw isRelayError(err) && err.code === ErrorCode.MODEL_UNAVAILABLE ? err
+          : new RelayError(ErrorCode.REPLICA_FAILED, `could not start a replica of "${model.name}" on node ${conn.name}: ${(err as Error).message}`, { model: model.name, node: conn.name });
+      }
+    })();
+    r.loading.catch(() => undefined);
+    return r;
+  }
+
+  /** A node went away or paused: its replicas are gone for placement at once; in-flight streams fail. */
+  nodeLost(conn: NodeConn, why: string): void {
+    for (const r of [...this.replicas.values()]) {
+      if (r.node?.name === conn.name) this.markFailed(r, `node ${conn.name} ${why}`, '');
+    }
+  }
+
+  /** A node paused: forget its replicas and tell it to stop them (it must release the card). */
+  async nodePaused(conn: NodeConn): Promise<void> {
+    const mine = [...this.replicas.values()].filter((r) => r.node === conn);
+    this.nodeLost(conn, `paused (${conn.reason ?? 'by its owner'})`);
+    await Promise.all(mine.map((r) => conn.command({ type: 'stop-replica', replica: r.id }, 35_000).catch(() => undefined)));
+  }
+
+  /** After a heartbeat: a replica the node no longer runs has failed; one we do not expect is stopped. */
+  async reconcile(conn: NodeConn): Promise<void> {
+    const reported = new Set(conn.replicas.map((x) => x.replica));
+    for (const r of [...this.replicas.values()]) {
+      if (r.node === conn && r.state === 'ready' && !reported.has(r.id)) this.markFailed(r, `the replica exited on node ${conn.name}`, '');
+    }
+    for (const x of conn.replicas) {
+      const ours = this.replicas.get(x.replica);
+      if (!ours || ours.node?.name !== conn.name) {
+        this.d.log.info({ node: conn.name, replica: x.replica }, 'node runs a replica the hub does not expect: stopping it');
+        await conn.command({ type: 'stop-replica', replica: x.replica }, 35_000).catch(() => undefined);
+      }
+    }
+  }
+
+  private startHostReplica(model: ModelRecord, plan: Extract<HostPlan, { kind: 'host' }>): Replica {
+    const r = this.newReplica(model, null, plan.device);
     r.loading = (async () => {
       for (const id of plan.evict) {
         const victim = this.replicas.get(id);
@@ -266,8 +389,9 @@ export class Scheduler {
     if (r.state === 'stopping') return;
     r.state = 'stopping';
     if (r.idleTimer) clearTimeout(r.idleTimer);
-    this.d.log.info({ replica: r.id, model: r.model, reason }, 'stopping replica');
-    await r.server?.child.terminate(10_000);
+    this.d.log.info({ replica: r.id, model: r.model, node: r.node?.name, reason }, 'stopping replica');
+    if (r.node) await r.node.command({ type: 'stop-replica', replica: r.id }, 35_000).catch(() => undefined);
+    else await r.server?.child.terminate(10_000);
     this.replicas.delete(r.id);
   }
 
@@ -281,11 +405,12 @@ export class Scheduler {
       id: r.id,
       model: r.model,
       sha256: r.sha256,
-      where: 'host',
+      where: r.node ? 'node' : 'host',
+      node: r.node?.name ?? null,
       device: r.device,
       state: r.state,
       port: r.server?.port ?? null,
-      pid: r.server?.child.pid ?? null,
+      pid: r.server?.child.pid ?? r.remotePid,
       ctx: r.fit.ctx,
       slots: r.fit.slots,
       kv_cache_type: this.d.config.kvCacheType,
@@ -301,7 +426,7 @@ export class Scheduler {
   /** Devices with what relay reserved on them (for /status). */
   deviceStatus(): { id: string; kind: string; description: string; total_mb: number; free_mb: number; utilization_pct: number | null; source: string }[] {
     const devices = this.d.devices();
-    const free = freeAfterReservations(devices, this.views());
+    const free = freeAfterReservations(devices, this.views(null));
     return devices.map((d, i) => ({
       id: d.id, kind: d.kind, description: d.description, total_mb: d.totalMb, free_mb: Math.floor(free[i]!.freeMb),
       utilization_pct: d.utilizationPct, source: d.source,

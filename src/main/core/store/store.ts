@@ -30,11 +30,21 @@ export interface ModelRecord {
   added_at: string;
 }
 
+export interface NodeRecord {
+  name: string;
+  /** sha256 of the node's credential; the credential itself lives only on the node. */
+  credential_sha256: string;
+  created_at: string;
+  revoked_at: string | null;
+  last_seen: string | null;
+}
+
 export interface StoreData {
   schemaVersion: number;
   models: ModelRecord[];
-  /** Filled by the nodes issue. */
-  nodes: unknown[];
+  nodes: NodeRecord[];
+  /** Ids of join tokens already exchanged (each is good once). */
+  used_join_tokens?: string[];
 }
 
 export function emptyStore(): StoreData {

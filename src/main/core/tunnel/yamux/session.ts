@@ -101,6 +101,24 @@ export class YamuxStream extends Duplex {
     cb(err);
   }
 
+  // A stream stands in for a socket under node:http (the hub's agent for node replicas): these are no-ops.
+  setTimeout(_ms: number, cb?: () => void): this {
+    if (cb) this.once('timeout', cb);
+    return this;
+  }
+  setNoDelay(): this {
+    return this;
+  }
+  setKeepAlive(): this {
+    return this;
+  }
+  ref(): this {
+    return this;
+  }
+  unref(): this {
+    return this;
+  }
+
   /** True once nothing more can flow either way: the session forgets the stream then. */
   get finished(): boolean {
     return this.reset || (this.localClosed && this.remoteClosed);

@@ -1,0 +1,396 @@
+import { createReadStream } from 'node:fs';
+import { EventEmitter } from 'node:events';
+import type { IncomingMessage, Server } from 'node:http';
+import type { Duplex } from 'node:stream';
+import { Transform } from 'node:stream';
+import { pipeline } from 'node:stream/promises';
+import type { Logger } from 'pino';
+import { WebSocketServer, type WebSocket } from 'ws';
+import { ErrorCode, RelayError } from '../../../shared/errors.js';
+import {
+  PROTOCOL_VERSION, TUNNEL_PATH, WS_SUBPROTOCOL, parseNodeMessage,
+  type Availability, type CachedFile, type CommandBody, type DeviceInfo, type Hello, type HubToNode, type NodeToHub, type Reply, type RunningReplica, type StreamHeader,
+} from '../../../shared/protocol.js';
+import { ControlChannel, acceptStream, openStream } from '../tunnel/channel.js';
+import { webSocketDuplex } from '../tunnel/transport.js';
+import { Session, type YamuxStream } from '../tunnel/yamux/session.js';
+import type { ModelRecord, NodeRecord, Store } from '../store/store.js';
+import { checkJoinToken, credentialHash, newCredential } from './tokens.js';
+
+/**
+ * The hub's side of the nodes: authenticates WebSocket upgrades on /tunnel, runs one yamux session per node,
+ * keeps each node's last report (devices, availability, cache, replicas), and offers the operations Ensure
+ * needs: push weights, start and stop replicas, open http streams.
+ */
+export interface PushProgress {
+  node: string;
+  model: string;
+  sha256: string;
+  done: number;
+  total: number;
+  started_at: string;
+}
+
+export class NodeConn extends EventEmitter {
+  devices: DeviceInfo[];
+  availability: Availability;
+  reason: string | null;
+  cache = new Map<string, number>();
+  replicas: RunningReplica[];
+  lastSeen = Date.now();
+  readonly connectedAt = Date.now();
+  /** rpc/http/file bytes this session moved, by kind (for /status and the shard bench). */
+  readonly bytes = { http: 0, rpc: 0, file: 0 };
+
+  constructor(
+    readonly name: string,
+    readonly session: Session,
+    readonly control: ControlChannel<NodeToHub, HubToNode>,
+    hello: Hello,
+  ) {
+    super();
+    this.devices = hello.devices;
+    this.availability = hello.availability;
+    this.reason = hello.reason;
+    this.replicas = hello.replicas;
+    for (const f of hello.cache) this.cache.set(f.sha256, f.size);
+  }
+
+  get alive(): boolean {
+    return !this.session.closed;
+  }
+
+  async command(msg: CommandBody, timeoutMs = 60_000): Promise<Reply> {
+    const r = await this.control.request(msg as never, timeoutMs);
+    if (!r.ok) throw new RelayError((r.code as ErrorCode | undefined) ?? ErrorCode.UPSTREAM_ERROR, `node ${this.name}: ${r.message ?? 'command failed'}`, { node: this.name });
+    return r;
+  }
+
+  open(header: StreamHeader): YamuxStream {
+    return openStream(this.session, header);
+  }
+
+  close(reason: string): void {
+    this.control.send({ type: 'error', code: 'closed', message: reason });
+    this.session.close();
+  }
+}
+
+export class NodeManager extends EventEmitter {
+  private readonly conns = new Map<string, NodeConn>();
+  readonly pushes = new Map<string, PushProgress>();
+  private readonly wss = new WebSocketServer({ noServer: true, perMessageDeflate: false, maxPayload: 64 * 1024 * 1024 });
+
+  constructor(
+    private readonly d: {
+      store: Store;
+      log: Logger;
+      hubVersion: string;
+      llamaVersion: string;
+      secret: Buffer;
+      helloTimeoutMs?: number;
+      pushMaxBytesPerSec?: number;
+    },
+  ) {
+    super();
+  }
+
+  // ---- membership ----
+
+  records(): readonly NodeRecord[] {
+    return this.d.store.data.nodes;
+  }
+
+  async join(token: string, name: string): Promise<{ name: string; credential: string }> {
+    if (typeof name !== 'string' || !/^[A-Za-z0-9._-]{1,64}$/.test(name)) {
+      throw new RelayError(ErrorCode.INVALID_REQUEST, 'a node name is 1-64 letters, digits, . _ or -');
+    }
+    const check = checkJoinToken(this.d.secret, token);
+    if (!check.ok) throw new RelayError(ErrorCode.NODE_AUTH, `join refused: ${check.why}`);
+    const credential = newCredential();
+    await this.d.store.update((data) => {
+      data.used_join_tokens ??= [];
+      if (data.used_join_tokens.includes(check.id)) throw new RelayError(ErrorCode.NODE_AUTH, 'join refused: the token was already used');
+      const existing = data.nodes.find((n) => n.name === name);
+      if (existing && !existing.revoked_at) throw new RelayError(ErrorCode.MODEL_EXISTS, `a node named "${name}" is already joined; revoke it first or choose another --name`);
+      data.used_join_tokens.push(check.id);
+      data.nodes = data.nodes.filter((n) => n.name !== name);
+      data.nodes.push({ name, credential_sha256: credentialHash(credential), created_at: new Date().toISOString(), revoked_at: null, last_seen: null });
+    });
+    this.d.log.info({ node: name }, 'node joined');
+    return { name, credential };
+  }
+
+  async revoke(name: string): Promise<void> {
+    await this.d.store.update((data) => {
+      const n = data.nodes.find((x) => x.name === name);
+      if (!n) throw new RelayError(ErrorCode.NODE_NOT_FOUND, `no node named "${name}"`);
+      n.revoked_at = new Date().toISOString();
+    });
+    const c = this.conns.get(name);
+    if (c) {
+      c.close('revoked by the hub owner');
+      c.session.destroy(new RelayError(ErrorCode.NODE_AUTH, 'revoked'));
+    }
+    this.d.log.warn({ node: name }, 'node revoked');
+  }
+
+  private authenticate(req: IncomingMessage): NodeRecord {
+    const name = req.headers['x-relay-node'];
+    const m = /^Bearer\s+(\S+)$/i.exec(req.headers.authorization ?? '');
+    const rec = typeof name === 'string' ? this.records().find((n) => n.name === name) : undefined;
+    if (!m || !rec || rec.credential_sha256 !== credentialHash(m[1]!)) throw new RelayError(ErrorCode.NODE_AUTH, 'unknown node or wrong credential');
+    if (rec.revoked_at) throw new RelayError(ErrorCode.NODE_AUTH, `node "${rec.name}" was revoked`);
+    return rec;
+  }
+
+  /** Take over WebSocket upgrades on /tunnel; everything is refused before any stream opens. */
+  attach(server: Server): void {
+    server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => {
+      const refuse = (status: number, code: string, message: string): void => {
+        const body = JSON.stringify({ error: { code, message } });
+        socket.end(`HTTP/1.1 ${status} ${status === 401 ? 'Unauthorized' : 'Upgrade Required'}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`);
+      };
+      if (new URL(req.url ?? '/', 'http://x').pathname !== TUNNEL_PATH) return refuse(404, 'not_found', 'no such endpoint');
+      const offered = (req.headers['sec-websocket-protocol'] ?? '').split(',').map((s) => s.trim()).filter(Boolean);
+      if (!offered.includes(WS_SUBPROTOCOL)) {
+        return refuse(426, 'version_mismatch', `this hub speaks ${WS_SUBPROTOCOL}; the node offered ${offered.join(', ') || 'nothing'}`);
+      }
+      let rec: NodeRecord;
+      try {
+        rec = this.authenticate(req);
+      } catch (err) {
+        this.d.log.warn({ node: req.headers['x-relay-node'], why: (err as Error).message }, 'node refused');
+        return refuse(401, 'node_auth', (err as Error).message);
+      }
+      this.wss.handleUpgrade(req, socket, head, (ws) => void this.onConnection(ws, rec.name));
+    });
+  }
+
+  private async onConnection(ws: WebSocket, name: string): Promise<void> {
+    const log = this.d.log.child({ node: name });
+    const session = new Session(webSocketDuplex(ws), { client: false, keepAliveIntervalMs: 10_000, keepAliveTimeoutMs: 20_000 });
+    const first = await new Promise<YamuxStream | null>((resolve) => {
+      const t = setTimeout(() => resolve(null), this.d.helloTimeoutMs ?? 10_000);
+      session.once('stream', (st: YamuxStream) => {
+        clearTimeout(t);
+        resolve(st);
+      });
+      session.once('close', () => resolve(null));
+    });
+    if (!first) {
+      log.warn('no control stream in time: closing');
+      session.destroy();
+      return;
+    }
+    const header = await acceptStream(first).catch(() => null);
+    if (header?.kind !== 'control') {
+      session.destroy(new RelayError(ErrorCode.TUNNEL_PROTOCOL, 'the first stream must be control'));
+      return;
+    }
+    const control = new ControlChannel<NodeToHub, HubToNode>(first, parseNodeMessage);
+    const hello = await new Promise<Hello | null>((resolve) => {
+      const t = setTimeout(() => resolve(null), this.d.helloTimeoutMs ?? 10_000);
+      control.once('message', (m: NodeToHub) => {
+        clearTimeout(t);
+        resolve(m.type === 'hello' ? m : null);
+      });
+      control.once('close', () => resolve(null));
+    });
+    if (!hello) {
+      control.send({ type: 'error', code: 'bad_hello', message: 'expected a hello message first' });
+      session.close();
+      return;
+    }
+    if (hello.protocol !== PROTOCOL_VERSION) {
+      control.send({ type: 'error', code: 'version_mismatch', message: `protocol: hub ${PROTOCOL_VERSION}, node ${hello.protocol}` });
+      session.close();
+      return;
+    }
+    if (hello.llama !== this.d.llamaVersion) {
+      control.send({ type: 'error', code: 'version_mismatch', message: `llama.cpp build differs (ggml RPC needs the same one): hub "${this.d.llamaVersion}", node "${hello.llama}"` });
+      session.close();
+      return;
+    }
+    if (hello.node !== name) {
+      control.send({ type: 'error', code: 'bad_hello', message: `hello names "${hello.node}" but the credential is for "${name}"` });
+      session.close();
+      return;
+    }
+    const prev = this.conns.get(name);
+    if (prev) prev.session.destroy(new RelayError(ErrorCode.SESSION_CLOSED, 'replaced by a new connection from the same node'));
+
+    const conn = new NodeConn(name, session, control, hello);
+    this.conns.set(name, conn);
+    control.send({ type: 'welcome', protocol: PROTOCOL_VERSION, hub: this.d.hubVersion });
+    log.info({ devices: hello.devices.map((d) => `${d.id}:${d.freeMb}/${d.totalMb}MB`), availability: hello.availability, replicas: hello.replicas.length }, 'node connected');
+    void this.d.store.update((data) => {
+      const r = data.nodes.find((n) => n.name === name);
+      if (r) r.last_seen = new Date().toISOString();
+    });
+
+    control.on('message', (m: NodeToHub) => {
+      conn.lastSeen = Date.now();
+      if (m.type === 'heartbeat') {
+        conn.devices = m.devices;
+        conn.replicas = m.replicas;
+        conn.cache = new Map(m.cache.map((f: CachedFile) => [f.sha256, f.size]));
+        this.setAvailability(conn, m.availability, m.reason);
+        conn.emit('heartbeat');
+      } else if (m.type === 'availability') {
+        this.setAvailability(conn, m.availability, m.reason);
+      } else if (m.type === 'error') {
+        log.warn({ code: m.code, message: m.message }, 'node reported an error');
+      }
+    });
+    session.on('stream', (st: YamuxStream) => {
+      // Nodes do not open streams besides control: refuse them.
+      st.destroy();
+    });
+    session.once('close', (err: Error) => {
+      if (this.conns.get(name) === conn) this.conns.delete(name);
+      log.info({ why: err.message }, 'node disconnected');
+      conn.emit('lost', err);
+      this.emit('lost', conn, err);
+    });
+    this.emit('connected', conn);
+  }
+
+  private setAvailability(conn: NodeConn, a: Availability, reason: string | null): void {
+    const was = conn.availability;
+    conn.availability = a;
+    conn.reason = reason;
+    if (was !== a) {
+      // idle ↔ busy flips with every request: debug; pausing and resuming matter to the owner: info.
+      const level = a === 'paused' || was === 'paused' ? 'info' : 'debug';
+      this.d.log[level]({ node: conn.name, availability: a, reason }, 'node availability');
+      this.emit('availability', conn, was);
+    }
+  }
+
+  get(name: string): NodeConn | undefined {
+    return this.conns.get(name);
+  }
+
+  connected(): NodeConn[] {
+    return [...this.conns.values()].filter((c) => c.alive);
+  }
+
+  /**
+   * Make sure `node` holds `model`'s bytes (sha256-verified by the node): resume a partial push, re-push once
+   * from zero if the bytes arrived corrupted.
+   */
+  private readonly pushing = new Map<string, Promise<void>>();
+
+  push(conn: NodeConn, model: ModelRecord): Promise<void> {
+    // One push per (node, file) at a time: concurrent first requests wait for the same bytes.
+    const key = `${conn.name}:${model.sha256}`;
+    let p = this.pushing.get(key);
+    if (!p) {
+      p = this.pushOnce(conn, model).finally(() => this.pushing.delete(key));
+      this.pushing.set(key, p);
+    }
+    return p;
+  }
+
+  private async pushOnce(conn: NodeConn, model: ModelRecord): Promise<void> {
+    for (let attempt = 0; ; attempt++) {
+      const begin = await conn.command({ type: 'push-begin', sha256: model.sha256, size: model.size }, 30_000);
+      const offset = begin.data?.offset;
+      if (begin.data?.present === true) {
+        conn.cache.set(model.sha256, model.size);
+        return;
+      }
+      if (typeof offset !== 'number') throw new RelayError(ErrorCode.UPSTREAM_ERROR, `node ${conn.name} gave no push offset`);
+      const key = `${conn.name}:${model.sha256}`;
+      const progress: PushProgress = { node: conn.name, model: model.name, sha256: model.sha256, done: offset, total: model.size, started_at: new Date().toISOString() };
+      this.pushes.set(key, progress);
+      this.d.log.info({ node: conn.name, model: model.name, offset, size: model.size }, offset > 0 ? 'resuming weight push' : 'pushing weights');
+      try {
+        const st = conn.open({ kind: 'file', sha256: model.sha256, offset, size: model.size });
+        const result = readResult(st);
+        const counter = new Transform({
+          transform: (chunk: Buffer, _e, cb) => {
+            progress.done += chunk.byteLength;
+            conn.bytes.file += chunk.byteLength;
+            cb(null, chunk);
+          },
+        });
+        const src = createReadStream(model.path, { start: offset, highWaterMark: 256 * 1024 });
+        const limited = this.d.pushMaxBytesPerSec ? [rateLimit(this.d.pushMaxBytesPerSec)] : [];
+        await pipeline([src, ...limited, counter, st] as unknown as [NodeJS.ReadableStream, NodeJS.WritableStream], { end: true } as never);
+        const r = await result;
+        if (r.ok) {
+          conn.cache.set(model.sha256, model.size);
+          this.d.log.info({ node: conn.name, model: model.name }, 'weights pushed and verified');
+          return;
+        }
+        if (r.code === 'hash_mismatch' && attempt === 0) {
+          this.d.log.warn({ node: conn.name, model: model.name, message: r.message }, 'pushed weights failed verification: pushing again from zero');
+          continue;
+        }
+        throw new RelayError((r.code?.toUpperCase() as ErrorCode | undefined) ?? ErrorCode.UPSTREAM_ERROR, `push to node ${conn.name} failed: ${r.message}`, { node: conn.name });
+      } finally {
+        this.pushes.delete(key);
+      }
+    }
+  }
+
+  status(): Record<string, unknown>[] {
+    return this.records().map((r) => {
+      const c = this.conns.get(r.name);
+      return {
+        name: r.name,
+        state: r.revoked_at ? 'revoked' : c?.alive ? c.availability : 'offline',
+        reason: c?.reason ?? null,
+        connected: Boolean(c?.alive),
+        devices: c?.devices ?? [],
+        cache: c ? [...c.cache].map(([sha256, size]) => ({ sha256, size })) : [],
+        replicas: c?.replicas ?? [],
+        last_seen: c ? new Date(c.lastSeen).toISOString() : r.last_seen,
+        created_at: r.created_at,
+        revoked_at: r.revoked_at,
+        bytes: c?.bytes ?? null,
+      };
+    });
+  }
+
+  close(): void {
+    for (const c of this.conns.values()) c.session.close();
+    this.wss.close();
+  }
+}
+
+/** The node's one-line verdict at the end of a file stream. */
+function readResult(st: YamuxStream): Promise<{ ok: boolean; code?: string; message?: string }> {
+  return new Promise((resolve) => {
+    let buf = '';
+    st.setEncoding('utf8');
+    st.on('data', (c: string) => {
+      buf += c;
+    });
+    st.on('end', () => {
+      try {
+        resolve(JSON.parse(buf.trim()) as { ok: boolean; code?: string; message?: string });
+      } catch {
+        resolve({ ok: false, code: 'push_incomplete', message: 'the node closed the push without a verdict' });
+      }
+    });
+    st.on('error', (err: Error) => resolve({ ok: false, code: 'push_incomplete', message: err.message }));
+  });
+}
+
+/** Pace a byte stream to `bytesPerSec` (RELAY_PUSH_MAX_MBPS: a weight push need not flood a home network). */
+export function rateLimit(bytesPerSec: number): Transform {
+  const t0 = Date.now();
+  let sent = 0;
+  return new Transform({
+    transform(chunk: Buffer, _e, cb) {
+      sent += chunk.byteLength;
+      const due = t0 + (sent / bytesPerSec) * 1000;
+      const wait = due - Date.now();
+      if (wait > 0) setTimeout(() => cb(null, chunk), wait);
+      else cb(null, chunk);
+    },
+  });
+}

@@ -1,0 +1,457 @@
+import { randomBytes } from 'node:crypto';
+import { EventEmitter } from 'node:events';
+import { chmodSync, existsSync, mkdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { connect } from 'node:net';
+import { join } from 'node:path';
+import type { Logger } from 'pino';
+import { WebSocket } from 'ws';
+import { ErrorCode, RelayError, isRelayError } from '../../../shared/errors.js';
+import {
+  PROTOCOL_VERSION, TUNNEL_PATH, WS_SUBPROTOCOL, parseHubMessage,
+  type Availability, type Command, type DeviceInfo, type HubToNode, type NodeToHub, type RunningReplica, type StartReplica,
+} from '../../../shared/protocol.js';
+import { HostInventory } from '../gpu/inventory.js';
+import type { LlamaInstall } from '../llama/install.js';
+import { startLlamaServer, startRpcServer, type RunningLlamaServer, type RunningRpcServer } from '../llama/processes.js';
+import { describeExit } from '../llama/supervisor.js';
+import { ControlChannel, acceptStream, openStream, replyErr, replyOk } from '../tunnel/channel.js';
+import { webSocketDuplex } from '../tunnel/transport.js';
+import { Session, type YamuxStream } from '../tunnel/yamux/session.js';
+import { availabilityOf, inPauseWindow, parseSchedule, type PauseWindow } from './availability.js';
+import { ModelCache } from './cache.js';
+
+/**
+ * A node: dials out to the hub, lends its device to the replicas and rpc-servers the hub asks for, and keeps
+ * the weights the hub pushed. Everything it runs binds 127.0.0.1 and is reached only through the tunnel.
+ */
+export interface NodeSettings {
+  /** What `relay up` persists in NODE_DIR/node.json. */
+  hub: string;
+  name: string;
+  credential: string;
+  paused: boolean;
+  schedule: string;
+  cpuBudgetMb: number;
+  cacheBudgetMb: number;
+}
+
+export function settingsPath(home: string): string {
+  return join(home, 'node.json');
+}
+
+export function readSettings(home: string): NodeSettings | null {
+  const p = settingsPath(home);
+  if (!existsSync(p)) return null;
+  return JSON.parse(readFileSync(p, 'utf8')) as NodeSettings;
+}
+
+export function writeSettings(home: string, s: NodeSettings): void {
+  mkdirSync(home, { recursive: true });
+  const p = settingsPath(home);
+  writeFileSync(`${p}.tmp`, `${JSON.stringify(s, null, 2)}\n`, { mode: 0o600 });
+  // rename is atomic: a crash leaves the old or the new settings, never half of them
+  renameSync(`${p}.tmp`, p);
+  chmodSync(p, 0o600);
+}
+
+/** Exchange a join token for this node's credential (once). */
+export async function joinHub(hub: string, token: string, name: string): Promise<string> {
+  let res: Response;
+  try {
+    res = await fetch(`${hub.replace(/\/+$/, '')}/api/nodes/join`, {
+      method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ token, name }),
+    });
+  } catch (err) {
+    throw new RelayError(ErrorCode.HUB_UNREACHABLE, `cannot reach the hub at ${hub}: ${(err as Error).message}`);
+  }
+  const j = (await res.json()) as { credential?: string; error?: { code: string; message: string } };
+  if (!res.ok || !j.credential) throw new RelayError(ErrorCode.NODE_AUTH, j.error?.message ?? `join failed (${res.status})`);
+  return j.credential;
+}
+
+interface LocalReplica {
+  id: string;
+  sha256: string;
+  server: RunningLlamaServer;
+  stopping: boolean;
+}
+
+export class NodeAgent extends EventEmitter {
+  readonly cache: ModelCache;
+  private readonly replicas = new Map<string, LocalReplica>();
+  private readonly rpcs = new Map<string, RunningRpcServer>();
+  private readonly inventory: HostInventory;
+  private schedule: PauseWindow[];
+  private session: Session | null = null;
+  private control: ControlChannel<HubToNode, NodeToHub> | null = null;
+  private activeStreams = 0;
+  private lastSent: Availability | null = null;
+  private stopped = false;
+  private backoffMs = 500;
+  private timers: NodeJS.Timeout[] = [];
+  private localApi: Server | null = null;
+  connected = false;
+  /** Set when the hub refused us for good (revoked, version mismatch): no more reconnects. */
+  fatal: RelayError | null = null;
+
+  constructor(
+    readonly home: string,
+    private settings: NodeSettings,
+    private readonly d: { log: Logger; install: LlamaInstall; heartbeatMs?: number },
+  ) {
+    super();
+    this.cache = new ModelCache(join(home, 'cache'), settings.cacheBudgetMb * 1024 * 1024);
+    this.inventory = new HostInventory(d.install.serverPath, settings.cpuBudgetMb);
+    this.schedule = parseSchedule(settings.schedule);
+  }
+
+  // ---- availability ----
+
+  availability(): { state: Availability; reason: string | null } {
+    return availabilityOf({
+      manualPause: this.settings.paused,
+      scheduled: inPauseWindow(this.schedule, new Date()),
+      autoPaused: false,
+      activeStreams: this.activeStreams,
+    });
+  }
+
+  async setPaused(paused: boolean): Promise<void> {
+    this.settings = { ...this.settings, paused };
+    writeSettings(this.home, this.settings);
+    await this.availabilityChanged();
+  }
+
+  private async availabilityChanged(): Promise<void> {
+    const a = this.availability();
+    if (a.state === 'paused') {
+      // The card is released now, whatever the hub does: SIGTERM, SIGKILL after 10 s (well inside 30 s).
+      await this.stopEverything(a.reason ?? 'paused');
+    }
+    if (a.state !== this.lastSent) {
+      this.lastSent = a.state;
+      this.control?.send({ type: 'availability', availability: a.state, reason: a.reason });
+      this.emit('availability', a);
+    }
+  }
+
+  private async stopEverything(why: string): Promise<void> {
+    await Promise.all([...this.replicas.keys()].map((id) => this.stopReplica(id, why)));
+    await Promise.all([...this.rpcs.keys()].map((id) => this.stopRpc(id)));
+  }
+
+  // ---- reports ----
+
+  devices(): DeviceInfo[] {
+    return this.inventory.devices().map((d) => ({ id: d.id, kind: d.kind, description: d.description, totalMb: d.totalMb, freeMb: d.reportedFreeMb }));
+  }
+
+  runningReplicas(): RunningReplica[] {
+    return [...this.replicas.values()].filter((r) => !r.stopping).map((r) => ({ replica: r.id, sha256: r.sha256, pid: r.server.child.pid ?? null }));
+  }
+
+  private heartbeat(): void {
+    const a = this.availability();
+    this.lastSent = a.state;
+    this.control?.send({ type: 'heartbeat', devices: this.devices(), availability: a.state, reason: a.reason, replicas: this.runningReplicas(), cache: this.cache.inventory() });
+  }
+
+  // ---- connection ----
+
+  async start(): Promise<void> {
+    await this.startLocalApi();
+    const tick = setInterval(() => {
+      if (this.connected) this.heartbeat();
+      void this.availabilityChanged(); // schedule windows open and close with the clock
+    }, this.d.heartbeatMs ?? 5000);
+    tick.unref();
+    this.timers.push(tick);
+    void this.connectLoop();
+  }
+
+  private async connectLoop(): Promise<void> {
+    while (!this.stopped && !this.fatal) {
+      try {
+        await this.connectOnce();
+        this.backoffMs = 500;
+      } catch (err) {
+        if (isRelayError(err) && (err.code === ErrorCode.NODE_AUTH || err.code === ErrorCode.VERSION_MISMATCH)) {
+          this.fatal = err;
+          this.d.log.error({ code: err.code }, err.message);
+          this.emit('fatal', err);
+          return;
+        }
+        this.d.log.warn({ err: (err as Error).message, retryInMs: this.backoffMs }, 'hub connection failed');
+      }
+      if (this.stopped) return;
+      const wait = this.backoffMs * (0.75 + Math.random() * 0.5);
+      this.backoffMs = Math.min(this.backoffMs * 2, 30_000);
+      await new Promise((r) => setTimeout(r, wait));
+    }
+  }
+
+  /** One connection: resolves when it ends (so the loop reconnects), rejects on refusal. */
+  private connectOnce(): Promise<void> {
+    const url = `${this.settings.hub.replace(/^http/, 'ws').replace(/\/+$/, '')}${TUNNEL_PATH}`;
+    return new Promise((resolve, reject) => {
+      const ws = new WebSocket(url, [WS_SUBPROTOCOL], {
+        headers: { authorization: `Bearer ${this.settings.credential}`, 'x-relay-node': this.settings.name },
+        perMessageDeflate: false,
+        handshakeTimeout: 10_000,
+      });
+      ws.on('unexpected-response', (_req, res) => {
+        let body = '';
+        res.on('data', (c: Buffer) => (body += c.toString()));
+        res.on('end', () => {
+          let msg = body;
+          try {
+            msg = (JSON.parse(body) as { error: { message: string } }).error.message;
+          } catch { /* plain text */ }
+          const code = res.statusCode === 401 ? ErrorCode.NODE_AUTH : res.statusCode === 426 ? ErrorCode.VERSION_MISMATCH : ErrorCode.HUB_UNREACHABLE;
+          reject(new RelayError(code, `the hub refused this node (${res.statusCode}): ${msg}`));
+        });
+      });
+      ws.on('error', (err) => reject(new RelayError(ErrorCode.HUB_UNREACHABLE, `cannot reach the hub at ${this.settings.hub}: ${err.message}`)));
+      ws.on('open', () => {
+        const session = new Session(webSocketDuplex(ws), { client: true, keepAliveIntervalMs: 10_000, keepAliveTimeoutMs: 20_000 });
+        const st = openStream(session, { kind: 'control' });
+        const control = new ControlChannel<HubToNode, NodeToHub>(st, parseHubMessage);
+        const a = this.availability();
+        control.send({
+          type: 'hello', protocol: PROTOCOL_VERSION, node: this.settings.name, llama: this.d.install.version,
+          devices: this.devices(), cache: this.cache.inventory(), partials: this.cache.partials(), replicas: this.runningReplicas(),
+          availability: a.state, reason: a.reason,
+        });
+        const welcomeTimer = setTimeout(() => session.destroy(new RelayError(ErrorCode.TUNNEL_PROTOCOL, 'no welcome from the hub')), 10_000);
+        control.on('message', (m: HubToNode) => {
+          if (m.type === 'welcome') {
+            clearTimeout(welcomeTimer);
+            this.session = session;
+            this.control = control;
+            this.connected = true;
+            this.lastSent = a.state;
+            this.d.log.info({ hub: this.settings.hub, protocol: m.protocol }, 'connected to the hub');
+            this.emit('connected');
+            return;
+          }
+          if (m.type === 'error') {
+            clearTimeout(welcomeTimer);
+            this.d.log.error({ code: m.code }, `hub: ${m.message}`);
+            if (m.code === 'version_mismatch') reject(new RelayError(ErrorCode.VERSION_MISMATCH, `the hub refused this node: ${m.message}`));
+            return;
+          }
+          void this.onCommand(m);
+        });
+        session.on('stream', (s: YamuxStream) => void this.onStream(s));
+        session.once('close', (err: Error) => {
+          clearTimeout(welcomeTimer);
+          const was = this.connected;
+          this.connected = false;
+          this.session = null;
+          this.control = null;
+          if (was) this.d.log.warn({ why: err.message }, 'lost the hub');
+          this.emit('disconnected');
+          resolve();
+        });
+      });
+    });
+  }
+
+  // ---- commands ----
+
+  private async onCommand(c: Command): Promise<void> {
+    const control = this.control;
+    if (!control) return;
+    try {
+      switch (c.type) {
+        case 'push-begin': {
+          const offset = this.cache.resumeOffset(c.sha256, c.size);
+          control.send(offset === null ? replyOk(c.id, { present: true }) : replyOk(c.id, { offset }));
+          return;
+        }
+        case 'start-replica':
+          control.send(replyOk(c.id, await this.startReplica(c)));
+          return;
+        case 'stop-replica':
+          await this.stopReplica(c.replica, 'the hub asked');
+          control.send(replyOk(c.id));
+          return;
+        case 'start-rpc': {
+          const r = await this.startRpc(c.rpc, c.cache);
+          control.send(replyOk(c.id, { port: r.port }));
+          return;
+        }
+        case 'stop-rpc':
+          await this.stopRpc(c.rpc);
+          control.send(replyOk(c.id));
+          return;
+        case 'evict':
+          control.send(replyOk(c.id, { removed: this.cache.evict(c.sha256) }));
+          return;
+      }
+    } catch (err) {
+      const code = isRelayError(err) ? err.code.toLowerCase() : 'internal';
+      control.send(replyErr(c.id, code, (err as Error).message.split('\n')[0] ?? 'failed'));
+    }
+  }
+
+  private async startReplica(c: StartReplica): Promise<Record<string, unknown>> {
+    if (this.availability().state === 'paused') throw new RelayError(ErrorCode.MODEL_UNAVAILABLE, `node ${this.settings.name} is paused`);
+    const existing = this.replicas.get(c.replica);
+    if (existing && !existing.stopping) return { pid: existing.server.child.pid, port: existing.server.port };
+    if (!this.cache.has(c.sha256)) throw new RelayError(ErrorCode.MODEL_FILE_MISSING, `node ${this.settings.name} does not hold ${c.sha256.slice(0, 12)}…`);
+    this.cache.inUse.add(c.sha256);
+    this.cache.touch(c.sha256);
+    try {
+      const server = await startLlamaServer(this.d.install, {
+        name: `llama-server[${c.alias}]`,
+        model: this.cache.pathOf(c.sha256),
+        ctx: c.ctx,
+        slots: c.slots,
+        cacheType: c.cacheType,
+        flashAttn: c.flashAttn ?? undefined,
+        alias: c.alias,
+        embedding: c.embedding,
+        pooling: c.pooling ?? undefined,
+        metrics: true,
+        threads: process.env.RELAY_THREADS ? Number(process.env.RELAY_THREADS) : undefined,
+        ...(c.device === 'CPU' ? { gpuLayers: 0 } : { devices: [c.device], gpuLayers: 999 }),
+      });
+      const rep: LocalReplica = { id: c.replica, sha256: c.sha256, server, stopping: false };
+      this.replicas.set(c.replica, rep);
+      void server.child.exited.then((info) => {
+        if (this.replicas.get(c.replica) === rep) this.replicas.delete(c.replica);
+        if (!this.runningReplicas().some((r) => r.sha256 === c.sha256)) this.cache.inUse.delete(c.sha256);
+        if (!rep.stopping) this.d.log.warn({ replica: c.replica, exit: describeExit(info) }, 'replica exited');
+        if (this.connected) this.heartbeat(); // the hub learns at once
+      });
+      this.d.log.info({ replica: c.replica, model: c.alias, port: server.port, pid: server.child.pid }, 'replica started');
+      return { pid: server.child.pid, port: server.port };
+    } catch (err) {
+      if (!this.runningReplicas().some((r) => r.sha256 === c.sha256)) this.cache.inUse.delete(c.sha256);
+      throw err;
+    }
+  }
+
+  async stopReplica(id: string, why: string): Promise<void> {
+    const r = this.replicas.get(id);
+    if (!r) return;
+    r.stopping = true;
+    this.d.log.info({ replica: id, why }, 'stopping replica');
+    await r.server.child.terminate(10_000);
+    this.replicas.delete(id);
+    if (!this.runningReplicas().some((x) => x.sha256 === r.sha256)) this.cache.inUse.delete(r.sha256);
+  }
+
+  private async startRpc(id: string, cache: boolean): Promise<RunningRpcServer> {
+    if (this.availability().state === 'paused') throw new RelayError(ErrorCode.MODEL_UNAVAILABLE, `node ${this.settings.name} is paused`);
+    const existing = this.rpcs.get(id);
+    if (existing) return existing;
+    const r = await startRpcServer(this.d.install, { cache, cacheDir: join(this.home, 'cache', 'llama'), name: `ggml-rpc-server[${id}]` });
+    this.rpcs.set(id, r);
+    void r.child.exited.then(() => {
+      if (this.rpcs.get(id) === r) this.rpcs.delete(id);
+    });
+    return r;
+  }
+
+  private async stopRpc(id: string): Promise<void> {
+    const r = this.rpcs.get(id);
+    if (!r) return;
+    this.rpcs.delete(id);
+    await r.child.terminate(10_000);
+  }
+
+  // ---- streams from the hub ----
+
+  private async onStream(st: YamuxStream): Promise<void> {
+    st.on('error', () => undefined);
+    let header;
+    try {
+      header = await acceptStream(st);
+    } catch {
+      st.destroy();
+      return;
+    }
+    if (header.kind === 'file') return this.onFile(st, header.sha256, header.offset, header.size);
+    const port = header.kind === 'http' ? this.replicas.get(header.replica)?.server.port : header.kind === 'rpc' ? this.rpcs.get(header.rpc)?.port : undefined;
+    if (port === undefined) {
+      st.destroy();
+      return;
+    }
+    // Pipe the stream to the local server on loopback; either side closing closes the other.
+    this.activeStreams++;
+    void this.availabilityChanged();
+    const sock = connect({ host: '127.0.0.1', port });
+    sock.setNoDelay(true);
+    const done = (): void => {
+      this.activeStreams--;
+      void this.availabilityChanged();
+    };
+    sock.once('close', done);
+    sock.on('error', () => st.destroy());
+    st.on('close', () => sock.destroy());
+    st.pipe(sock);
+    sock.pipe(st);
+  }
+
+  private async onFile(st: YamuxStream, sha256: string, offset: number, size: number): Promise<void> {
+    try {
+      await this.cache.receive(st, sha256, offset, size);
+      st.end(`${JSON.stringify({ ok: true })}\n`);
+      if (this.connected) this.heartbeat();
+    } catch (err) {
+      const code = isRelayError(err) ? err.code.toLowerCase() : 'internal';
+      this.d.log.warn({ sha256, code, message: (err as Error).message }, 'weight push failed');
+      if (!st.destroyed && !st.writableEnded) st.end(`${JSON.stringify({ ok: false, code, message: (err as Error).message })}\n`);
+    }
+  }
+
+  // ---- local control (relay pause / resume / the tray) ----
+
+  private async startLocalApi(): Promise<void> {
+    const token = randomBytes(24).toString('base64url');
+    this.localApi = createServer((req, res) => {
+      const send = (status: number, body: unknown): void => {
+        res.writeHead(status, { 'content-type': 'application/json' });
+        res.end(JSON.stringify(body));
+      };
+      if (req.headers.authorization !== `Bearer ${token}`) return send(401, { error: { code: 'unauthorized', message: 'bad token' } });
+      const route = `${req.method} ${req.url}`;
+      if (route === 'POST /pause' || route === 'POST /resume') {
+        void this.setPaused(route === 'POST /pause').then(() => send(200, this.statusJson()));
+        return;
+      }
+      if (route === 'GET /status') return send(200, this.statusJson());
+      send(404, { error: { code: 'not_found', message: 'no such endpoint' } });
+    });
+    await new Promise<void>((r) => this.localApi!.listen(0, '127.0.0.1', () => r()));
+    const port = (this.localApi.address() as AddressInfo).port;
+    writeFileSync(join(this.home, 'agent.json'), JSON.stringify({ port, token, pid: process.pid }), { mode: 0o600 });
+  }
+
+  statusJson(): Record<string, unknown> {
+    const a = this.availability();
+    return {
+      name: this.settings.name,
+      hub: this.settings.hub,
+      connected: this.connected,
+      availability: a.state,
+      reason: a.reason,
+      paused: this.settings.paused,
+      schedule: this.settings.schedule,
+      replicas: this.runningReplicas(),
+      cache: this.cache.inventory(),
+    };
+  }
+
+  async stop(): Promise<void> {
+    this.stopped = true;
+    for (const t of this.timers) clearInterval(t);
+    this.session?.close();
+    await this.stopEverything('node shutting down');
+    await new Promise<void>((r) => (this.localApi ? this.localApi.close(() => r()) : r()));
+  }
+}

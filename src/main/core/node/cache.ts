@@ -1,0 +1,164 @@
+import { createHash } from 'node:crypto';
+import { once } from 'node:events';
+import {
+  closeSync, createReadStream, existsSync, fstatSync, mkdirSync, openSync, readdirSync, renameSync, rmSync, statSync, utimesSync, writeSync,
+} from 'node:fs';
+import { join } from 'node:path';
+import type { Readable } from 'node:stream';
+import { ErrorCode, RelayError } from '../../../shared/errors.js';
+import type { CachedFile } from '../../../shared/protocol.js';
+
+/**
+ * The node's copy of the weights the hub granted it. Files are named by their sha256 (validated hex), so
+ * nothing the hub sends can name a path outside the cache dir. A push lands in partial/<sha>.part, is
+ * verified whole, then renamed into models/<sha>.gguf; an interrupted push resumes from the partial file.
+ */
+const SHA_RE = /^[0-9a-f]{64}$/;
+
+export class ModelCache {
+  readonly modelsDir: string;
+  readonly partialDir: string;
+  /** Files a replica or rpc-server uses now: never evicted. */
+  readonly inUse = new Set<string>();
+
+  constructor(
+    readonly root: string,
+    readonly budgetBytes: number,
+  ) {
+    this.modelsDir = join(root, 'models');
+    this.partialDir = join(root, 'partial');
+    mkdirSync(this.modelsDir, { recursive: true });
+    mkdirSync(this.partialDir, { recursive: true });
+  }
+
+  private static check(sha256: string): string {
+    if (!SHA_RE.test(sha256)) throw new RelayError(ErrorCode.INVALID_ARGUMENT, `not a sha256: ${JSON.stringify(sha256).slice(0, 80)}`);
+    return sha256;
+  }
+
+  pathOf(sha256: string): string {
+    return join(this.modelsDir, `${ModelCache.check(sha256)}.gguf`);
+  }
+
+  partialOf(sha256: string): string {
+    return join(this.partialDir, `${ModelCache.check(sha256)}.part`);
+  }
+
+  has(sha256: string): boolean {
+    return existsSync(this.pathOf(sha256));
+  }
+
+  /** Mark a file as just used (its mtime orders eviction). */
+  touch(sha256: string): void {
+    const now = new Date();
+    try {
+      utimesSync(this.pathOf(sha256), now, now);
+    } catch { /* evicted meanwhile */ }
+  }
+
+  private list(dir: string, ext: string): CachedFile[] {
+    return readdirSync(dir)
+      .filter((f) => f.endsWith(ext) && SHA_RE.test(f.slice(0, 64)) && f.length === 64 + ext.length)
+      .map((f) => ({ sha256: f.slice(0, 64), size: statSync(join(dir, f)).size }));
+  }
+
+  inventory(): CachedFile[] {
+    return this.list(this.modelsDir, '.gguf');
+  }
+
+  partials(): CachedFile[] {
+    return this.list(this.partialDir, '.part');
+  }
+
+  usedBytes(): number {
+    return [...this.inventory(), ...this.partials()].reduce((s, f) => s + f.size, 0);
+  }
+
+  /** Where a push of `sha256` should resume: the partial file's length (0 when none), or null when cached. */
+  resumeOffset(sha256: string, size: number): number | null {
+    if (this.has(sha256)) return null;
+    const p = this.partialOf(sha256);
+    if (!existsSync(p)) return 0;
+    const have = statSync(p).size;
+    if (have > size) {
+      rmSync(p, { force: true });
+      return 0;
+    }
+    return have;
+  }
+
+  /**
+   * Make room for `bytes` more under the budget by evicting least-recently-used files not in use.
+   * Returns false when even that cannot make room.
+   */
+  makeRoom(bytes: number, keep: string | null = null): boolean {
+    if (this.budgetBytes <= 0) return true;
+    let used = this.usedBytes();
+    if (used + bytes <= this.budgetBytes) return true;
+    const candidates = this.inventory()
+      .filter((f) => !this.inUse.has(f.sha256) && f.sha256 !== keep)
+      .map((f) => ({ ...f, mtime: statSync(this.pathOf(f.sha256)).mtimeMs }))
+      .sort((a, b) => a.mtime - b.mtime);
+    for (const f of candidates) {
+      if (used + bytes <= this.budgetBytes) break;
+      rmSync(this.pathOf(f.sha256), { force: true });
+      used -= f.size;
+    }
+    return used + bytes <= this.budgetBytes;
+  }
+
+  evict(sha256: string): boolean {
+    if (this.inUse.has(sha256)) throw new RelayError(ErrorCode.INVALID_REQUEST, `${sha256.slice(0, 12)}… is in use`);
+    const p = this.pathOf(sha256);
+    const had = existsSync(p);
+    rmSync(p, { force: true });
+    return had;
+  }
+
+  /**
+   * Receive bytes [offset, size) of `sha256` from `src`, append them to the partial file, then verify the whole
+   * file's sha256 and move it into place. A short stream leaves the partial file for the next attempt; a
+   * wrong hash deletes it (HASH_MISMATCH); a full disk deletes it (DISK_FULL).
+   */
+  async receive(src: Readable, sha256: string, offset: number, size: number, onProgress?: (done: number) => void): Promise<void> {
+    const part = this.partialOf(sha256);
+    const have = existsSync(part) ? statSync(part).size : 0;
+    if (have !== offset) throw new RelayError(ErrorCode.INVALID_REQUEST, `push of ${sha256.slice(0, 12)}… starts at ${offset} but the partial file has ${have} bytes`);
+    if (!this.makeRoom(size - offset, sha256)) {
+      throw new RelayError(ErrorCode.CACHE_FULL, `the node's cache budget (${Math.round(this.budgetBytes / 1048576)} MB) cannot hold ${Math.round(size / 1048576)} MB`);
+    }
+    const fd = openSync(part, 'a');
+    let written = offset;
+    try {
+      // Not plain for-await: that destroys the stream at its end, and the node still has to answer on it.
+      for await (const chunk of src.iterator({ destroyOnReturn: false })) {
+        const b = chunk as Buffer;
+        if (written + b.byteLength > size) throw new RelayError(ErrorCode.INVALID_REQUEST, `push of ${sha256.slice(0, 12)}… sent more than ${size} bytes`);
+        let off = 0;
+        while (off < b.byteLength) off += writeSync(fd, b, off);
+        written += b.byteLength;
+        onProgress?.(written);
+      }
+    } catch (err) {
+      closeSync(fd);
+      if ((err as NodeJS.ErrnoException).code === 'ENOSPC') {
+        rmSync(part, { force: true });
+        throw new RelayError(ErrorCode.DISK_FULL, `the node's disk is full while writing ${sha256.slice(0, 12)}…; the partial file was removed`);
+      }
+      throw err;
+    }
+    const onDisk = fstatSync(fd).size;
+    closeSync(fd);
+    if (onDisk < size) throw new RelayError(ErrorCode.PUSH_INCOMPLETE, `push of ${sha256.slice(0, 12)}… stopped at ${onDisk} of ${size} bytes; it resumes from there`);
+    const h = createHash('sha256');
+    const rs = createReadStream(part, { highWaterMark: 4 * 1024 * 1024 });
+    rs.on('data', (c) => h.update(c as Buffer));
+    await once(rs, 'end');
+    const got = h.digest('hex');
+    if (got !== sha256) {
+      rmSync(part, { force: true });
+      throw new RelayError(ErrorCode.HASH_MISMATCH, `pushed bytes hash to ${got.slice(0, 12)}…, not ${sha256.slice(0, 12)}…; the partial file was removed`);
+    }
+    renameSync(part, this.pathOf(sha256));
+  }
+}

@@ -1,0 +1,161 @@
+import { EventEmitter } from 'node:events';
+import { ErrorCode, RelayError } from '../../../shared/errors.js';
+import {
+  MAX_CONTROL_LINE_BYTES, MAX_HEADER_LINE_BYTES, parseStreamHeader, type Parsed, type Reply, type StreamHeader, type StreamKind,
+} from '../../../shared/protocol.js';
+import { PRIORITY, type Session, type YamuxStream } from './yamux/session.js';
+
+/**
+ * What rides on a yamux stream: a header line naming its kind, then the kind's bytes. The control kind
+ * carries newline-delimited JSON messages with request/reply correlation.
+ */
+export const KIND_PRIORITY: Record<StreamKind, number> = PRIORITY;
+
+/** Open a stream of `header.kind` and write its header line. */
+export function openStream(session: Session, header: StreamHeader): YamuxStream {
+  const st = session.open(KIND_PRIORITY[header.kind]);
+  st.kind = header.kind;
+  st.write(`${JSON.stringify(header)}\n`);
+  return st;
+}
+
+/**
+ * Read an accepted stream's header line (bounded), set its priority, and leave the rest unread: the stream
+ * is left paused, so its consumer must pipe it, iterate it, or resume() it after adding its listener.
+ */
+export function acceptStream(st: YamuxStream, timeoutMs = 10_000): Promise<StreamHeader> {
+  return new Promise((resolve, reject) => {
+    let buf: Buffer = Buffer.alloc(0);
+    const timer = setTimeout(() => fail(new RelayError(ErrorCode.TUNNEL_PROTOCOL, 'no stream header within the time limit')), timeoutMs);
+    const cleanup = (): void => {
+      clearTimeout(timer);
+      st.off('data', onData);
+      st.off('error', fail);
+      st.off('end', onEnd);
+    };
+    const fail = (err: Error): void => {
+      cleanup();
+      reject(err);
+    };
+    const onEnd = (): void => fail(new RelayError(ErrorCode.TUNNEL_PROTOCOL, 'stream ended before its header'));
+    const onData = (chunk: Buffer): void => {
+      buf = buf.byteLength === 0 ? chunk : Buffer.concat([buf, chunk]);
+      const nl = buf.indexOf(0x0a);
+      if (nl < 0) {
+        if (buf.byteLength > MAX_HEADER_LINE_BYTES) fail(new RelayError(ErrorCode.TUNNEL_PROTOCOL, 'stream header too long'));
+        return;
+      }
+      cleanup();
+      st.pause();
+      const rest = buf.subarray(nl + 1);
+      if (rest.byteLength > 0) st.unshift(rest);
+      const header = parseStreamHeader(buf.subarray(0, nl).toString('utf8'));
+      if (!header) return reject(new RelayError(ErrorCode.TUNNEL_PROTOCOL, `bad stream header: ${buf.subarray(0, Math.min(nl, 120)).toString('utf8')}`));
+      st.kind = header.kind;
+      st.priority = KIND_PRIORITY[header.kind];
+      resolve(header);
+    };
+    st.on('data', onData);
+    st.once('error', fail);
+    st.once('end', onEnd);
+  });
+}
+
+/**
+ * Newline-delimited JSON over a stream. Incoming lines go through `parse` (the protocol's validators);
+ * a line that fails is answered with an error message, never acted on, and never fatal.
+ */
+export class ControlChannel<In extends { type: string }, Out extends object> extends EventEmitter {
+  private buf = '';
+  private nextId = 1;
+  private readonly waiting = new Map<number, { resolve: (r: Reply) => void; reject: (e: Error) => void; timer: NodeJS.Timeout }>();
+  private closedErr: Error | null = null;
+
+  constructor(
+    readonly stream: YamuxStream,
+    private readonly parse: (line: string) => Parsed<In>,
+  ) {
+    super();
+    stream.setEncoding('utf8');
+    stream.on('data', (chunk: string) => this.onData(chunk));
+    stream.resume(); // acceptStream leaves streams paused after their header
+    const closed = (err?: Error): void => this.onClosed(err ?? new RelayError(ErrorCode.SESSION_CLOSED, 'control stream closed'));
+    stream.on('error', closed);
+    stream.on('close', () => closed());
+    stream.on('end', () => closed());
+  }
+
+  send(msg: Out): void {
+    if (this.closedErr || this.stream.destroyed || this.stream.writableEnded) return;
+    this.stream.write(`${JSON.stringify(msg)}\n`);
+  }
+
+  /** Send a command carrying a fresh `id` and wait for the reply with that id. */
+  request(msg: Omit<Out, 'id'> & { type: string }, timeoutMs = 60_000): Promise<Reply> {
+    if (this.closedErr) return Promise.reject(this.closedErr);
+    const id = this.nextId++;
+    return new Promise((resolve, reject) => {
+      const timer = setTimeout(() => {
+        this.waiting.delete(id);
+        reject(new RelayError(ErrorCode.UPSTREAM_ERROR, `no reply to "${msg.type}" within ${timeoutMs} ms`));
+      }, timeoutMs);
+      this.waiting.set(id, { resolve, reject, timer });
+      this.send({ ...msg, id } as unknown as Out);
+    });
+  }
+
+  private onData(chunk: string): void {
+    this.buf += chunk;
+    let nl: number;
+    while ((nl = this.buf.indexOf('\n')) >= 0) {
+      const line = this.buf.slice(0, nl);
+      this.buf = this.buf.slice(nl + 1);
+      if (line.trim() === '') continue;
+      const p = this.parse(line);
+      if (!p.ok) {
+        this.send({ type: 'error', code: p.code, message: p.message } as unknown as Out);
+        this.emit('bad', p);
+        continue;
+      }
+      const msg = p.msg;
+      if (msg.type === 'reply') {
+        const r = msg as unknown as Reply;
+        const w = this.waiting.get(r.id);
+        if (w) {
+          clearTimeout(w.timer);
+          this.waiting.delete(r.id);
+          w.resolve(r);
+        }
+        continue;
+      }
+      this.emit('message', msg);
+    }
+    if (this.buf.length > MAX_CONTROL_LINE_BYTES) {
+      this.send({ type: 'error', code: 'bad_message', message: 'control line too long' } as unknown as Out);
+      this.stream.destroy(new RelayError(ErrorCode.TUNNEL_PROTOCOL, 'control line too long'));
+    }
+  }
+
+  private onClosed(err: Error): void {
+    if (this.closedErr) return;
+    this.closedErr = err;
+    for (const w of this.waiting.values()) {
+      clearTimeout(w.timer);
+      w.reject(err);
+    }
+    this.waiting.clear();
+    this.emit('close', err);
+  }
+
+  close(): void {
+    this.stream.end();
+  }
+}
+
+export function replyOk(id: number, data?: Record<string, unknown>): Reply {
+  return data ? { type: 'reply', id, ok: true, data } : { type: 'reply', id, ok: true };
+}
+
+export function replyErr(id: number, code: string, message: string): Reply {
+  return { type: 'reply', id, ok: false, code, message };
+}

@@ -1,0 +1,191 @@
+/**
+ * The hub ↔ node wire, version 1 (docs/protocol.md is the prose of this file).
+ *
+ * Transport: one WebSocket (subprotocol `relay.v1`, credential in the Authorization header) carrying one
+ * yamux session; the node is the yamux client. Every yamux stream starts with one header line of JSON
+ * (`StreamHeader`) then carries its kind's bytes. The control stream carries newline-delimited JSON
+ * messages, each validated here before anything acts on it.
+ */
+export const PROTOCOL_VERSION = 1;
+export const WS_SUBPROTOCOL = `relay.v${PROTOCOL_VERSION}`;
+export const TUNNEL_PATH = '/tunnel';
+export const MAX_HEADER_LINE_BYTES = 4096;
+export const MAX_CONTROL_LINE_BYTES = 1024 * 1024;
+
+export type StreamKind = 'control' | 'rpc' | 'http' | 'file';
+
+export type StreamHeader =
+  | { kind: 'control' }
+  | { kind: 'http'; replica: string }
+  | { kind: 'rpc'; rpc: string }
+  | { kind: 'file'; sha256: string; offset: number; size: number };
+
+export type Availability = 'idle' | 'busy' | 'paused';
+
+export interface DeviceInfo {
+  id: string;
+  kind: 'gpu' | 'cpu';
+  description: string;
+  totalMb: number;
+  freeMb: number;
+}
+
+export interface CachedFile {
+  sha256: string;
+  size: number;
+}
+
+export interface RunningReplica {
+  replica: string;
+  sha256: string;
+  pid: number | null;
+}
+
+export interface Hello {
+  type: 'hello';
+  protocol: number;
+  node: string;
+  llama: string;
+  devices: DeviceInfo[];
+  cache: CachedFile[];
+  partials: CachedFile[];
+  replicas: RunningReplica[];
+  availability: Availability;
+  reason: string | null;
+}
+
+export interface Heartbeat {
+  type: 'heartbeat';
+  devices: DeviceInfo[];
+  availability: Availability;
+  reason: string | null;
+  replicas: RunningReplica[];
+  cache: CachedFile[];
+}
+
+export interface AvailabilityMsg {
+  type: 'availability';
+  availability: Availability;
+  reason: string | null;
+}
+
+export interface StartReplica {
+  type: 'start-replica';
+  id: number;
+  replica: string;
+  sha256: string;
+  ctx: number;
+  slots: number;
+  cacheType: 'f16' | 'q8_0' | 'q4_0';
+  flashAttn: 'on' | 'off' | 'auto' | null;
+  embedding: boolean;
+  pooling: 'mean' | null;
+  alias: string;
+  /** The node device the hub placed it on: a llama.cpp device name, or CPU for the node's CPU budget. */
+  device: string;
+}
+
+export interface StopReplica { type: 'stop-replica'; id: number; replica: string }
+export interface StartRpc { type: 'start-rpc'; id: number; rpc: string; cache: boolean }
+export interface StopRpc { type: 'stop-rpc'; id: number; rpc: string }
+export interface Evict { type: 'evict'; id: number; sha256: string }
+export interface PushBegin { type: 'push-begin'; id: number; sha256: string; size: number }
+
+export type Command = StartReplica | StopReplica | StartRpc | StopRpc | Evict | PushBegin;
+type WithoutId<T> = T extends unknown ? Omit<T, 'id'> : never;
+/** A command as the hub writes it; the control channel adds the correlation id. */
+export type CommandBody = WithoutId<Command>;
+
+export interface Reply {
+  type: 'reply';
+  id: number;
+  ok: boolean;
+  code?: string;
+  message?: string;
+  data?: Record<string, unknown>;
+}
+
+export interface Welcome { type: 'welcome'; protocol: number; hub: string }
+export interface ErrorMsg { type: 'error'; code: string; message: string }
+
+export type NodeToHub = Hello | Heartbeat | AvailabilityMsg | Reply | ErrorMsg;
+export type HubToNode = Welcome | Command | ErrorMsg;
+
+// ---- validation: pure, small, explicit ----
+
+type Check = (v: unknown) => boolean;
+const isStr: Check = (v) => typeof v === 'string';
+const isNullableStr: Check = (v) => v === null || typeof v === 'string';
+const isInt: Check = (v) => Number.isInteger(v) && (v as number) >= 0;
+const isNum: Check = (v) => typeof v === 'number' && Number.isFinite(v) && v >= 0;
+const isBool: Check = (v) => typeof v === 'boolean';
+const isSha: Check = (v) => typeof v === 'string' && /^[0-9a-f]{64}$/.test(v);
+const isId: Check = (v) => typeof v === 'string' && /^[A-Za-z0-9._:-]{1,128}$/.test(v);
+const oneOf = (...xs: unknown[]): Check => (v) => xs.includes(v);
+const arrayOf = (c: Check, max = 10_000): Check => (v) => Array.isArray(v) && v.length <= max && v.every(c);
+const shape = (fields: Record<string, Check>): Check => (v) =>
+  typeof v === 'object' && v !== null && !Array.isArray(v) && Object.entries(fields).every(([k, c]) => c((v as Record<string, unknown>)[k]));
+
+const device = shape({ id: isId, kind: oneOf('gpu', 'cpu'), description: isStr, totalMb: isNum, freeMb: isNum });
+const cached = shape({ sha256: isSha, size: isInt });
+const running = shape({ replica: isId, sha256: isSha, pid: (v) => v === null || isInt(v) });
+const availability = oneOf('idle', 'busy', 'paused');
+
+const SCHEMAS: Record<string, Check> = {
+  hello: shape({ protocol: isInt, node: isId, llama: isStr, devices: arrayOf(device, 64), cache: arrayOf(cached), partials: arrayOf(cached), replicas: arrayOf(running, 256), availability, reason: isNullableStr }),
+  heartbeat: shape({ devices: arrayOf(device, 64), availability, reason: isNullableStr, replicas: arrayOf(running, 256), cache: arrayOf(cached) }),
+  availability: shape({ availability, reason: isNullableStr }),
+  reply: shape({ id: isInt, ok: isBool }),
+  error: shape({ code: isStr, message: isStr }),
+  welcome: shape({ protocol: isInt, hub: isStr }),
+  'start-replica': shape({
+    id: isInt, replica: isId, sha256: isSha, ctx: isInt, slots: isInt, cacheType: oneOf('f16', 'q8_0', 'q4_0'),
+    flashAttn: oneOf('on', 'off', 'auto', null), embedding: isBool, pooling: oneOf('mean', null), alias: isId, device: isId,
+  }),
+  'stop-replica': shape({ id: isInt, replica: isId }),
+  'start-rpc': shape({ id: isInt, rpc: isId, cache: isBool }),
+  'stop-rpc': shape({ id: isInt, rpc: isId }),
+  evict: shape({ id: isInt, sha256: isSha }),
+  'push-begin': shape({ id: isInt, sha256: isSha, size: isInt }),
+};
+
+const FROM_NODE = new Set(['hello', 'heartbeat', 'availability', 'reply', 'error']);
+const FROM_HUB = new Set(['welcome', 'error', 'start-replica', 'stop-replica', 'start-rpc', 'stop-rpc', 'evict', 'push-begin']);
+
+export type Parsed<T> = { ok: true; msg: T } | { ok: false; code: 'bad_json' | 'bad_message' | 'unknown_type'; message: string };
+
+function parse<T>(line: string, allowed: Set<string>): Parsed<T> {
+  let v: unknown;
+  try {
+    v = JSON.parse(line);
+  } catch {
+    return { ok: false, code: 'bad_json', message: `not JSON: ${line.slice(0, 80)}` };
+  }
+  const type = typeof v === 'object' && v !== null ? (v as { type?: unknown }).type : undefined;
+  if (typeof type !== 'string') return { ok: false, code: 'bad_message', message: 'a message needs a string "type"' };
+  if (!allowed.has(type)) return { ok: false, code: 'unknown_type', message: `unknown message type "${type.slice(0, 40)}"` };
+  if (!SCHEMAS[type]!(v)) return { ok: false, code: 'bad_message', message: `malformed "${type}" message` };
+  return { ok: true, msg: v as T };
+}
+
+export const parseNodeMessage = (line: string): Parsed<NodeToHub> => parse<NodeToHub>(line, FROM_NODE);
+export const parseHubMessage = (line: string): Parsed<HubToNode> => parse<HubToNode>(line, FROM_HUB);
+
+export function parseStreamHeader(line: string): StreamHeader | null {
+  let v: unknown;
+  try {
+    v = JSON.parse(line);
+  } catch {
+    return null;
+  }
+  const h = v as Record<string, unknown>;
+  if (typeof v !== 'object' || v === null) return null;
+  switch (h.kind) {
+    case 'control': return { kind: 'control' };
+    case 'http': return isId(h.replica) ? { kind: 'http', replica: h.replica as string } : null;
+    case 'rpc': return isId(h.rpc) ? { kind: 'rpc', rpc: h.rpc as string } : null;
+    case 'file': return isSha(h.sha256) && isInt(h.offset) && isInt(h.size) && (h.offset as number) <= (h.size as number)
+      ? { kind: 'file', sha256: h.sha256 as string, offset: h.offset as number, size: h.size as number } : null;
+    default: return null;
+  }
+}
