@@ -99,6 +99,8 @@ export class ModelCache {
       .filter((f) => !this.inUse.has(f.sha256) && f.sha256 !== keep)
       .map((f) => ({ ...f, mtime: statSync(this.pathOf(f.sha256)).mtimeMs }))
       .sort((a, b) => a.mtime - b.mtime);
+    // Evict nothing when even evicting everything would not make room: a refused push should cost nothing.
+    if (used - candidates.reduce((s, f) => s + f.size, 0) + bytes > this.budgetBytes) return false;
     for (const f of candidates) {
       if (used + bytes <= this.budgetBytes) break;
       rmSync(this.pathOf(f.sha256), { force: true });

@@ -1,0 +1,146 @@
+import assert from 'node:assert/strict';
+import { once } from 'node:events';
+import { mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, before, describe, it } from 'node:test';
+import { WebSocket } from 'ws';
+import { PROTOCOL_VERSION, WS_SUBPROTOCOL } from '../../src/shared/protocol.js';
+import { hubConfigFromEnv } from '../../src/main/core/config.js';
+import { startHub, type Hub } from '../../src/main/core/hub/index.js';
+import { openRpcBridge } from '../../src/main/core/hub/rpc-bridge.js';
+import { joinSecret, mintJoinToken } from '../../src/main/core/hub/tokens.js';
+import { readGgufFile } from '../../src/main/core/gguf/index.js';
+import { startLlamaServer } from '../../src/main/core/llama/index.js';
+import { createLogger } from '../../src/main/core/log.js';
+import { NodeAgent, joinHub } from '../../src/main/core/node/agent.js';
+import { openStream } from '../../src/main/core/tunnel/channel.js';
+import { webSocketDuplex } from '../../src/main/core/tunnel/transport.js';
+import { Session } from '../../src/main/core/tunnel/yamux/session.js';
+import { fixture, llama } from '../helpers/llama.js';
+import { listeningSockets } from '../helpers/node.js';
+import { complete } from '../helpers/openai.js';
+
+const log = createLogger({ level: 'warn', pretty: false });
+let hub: Hub;
+let home: string;
+
+before(async () => {
+  home = mkdtempSync(join(tmpdir(), 'relay-hub-'));
+  hub = await startHub(hubConfigFromEnv({ HOME: tmpdir() }, { port: 0, home }), { log, install: llama() });
+});
+after(async () => {
+  await hub?.close();
+});
+
+/** A hand-driven node: raw WebSocket + yamux + control stream, to send what a real node never would. */
+async function rawNode(name: string) {
+  const credential = await joinHub(hub.url, mintJoinToken(joinSecret(home)), name);
+  const ws = new WebSocket(`${hub.url.replace('http', 'ws')}/tunnel`, [WS_SUBPROTOCOL], { headers: { authorization: `Bearer ${credential}`, 'x-relay-node': name } });
+  await once(ws, 'open');
+  const session = new Session(webSocketDuplex(ws), { client: true, keepAliveIntervalMs: 0 });
+  const control = openStream(session, { kind: 'control' });
+  control.on('error', () => undefined); // the hub may close on us: that is the point of some tests
+  control.setEncoding('utf8');
+  const lines: Record<string, unknown>[] = [];
+  let buf = '';
+  control.on('data', (c: string) => {
+    buf += c;
+    let nl: number;
+    while ((nl = buf.indexOf('\n')) >= 0) {
+      lines.push(JSON.parse(buf.slice(0, nl)) as Record<string, unknown>);
+      buf = buf.slice(nl + 1);
+    }
+  });
+  const next = async (): Promise<Record<string, unknown>> => {
+    for (let i = 0; i < 200 && lines.length === 0; i++) await new Promise((r) => setTimeout(r, 10));
+    const l = lines.shift();
+    assert.ok(l, 'a message from the hub');
+    return l;
+  };
+  const hello = { type: 'hello', protocol: PROTOCOL_VERSION, node: name, llama: llama().version, devices: [], cache: [], partials: [], replicas: [], availability: 'idle', reason: null };
+  return { session, control, next, hello, send: (x: unknown) => control.write(typeof x === 'string' ? `${x}\n` : `${JSON.stringify(x)}\n`) };
+}
+
+describe('control protocol', { timeout: 120_000 }, () => {
+  it('answers malformed and unknown messages with an error and keeps the node connected', async () => {
+    const n = await rawNode('prober');
+    n.send(n.hello);
+    assert.equal((await n.next()).type, 'welcome');
+    for (const [bad, code] of [['{not json', 'bad_json'], ['{"type":"format-disk"}', 'unknown_type'], ['{"type":"heartbeat","devices":"many"}', 'bad_message'], ['42', 'bad_message']] as const) {
+      n.send(bad);
+      const reply = await n.next();
+      assert.deepEqual([reply.type, reply.code], ['error', code], JSON.stringify(reply));
+    }
+    n.send({ type: 'heartbeat', devices: [], availability: 'busy', reason: null, replicas: [], cache: [] });
+    for (let i = 0; i < 100 && hub.nodes.get('prober')?.availability !== 'busy'; i++) await new Promise((r) => setTimeout(r, 10));
+    assert.equal(hub.nodes.get('prober')?.availability, 'busy');
+    assert.equal(n.session.closed, false);
+    n.session.close();
+  });
+
+  it('refuses a node whose llama.cpp build differs, naming both versions', async () => {
+    const n = await rawNode('oldbuild');
+    n.send({ ...n.hello, llama: 'version: 1 (commit 0000000)' });
+    const reply = await n.next();
+    assert.equal(reply.code, 'version_mismatch');
+    assert.match(String(reply.message), new RegExp(`hub "${llama().version.replace(/[()]/g, '\\$&')}", node "version: 1 \\(commit 0000000\\)"`));
+    if (!n.session.closed) await once(n.session, 'close'); // the hub hangs up after saying why
+  });
+
+  it('refuses a node whose protocol version differs', async () => {
+    const n = await rawNode('future');
+    n.send({ ...n.hello, protocol: 99 });
+    const reply = await n.next();
+    assert.equal(reply.code, 'version_mismatch');
+    assert.match(String(reply.message), /hub 1, node 99/);
+  });
+});
+
+describe('rpc streams', { timeout: 300_000 }, () => {
+  it('llama-server on the hub uses a node\'s ggml-rpc-server through the tunnel: same text as one process; the rpc-server listens on 127.0.0.1 only', async () => {
+    const nodeHome = mkdtempSync(join(tmpdir(), 'relay-node-'));
+    const credential = await joinHub(hub.url, mintJoinToken(joinSecret(home)), 'rpcnode');
+    const agent = new NodeAgent(nodeHome, { hub: hub.url, name: 'rpcnode', credential, paused: false, schedule: '', cpuBudgetMb: 1000, cacheBudgetMb: 0 }, { log, install: llama() });
+    await agent.start();
+    try {
+      if (!agent.connected) await once(agent, 'connected');
+      const conn = hub.nodes.get('rpcnode')!;
+      const started = await conn.command({ type: 'start-rpc', rpc: 'stage0', cache: true });
+      const rpcPort = started.data!.port as number;
+      const bridge = await openRpcBridge(conn, 'stage0');
+      const model = fixture('dense');
+      const single = await startLlamaServer(llama(), { model, ctx: 512, slots: 1, cacheType: 'f16' });
+      const want = await complete(single.baseUrl, 'The quick brown fox', 24);
+      await single.child.terminate(5000);
+      const head = await startLlamaServer(llama(), { model, ctx: 512, slots: 1, cacheType: 'f16', rpc: [bridge.endpoint], devices: ['RPC0'], gpuLayers: 99 });
+      try {
+        const got = await complete(head.baseUrl, 'The quick brown fox', 24);
+        assert.equal(got.text, want.text);
+        assert.ok(head.child.output().some((l) => l.includes(`RPC0[${bridge.endpoint}] model buffer size`)));
+        // Every tensor but the input embedding (which llama.cpp keeps on the host) crossed the tunnel.
+        const onRpc = readGgufFile(model).tensors.filter((t) => t.name !== 'token_embd.weight').reduce((s, t) => s + t.bytes, 0);
+        assert.ok(bridge.bytes.toNode >= onRpc, `${bridge.bytes.toNode} bytes crossed the tunnel, the remote tensors are ${onRpc}`);
+        assert.equal(conn.bytes.rpc, bridge.bytes.toNode + bridge.bytes.fromNode);
+      } finally {
+        await head.child.terminate(5000);
+        await bridge.close();
+      }
+      // Find the rpc-server by its port among the node's children: it must listen on loopback only.
+      const { readdirSync, readFileSync } = await import('node:fs');
+      const pids = readdirSync('/proc').filter((p) => /^\d+$/.test(p)).filter((p) => {
+        try {
+          return readFileSync(`/proc/${p}/cmdline`, 'utf8').includes(`--port\0${rpcPort}`);
+        } catch {
+          return false;
+        }
+      });
+      assert.equal(pids.length, 1);
+      const socks = listeningSockets(Number(pids[0]));
+      assert.deepEqual(socks, [{ addr: '0100007F', port: rpcPort }]);
+      await conn.command({ type: 'stop-rpc', rpc: 'stage0' });
+    } finally {
+      await agent.stop();
+    }
+  });
+});
