@@ -27,7 +27,7 @@ Usage:
                          mint a join token for a new node (printed as the last line)
   relay nodes ls | revoke NAME [--hub URL]
   relay up --hub URL --token T [--name N] [--home DIR] [--cpu-budget-mb N] [--cache-budget-mb N]
-         [--schedule "mon-fri 09:00-17:30"]
+         [--schedule "mon-fri 09:00-17:30"] [--auto-pause]
                          run a node: dial out to the hub and lend this machine's device
   relay pause | resume [--home NODE_DIR]
                          stop sharing (the hub releases this machine's GPU within 30 s) / share again
@@ -262,6 +262,7 @@ async function cmdUp(args: string[]): Promise<number> {
     options: {
       hub: { type: 'string' }, token: { type: 'string' }, name: { type: 'string' }, home: { type: 'string' },
       'cpu-budget-mb': { type: 'string' }, 'cache-budget-mb': { type: 'string' }, schedule: { type: 'string' },
+      'auto-pause': { type: 'boolean' },
     },
   });
   const home = nodeHome(values.home);
@@ -281,6 +282,7 @@ async function cmdUp(args: string[]): Promise<number> {
     schedule: values.schedule ?? saved?.schedule ?? '',
     cpuBudgetMb: intFlag(values['cpu-budget-mb'], '--cpu-budget-mb') ?? saved?.cpuBudgetMb ?? 0,
     cacheBudgetMb: intFlag(values['cache-budget-mb'], '--cache-budget-mb') ?? saved?.cacheBudgetMb ?? 0,
+    autoPause: values['auto-pause'] ?? saved?.autoPause ?? false,
   };
   writeSettings(home, settings);
   const log = createLogger({ name: `node:${name}` });

@@ -16,7 +16,7 @@ export interface GpuReading {
 
 type Fn = (...args: unknown[]) => number;
 interface Nvml {
-  init: Fn; shutdown: Fn; count: Fn; handle: Fn; memory: Fn; util: Fn; name: Fn;
+  init: Fn; shutdown: Fn; count: Fn; handle: Fn; memory: Fn; util: Fn; name: Fn; procs: Fn | null;
 }
 
 let cached: Nvml | null | undefined;
@@ -37,7 +37,14 @@ function load(): Nvml | null {
       memory: lib.func('int nvmlDeviceGetMemoryInfo(void *device, _Out_ nvmlMemory_t *memory)') as Fn,
       util: lib.func('int nvmlDeviceGetUtilizationRates(void *device, _Out_ nvmlUtilization_t *util)') as Fn,
       name: lib.func('int nvmlDeviceGetName(void *device, _Out_ char *name, uint32 length)') as Fn,
+      procs: null,
     };
+    try {
+      koffi.struct('nvmlProcessInfo_t', { pid: 'uint32', usedGpuMemory: 'uint64', gpuInstanceId: 'uint32', computeInstanceId: 'uint32' });
+      cached.procs = lib.func('int nvmlDeviceGetComputeRunningProcesses_v3(void *device, _Inout_ uint32 *count, _Out_ nvmlProcessInfo_t *infos)') as Fn;
+    } catch {
+      cached.procs = null; // an old driver: auto-pause falls back to "unavailable"
+    }
   } catch {
     cached = null; // no driver: the normal case on a CPU-only machine
   }
@@ -77,6 +84,33 @@ export function readNvml(): GpuReading[] | null {
       });
     }
     return out;
+  } finally {
+    n.shutdown();
+  }
+}
+
+/**
+ * GPU memory (MB) used by compute processes other than `ownPids`, summed over every GPU, or null when NVML
+ * cannot tell. The auto-pause detector's input.
+ */
+export function otherProcessesGpuMb(ownPids: ReadonlySet<number>): number | null {
+  const n = load();
+  if (!n?.procs || n.init() !== 0) return null;
+  try {
+    const count = [0];
+    if (n.count(count) !== 0) return null;
+    let total = 0;
+    for (let i = 0; i < count[0]!; i++) {
+      const h = [null];
+      if (n.handle(i, h) !== 0) continue;
+      const cap = [64];
+      const infos = Array.from({ length: 64 }, () => ({ pid: 0, usedGpuMemory: 0n, gpuInstanceId: 0, computeInstanceId: 0 }));
+      if (n.procs(h[0], cap, infos) !== 0) continue;
+      for (const p of infos.slice(0, cap[0])) {
+        if (!ownPids.has(p.pid)) total += Number(p.usedGpuMemory) / MIB;
+      }
+    }
+    return total;
   } finally {
     n.shutdown();
   }

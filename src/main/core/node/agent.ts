@@ -19,7 +19,8 @@ import { describeExit } from '../llama/supervisor.js';
 import { ControlChannel, acceptStream, openStream, replyErr, replyOk } from '../tunnel/channel.js';
 import { webSocketDuplex } from '../tunnel/transport.js';
 import { Session, type YamuxStream } from '../tunnel/yamux/session.js';
-import { availabilityOf, inPauseWindow, parseSchedule, type PauseWindow } from './availability.js';
+import { otherProcessesGpuMb } from '../gpu/nvml.js';
+import { AutoPause, availabilityOf, inPauseWindow, parseSchedule, type PauseWindow } from './availability.js';
 import { ModelCache } from './cache.js';
 
 /**
@@ -35,6 +36,8 @@ export interface NodeSettings {
   schedule: string;
   cpuBudgetMb: number;
   cacheBudgetMb: number;
+  /** Opt-in: pause while other programs use the GPU (NVML), with hysteresis. */
+  autoPause?: boolean;
 }
 
 export function settingsPath(home: string): string {
@@ -92,6 +95,8 @@ export class NodeAgent extends EventEmitter {
   private backoffMs = 500;
   private timers: NodeJS.Timeout[] = [];
   private localApi: Server | null = null;
+  private readonly autoPause = new AutoPause({ thresholdMb: 1024, pauseAfterMs: 30_000, resumeAfterMs: 120_000 });
+  private autoPaused = false;
   connected = false;
   /** Set when the hub refused us for good (revoked, version mismatch): no more reconnects. */
   fatal: RelayError | null = null;
@@ -113,7 +118,7 @@ export class NodeAgent extends EventEmitter {
     return availabilityOf({
       manualPause: this.settings.paused,
       scheduled: inPauseWindow(this.schedule, new Date()),
-      autoPaused: false,
+      autoPaused: this.autoPaused,
       activeStreams: this.activeStreams,
     });
   }
@@ -162,7 +167,16 @@ export class NodeAgent extends EventEmitter {
 
   async start(): Promise<void> {
     await this.startLocalApi();
+    if (this.settings.autoPause && otherProcessesGpuMb(new Set()) === null) {
+      this.d.log.warn('--auto-pause needs NVIDIA\'s NVML (the driver library): it stays off on this machine');
+    }
     const tick = setInterval(() => {
+      if (this.settings.autoPause) {
+        const own = new Set([...this.replicas.values()].map((r) => r.server.child.pid ?? -1));
+        for (const r of this.rpcs.values()) own.add(r.child.pid ?? -1);
+        const other = otherProcessesGpuMb(own);
+        if (other !== null) this.autoPaused = this.autoPause.update(other, Date.now());
+      }
       if (this.connected) this.heartbeat();
       void this.availabilityChanged(); // schedule windows open and close with the clock
     }, this.d.heartbeatMs ?? 5000);

@@ -1,10 +1,9 @@
 import { createHash } from 'node:crypto';
 import { once } from 'node:events';
-import {
-  closeSync, createReadStream, existsSync, fstatSync, mkdirSync, openSync, readdirSync, renameSync, rmSync, statSync, utimesSync, writeSync,
-} from 'node:fs';
+import { createReadStream, createWriteStream, existsSync, mkdirSync, readdirSync, renameSync, rmSync, statSync, utimesSync } from 'node:fs';
 import { join } from 'node:path';
-import type { Readable } from 'node:stream';
+import { Transform, type Readable } from 'node:stream';
+import { pipeline } from 'node:stream/promises';
 import { ErrorCode, RelayError } from '../../../shared/errors.js';
 import type { CachedFile } from '../../../shared/protocol.js';
 
@@ -129,28 +128,27 @@ export class ModelCache {
     if (!this.makeRoom(size - offset, sha256)) {
       throw new RelayError(ErrorCode.CACHE_FULL, `the node's cache budget (${Math.round(this.budgetBytes / 1048576)} MB) cannot hold ${Math.round(size / 1048576)} MB`);
     }
-    const fd = openSync(part, 'a');
     let written = offset;
-    try {
-      // Not plain for-await: that destroys the stream at its end, and the node still has to answer on it.
-      for await (const chunk of src.iterator({ destroyOnReturn: false })) {
-        const b = chunk as Buffer;
-        if (written + b.byteLength > size) throw new RelayError(ErrorCode.INVALID_REQUEST, `push of ${sha256.slice(0, 12)}… sent more than ${size} bytes`);
-        let off = 0;
-        while (off < b.byteLength) off += writeSync(fd, b, off);
-        written += b.byteLength;
+    const guard = new Transform({
+      transform(chunk: Buffer, _e, cb) {
+        if (written + chunk.byteLength > size) return cb(new RelayError(ErrorCode.INVALID_REQUEST, `push of ${sha256.slice(0, 12)}… sent more than ${size} bytes`));
+        written += chunk.byteLength;
         onProgress?.(written);
-      }
+        cb(null, chunk);
+      },
+    });
+    try {
+      // Asynchronous writes with backpressure: the event loop keeps serving the tunnel while the disk works.
+      // (A plain for-await on the stream would destroy it at its end, and the node still answers on it.)
+      await pipeline(src.iterator({ destroyOnReturn: false }), guard, createWriteStream(part, { flags: 'a', highWaterMark: 1024 * 1024 }));
     } catch (err) {
-      closeSync(fd);
       if ((err as NodeJS.ErrnoException).code === 'ENOSPC') {
         rmSync(part, { force: true });
         throw new RelayError(ErrorCode.DISK_FULL, `the node's disk is full while writing ${sha256.slice(0, 12)}…; the partial file was removed`);
       }
       throw err;
     }
-    const onDisk = fstatSync(fd).size;
-    closeSync(fd);
+    const onDisk = existsSync(part) ? statSync(part).size : 0;
     if (onDisk < size) throw new RelayError(ErrorCode.PUSH_INCOMPLETE, `push of ${sha256.slice(0, 12)}… stopped at ${onDisk} of ${size} bytes; it resumes from there`);
     const h = createHash('sha256');
     const rs = createReadStream(part, { highWaterMark: 4 * 1024 * 1024 });

@@ -26,6 +26,8 @@ export interface SessionOptions {
   readonly maxQueuedBytes?: number;
   /** Largest DATA payload this side sends in one frame (smaller frames: finer interleaving). */
   readonly maxFrameBytes?: number;
+  /** Most bytes of frames coalesced into one transport write. */
+  readonly maxBatchBytes?: number;
   /** Ping period and how long a ping may go unanswered before the session is declared dead; 0 disables. */
   readonly keepAliveIntervalMs?: number;
   readonly keepAliveTimeoutMs?: number;
@@ -131,6 +133,8 @@ export class Session extends EventEmitter {
   readonly streamWindow: number;
   private readonly maxQueued: number;
   private readonly maxFrame: number;
+  /** Frames coalesced into one transport write (one WebSocket message). */
+  private readonly maxBatch: number;
   private readonly maxStreams: number;
   private readonly streams = new Map<number, YamuxStream>();
   private nextId: number;
@@ -155,7 +159,8 @@ export class Session extends EventEmitter {
     super();
     this.streamWindow = Math.max(INITIAL_WINDOW, opts.streamWindow ?? 1024 * 1024);
     this.maxQueued = opts.maxQueuedBytes ?? 128 * 1024;
-    this.maxFrame = opts.maxFrameBytes ?? 32 * 1024;
+    this.maxFrame = opts.maxFrameBytes ?? 64 * 1024;
+    this.maxBatch = Math.max(this.maxFrame + HEADER_BYTES, opts.maxBatchBytes ?? 256 * 1024);
     this.maxStreams = opts.maxStreams ?? 4096;
     this.nextId = opts.client ? 1 : 2;
     this.decoder = new FrameDecoder((h) => {
@@ -433,7 +438,7 @@ export class Session extends EventEmitter {
         // Coalesce control frames and data frames into one transport write (one WebSocket message).
         const batch: Buffer[] = [];
         let bytes = 0;
-        while (bytes < this.maxFrame + HEADER_BYTES) {
+        while (bytes < this.maxBatch) {
           const f = this.control.shift() ?? this.nextDataFrame();
           if (!f) break;
           for (const b of f) {
