@@ -8,7 +8,7 @@ import type { Logger } from 'pino';
 import { WebSocketServer, type WebSocket } from 'ws';
 import { ErrorCode, RelayError } from '../../../shared/errors.js';
 import {
-  PROTOCOL_VERSION, TUNNEL_PATH, WS_SUBPROTOCOL, parseNodeMessage,
+  PROTOCOL_VERSION, TUNNEL_PATH, TUNNEL_STREAM_WINDOW, WS_SUBPROTOCOL, parseNodeMessage,
   type Availability, type CachedFile, type CommandBody, type DeviceInfo, type Hello, type HubToNode, type NodeToHub, type Reply, type RunningReplica, type StreamHeader,
 } from '../../../shared/protocol.js';
 import { ControlChannel, acceptStream, openStream } from '../tunnel/channel.js';
@@ -169,7 +169,7 @@ export class NodeManager extends EventEmitter {
 
   private async onConnection(ws: WebSocket, name: string): Promise<void> {
     const log = this.d.log.child({ node: name });
-    const session = new Session(webSocketDuplex(ws), { client: false, keepAliveIntervalMs: 10_000, keepAliveTimeoutMs: 20_000 });
+    const session = new Session(webSocketDuplex(ws), { client: false, keepAliveIntervalMs: 10_000, keepAliveTimeoutMs: 20_000, streamWindow: TUNNEL_STREAM_WINDOW });
     const first = await new Promise<YamuxStream | null>((resolve) => {
       const t = setTimeout(() => resolve(null), this.d.helloTimeoutMs ?? 10_000);
       session.once('stream', (st: YamuxStream) => {

@@ -9,7 +9,7 @@ import type { Logger } from 'pino';
 import { WebSocket } from 'ws';
 import { ErrorCode, RelayError, isRelayError } from '../../../shared/errors.js';
 import {
-  PROTOCOL_VERSION, TUNNEL_PATH, WS_SUBPROTOCOL, parseHubMessage,
+  PROTOCOL_VERSION, TUNNEL_PATH, TUNNEL_STREAM_WINDOW, WS_SUBPROTOCOL, parseHubMessage,
   type Availability, type Command, type DeviceInfo, type HubToNode, type NodeToHub, type RunningReplica, type StartReplica,
 } from '../../../shared/protocol.js';
 import { HostInventory } from '../gpu/inventory.js';
@@ -229,7 +229,7 @@ export class NodeAgent extends EventEmitter {
       });
       ws.on('error', (err) => reject(new RelayError(ErrorCode.HUB_UNREACHABLE, `cannot reach the hub at ${this.settings.hub}: ${err.message}`)));
       ws.on('open', () => {
-        const session = new Session(webSocketDuplex(ws), { client: true, keepAliveIntervalMs: 10_000, keepAliveTimeoutMs: 20_000 });
+        const session = new Session(webSocketDuplex(ws), { client: true, keepAliveIntervalMs: 10_000, keepAliveTimeoutMs: 20_000, streamWindow: TUNNEL_STREAM_WINDOW });
         const st = openStream(session, { kind: 'control' });
         const control = new ControlChannel<HubToNode, NodeToHub>(st, parseHubMessage);
         const a = this.availability();
