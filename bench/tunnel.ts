@@ -17,7 +17,7 @@ import { performance } from 'node:perf_hooks';
 import { WebSocket, WebSocketServer } from 'ws';
 import { hubConfigFromEnv } from '../src/main/core/config.js';
 import { startHub } from '../src/main/core/hub/index.js';
-import { joinSecret, mintJoinToken } from '../src/main/core/hub/tokens.js';
+import { joinSecret, mintJoinToken } from '../src/main/core/pool/tokens.js';
 import { startLlamaServer } from '../src/main/core/llama/index.js';
 import { createLogger } from '../src/main/core/log.js';
 import { NodeAgent, joinHub } from '../src/main/core/node/agent.js';

@@ -8,7 +8,7 @@ import { hostname } from 'node:os';
 import { join } from 'node:path';
 import { existsSync, readFileSync } from 'node:fs';
 import { defaultHome } from './core/config.js';
-import { joinSecret, mintJoinToken } from './core/hub/tokens.js';
+import { joinSecret, mintJoinToken } from './core/pool/tokens.js';
 import { BACKENDS, ensureLlama, findLlama, parseListDevices, terminateAll, type Backend } from './core/llama/index.js';
 import { createLogger } from './core/log.js';
 import { NodeAgent, joinHub, readSettings, writeSettings, type NodeSettings } from './core/node/agent.js';
@@ -18,6 +18,7 @@ const USAGE = `relay — pool a household's GPUs for llama.cpp inference
 
 Usage:
   relay hub [--port 7070] [--listen 127.0.0.1] [--home DIR] [--cpu-budget-mb N] [--keep-alive-ms MS]
+            [--tls-cert FILE --tls-key FILE]
                          run the hub: OpenAI-compatible /v1, dashboard at /, admin API at /api
   relay models add FILE [--name NAME] [--required-vram-mb N] [--embedding] [--hub URL]
   relay models ls [--hub URL]
@@ -94,9 +95,12 @@ async function cmdHub(args: string[]): Promise<number> {
     options: {
       port: { type: 'string' }, listen: { type: 'string' }, home: { type: 'string' },
       'cpu-budget-mb': { type: 'string' }, 'keep-alive-ms': { type: 'string' },
+      'tls-cert': { type: 'string' }, 'tls-key': { type: 'string' },
     },
   });
   const overrides: Partial<HubConfig> = {
+    tlsCertPath: values['tls-cert'] ? resolve(values['tls-cert']) : undefined,
+    tlsKeyPath: values['tls-key'] ? resolve(values['tls-key']) : undefined,
     port: intFlag(values.port, '--port'),
     host: values.listen,
     home: values.home ? resolve(values.home) : undefined,

@@ -45,7 +45,7 @@ export async function startHub(opts: { env?: Record<string, string>; args?: stri
   const exited = new Promise<void>((r) => proc.once('exit', () => r()));
   const url = await new Promise<string>((resolve, reject) => {
     createInterface({ input: proc.stdout! }).on('line', (l) => {
-      const m = /\/v1\s+(http:\/\/\S+)\/v1$/.exec(l);
+      const m = /\/v1\s+(https?:\/\/\S+)\/v1$/.exec(l);
       if (m) resolve(m[1]!);
     });
     void exited.then(() => reject(new Error(`relay hub exited before serving:\n${logs.join('\n')}`)));

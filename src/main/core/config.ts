@@ -38,6 +38,9 @@ export interface HubConfig {
   readonly threads: number | undefined;
   /** Cap on weight-push bandwidth per push in MB/s (RELAY_PUSH_MAX_MBPS); 0 = unlimited. */
   readonly pushMaxMbps: number;
+  /** PEM files: with both set the hub serves HTTPS, and nodes dial wss:// (RELAY_TLS_CERT, RELAY_TLS_KEY). */
+  readonly tlsCertPath: string | undefined;
+  readonly tlsKeyPath: string | undefined;
 }
 
 export function defaultHome(env: NodeJS.ProcessEnv = process.env): string {
@@ -89,6 +92,8 @@ export function hubConfigFromEnv(env: NodeJS.ProcessEnv = process.env, overrides
     loadTimeoutMs: int(env, 'RELAY_LOAD_TIMEOUT_MS', HUB_DEFAULTS.loadTimeoutMs),
     threads: env.RELAY_THREADS ? int(env, 'RELAY_THREADS', 0) : undefined,
     pushMaxMbps: int(env, 'RELAY_PUSH_MAX_MBPS', 0),
+    tlsCertPath: env.RELAY_TLS_CERT || undefined,
+    tlsKeyPath: env.RELAY_TLS_KEY || undefined,
     ...Object.fromEntries(Object.entries(overrides).filter(([, v]) => v !== undefined)),
   };
   verifyConfig(cfg);
@@ -107,5 +112,6 @@ export function verifyConfig(c: HubConfig): void {
   if (c.cpuBudgetMb < 0) bad(`--cpu-budget-mb must be >= 0, got ${c.cpuBudgetMb}`);
   if (c.port < 0 || c.port > 65535) bad(`port ${c.port} is out of range`);
   if (c.keepAliveMs < 0) bad(`keep-alive must be >= 0 ms, got ${c.keepAliveMs}`);
+  if (Boolean(c.tlsCertPath) !== Boolean(c.tlsKeyPath)) bad('TLS needs both a certificate and a key (--tls-cert and --tls-key)');
   if (c.maxBodyBytes < 1024) bad(`RELAY_MAX_BODY_BYTES must be at least 1024, got ${c.maxBodyBytes}`);
 }

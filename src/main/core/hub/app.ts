@@ -10,7 +10,7 @@ import type { Scheduler } from '../scheduler/ensure.js';
 import { fmtMb } from '../scheduler/fit.js';
 import type { ModelRecord } from '../store/store.js';
 import type { HubMetrics } from './metrics.js';
-import type { NodeManager } from './nodes.js';
+import type { NodeManager } from '../pool/manager.js';
 import { proxyToReplica } from './proxy.js';
 
 export interface AppDeps {

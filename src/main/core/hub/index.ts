@@ -1,5 +1,6 @@
 import { readFileSync } from 'node:fs';
-import type { Server } from 'node:http';
+import { createServer as createHttpServer, type Server } from 'node:http';
+import { createServer as createHttpsServer } from 'node:https';
 import type { AddressInfo } from 'node:net';
 import type { Logger } from 'pino';
 import type { HubConfig } from '../config.js';
@@ -10,8 +11,8 @@ import { Scheduler } from '../scheduler/ensure.js';
 import { Store } from '../store/store.js';
 import { createApp } from './app.js';
 import { HubMetrics } from './metrics.js';
-import { NodeManager } from './nodes.js';
-import { joinSecret } from './tokens.js';
+import { NodeManager } from '../pool/manager.js';
+import { joinSecret } from '../pool/tokens.js';
 
 /**
  * The hub's composition root: store, registry, inventory, scheduler and the HTTP surface, wired once.
@@ -70,9 +71,11 @@ export async function startHub(config: HubConfig, deps: { log: Logger; install?:
   });
   const app = createApp({ config, registry, scheduler, nodes, metrics, log, version: packageVersion(), llama: { tag: install.tag, version: install.version } });
 
+  const tls = config.tlsCertPath && config.tlsKeyPath ? { cert: readFileSync(config.tlsCertPath), key: readFileSync(config.tlsKeyPath) } : null;
   const server: Server = await new Promise((resolve, reject) => {
-    const s = app.listen(config.port, config.host, () => resolve(s));
+    const s = tls ? createHttpsServer(tls, app) : createHttpServer(app);
     s.once('error', reject);
+    s.listen(config.port, config.host, () => resolve(s));
   });
   nodes.attach(server);
   // Generations can be long: no server-side timeout on requests; idle keep-alive sockets still close.
@@ -80,7 +83,7 @@ export async function startHub(config: HubConfig, deps: { log: Logger; install?:
   server.headersTimeout = 60_000;
   const port = (server.address() as AddressInfo).port;
   const host = config.host === '0.0.0.0' || config.host === '::' ? '127.0.0.1' : config.host;
-  const url = `http://${host.includes(':') ? `[${host}]` : host}:${port}`;
+  const url = `${tls ? 'https' : 'http'}://${host.includes(':') ? `[${host}]` : host}:${port}`;
 
   let closing: Promise<void> | null = null;
   return {

@@ -8,7 +8,7 @@ import { effectiveFlashAttn, type FlashAttn, type KvCacheType } from '../llama/a
 import type { LlamaInstall } from '../llama/install.js';
 import { startLlamaServer, type RunningLlamaServer } from '../llama/processes.js';
 import { describeExit } from '../llama/supervisor.js';
-import type { NodeConn, NodeManager } from '../hub/nodes.js';
+import type { NodeConn, NodeManager } from '../pool/manager.js';
 import type { ModelRegistry } from '../models/registry.js';
 import type { ModelRecord } from '../store/store.js';
 import { fitNeed, type FitBreakdown } from './fit.js';

@@ -1,6 +1,6 @@
 import { createServer, type Server, type Socket } from 'node:net';
 import type { AddressInfo } from 'node:net';
-import type { NodeConn } from './nodes.js';
+import type { NodeConn } from './manager.js';
 
 /**
  * A 127.0.0.1 listener that stands for one remote ggml-rpc-server: llama-server's `--rpc` points here, and
