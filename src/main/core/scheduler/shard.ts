@@ -1,0 +1,198 @@
+import { FIXED_OVERHEAD_MB, KV_SCALE, replicaContext, type FitSettings } from './fit.js';
+
+/**
+ * Pipeline shards, pure: inventory + model + settings → plan, and plan → llama-server flags. No I/O.
+ *
+ * A plan lists stages in execution order. The hub's stage runs last when the hub has a GPU (hostStageLast):
+ * then only a hidden state crosses the network per token, never the vocabulary-sized logits. With an opted-in
+ * CPU budget instead, llama.cpp always runs CPU-resident layers first (`-ngl` offloads the *last* layers),
+ * so the hub's stage holds the first layers; the output layer and sampling still run on the hub, which is
+ * the property hub-last exists for.
+ */
+export interface ShardDevice {
+  /** null = the hub itself. */
+  readonly node: string | null;
+  /** llama.cpp device name on that machine (CUDA0, …) or CPU for an opted-in CPU budget. */
+  readonly device: string;
+  readonly kind: 'gpu' | 'cpu';
+  readonly freeMb: number;
+  readonly totalMb: number;
+  /** Relative throughput when known (1 = unknown/average): layers are split by free VRAM × this. */
+  readonly weight?: number;
+}
+
+export interface ShardModel {
+  readonly name: string;
+  readonly blockCount: number;
+  readonly weightsMb: number;
+  readonly kvBytesPerToken: number | null;
+  readonly isMoe: boolean;
+}
+
+export interface Stage {
+  readonly node: string | null;
+  readonly device: string;
+  readonly kind: 'gpu' | 'cpu';
+  /** [first, end) in llama.cpp's layer numbering. */
+  readonly layers: readonly [number, number];
+  readonly needMb: number;
+  readonly freeMb: number;
+  /** The output layer (and so sampling) runs here. */
+  readonly output: boolean;
+}
+
+export type ShardPlan =
+  | { readonly kind: 'shard'; readonly stages: readonly Stage[] }
+  | { readonly kind: 'none'; readonly reason: string };
+
+const MIB = 1024 * 1024;
+
+/** Split `n` layers in proportion to `shares` (largest remainder), every share at least one layer. */
+export function splitLayers(n: number, shares: readonly number[]): number[] {
+  const k = shares.length;
+  if (k === 0 || n < k) return [];
+  const total = shares.reduce((a, b) => a + Math.max(0, b), 0);
+  const raw = shares.map((x) => (total > 0 ? Math.max(0, x) / total : 1 / k) * n);
+  const out = raw.map((r) => Math.max(1, Math.floor(r)));
+  let diff = n - out.reduce((a, b) => a + b, 0);
+  const byRemainder = raw.map((r, i) => [r - Math.floor(r), i] as const).sort((x, y) => y[0] - x[0] || x[1] - y[1]);
+  for (let j = 0; diff > 0; j++, diff--) out[byRemainder[j % k]![1]]! += 1;
+  while (diff < 0) {
+    // The minimum of one layer pushed the sum over n: take back from the largest share.
+    const i = out.indexOf(Math.max(...out));
+    out[i]! -= 1;
+    diff++;
+  }
+  return out;
+}
+
+/** What one stage holding `layers` of the model needs, with the spec's formula applied to its share. */
+export function stageNeedMb(model: ShardModel, layers: number, s: FitSettings): number {
+  const share = layers / model.blockCount;
+  const weights = model.weightsMb * share;
+  const ctx = replicaContext(s);
+  const kv = model.kvBytesPerToken ? (model.kvBytesPerToken * share * ctx * s.parallelSlots * KV_SCALE[s.kvCacheType]) / MIB : 0;
+  return weights + kv + weights * 0.03 + FIXED_OVERHEAD_MB + kv * 0.05;
+}
+
+/** Reorder so the hub's stage is last (GPU hub) and renumber every stage's layer range to match. */
+export function hostStageLast<T extends { node: string | null; layers: readonly [number, number] }>(stages: readonly T[]): T[] {
+  const hub = stages.filter((s) => s.node === null);
+  const ordered = [...stages.filter((s) => s.node !== null), ...hub];
+  let at = 0;
+  return ordered.map((s) => {
+    const n = s.layers[1] - s.layers[0];
+    const r = { ...s, layers: [at, at + n] as const };
+    at += n;
+    return r;
+  });
+}
+
+/**
+ * The fewest stages that fit: the hub's device (when it has one) plus the remote devices with the most free
+ * memory, layers in proportion to free memory × throughput weight, each stage checked against its device.
+ */
+export function planShard(devices: readonly ShardDevice[], model: ShardModel, s: FitSettings): ShardPlan {
+  const hub = devices.filter((d) => d.node === null).sort((a, b) => b.freeMb - a.freeMb)[0];
+  const remote = devices.filter((d) => d.node !== null).sort((a, b) => b.freeMb * (b.weight ?? 1) - a.freeMb * (a.weight ?? 1));
+  if (remote.length === 0) return { kind: 'none', reason: 'no connected node to shard with' };
+  for (let k = 1; k <= remote.length; k++) {
+    const members = [...remote.slice(0, k), ...(hub ? [hub] : [])];
+    if (members.length < 2 || members.length > model.blockCount) continue;
+    const counts = splitLayers(model.blockCount, members.map((d) => d.freeMb * (d.weight ?? 1)));
+    let at = 0;
+    const stages: Stage[] = members.map((d, i) => {
+      const n = counts[i]!;
+      const st: Stage = { node: d.node, device: d.device, kind: d.kind, layers: [at, at + n], needMb: stageNeedMb(model, n, s), freeMb: d.freeMb, output: false };
+      at += n;
+      return st;
+    });
+    if (!stages.every((st) => st.needMb <= st.freeMb)) continue;
+    // GPU hub: its stage goes last. CPU hub: llama.cpp runs CPU layers first (see above).
+    const ordered = hub && hub.kind === 'cpu'
+      ? hostStageFirst(stages)
+      : hostStageLast(stages);
+    const outputAt = hub ? ordered.findIndex((st) => st.node === null) : ordered.length - 1;
+    return { kind: 'shard', stages: ordered.map((st, i) => ({ ...st, output: i === outputAt })) };
+  }
+  return { kind: 'none', reason: 'the hub and the connected nodes together cannot hold it' };
+}
+
+function hostStageFirst(stages: readonly Stage[]): Stage[] {
+  const hub = stages.filter((s) => s.node === null);
+  const ordered = [...hub, ...stages.filter((s) => s.node !== null)];
+  let at = 0;
+  return ordered.map((s) => {
+    const n = s.layers[1] - s.layers[0];
+    const r = { ...s, layers: [at, at + n] as const };
+    at += n;
+    return r;
+  });
+}
+
+export interface ShardFlags {
+  readonly rpc: string[];
+  readonly devices: string[];
+  readonly gpuLayers: number;
+  readonly tensorSplit: number[];
+  readonly overrides: { pattern: string; bufferType: string }[];
+  readonly fit: 'off' | undefined;
+  readonly warnings: string[];
+}
+
+function layerAlternation(first: number, end: number): string {
+  return Array.from({ length: end - first }, (_, i) => first + i).join('|');
+}
+
+/**
+ * llama-server flags for a plan. `endpoints[i]` is the 127.0.0.1 bridge of remote stage i (in plan order,
+ * remote stages only); a missing endpoint means that stage's device could not be resolved.
+ * `outputRemote` is the hub-first experiment: the output layer moved to the last remote stage.
+ */
+export function shardFlags(plan: Extract<ShardPlan, { kind: 'shard' }>, model: ShardModel, endpoints: readonly (string | undefined)[], opts: { outputRemote?: boolean } = {}): ShardFlags {
+  const remote = plan.stages.filter((s) => s.node !== null);
+  const hubStage = plan.stages.find((s) => s.node === null);
+  const rpc = endpoints.filter((e): e is string => e !== undefined);
+  const rpcNames = rpc.map((_, i) => `RPC${i}`);
+  const warnings: string[] = [];
+  const n = model.blockCount;
+  const remoteLayers = remote.reduce((a, s) => a + (s.layers[1] - s.layers[0]), 0);
+  const hubGpu = hubStage && hubStage.kind === 'gpu' ? hubStage.device : null;
+  const devices = hubGpu ? [...rpcNames, hubGpu] : rpcNames;
+
+  if (model.isMoe) {
+    // Experts of each remote stage's layers go to that stage's device; attention, router and embeddings
+    // stay on the hub for every layer. A stage without a resolvable device is left out, never guessed.
+    const overrides: { pattern: string; bufferType: string }[] = [];
+    try {
+      remote.forEach((st, i) => {
+        const ep = endpoints[i];
+        if (!ep) {
+          warnings.push(`stage ${i} (${st.node}) has no rpc endpoint: its experts stay on the hub`);
+          return;
+        }
+        overrides.push({ pattern: `blk\\.(${layerAlternation(st.layers[0], st.layers[1])})\\.ffn_(gate|up|down)_exps\\.weight`, bufferType: `RPC0[${ep}]` });
+      });
+      return {
+        rpc, devices,
+        gpuLayers: hubGpu ? n + 1 : 0,
+        tensorSplit: hubGpu ? [...rpcNames.map(() => 0), 1] : [],
+        overrides, fit: 'off', warnings,
+      };
+    } catch (err) {
+      warnings.push(`could not build expert overrides (${(err as Error).message}): plain layer split instead`);
+    }
+  }
+  const overrides = opts.outputRemote && rpc.length > 0 ? [{ pattern: 'output\\.weight', bufferType: `RPC0[${rpc[rpc.length - 1]}]` }] : [];
+  return {
+    rpc,
+    devices,
+    // GPU hub: everything on devices, the hub GPU last with the output. CPU hub: the remote stages take the
+    // last layers, the rest and the output stay on the CPU.
+    gpuLayers: hubGpu ? n + 1 : remoteLayers + (hubStage ? 0 : 1),
+    tensorSplit: hubGpu ? [...remote.map((s) => s.layers[1] - s.layers[0]), hubStage!.layers[1] - hubStage!.layers[0]] : remote.map((s) => s.layers[1] - s.layers[0]),
+    overrides,
+    fit: overrides.length > 0 ? 'off' : undefined,
+    warnings,
+  };
+}

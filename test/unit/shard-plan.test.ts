@@ -1,0 +1,88 @@
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import { hostStageLast, planShard, shardFlags, splitLayers, stageNeedMb, type ShardDevice, type ShardModel } from '../../src/main/core/scheduler/shard.js';
+
+const settings = { contextSize: 512, replicaCtx: 0, parallelSlots: 1, kvCacheType: 'f16' as const };
+const dense: ShardModel = { name: 'm', blockCount: 40, weightsMb: 9000, kvBytesPerToken: 163840, isMoe: false };
+const gpu = (node: string | null, device: string, freeMb: number, weight?: number): ShardDevice => ({ node, device, kind: 'gpu', freeMb, totalMb: freeMb, ...(weight ? { weight } : {}) });
+
+describe('shard planner', () => {
+  it('splits layers in proportion, every stage at least one, summing to n', () => {
+    assert.deepEqual(splitLayers(40, [1, 3]), [10, 30]);
+    assert.deepEqual(splitLayers(4, [1, 1, 1]), [2, 1, 1]);
+    assert.deepEqual(splitLayers(3, [100, 0, 0]), [1, 1, 1]);
+    assert.deepEqual(splitLayers(2, [1, 1, 1]), []);
+    for (const shares of [[5, 7], [1, 2, 3], [0.1, 9.9, 5]]) assert.equal(splitLayers(37, shares).reduce((a, b) => a + b, 0), 37);
+  });
+
+  it('hostStageLast moves the hub\'s stage to the end and renumbers every range', () => {
+    const st = hostStageLast([
+      { node: null, layers: [0, 15] as const },
+      { node: 'a', layers: [15, 40] as const },
+    ]);
+    assert.deepEqual(st, [{ node: 'a', layers: [0, 25] }, { node: null, layers: [25, 40] }]);
+  });
+
+  it('GPU hub + one node (the spec\'s 1060 + 4070 SUPER shape): two stages, hub last with the output, split by free VRAM', () => {
+    const plan = planShard([gpu(null, 'CUDA0', 5500), gpu('node', 'CUDA0', 11000)], dense, settings);
+    assert.equal(plan.kind, 'shard');
+    if (plan.kind !== 'shard') return;
+    assert.deepEqual(plan.stages.map((s) => [s.node, s.layers, s.output]), [['node', [0, 27], false], [null, [27, 40], true]]);
+    for (const s of plan.stages) assert.ok(s.needMb <= s.freeMb);
+    assert.ok(Math.abs(plan.stages[1]!.needMb - stageNeedMb(dense, 13, settings)) < 1e-9);
+  });
+
+  it('uses the fewest stages that fit, preferring the nodes with most free memory × throughput', () => {
+    const devices = [gpu(null, 'CUDA0', 4000), gpu('a', 'CUDA0', 6000), gpu('b', 'CUDA0', 8000), gpu('c', 'CUDA0', 3000)];
+    const two = planShard(devices, dense, settings); // 9 GB fits on b + the hub
+    assert.deepEqual(two.kind === 'shard' && two.stages.map((s) => s.node), ['b', null]);
+    const plan = planShard(devices, { ...dense, weightsMb: 14000 }, settings); // 14 GB needs a third
+    assert.equal(plan.kind, 'shard');
+    if (plan.kind !== 'shard') return;
+    assert.deepEqual(plan.stages.map((s) => s.node), ['b', 'a', null]);
+    const weighted = planShard([gpu(null, 'CUDA0', 4000), gpu('a', 'CUDA0', 6000, 3), gpu('b', 'CUDA0', 8000)], { ...dense, weightsMb: 5000 }, settings);
+    assert.equal(weighted.kind === 'shard' && weighted.stages[0]!.node, 'a');
+  });
+
+  it('says none when everything together is too small, or there is no node', () => {
+    assert.equal(planShard([gpu(null, 'CUDA0', 1000), gpu('a', 'CUDA0', 1000)], dense, settings).kind, 'none');
+    assert.deepEqual(planShard([gpu(null, 'CUDA0', 99999)], dense, settings), { kind: 'none', reason: 'no connected node to shard with' });
+  });
+
+  it('a CPU-budget hub keeps the first layers (llama.cpp runs CPU layers first) and still holds the output', () => {
+    const plan = planShard([{ node: null, device: 'CPU', kind: 'cpu', freeMb: 900, totalMb: 900 }, { node: 'a', device: 'CPU', kind: 'cpu', freeMb: 700, totalMb: 700 }, { node: 'b', device: 'CPU', kind: 'cpu', freeMb: 700, totalMb: 700 }],
+      { name: 'x', blockCount: 4, weightsMb: 1000, kvBytesPerToken: 1024, isMoe: false }, settings);
+    assert.equal(plan.kind, 'shard');
+    if (plan.kind !== 'shard') return;
+    assert.deepEqual(plan.stages.map((s) => [s.node, s.layers, s.output]), [[null, [0, 2], true], ['a', [2, 3], false], ['b', [3, 4], false]]);
+    const f = shardFlags(plan, { name: 'x', blockCount: 4, weightsMb: 1000, kvBytesPerToken: 1024, isMoe: false }, ['127.0.0.1:1', '127.0.0.1:2']);
+    assert.deepEqual([f.rpc, f.devices, f.gpuLayers, f.tensorSplit, f.overrides], [['127.0.0.1:1', '127.0.0.1:2'], ['RPC0', 'RPC1'], 2, [1, 1], []]);
+    const exp = shardFlags(plan, { name: 'x', blockCount: 4, weightsMb: 1000, kvBytesPerToken: 1024, isMoe: false }, ['127.0.0.1:1', '127.0.0.1:2'], { outputRemote: true });
+    assert.deepEqual(exp.overrides, [{ pattern: 'output\\.weight', bufferType: 'RPC0[127.0.0.1:2]' }]);
+  });
+
+  it('GPU hub flags: devices in plan order with the hub GPU last, -ngl all + output, split by stage', () => {
+    const plan = planShard([gpu(null, 'CUDA0', 5500), gpu('node', 'CUDA0', 11000)], dense, settings);
+    if (plan.kind !== 'shard') return assert.fail();
+    const f = shardFlags(plan, dense, ['127.0.0.1:9']);
+    assert.deepEqual([f.rpc, f.devices, f.gpuLayers, f.tensorSplit], [['127.0.0.1:9'], ['RPC0', 'CUDA0'], 41, [27, 13]]);
+  });
+
+  it('MoE: one override per remote stage naming only its layers\' expert tensors; unresolvable stages left out; dense unchanged', () => {
+    const moe = { name: 'q', blockCount: 6, weightsMb: 900, kvBytesPerToken: 1024, isMoe: true };
+    const cpu = (node: string | null): ShardDevice => ({ node, device: 'CPU', kind: 'cpu', freeMb: node ? 700 : 900, totalMb: 900 });
+    const plan = planShard([cpu(null), cpu('a'), cpu('b')], moe, settings);
+    if (plan.kind !== 'shard') return assert.fail();
+    const f = shardFlags(plan, moe, ['127.0.0.1:1', '127.0.0.1:2']);
+    assert.deepEqual(f.overrides, [
+      { pattern: 'blk\\.(2|3)\\.ffn_(gate|up|down)_exps\\.weight', bufferType: 'RPC0[127.0.0.1:1]' },
+      { pattern: 'blk\\.(4|5)\\.ffn_(gate|up|down)_exps\\.weight', bufferType: 'RPC0[127.0.0.1:2]' },
+    ]);
+    assert.deepEqual([f.gpuLayers, f.fit, f.devices], [0, 'off', ['RPC0', 'RPC1']]);
+    const partial = shardFlags(plan, moe, [undefined, '127.0.0.1:2']);
+    assert.equal(partial.overrides.length, 1);
+    assert.match(partial.warnings[0]!, /no rpc endpoint/);
+    const denseFlags = shardFlags(plan, { ...moe, isMoe: false }, ['127.0.0.1:1', '127.0.0.1:2']);
+    assert.deepEqual(denseFlags.overrides, []);
+  });
+});
