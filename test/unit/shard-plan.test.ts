@@ -56,16 +56,19 @@ describe('shard planner', () => {
     if (plan.kind !== 'shard') return;
     assert.deepEqual(plan.stages.map((s) => [s.node, s.layers, s.output]), [[null, [0, 2], true], ['a', [2, 3], false], ['b', [3, 4], false]]);
     const f = shardFlags(plan, { name: 'x', blockCount: 4, weightsMb: 1000, kvBytesPerToken: 1024, isMoe: false }, ['127.0.0.1:1', '127.0.0.1:2']);
-    assert.deepEqual([f.rpc, f.devices, f.gpuLayers, f.tensorSplit, f.overrides], [['127.0.0.1:1', '127.0.0.1:2'], ['RPC0', 'RPC1'], 2, [1, 1], []]);
+    // -ngl counts the output as a layer: remote layers + 1, with the output weight pinned back to the CPU.
+    assert.deepEqual([f.rpc, f.devices, f.gpuLayers, f.tensorSplit, f.overrides, f.fit], [['127.0.0.1:1', '127.0.0.1:2'], ['RPC0', 'RPC1'], 3, [1, 2], [{ pattern: 'output\\.weight', bufferType: 'CPU' }], 'off']);
     const exp = shardFlags(plan, { name: 'x', blockCount: 4, weightsMb: 1000, kvBytesPerToken: 1024, isMoe: false }, ['127.0.0.1:1', '127.0.0.1:2'], { outputRemote: true });
-    assert.deepEqual(exp.overrides, [{ pattern: 'output\\.weight', bufferType: 'RPC0[127.0.0.1:2]' }]);
+    assert.deepEqual(exp.overrides, []); // the experiment: the output stays on the last remote stage
   });
 
-  it('GPU hub flags: devices in plan order with the hub GPU last, -ngl all + output, split by stage', () => {
+  it('GPU hub flags: devices in plan order with the hub GPU last, -ngl all + output, split by stage (output counted on the last)', () => {
     const plan = planShard([gpu(null, 'CUDA0', 5500), gpu('node', 'CUDA0', 11000)], dense, settings);
     if (plan.kind !== 'shard') return assert.fail();
     const f = shardFlags(plan, dense, ['127.0.0.1:9']);
-    assert.deepEqual([f.rpc, f.devices, f.gpuLayers, f.tensorSplit], [['127.0.0.1:9'], ['RPC0', 'CUDA0'], 41, [27, 13]]);
+    assert.deepEqual([f.rpc, f.devices, f.gpuLayers, f.tensorSplit, f.overrides], [['127.0.0.1:9'], ['RPC0', 'CUDA0'], 41, [27, 14], []]);
+    const exp = shardFlags(plan, dense, ['127.0.0.1:9'], { outputRemote: true });
+    assert.deepEqual(exp.overrides, [{ pattern: 'output\\.weight', bufferType: 'RPC0[127.0.0.1:9]' }]);
   });
 
   it('MoE: one override per remote stage naming only its layers\' expert tensors; unresolvable stages left out; dense unchanged', () => {
@@ -83,6 +86,6 @@ describe('shard planner', () => {
     assert.equal(partial.overrides.length, 1);
     assert.match(partial.warnings[0]!, /no rpc endpoint/);
     const denseFlags = shardFlags(plan, { ...moe, isMoe: false }, ['127.0.0.1:1', '127.0.0.1:2']);
-    assert.deepEqual(denseFlags.overrides, []);
+    assert.deepEqual(denseFlags.overrides, [{ pattern: 'output\\.weight', bufferType: 'CPU' }]);
   });
 });

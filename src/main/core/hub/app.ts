@@ -277,7 +277,7 @@ export function createApp(d: AppDeps): express.Express {
         return { name: m.name, size: m.size, sha256: m.sha256, need_mb: v.need_mb, need: v.need, fits_now: v.fits_now, shortfall: v.shortfall, embedding: m.embedding };
       }),
       replicas: scheduler.status(),
-      shards: [],
+      shards: scheduler.shardStatus(),
       nodes: nodes.status(),
       pushes: [...nodes.pushes.values()],
     });

@@ -13,6 +13,8 @@ import type { ModelRegistry } from '../models/registry.js';
 import type { ModelRecord } from '../store/store.js';
 import { fitNeed, type FitBreakdown } from './fit.js';
 import { describeNeed, freeAfterReservations, planHostReplica, shortfallMessage, type HostPlan, type ReplicaView } from './plan.js';
+import { planShard, shardFlags, type ShardDevice, type ShardModel, type ShardPlan, type Stage } from './shard.js';
+import { openRpcBridge, type RpcBridge } from '../pool/rpc-bridge.js';
 
 /**
  * Ensure: for a request naming model M, find or make a placement, in the spec's order:
@@ -21,7 +23,8 @@ import { describeNeed, freeAfterReservations, planHostReplica, shortfallMessage,
  *   3. a replica on a node that fits (nodes issue);
  *   4. a pipeline shard across hub + nodes (shards issue);
  *   5. otherwise 503 model_unavailable naming the shortfall.
- * Step 4 arrives with the shards issue.
+ * A shard is a placement like a replica (leased, kept alive, evicted, failed the same way) whose head
+ * llama-server on the hub drives ggml-rpc-servers on the member nodes through rpc bridges.
  */
 
 export type ReplicaState = 'starting' | 'ready' | 'failed' | 'stopping';
@@ -64,6 +67,35 @@ interface Replica {
   idleTimer: NodeJS.Timeout | null;
   failure: { message: string; tail: string; at: string } | null;
   loading: Promise<Replica> | null;
+  shard: ShardState | null;
+}
+
+interface ShardMember {
+  stage: Stage;
+  conn: NodeConn;
+  rpcId: string;
+  bridge: RpcBridge | null;
+}
+
+interface ShardState {
+  plan: Extract<ShardPlan, { kind: 'shard' }>;
+  members: ShardMember[];
+  warnings: string[];
+  argv: readonly string[];
+}
+
+export interface ShardStatus {
+  readonly id: string;
+  readonly model: string;
+  readonly state: ReplicaState;
+  readonly port: number | null;
+  readonly pid: number | null;
+  readonly ctx: number;
+  readonly slots: number;
+  readonly kv_cache_type: KvCacheType;
+  readonly stages: { index: number; node: string | null; device: string; layers: [number, number]; need_mb: number; free_mb: number; output: boolean; rpc_endpoint: string | null; rpc_bytes: number | null }[];
+  readonly warnings: string[];
+  readonly failure: { message: string; tail: string; at: string } | null;
 }
 
 /** A claim on a ready replica for one request; release() exactly once when the response is done. */
@@ -110,9 +142,41 @@ export class Scheduler {
 
   /** Replicas as the pure planner sees them, on one machine: the hub (node null) or a node by name. */
   private views(node: string | null): ReplicaView[] {
-    return [...this.replicas.values()].filter((r) => (r.node?.name ?? null) === node).map((r) => ({
-      id: r.id, model: r.model, device: r.device, needMb: r.fit.needMb, state: r.state, inFlight: r.inFlight, lastUsedAt: r.lastUsedAt,
-    }));
+    const out: ReplicaView[] = [];
+    for (const r of this.replicas.values()) {
+      const base = { id: r.id, model: r.model, state: r.state, inFlight: r.inFlight, lastUsedAt: r.lastUsedAt };
+      if (r.shard) {
+        for (const st of r.shard.plan.stages) if (st.node === node) out.push({ ...base, device: st.device, needMb: st.needMb });
+      } else if ((r.node?.name ?? null) === node) {
+        out.push({ ...base, device: r.device, needMb: r.fit.needMb });
+      }
+    }
+    return out;
+  }
+
+  private shardModel(model: ModelRecord): ShardModel | null {
+    if (!model.block_count) return null;
+    return {
+      name: model.name,
+      blockCount: model.block_count,
+      weightsMb: model.required_vram_mb ?? model.size / (1024 * 1024),
+      kvBytesPerToken: model.kv_bytes_per_token,
+      isMoe: model.expert_count > 0 && model.expert_used_count > 0,
+    };
+  }
+
+  /** Step 4's plan: the hub's device plus connected, unpaused nodes' devices, with what each has free. */
+  private planShardFor(model: ModelRecord): ShardPlan {
+    const sm = this.shardModel(model);
+    if (!sm) return { kind: 'none', reason: 'the GGUF header gives no layer count to split' };
+    const devices: ShardDevice[] = freeAfterReservations(this.d.devices(), this.views(null))
+      .map((d) => ({ node: null, device: d.id, kind: d.kind, freeMb: d.freeMb, totalMb: d.totalMb }));
+    for (const conn of this.d.nodes?.connected() ?? []) {
+      if (conn.availability === 'paused') continue;
+      const free = freeAfterReservations(conn.devices.map((d) => ({ id: d.id, kind: d.kind, totalMb: d.totalMb, reportedFreeMb: d.freeMb })), this.views(conn.name));
+      for (const d of free) devices.push({ node: conn.name, device: d.id, kind: d.kind, freeMb: d.freeMb, totalMb: d.totalMb });
+    }
+    return planShard(devices, sm, this.d.config);
   }
 
   private planHost(model: ModelRecord): HostPlan {
@@ -161,7 +225,7 @@ export class Scheduler {
   availability(model: ModelRecord): { available: boolean; reason: string | null } {
     if (this.findServing(model)) return { available: true, reason: null };
     const plan = this.planHost(model);
-    if (plan.kind !== 'none' || this.planNode(model)) return { available: true, reason: null };
+    if (plan.kind !== 'none' || this.planNode(model) || this.planShardFor(model).kind === 'shard') return { available: true, reason: null };
     return { available: false, reason: this.unavailable(model, plan) };
   }
 
@@ -185,9 +249,14 @@ export class Scheduler {
       else {
         // 3. A replica on a node that fits.
         const node = this.planNode(model);
-        // 4. (shards: next issue) 5. Nothing can place it.
-        if (!node) throw new RelayError(ErrorCode.MODEL_UNAVAILABLE, this.unavailable(model, host), { model: model.name, need_mb: Math.ceil(host.need.needMb) });
-        replica = this.startNodeReplica(model, node.conn, node.device);
+        if (node) replica = this.startNodeReplica(model, node.conn, node.device);
+        else {
+          // 4. A pipeline shard across the hub and nodes.
+          const shard = this.planShardFor(model);
+          // 5. Nothing can place it.
+          if (shard.kind !== 'shard') throw new RelayError(ErrorCode.MODEL_UNAVAILABLE, this.unavailable(model, host), { model: model.name, need_mb: Math.ceil(host.need.needMb) });
+          replica = this.startShard(model, shard);
+        }
       }
     }
     if (replica.loading) replica = await replica.loading;
@@ -247,10 +316,92 @@ export class Scheduler {
       idleTimer: null,
       failure: null,
       loading: null,
+      shard: null,
     };
     this.replicas.set(r.id, r);
     this.failed.delete(model.name);
     return r;
+  }
+
+  private startShard(model: ModelRecord, plan: Extract<ShardPlan, { kind: 'shard' }>): Replica {
+    const hubStage = plan.stages.find((st) => st.node === null);
+    const r = this.newReplica(model, null, hubStage?.device ?? 'none');
+    const shard: ShardState = { plan, members: [], warnings: [], argv: [] };
+    r.shard = shard;
+    const c = this.d.config;
+    const log = this.d.log.child({ replica: r.id, model: model.name, shard: true });
+    r.loading = (async () => {
+      const t0 = this.now();
+      try {
+        log.info({ stages: plan.stages.map((st) => `${st.node ?? 'hub'}:${st.device} [${st.layers[0]},${st.layers[1]})${st.output ? ' +output' : ''}`) }, 'starting shard');
+        let i = 0;
+        for (const stage of plan.stages) {
+          if (stage.node === null) continue;
+          const conn = this.d.nodes?.get(stage.node);
+          if (!conn) throw new RelayError(ErrorCode.NODE_LOST, `node ${stage.node} left before its stage started`);
+          const member: ShardMember = { stage, conn, rpcId: `${r.id}-${i++}`, bridge: null };
+          shard.members.push(member);
+          await conn.command({ type: 'start-rpc', rpc: member.rpcId, cache: true }, 60_000);
+          member.bridge = await openRpcBridge(conn, member.rpcId);
+        }
+        const sm = this.shardModel(model)!;
+        const flags = shardFlags(plan, sm, shard.members.map((m) => m.bridge?.endpoint), { outputRemote: process.env.RELAY_EXPERIMENT_OUTPUT_REMOTE === '1' });
+        for (const w of flags.warnings) log.warn(w);
+        shard.warnings = flags.warnings;
+        const server = await startLlamaServer(this.d.install, {
+          name: `llama-server[${model.name} shard]`,
+          model: model.path,
+          ctx: r.fit.ctx,
+          slots: r.fit.slots,
+          cacheType: c.kvCacheType,
+          flashAttn: c.flashAttn,
+          alias: model.name,
+          threads: c.threads,
+          metrics: true,
+          rpc: flags.rpc,
+          devices: flags.devices,
+          gpuLayers: flags.gpuLayers,
+          tensorSplit: flags.tensorSplit.length > 0 ? flags.tensorSplit : undefined,
+          overrides: flags.overrides,
+          fit: flags.fit,
+          readyTimeoutMs: c.loadTimeoutMs,
+        });
+        r.server = server;
+        shard.argv = server.argv;
+        if (r.state !== 'starting') {
+          await server.child.terminate(5000);
+          throw new RelayError(ErrorCode.REPLICA_FAILED, `the shard of "${model.name}" was stopped while loading`);
+        }
+        r.state = 'ready';
+        r.loading = null;
+        const seconds = (this.now() - t0) / 1000;
+        this.d.onLoad?.(model.name, seconds);
+        log.info({ seconds, port: server.port }, 'shard ready');
+        void server.child.exited.then((info) => {
+          if (r.state === 'stopping' || this.closed) return;
+          // Any RPC failure aborts llama-server (upstream): the shard is failed, the next request re-plans.
+          this.markFailed(r, `the shard head exited (${describeExit(info)})`, server.child.tail());
+        });
+        if (r.inFlight === 0) this.armIdleTimer(r);
+        return r;
+      } catch (err) {
+        if (r.state === 'starting') this.markFailed(r, (err as Error).message.split('\n')[0] ?? 'shard failed', r.server?.child.tail() ?? '');
+        throw new RelayError(ErrorCode.REPLICA_FAILED, `could not start a shard of "${model.name}": ${(err as Error).message}`, { model: model.name });
+      }
+    })();
+    r.loading.catch(() => undefined);
+    return r;
+  }
+
+  /** Stop a shard's head and its members' rpc-servers (members that are still there). */
+  private async teardownShard(r: Replica): Promise<void> {
+    const sh = r.shard;
+    if (!sh) return;
+    await r.server?.child.terminate(5000);
+    await Promise.all(sh.members.map(async (m) => {
+      await m.bridge?.close();
+      if (m.conn.alive) await m.conn.command({ type: 'stop-rpc', rpc: m.rpcId }, 30_000).catch(() => undefined);
+    }));
   }
 
   private startNodeReplica(model: ModelRecord, conn: NodeConn, device: string): Replica {
@@ -290,13 +441,14 @@ export class Scheduler {
   /** A node went away or paused: its replicas are gone for placement at once; in-flight streams fail. */
   nodeLost(conn: NodeConn, why: string): void {
     for (const r of [...this.replicas.values()]) {
-      if (r.node?.name === conn.name) this.markFailed(r, `node ${conn.name} ${why}`, '');
+      const member = r.shard?.plan.stages.some((st) => st.node === conn.name) ?? false;
+      if (r.node?.name === conn.name || member) this.markFailed(r, `node ${conn.name} ${why}`, '');
     }
   }
 
   /** A node paused: forget its replicas and tell it to stop them (it must release the card). */
   async nodePaused(conn: NodeConn): Promise<void> {
-    const mine = [...this.replicas.values()].filter((r) => r.node === conn);
+    const mine = [...this.replicas.values()].filter((r) => r.node === conn && !r.shard);
     this.nodeLost(conn, `paused (${conn.reason ?? 'by its owner'})`);
     await Promise.all(mine.map((r) => conn.command({ type: 'stop-replica', replica: r.id }, 35_000).catch(() => undefined)));
   }
@@ -376,6 +528,7 @@ export class Scheduler {
   }
 
   private markFailed(r: Replica, message: string, tail: string): void {
+    if (r.shard) void this.teardownShard(r);
     r.state = 'failed';
     r.loading = null;
     r.failure = { message, tail, at: new Date(this.now()).toISOString() };
@@ -390,7 +543,8 @@ export class Scheduler {
     r.state = 'stopping';
     if (r.idleTimer) clearTimeout(r.idleTimer);
     this.d.log.info({ replica: r.id, model: r.model, node: r.node?.name, reason }, 'stopping replica');
-    if (r.node) await r.node.command({ type: 'stop-replica', replica: r.id }, 35_000).catch(() => undefined);
+    if (r.shard) await this.teardownShard(r);
+    else if (r.node) await r.node.command({ type: 'stop-replica', replica: r.id }, 35_000).catch(() => undefined);
     else await r.server?.child.terminate(10_000);
     this.replicas.delete(r.id);
   }
@@ -399,8 +553,37 @@ export class Scheduler {
     await Promise.all([...this.replicas.values()].filter((r) => r.model === name).map((r) => this.stopReplica(r, reason)));
   }
 
+  shardStatus(): ShardStatus[] {
+    const all = [...this.replicas.values(), ...this.failed.values()].filter((r) => r.shard);
+    return all.map((r) => {
+      const sh = r.shard!;
+      let remote = 0;
+      return {
+        id: r.id,
+        model: r.model,
+        state: r.state,
+        port: r.server?.port ?? null,
+        pid: r.server?.child.pid ?? null,
+        ctx: r.fit.ctx,
+        slots: r.fit.slots,
+        kv_cache_type: this.d.config.kvCacheType,
+        stages: sh.plan.stages.map((st, index) => {
+          const m = st.node === null ? undefined : sh.members[remote++];
+          return {
+            index, node: st.node, device: st.device, layers: [st.layers[0], st.layers[1]] as [number, number],
+            need_mb: Math.ceil(st.needMb), free_mb: Math.floor(st.freeMb), output: st.output,
+            rpc_endpoint: m?.bridge?.endpoint ?? null,
+            rpc_bytes: m?.bridge ? m.bridge.bytes.toNode + m.bridge.bytes.fromNode : null,
+          };
+        }),
+        warnings: sh.warnings,
+        failure: r.failure,
+      };
+    });
+  }
+
   status(): ReplicaStatus[] {
-    const all = [...this.replicas.values(), ...this.failed.values()];
+    const all = [...this.replicas.values(), ...this.failed.values()].filter((r) => !r.shard);
     return all.map((r) => ({
       id: r.id,
       model: r.model,

@@ -140,6 +140,10 @@ export interface ShardFlags {
   readonly warnings: string[];
 }
 
+function withOutputSlot(split: number[]): number[] {
+  return split.map((x, i) => (i === split.length - 1 ? x + 1 : x));
+}
+
 function layerAlternation(first: number, end: number): string {
   return Array.from({ length: end - first }, (_, i) => first + i).join('|');
 }
@@ -183,14 +187,19 @@ export function shardFlags(plan: Extract<ShardPlan, { kind: 'shard' }>, model: S
       warnings.push(`could not build expert overrides (${(err as Error).message}): plain layer split instead`);
     }
   }
-  const overrides = opts.outputRemote && rpc.length > 0 ? [{ pattern: 'output\\.weight', bufferType: `RPC0[${rpc[rpc.length - 1]}]` }] : [];
+  // llama.cpp offloads the last -ngl "layers" counting the output layer as one, so the output lands on the
+  // last device. A GPU hub is that last device. A CPU hub is not a device: the output weight is pinned to the
+  // CPU buffer so the output layer and sampling still run on the hub (the hub-first experiment skips that).
+  const lastRemote = rpc[rpc.length - 1];
+  const overrides: { pattern: string; bufferType: string }[] = [];
+  if (opts.outputRemote && hubGpu && lastRemote) overrides.push({ pattern: 'output\\.weight', bufferType: `RPC0[${lastRemote}]` });
+  if (!opts.outputRemote && !hubGpu && hubStage) overrides.push({ pattern: 'output\\.weight', bufferType: 'CPU' });
   return {
     rpc,
     devices,
-    // GPU hub: everything on devices, the hub GPU last with the output. CPU hub: the remote stages take the
-    // last layers, the rest and the output stay on the CPU.
-    gpuLayers: hubGpu ? n + 1 : remoteLayers + (hubStage ? 0 : 1),
-    tensorSplit: hubGpu ? [...remote.map((s) => s.layers[1] - s.layers[0]), hubStage!.layers[1] - hubStage!.layers[0]] : remote.map((s) => s.layers[1] - s.layers[0]),
+    gpuLayers: hubGpu || !hubStage ? n + 1 : remoteLayers + 1,
+    // The split is over the offloaded slots, output included: the last device's share counts it (+1).
+    tensorSplit: withOutputSlot(hubGpu ? [...remote.map((s) => s.layers[1] - s.layers[0]), hubStage!.layers[1] - hubStage!.layers[0]] : remote.map((s) => s.layers[1] - s.layers[0])),
     overrides,
     fit: overrides.length > 0 ? 'off' : undefined,
     warnings,
