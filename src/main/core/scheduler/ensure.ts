@@ -82,6 +82,7 @@ interface ShardState {
   members: ShardMember[];
   warnings: string[];
   argv: readonly string[];
+  buffers: string[];
 }
 
 export interface ShardStatus {
@@ -95,6 +96,8 @@ export interface ShardStatus {
   readonly kv_cache_type: KvCacheType;
   readonly stages: { index: number; node: string | null; device: string; layers: [number, number]; need_mb: number; free_mb: number; output: boolean; rpc_endpoint: string | null; rpc_bytes: number | null }[];
   readonly warnings: string[];
+  /** llama-server's own report of where the weights went (its "model buffer size" lines). */
+  readonly buffers: string[];
   readonly failure: { message: string; tail: string; at: string } | null;
 }
 
@@ -242,7 +245,7 @@ export class Scheduler {
 
     // 1. An existing placement (ready, or loading: concurrent first requests share one load).
     let replica = this.findServing(model);
-    if (!replica) {
+    while (!replica) {
       const host = this.planHost(model);
       // 2. A replica on the hub's own device.
       if (host.kind === 'host') replica = this.startHostReplica(model, host);
@@ -253,9 +256,16 @@ export class Scheduler {
         else {
           // 4. A pipeline shard across the hub and nodes.
           const shard = this.planShardFor(model);
-          // 5. Nothing can place it.
-          if (shard.kind !== 'shard') throw new RelayError(ErrorCode.MODEL_UNAVAILABLE, this.unavailable(model, host), { model: model.name, need_mb: Math.ceil(host.need.needMb) });
-          replica = this.startShard(model, shard);
+          if (shard.kind === 'shard') replica = this.startShard(model, shard);
+          else {
+            // Room held by an idle placement (a node replica, a shard) goes to the request that needs it:
+            // stop the least recently used idle one and plan again.
+            const idle = [...this.replicas.values()].filter((r) => r.state === 'ready' && r.inFlight === 0).sort((a, b) => a.lastUsedAt - b.lastUsedAt)[0];
+            // 5. Nothing can place it.
+            if (!idle) throw new RelayError(ErrorCode.MODEL_UNAVAILABLE, this.unavailable(model, host), { model: model.name, need_mb: Math.ceil(host.need.needMb) });
+            await this.stopReplica(idle, `evicted (least recently used) to make room for "${model.name}"`);
+            replica = this.findServing(model); // a concurrent request may have placed it meanwhile
+          }
         }
       }
     }
@@ -326,7 +336,7 @@ export class Scheduler {
   private startShard(model: ModelRecord, plan: Extract<ShardPlan, { kind: 'shard' }>): Replica {
     const hubStage = plan.stages.find((st) => st.node === null);
     const r = this.newReplica(model, null, hubStage?.device ?? 'none');
-    const shard: ShardState = { plan, members: [], warnings: [], argv: [] };
+    const shard: ShardState = { plan, members: [], warnings: [], argv: [], buffers: [] };
     r.shard = shard;
     const c = this.d.config;
     const log = this.d.log.child({ replica: r.id, model: model.name, shard: true });
@@ -368,6 +378,7 @@ export class Scheduler {
         });
         r.server = server;
         shard.argv = server.argv;
+        shard.buffers = server.child.output().filter((l) => /model buffer size/.test(l)).map((l) => l.replace(/^.*?load_tensors:\s*/, '').trim());
         if (r.state !== 'starting') {
           await server.child.terminate(5000);
           throw new RelayError(ErrorCode.REPLICA_FAILED, `the shard of "${model.name}" was stopped while loading`);
@@ -577,6 +588,7 @@ export class Scheduler {
           };
         }),
         warnings: sh.warnings,
+        buffers: sh.buffers,
         failure: r.failure,
       };
     });

@@ -1,0 +1,206 @@
+import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
+import { after, before, describe, it } from 'node:test';
+import OpenAI from 'openai';
+import { startLlamaServer } from '../../src/main/core/llama/index.js';
+import { addModel, startHub, type HubProcess } from '../helpers/hub.js';
+import { fixture, llama } from '../helpers/llama.js';
+import { startNode, type NodeProcess } from '../helpers/node.js';
+import { complete, GREEDY } from '../helpers/openai.js';
+import { waitGone } from '../helpers/proc.js';
+
+/**
+ * Shards with real processes: a hub and two nodes whose CPU budgets are each too small for the model (the
+ * registered required_vram_mb makes the tiny fixtures "big"), so only a three-stage pipeline can place it.
+ * The oracle: the shard's text at temperature 0 equals one llama-server process's text.
+ */
+const extra = GREEDY as unknown as Record<string, unknown>;
+const ENV = { RELAY_CONTEXT_SIZE: '512', RELAY_PARALLEL_SLOTS: '1', RELAY_THREADS: '1' };
+// need 800 MB of weights → 1209 MB on one device; the hub (600) and each node (800) hold one part.
+const BIG = 800;
+
+interface StageJson { index: number; node: string | null; device: string; layers: [number, number]; need_mb: number; output: boolean; rpc_endpoint: string | null; rpc_bytes: number | null }
+interface ShardJson { id: string; model: string; state: string; pid: number; stages: StageJson[]; buffers: string[] }
+
+async function shardsOf(h: HubProcess): Promise<ShardJson[]> {
+  return (await h.status()).shards as unknown as ShardJson[];
+}
+
+async function until<T>(f: () => Promise<T>, ok: (v: T) => boolean, limitMs = 30_000): Promise<T> {
+  const end = Date.now() + limitMs;
+  let v = await f();
+  while (!ok(v) && Date.now() < end) {
+    await new Promise((r) => setTimeout(r, 100));
+    v = await f();
+  }
+  return v;
+}
+
+async function directTexts(model: string, prompts: string[]): Promise<string[]> {
+  const s = await startLlamaServer(llama(), { model, ctx: 512, slots: 1, cacheType: 'f16', threads: 1 });
+  try {
+    const out: string[] = [];
+    for (const p of prompts) out.push((await complete(s.baseUrl, p, 24)).text);
+    return out;
+  } finally {
+    await s.child.terminate(5000);
+  }
+}
+
+async function pool(hubEnv: Record<string, string> = {}): Promise<{ hub: HubProcess; nodes: NodeProcess[]; stop: () => Promise<void> }> {
+  const hub = await startHub({ env: { ...ENV, ...hubEnv }, args: ['--cpu-budget-mb', '600'] });
+  const nodes = [await startNode(hub, { name: 'north', cpuBudgetMb: 800, env: ENV }), await startNode(hub, { name: 'south', cpuBudgetMb: 800, env: ENV })];
+  return {
+    hub, nodes,
+    stop: async () => {
+      for (const n of nodes) await n.stop();
+      await hub.stop();
+    },
+  };
+}
+
+const PROMPTS = ['The quick brown fox', 'In a hole in the ground there lived'];
+
+describe('shards', { timeout: 600_000 }, () => {
+  let p: Awaited<ReturnType<typeof pool>>;
+  let client: OpenAI;
+  before(async () => {
+    p = await pool();
+    client = new OpenAI({ baseURL: `${p.hub.url}/v1`, apiKey: 'x', maxRetries: 0 });
+    await addModel(p.hub, { path: fixture('dense'), name: 'dense', required_vram_mb: BIG });
+    await addModel(p.hub, { path: fixture('moe'), name: 'moe', required_vram_mb: BIG });
+  });
+  after(async () => {
+    await p?.stop();
+  });
+
+  it('a dense model no single device fits runs as a 3-stage shard with the same text as one process; /status shows the stages', async () => {
+    const want = await directTexts(fixture('dense'), PROMPTS);
+    const got: string[] = [];
+    for (const pr of PROMPTS) got.push((await client.completions.create({ model: 'dense', prompt: pr, max_tokens: 24, ...extra })).choices[0]!.text);
+    assert.deepEqual(got, want);
+    const [sh] = await shardsOf(p.hub);
+    assert.equal(sh!.state, 'ready');
+    assert.deepEqual(sh!.stages.map((st) => [st.node, st.layers, st.output]), [[null, [0, 1], true], ['north', [1, 3], false], ['south', [3, 4], false]]);
+    for (const st of sh!.stages) {
+      assert.ok(st.need_mb > 0);
+      if (st.node) assert.match(st.rpc_endpoint!, /^127\.0\.0\.1:\d+$/);
+    }
+    // The output layer (and so sampling) runs on the hub: llama-server put output.weight in the CPU buffer.
+    assert.ok(sh!.buffers.some((b) => /RPC0\[127\.0\.0\.1:\d+\] model buffer size/.test(b)), sh!.buffers.join('\n'));
+    const models = await client.models.list();
+    assert.equal((models.data.find((m) => m.id === 'dense') as unknown as { available: boolean }).available, true);
+  });
+
+  it('a MoE model: experts of each remote stage on that stage\'s device, the rest on the hub; same text as one process', async () => {
+    const want = await directTexts(fixture('moe'), PROMPTS);
+    const got: string[] = [];
+    for (const pr of PROMPTS) got.push((await client.completions.create({ model: 'moe', prompt: pr, max_tokens: 24, ...extra })).choices[0]!.text);
+    assert.deepEqual(got, want);
+    const sh = (await shardsOf(p.hub)).find((x) => x.model === 'moe')!;
+    assert.equal(sh.state, 'ready');
+    const head = readFileSync(`/proc/${sh.pid}/cmdline`, 'utf8').split('\0');
+    const ot = head[head.indexOf('--override-tensor') + 1]!;
+    // One override per remote stage, naming only that stage's layers' expert tensors.
+    const remote = sh.stages.filter((st) => st.node);
+    assert.equal(ot.split(',').length, remote.length);
+    for (const st of remote) {
+      const layers = Array.from({ length: st.layers[1] - st.layers[0] }, (_, i) => st.layers[0] + i).join('|');
+      assert.ok(ot.includes(`blk\\.(${layers})\\.ffn_(gate|up|down)_exps\\.weight=RPC0[${st.rpc_endpoint}]`), ot);
+    }
+    // llama-server's report: each remote device holds exactly its layers' experts (3 × 128×64×8 f32 per layer).
+    for (const st of remote) {
+      const line = sh.buffers.find((b) => b.includes(`RPC0[${st.rpc_endpoint}]`))!;
+      const mib = Number(/=\s*([\d.]+) MiB/.exec(line)![1]);
+      assert.ok(Math.abs(mib - 0.75 * (st.layers[1] - st.layers[0])) < 0.01, line);
+    }
+  });
+
+  it('a member that pauses tears the shard down: head gone, other rpc-servers stopped, 503 names the paused node', async () => {
+    await client.completions.create({ model: 'dense', prompt: 'warm', max_tokens: 2, ...extra }); // the MoE shard made way
+    const sh = (await shardsOf(p.hub)).find((x) => x.model === 'dense' && x.state === 'ready')!;
+    const stream = await client.completions.create({ model: 'dense', prompt: 'Tell a very long tale', max_tokens: 400, stream: true, ...extra });
+    let n = 0;
+    let outcome = 'done';
+    try {
+      for await (const c of stream) {
+        if (c.choices[0]?.text && ++n === 3) await p.nodes[1]!.local('/pause', 'POST');
+      }
+    } catch {
+      outcome = 'error';
+    }
+    assert.equal(outcome, 'error');
+    assert.ok(await waitGone(sh.pid, 30_000), 'the shard head stopped');
+    const err = await client.completions.create({ model: 'dense', prompt: 'x', max_tokens: 2 }).catch((e: unknown) => e);
+    assert.ok(err instanceof OpenAI.APIError && err.status === 503, String(err));
+    const msg = (err.error as { message: string }).message;
+    assert.match(msg, /south paused \(paused by the owner\)/);
+    assert.match(msg, /needs 1209 MB/);
+    const north = await p.nodes[0]!.local('/status');
+    assert.equal(north.availability, 'idle'); // its rpc-server was stopped: no streams left
+    await p.nodes[1]!.local('/resume', 'POST');
+    await until(() => p.hub.status(), (s) => (s.nodes as unknown as { state: string }[]).every((x) => x.state === 'idle'));
+  });
+
+  it('a head that aborts (an rpc-server killed mid-generation) gives the client an error; the next request re-plans', async () => {
+    await client.completions.create({ model: 'dense', prompt: 'warm', max_tokens: 2, ...extra });
+    const sh = (await shardsOf(p.hub)).find((x) => x.model === 'dense' && x.state === 'ready')!;
+    const stream = await client.completions.create({ model: 'dense', prompt: 'Tell a very long tale', max_tokens: 400, stream: true, ...extra });
+    let n = 0;
+    let outcome = 'done';
+    try {
+      for await (const c of stream) {
+        if (c.choices[0]?.text && ++n === 3) {
+          // Kill the ggml-rpc-server serving the north stage: a child of the north node process.
+          const { execSync } = await import('node:child_process');
+          execSync(`pkill -9 -f "ggml-rpc-server.*--port" -P ${p.nodes[0]!.proc.pid}`, { stdio: 'ignore' });
+        }
+      }
+    } catch {
+      outcome = 'error';
+    }
+    assert.equal(outcome, 'error');
+    const failed = await until(() => shardsOf(p.hub), (xs) => xs.some((x) => x.id === sh.id && x.state === 'failed'));
+    assert.ok(failed.some((x) => x.id === sh.id && x.state === 'failed'));
+    const again = await client.completions.create({ model: 'dense', prompt: PROMPTS[0]!, max_tokens: 24, ...extra });
+    assert.equal(again.choices[0]!.text, (await directTexts(fixture('dense'), [PROMPTS[0]!]))[0]);
+    const now = (await shardsOf(p.hub)).find((x) => x.model === 'dense' && x.state === 'ready')!;
+    assert.notEqual(now.id, sh.id);
+  });
+});
+
+describe('hub-last: bytes per generated token', { timeout: 600_000 }, () => {
+  /** rpc bytes per token: the difference between a 33-token and a 1-token generation, over 32. */
+  async function perToken(hub: HubProcess, model: string): Promise<number> {
+    const c = new OpenAI({ baseURL: `${hub.url}/v1`, apiKey: 'x', maxRetries: 0 });
+    const total = async () => (await shardsOf(hub)).filter((x) => x.model === model && x.state === 'ready').flatMap((x) => x.stages).reduce((a, st) => a + (st.rpc_bytes ?? 0), 0);
+    await c.completions.create({ model, prompt: 'Count with me', max_tokens: 1, ...extra });
+    const b0 = await total();
+    await c.completions.create({ model, prompt: 'Count with me', max_tokens: 33, ...extra, ignore_eos: true } as never);
+    return ((await total()) - b0) / 32;
+  }
+
+  async function measure(hubEnv: Record<string, string>): Promise<{ small: number; wide: number }> {
+    const p = await pool(hubEnv);
+    try {
+      await addModel(p.hub, { path: fixture('dense'), name: 'small', required_vram_mb: BIG });
+      await addModel(p.hub, { path: fixture('widevocab'), name: 'wide', required_vram_mb: BIG });
+      const small = await perToken(p.hub, 'small');
+      await p.hub.api('/api/models/small', { method: 'DELETE' });
+      const wide = await perToken(p.hub, 'wide');
+      return { small, wide };
+    } finally {
+      await p.stop();
+    }
+  }
+
+  it('with the output on the hub, per-token tunnel bytes do not grow with the vocabulary; with it remote (the experiment) they do', async () => {
+    const hubLast = await measure({});
+    const logitsDelta = (128256 - 32000) * 4; // the wider vocabulary's extra f32 logits per token
+    // Same hidden size, 4× the vocabulary: the bytes that cross per token stay the same (within 10%).
+    assert.ok(hubLast.wide <= hubLast.small * 1.1 + 1024, `hub last: ${hubLast.small} → ${hubLast.wide} bytes/token`);
+    const remote = await measure({ RELAY_EXPERIMENT_OUTPUT_REMOTE: '1' });
+    assert.ok(remote.wide - remote.small >= 0.8 * logitsDelta, `output remote: ${remote.small} → ${remote.wide} bytes/token`);
+    console.log(`bytes/token: hub last ${hubLast.small.toFixed(0)} (32k vocab) / ${hubLast.wide.toFixed(0)} (128k); output remote ${remote.small.toFixed(0)} / ${remote.wide.toFixed(0)}`);
+  });
+});
