@@ -96,8 +96,10 @@ export interface StartRpc { type: 'start-rpc'; id: number; rpc: string; cache: b
 export interface StopRpc { type: 'stop-rpc'; id: number; rpc: string }
 export interface Evict { type: 'evict'; id: number; sha256: string }
 export interface PushBegin { type: 'push-begin'; id: number; sha256: string; size: number }
+/** Fill ggml-rpc-server's tensor cache from the node's own copy of a GGUF (a shard's cold load then moves no large tensor). */
+export interface FillRpcCache { type: 'fill-rpc-cache'; id: number; sha256: string }
 
-export type Command = StartReplica | StopReplica | StartRpc | StopRpc | Evict | PushBegin;
+export type Command = StartReplica | StopReplica | StartRpc | StopRpc | Evict | PushBegin | FillRpcCache;
 type WithoutId<T> = T extends unknown ? Omit<T, 'id'> : never;
 /** A command as the hub writes it; the control channel adds the correlation id. */
 export type CommandBody = WithoutId<Command>;
@@ -153,10 +155,11 @@ const SCHEMAS: Record<string, Check> = {
   'stop-rpc': shape({ id: isInt, rpc: isId }),
   evict: shape({ id: isInt, sha256: isSha }),
   'push-begin': shape({ id: isInt, sha256: isSha, size: isInt }),
+  'fill-rpc-cache': shape({ id: isInt, sha256: isSha }),
 };
 
 const FROM_NODE = new Set(['hello', 'heartbeat', 'availability', 'reply', 'error']);
-const FROM_HUB = new Set(['welcome', 'error', 'start-replica', 'stop-replica', 'start-rpc', 'stop-rpc', 'evict', 'push-begin']);
+const FROM_HUB = new Set(['welcome', 'error', 'start-replica', 'stop-replica', 'start-rpc', 'stop-rpc', 'evict', 'push-begin', 'fill-rpc-cache']);
 
 export type Parsed<T> = { ok: true; msg: T } | { ok: false; code: 'bad_json' | 'bad_message' | 'unknown_type'; message: string };
 

@@ -22,6 +22,7 @@ import { Session, type YamuxStream } from '../tunnel/yamux/session.js';
 import { otherProcessesGpuMb } from '../gpu/nvml.js';
 import { AutoPause, availabilityOf, inPauseWindow, parseSchedule, type PauseWindow } from './availability.js';
 import { ModelCache } from './cache.js';
+import { fillRpcCache } from './rpc-cache.js';
 
 /**
  * A node: dials out to the hub, lends its device to the replicas and rpc-servers the hub asks for, and keeps
@@ -304,6 +305,13 @@ export class NodeAgent extends EventEmitter {
         case 'evict':
           control.send(replyOk(c.id, { removed: this.cache.evict(c.sha256) }));
           return;
+        case 'fill-rpc-cache': {
+          if (!this.cache.has(c.sha256)) throw new RelayError(ErrorCode.MODEL_FILE_MISSING, `node ${this.settings.name} does not hold ${c.sha256.slice(0, 12)}…`);
+          this.cache.touch(c.sha256);
+          const idx = fillRpcCache(this.cache.pathOf(c.sha256), c.sha256, this.cache.rpcCacheDir);
+          control.send(replyOk(c.id, { files: idx.files.length, bytes: idx.files.reduce((a, f) => a + f.size, 0) }));
+          return;
+        }
       }
     } catch (err) {
       const code = isRelayError(err) ? err.code.toLowerCase() : 'internal';
@@ -363,7 +371,8 @@ export class NodeAgent extends EventEmitter {
     if (this.availability().state === 'paused') throw new RelayError(ErrorCode.MODEL_UNAVAILABLE, `node ${this.settings.name} is paused`);
     const existing = this.rpcs.get(id);
     if (existing) return existing;
-    const r = await startRpcServer(this.d.install, { cache, cacheDir: join(this.home, 'cache', 'llama'), name: `ggml-rpc-server[${id}]` });
+    // LLAMA_CACHE=<cache>/llama: ggml-rpc-server's tensor cache is <cache>/llama/rpc, inside the node's budget.
+    const r = await startRpcServer(this.d.install, { cache, cacheDir: join(this.cache.root, 'llama'), name: `ggml-rpc-server[${id}]` });
     this.rpcs.set(id, r);
     void r.child.exited.then(() => {
       if (this.rpcs.get(id) === r) this.rpcs.delete(id);

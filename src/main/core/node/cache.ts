@@ -5,6 +5,7 @@ import { join } from 'node:path';
 import { Transform, type Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { ErrorCode, RelayError } from '../../../shared/errors.js';
+import { evictRpcCache, rpcCacheBytes } from './rpc-cache.js';
 import type { CachedFile } from '../../../shared/protocol.js';
 
 /**
@@ -17,6 +18,8 @@ const SHA_RE = /^[0-9a-f]{64}$/;
 export class ModelCache {
   readonly modelsDir: string;
   readonly partialDir: string;
+  /** ggml-rpc-server's tensor cache (LLAMA_CACHE=<root>/llama): counted in the budget, evicted with its model. */
+  readonly rpcCacheDir: string;
   /** Files a replica or rpc-server uses now: never evicted. */
   readonly inUse = new Set<string>();
 
@@ -26,6 +29,7 @@ export class ModelCache {
   ) {
     this.modelsDir = join(root, 'models');
     this.partialDir = join(root, 'partial');
+    this.rpcCacheDir = join(root, 'llama', 'rpc');
     mkdirSync(this.modelsDir, { recursive: true });
     mkdirSync(this.partialDir, { recursive: true });
   }
@@ -70,7 +74,7 @@ export class ModelCache {
   }
 
   usedBytes(): number {
-    return [...this.inventory(), ...this.partials()].reduce((s, f) => s + f.size, 0);
+    return [...this.inventory(), ...this.partials()].reduce((s, f) => s + f.size, 0) + rpcCacheBytes(this.rpcCacheDir);
   }
 
   /** Where a push of `sha256` should resume: the partial file's length (0 when none), or null when cached. */
@@ -102,8 +106,10 @@ export class ModelCache {
     if (used - candidates.reduce((s, f) => s + f.size, 0) + bytes > this.budgetBytes) return false;
     for (const f of candidates) {
       if (used + bytes <= this.budgetBytes) break;
+      const before = rpcCacheBytes(this.rpcCacheDir);
       rmSync(this.pathOf(f.sha256), { force: true });
-      used -= f.size;
+      evictRpcCache(this.rpcCacheDir, f.sha256);
+      used -= f.size + (before - rpcCacheBytes(this.rpcCacheDir));
     }
     return used + bytes <= this.budgetBytes;
   }
@@ -113,6 +119,7 @@ export class ModelCache {
     const p = this.pathOf(sha256);
     const had = existsSync(p);
     rmSync(p, { force: true });
+    evictRpcCache(this.rpcCacheDir, sha256);
     return had;
   }
 

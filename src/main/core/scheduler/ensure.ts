@@ -351,6 +351,15 @@ export class Scheduler {
           if (!conn) throw new RelayError(ErrorCode.NODE_LOST, `node ${stage.node} left before its stage started`);
           const member: ShardMember = { stage, conn, rpcId: `${r.id}-${i++}`, bridge: null };
           shard.members.push(member);
+          // A node that already holds the GGUF fills ggml-rpc-server's cache from it: then the cold load
+          // sends hashes, not tensors over 10 MiB (RELAY_RPC_CACHE_FILL=0 turns this off, for measuring).
+          if (conn.cache.has(model.sha256) && process.env.RELAY_RPC_CACHE_FILL !== '0') {
+            const filled = await conn.command({ type: 'fill-rpc-cache', sha256: model.sha256 }, 10 * 60_000).catch((err: Error) => {
+              log.warn({ node: conn.name, err: err.message }, 'rpc cache fill failed: the load sends the tensors instead');
+              return null;
+            });
+            if (filled) log.info({ node: conn.name, files: filled.data?.files }, 'rpc cache filled from the node\'s copy');
+          }
           await conn.command({ type: 'start-rpc', rpc: member.rpcId, cache: true }, 60_000);
           member.bridge = await openRpcBridge(conn, member.rpcId);
         }

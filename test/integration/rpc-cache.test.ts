@@ -1,0 +1,94 @@
+import assert from 'node:assert/strict';
+import { once } from 'node:events';
+import { existsSync, mkdtempSync, readdirSync, rmSync, statSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, before, describe, it } from 'node:test';
+import { hubConfigFromEnv } from '../../src/main/core/config.js';
+import { readGgufFile } from '../../src/main/core/gguf/index.js';
+import { startHub, type Hub } from '../../src/main/core/hub/index.js';
+import { createLogger } from '../../src/main/core/log.js';
+import { NodeAgent, joinHub } from '../../src/main/core/node/agent.js';
+import { FNV_OFFSET, RPC_HASH_THRESHOLD, evictRpcCache, fillRpcCache, fnv1a64Update, fnvHex } from '../../src/main/core/node/rpc-cache.js';
+import { joinSecret, mintJoinToken } from '../../src/main/core/pool/tokens.js';
+import { fixture, llama } from '../helpers/llama.js';
+
+describe('FNV-1a 64 and the rpc cache files', () => {
+  it('matches the reference vectors', () => {
+    assert.equal(fnvHex(fnv1a64Update(FNV_OFFSET, Buffer.from(''))), 'cbf29ce484222325');
+    assert.equal(fnvHex(fnv1a64Update(FNV_OFFSET, Buffer.from('a'))), 'af63dc4c8601ec8c');
+    assert.equal(fnvHex(fnv1a64Update(FNV_OFFSET, Buffer.from('foobar'))), '85944171f73967e8');
+    // Incremental = one pass.
+    const s = fnv1a64Update(fnv1a64Update(FNV_OFFSET, Buffer.from('foo')), Buffer.from('bar'));
+    assert.equal(fnvHex(s), '85944171f73967e8');
+  });
+
+  it('writes one file per tensor over 10 MiB, named by its hash, idempotently; eviction removes them', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'relay-rpc-'));
+    const path = fixture('large');
+    const big = readGgufFile(path).tensors.filter((t) => t.bytes > RPC_HASH_THRESHOLD);
+    const idx = fillRpcCache(path, 'a'.repeat(64), dir);
+    assert.equal(idx.files.length, big.length);
+    for (const f of idx.files) {
+      assert.match(f.name, /^[0-9a-f]{16}$/);
+      assert.equal(statSync(join(dir, f.name)).size, f.size);
+    }
+    assert.deepEqual(fillRpcCache(path, 'a'.repeat(64), dir), idx);
+    evictRpcCache(dir, 'a'.repeat(64));
+    assert.deepEqual(readdirSync(dir), []);
+  });
+});
+
+describe('cold shard load without moving weights', { timeout: 300_000 }, () => {
+  const log = createLogger({ level: 'warn', pretty: false });
+  let hub: Hub;
+  let agent: NodeAgent;
+  let nodeHome: string;
+  before(async () => {
+    process.env.RELAY_THREADS = '1';
+    const home = mkdtempSync(join(tmpdir(), 'relay-hub-'));
+    hub = await startHub(hubConfigFromEnv({ HOME: tmpdir(), RELAY_CONTEXT_SIZE: '512', RELAY_PARALLEL_SLOTS: '1', RELAY_THREADS: '1' }, { port: 0, home, cpuBudgetMb: 800 }), { log, install: llama() });
+    nodeHome = mkdtempSync(join(tmpdir(), 'relay-node-'));
+    const credential = await joinHub(hub.url, mintJoinToken(joinSecret(home)), 'cellar');
+    agent = new NodeAgent(nodeHome, { hub: hub.url, name: 'cellar', credential, paused: false, schedule: '', cpuBudgetMb: 800, cacheBudgetMb: 0 }, { log, install: llama() });
+    await agent.start();
+    if (!agent.connected) await once(agent, 'connected');
+  });
+  after(async () => {
+    delete process.env.RELAY_RPC_CACHE_FILL;
+    await agent?.stop();
+    await hub?.close();
+  });
+
+  async function coldLoad(fill: boolean): Promise<{ bytes: number; text: string }> {
+    rmSync(agent.cache.rpcCacheDir, { recursive: true, force: true }); // cold: nothing cached on the node
+    process.env.RELAY_RPC_CACHE_FILL = fill ? '1' : '0';
+    const res = await fetch(`${hub.url}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: 'large', prompt: 'The sky', max_tokens: 8, temperature: 0, top_k: 1 }) });
+    const j = (await res.json()) as { choices: { text: string }[] };
+    assert.equal(res.status, 200, JSON.stringify(j));
+    const [sh] = hub.scheduler.shardStatus().filter((x) => x.state === 'ready');
+    const bytes = sh!.stages.reduce((a, st) => a + (st.rpc_bytes ?? 0), 0);
+    await hub.scheduler.stopModel('large', 'next measurement');
+    return { bytes, text: j.choices[0]!.text };
+  }
+
+  it('with the cache filled from the node\'s copy, no tensor over 10 MiB crosses the tunnel; same text', async () => {
+    const path = fixture('large');
+    await fetch(`${hub.url}/api/models`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ path, name: 'large', required_vram_mb: 800 }) });
+    const model = hub.store.data.models.find((m) => m.name === 'large')!;
+    await hub.nodes.push(hub.nodes.get('cellar')!, model); // the node already holds the GGUF
+    const without = await coldLoad(false);
+    const withFill = await coldLoad(true);
+    assert.equal(withFill.text, without.text);
+    // The node's stage: llama.cpp numbering puts the CPU hub first, so the node holds blk.1.
+    const bigRemote = readGgufFile(path).tensors.filter((t) => t.name.startsWith('blk.1.') && t.bytes > RPC_HASH_THRESHOLD).reduce((a, t) => a + t.bytes, 0);
+    assert.ok(bigRemote > 30 * 1024 * 1024);
+    assert.ok(without.bytes >= bigRemote, `without the fill ${without.bytes} bytes crossed (big tensors: ${bigRemote})`);
+    assert.ok(withFill.bytes + bigRemote <= without.bytes + 1024 * 1024, `with the fill ${withFill.bytes} bytes crossed, without ${without.bytes}`);
+    assert.ok(withFill.bytes < RPC_HASH_THRESHOLD, `with the fill ${withFill.bytes} bytes crossed`);
+    // The filled files count in the node's cache and leave with the model.
+    assert.ok(agent.cache.usedBytes() >= model.size + bigRemote);
+    agent.cache.evict(model.sha256);
+    assert.equal(existsSync(join(agent.cache.rpcCacheDir, `relay-index-${model.sha256}.json`)), false);
+  });
+});
