@@ -1,0 +1,139 @@
+/**
+ * bench/shard, in one run on loopback with an in-process hub and node (CPU budgets force a 2-stage shard):
+ *  - the same shard with RPC through the tunnel vs RPC over direct TCP (tok/s ratio, goal ≥ 0.9);
+ *  - bytes per generated token with the output on the hub (hub last) vs on the remote stage (hub first);
+ *  - cold-load bytes and time with and without the node filling ggml-rpc-server's cache;
+ *  - replica vs shard tok/s with 1 and 2 concurrent clients ("replicas scale, shards take turns").
+ * `npm run bench -- shard`.
+ */
+import { once } from 'node:events';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { performance } from 'node:perf_hooks';
+import { hubConfigFromEnv } from '../src/main/core/config.js';
+import { startHub, type Hub } from '../src/main/core/hub/index.js';
+import { startLlamaServer, startRpcServer } from '../src/main/core/llama/index.js';
+import { createLogger } from '../src/main/core/log.js';
+import { NodeAgent, joinHub } from '../src/main/core/node/agent.js';
+import { joinSecret, mintJoinToken } from '../src/main/core/pool/tokens.js';
+import { ensureFixture, type FixtureName } from '../test/fixtures/models.js';
+import { llama } from '../test/helpers/llama.js';
+
+const TOKENS = 64;
+const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 5);
+const median = (xs: number[]): number => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
+
+async function gen(url: string, model: string, max = TOKENS): Promise<{ tps: number; text: string }> {
+  const r = await fetch(`${url}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model, prompt: 'Once upon a time', max_tokens: max, temperature: 0, top_k: 1, ignore_eos: true }) });
+  const j = (await r.json()) as { timings: { predicted_per_second: number }; choices: { text: string }[] };
+  if (!r.ok) throw new Error(JSON.stringify(j));
+  return { tps: j.timings.predicted_per_second, text: j.choices[0]!.text };
+}
+
+/** Aggregate tok/s of `clients` concurrent generations (tokens over wall time). */
+async function concurrent(url: string, model: string, clients: number): Promise<number> {
+  const t0 = performance.now();
+  await Promise.all(Array.from({ length: clients }, () => gen(url, model)));
+  return (clients * TOKENS) / ((performance.now() - t0) / 1000);
+}
+
+const log = createLogger({ level: 'warn', pretty: false });
+process.env.RELAY_THREADS = '1';
+const home = mkdtempSync(join(tmpdir(), 'relay-bench-hub-'));
+const hub: Hub = await startHub(hubConfigFromEnv({ HOME: tmpdir(), RELAY_CONTEXT_SIZE: '1024', RELAY_PARALLEL_SLOTS: '2', RELAY_THREADS: '1' }, { port: 0, home, cpuBudgetMb: 800 }), { log, install: llama() });
+const nodeHome = mkdtempSync(join(tmpdir(), 'relay-bench-node-'));
+const credential = await joinHub(hub.url, mintJoinToken(joinSecret(home)), 'bench');
+const agent = new NodeAgent(nodeHome, { hub: hub.url, name: 'bench', credential, paused: false, schedule: '', cpuBudgetMb: 800, cacheBudgetMb: 0 }, { log, install: llama() });
+await agent.start();
+if (!agent.connected) await once(agent, 'connected');
+
+const add = async (name: string, fx: FixtureName, required?: number) => {
+  const path = ensureFixture(fx, { vocabDir: llama().vocabDir });
+  await fetch(`${hub.url}/api/models`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ path, name, required_vram_mb: required }) });
+  return path;
+};
+const shardBytes = (model: string) => hub.scheduler.shardStatus().filter((s) => s.model === model && s.state === 'ready').flatMap((s) => s.stages).reduce((a, st) => a + (st.rpc_bytes ?? 0), 0);
+const rows: string[] = [];
+try {
+  // 1. Tunnel vs direct TCP RPC for the same 2-stage shard.
+  const densePath = await add('dense', 'large', 800);
+  await gen(hub.url, 'dense', 4);
+  const sh = hub.scheduler.shardStatus().find((s) => s.model === 'dense')!;
+  const argv = (await import('node:fs')).readFileSync(`/proc/${sh.pid}/cmdline`, 'utf8').split('\0');
+  const flag = (n: string) => argv[argv.indexOf(n) + 1]!;
+  const rpc = await startRpcServer(llama(), { cache: false });
+  const direct = await startLlamaServer(llama(), {
+    model: densePath, ctx: 1024, slots: 2, cacheType: 'f16', threads: 1, rpc: [rpc.endpoint], devices: ['RPC0'],
+    gpuLayers: Number(flag('--n-gpu-layers')), tensorSplit: flag('--tensor-split').split(',').map(Number),
+    overrides: [{ pattern: 'output\\.weight', bufferType: 'CPU' }], fit: 'off',
+  });
+  const viaTunnel: number[] = [];
+  const viaTcp: number[] = [];
+  for (let i = 0; i < ROUNDS; i++) {
+    viaTcp.push((await gen(direct.baseUrl, 'dense')).tps);
+    viaTunnel.push((await gen(hub.url, 'dense')).tps);
+  }
+  await direct.child.terminate(5000);
+  await rpc.child.terminate(3000);
+  rows.push('| 2-stage shard of the 137 MB fixture | RPC over direct TCP | RPC through the tunnel | ratio |', '| --- | --- | --- | --- |',
+    `| generation tok/s (median of ${ROUNDS}) | ${median(viaTcp).toFixed(1)} | ${median(viaTunnel).toFixed(1)} | ${(median(viaTunnel) / median(viaTcp)).toFixed(3)} |`, '');
+
+  // 2. Bytes per token: output on the hub vs on the remote stage, two vocabulary sizes.
+  await hub.scheduler.stopModel('dense', 'bench');
+  await add('small', 'dense', 800);
+  await add('wide', 'widevocab', 800);
+  const perToken = async (m: string): Promise<number> => {
+    await gen(hub.url, m, 1);
+    const b0 = shardBytes(m);
+    await gen(hub.url, m, 33);
+    const v = (shardBytes(m) - b0) / 32;
+    await hub.scheduler.stopModel(m, 'bench');
+    return v;
+  };
+  const hubLast = { small: await perToken('small'), wide: await perToken('wide') };
+  process.env.RELAY_EXPERIMENT_OUTPUT_REMOTE = '1';
+  const hubFirst = { small: await perToken('small'), wide: await perToken('wide') };
+  delete process.env.RELAY_EXPERIMENT_OUTPUT_REMOTE;
+  rows.push('| bytes over the tunnel per generated token | 32,000-token vocabulary | 128,256-token vocabulary |', '| --- | --- | --- |',
+    `| hub last (output and sampling on the hub) | ${hubLast.small.toFixed(0)} | ${hubLast.wide.toFixed(0)} |`,
+    `| hub first (output on the remote stage, the experiment) | ${hubFirst.small.toFixed(0)} | ${hubFirst.wide.toFixed(0)} |`,
+    `| hub first ÷ hub last | ${(hubFirst.small / hubLast.small).toFixed(2)} | ${(hubFirst.wide / hubLast.wide).toFixed(2)} |`, '');
+
+  // 3. Cold load with and without filling the rpc cache from the node's copy.
+  const model = hub.store.data.models.find((m) => m.name === 'dense')!;
+  await hub.nodes.push(hub.nodes.get('bench')!, model);
+  const cold = async (fill: boolean) => {
+    rmSync(agent.cache.rpcCacheDir, { recursive: true, force: true });
+    process.env.RELAY_RPC_CACHE_FILL = fill ? '1' : '0';
+    const t0 = performance.now();
+    await gen(hub.url, 'dense', 1);
+    const seconds = (performance.now() - t0) / 1000;
+    const bytes = shardBytes('dense');
+    await hub.scheduler.stopModel('dense', 'bench');
+    return { seconds, bytes };
+  };
+  const a = await cold(false);
+  const b = await cold(true);
+  delete process.env.RELAY_RPC_CACHE_FILL;
+  rows.push('| cold shard load (first request, 137 MB fixture) | bytes over rpc streams | time to first answer |', '| --- | --- | --- |',
+    `| node sends every tensor | ${(a.bytes / 1048576).toFixed(1)} MiB | ${a.seconds.toFixed(2)} s |`,
+    `| node filled ggml-rpc-server's cache from its copy | ${(b.bytes / 1048576).toFixed(1)} MiB | ${b.seconds.toFixed(2)} s (includes the fill) |`, '');
+
+  // 4. Replicas scale, shards take turns: the same model as a replica on the node vs as a shard.
+  await add('rep', 'large');
+  const rep1 = await concurrent(hub.url, 'rep', 1);
+  const rep2 = await concurrent(hub.url, 'rep', 2);
+  await hub.scheduler.stopModel('rep', 'bench');
+  await gen(hub.url, 'dense', 2);
+  const sh1 = await concurrent(hub.url, 'dense', 1);
+  const sh2 = await concurrent(hub.url, 'dense', 2);
+  rows.push('| aggregate tok/s | 1 client | 2 concurrent clients | 2 ÷ 1 |', '| --- | --- | --- | --- |',
+    `| replica (whole model on one device) | ${rep1.toFixed(1)} | ${rep2.toFixed(1)} | ${(rep2 / rep1).toFixed(2)} |`,
+    `| shard (2 stages, hub + node) | ${sh1.toFixed(1)} | ${sh2.toFixed(1)} | ${(sh2 / sh1).toFixed(2)} |`);
+} finally {
+  await agent.stop();
+  await hub.close();
+}
+console.log(`\nshard: loopback, hub and node in one process, 1 llama.cpp thread each, ${TOKENS} tokens per request\n`);
+for (const r of rows) console.log(r);
