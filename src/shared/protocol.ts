@@ -99,7 +99,10 @@ export interface PushBegin { type: 'push-begin'; id: number; sha256: string; siz
 /** Fill ggml-rpc-server's tensor cache from the node's own copy of a GGUF (a shard's cold load then moves no large tensor). */
 export interface FillRpcCache { type: 'fill-rpc-cache'; id: number; sha256: string }
 
-export type Command = StartReplica | StopReplica | StartRpc | StopRpc | Evict | PushBegin | FillRpcCache;
+/** The hub's admin pauses or resumes a node's sharing (the dashboard's per-node control). */
+export interface SetPaused { type: 'set-paused'; id: number; paused: boolean }
+
+export type Command = StartReplica | StopReplica | StartRpc | StopRpc | Evict | PushBegin | FillRpcCache | SetPaused;
 type WithoutId<T> = T extends unknown ? Omit<T, 'id'> : never;
 /** A command as the hub writes it; the control channel adds the correlation id. */
 export type CommandBody = WithoutId<Command>;
@@ -156,10 +159,11 @@ const SCHEMAS: Record<string, Check> = {
   evict: shape({ id: isInt, sha256: isSha }),
   'push-begin': shape({ id: isInt, sha256: isSha, size: isInt }),
   'fill-rpc-cache': shape({ id: isInt, sha256: isSha }),
+  'set-paused': shape({ id: isInt, paused: isBool }),
 };
 
 const FROM_NODE = new Set(['hello', 'heartbeat', 'availability', 'reply', 'error']);
-const FROM_HUB = new Set(['welcome', 'error', 'start-replica', 'stop-replica', 'start-rpc', 'stop-rpc', 'evict', 'push-begin', 'fill-rpc-cache']);
+const FROM_HUB = new Set(['welcome', 'error', 'start-replica', 'stop-replica', 'start-rpc', 'stop-rpc', 'evict', 'push-begin', 'fill-rpc-cache', 'set-paused']);
 
 export type Parsed<T> = { ok: true; msg: T } | { ok: false; code: 'bad_json' | 'bad_message' | 'unknown_type'; message: string };
 

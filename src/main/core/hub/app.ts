@@ -234,6 +234,20 @@ export function createApp(d: AppDeps): express.Express {
     res.json({ nodes: nodes.status() });
   });
 
+  for (const action of ['pause', 'resume'] as const) {
+    app.post(`/api/nodes/:name/${action}`, requireAdmin(false), async (req, res, next) => {
+      try {
+        const name = String(req.params.name);
+        const conn = nodes.get(name);
+        if (!conn) throw new RelayError(ErrorCode.NODE_NOT_FOUND, `node "${name}" is not connected`);
+        const r = await conn.command({ type: 'set-paused', paused: action === 'pause' }, 40_000);
+        res.json({ node: name, availability: r.data?.availability });
+      } catch (err) {
+        next(err);
+      }
+    });
+  }
+
   app.post('/api/nodes/:name/revoke', requireAdmin(false), async (req, res, next) => {
     try {
       await nodes.revoke(String(req.params.name));
@@ -256,31 +270,48 @@ export function createApp(d: AppDeps): express.Express {
   };
 
   // ---- status, metrics, dashboard ----
-  app.get('/status', requireAdmin(true), (_req, res) => {
-    res.json({
-      relay: d.version,
-      llama_cpp: d.llama,
+  const buildStatus = () => ({
+    relay: d.version,
+    llama_cpp: d.llama,
+    kv_cache_type: config.kvCacheType,
+    settings: {
+      context_size: config.contextSize,
+      replica_ctx: config.replicaCtx,
+      parallel_slots: config.parallelSlots,
       kv_cache_type: config.kvCacheType,
-      settings: {
-        context_size: config.contextSize,
-        replica_ctx: config.replicaCtx,
-        parallel_slots: config.parallelSlots,
-        kv_cache_type: config.kvCacheType,
-        flash_attn: config.flashAttn ?? `unset: ${effectiveFlashAttn(config.kvCacheType, undefined)} for a ${config.kvCacheType} cache`,
-        cpu_budget_mb: config.cpuBudgetMb,
-        keep_alive_ms: config.keepAliveMs,
-        api_key_required: Boolean(config.apiKey),
-      },
-      devices: scheduler.deviceStatus(),
-      models: registry.list().map((m) => {
-        const v = modelView(m);
-        return { name: m.name, size: m.size, sha256: m.sha256, need_mb: v.need_mb, need: v.need, fits_now: v.fits_now, shortfall: v.shortfall, embedding: m.embedding };
-      }),
-      replicas: scheduler.status(),
-      shards: scheduler.shardStatus(),
-      nodes: nodes.status(),
-      pushes: [...nodes.pushes.values()],
-    });
+      flash_attn: config.flashAttn ?? `unset: ${effectiveFlashAttn(config.kvCacheType, undefined)} for a ${config.kvCacheType} cache`,
+      cpu_budget_mb: config.cpuBudgetMb,
+      keep_alive_ms: config.keepAliveMs,
+      api_key_required: Boolean(config.apiKey),
+    },
+    devices: scheduler.deviceStatus(),
+    models: registry.list().map((m) => {
+      const v = modelView(m);
+      return { name: m.name, size: m.size, sha256: m.sha256, need_mb: v.need_mb, need: v.need, fits_now: v.fits_now, shortfall: v.shortfall, embedding: m.embedding };
+    }),
+    replicas: scheduler.status(),
+    shards: scheduler.shardStatus(),
+    nodes: nodes.status(),
+    pushes: [...nodes.pushes.values()],
+  });
+
+  app.get('/status', requireAdmin(true), (_req, res) => {
+    res.json(buildStatus());
+  });
+
+  // Live updates for the dashboard: the status as server-sent events, once a second while it changes.
+  app.get('/events', requireAdmin(true), (req, res) => {
+    res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache', 'x-accel-buffering': 'no' });
+    let last = '';
+    const tick = (): void => {
+      const json = JSON.stringify(buildStatus());
+      if (json !== last) res.write(`data: ${json}\n\n`);
+      else res.write(': keep-alive\n\n');
+      last = json;
+    };
+    tick();
+    const timer = setInterval(tick, 1000);
+    req.on('close', () => clearInterval(timer));
   });
 
   app.get('/metrics', requireAdmin(true), (_req, res) => {

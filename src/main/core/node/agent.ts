@@ -305,6 +305,10 @@ export class NodeAgent extends EventEmitter {
         case 'evict':
           control.send(replyOk(c.id, { removed: this.cache.evict(c.sha256) }));
           return;
+        case 'set-paused':
+          await this.setPaused(c.paused);
+          control.send(replyOk(c.id, { availability: this.availability().state }));
+          return;
         case 'fill-rpc-cache': {
           if (!this.cache.has(c.sha256)) throw new RelayError(ErrorCode.MODEL_FILE_MISSING, `node ${this.settings.name} does not hold ${c.sha256.slice(0, 12)}…`);
           this.cache.touch(c.sha256);
