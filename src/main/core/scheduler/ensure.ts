@@ -468,9 +468,11 @@ export class Scheduler {
 
   /** A node paused: forget its replicas and tell it to stop them (it must release the card). */
   async nodePaused(conn: NodeConn): Promise<void> {
-    const mine = [...this.replicas.values()].filter((r) => r.node === conn && !r.shard);
-    this.nodeLost(conn, `paused (${conn.reason ?? 'by its owner'})`);
-    await Promise.all(mine.map((r) => conn.command({ type: 'stop-replica', replica: r.id }, 35_000).catch(() => undefined)));
+    // Not a failure: the owner took the machine back. Its placements are stopped and forgotten at once
+    // (the node itself terminates its llama-server / rpc-servers within 30 s either way).
+    const why = `node ${conn.name} paused (${conn.reason ?? 'by its owner'})`;
+    const mine = [...this.replicas.values()].filter((r) => r.node === conn || (r.shard?.plan.stages.some((st) => st.node === conn.name) ?? false));
+    await Promise.all(mine.map((r) => this.stopReplica(r, why)));
   }
 
   /** After a heartbeat: a replica the node no longer runs has failed; one we do not expect is stopped. */
@@ -625,6 +627,12 @@ export class Scheduler {
       last_used_at: new Date(r.lastUsedAt).toISOString(),
       failure: r.failure,
     }));
+  }
+
+  /** A node's devices with what relay placed there subtracted (a CPU budget is bookkeeping the node cannot see). */
+  nodeDevicesFree(node: string, devices: readonly { id: string; kind: 'gpu' | 'cpu'; description: string; totalMb: number; freeMb: number }[]) {
+    const free = freeAfterReservations(devices.map((d) => ({ id: d.id, kind: d.kind, totalMb: d.totalMb, reportedFreeMb: d.freeMb })), this.views(node));
+    return devices.map((d, i) => ({ ...d, freeMb: Math.floor(free[i]!.freeMb) }));
   }
 
   /** Devices with what relay reserved on them (for /status). */

@@ -1,0 +1,96 @@
+import assert from 'node:assert/strict';
+import { mkdirSync } from 'node:fs';
+import { homedir } from 'node:os';
+import { join } from 'node:path';
+import { after, before, describe, it } from 'node:test';
+import { chromium, type Browser, type Page } from 'playwright-core';
+import { addModel, startHub, type HubProcess } from '../helpers/hub.js';
+import { fixture } from '../helpers/llama.js';
+import { startNode, type NodeProcess } from '../helpers/node.js';
+import { waitGone } from '../helpers/proc.js';
+
+/**
+ * The dashboard in a real browser (Debian's chromium driven by playwright-core) against a real hub with two
+ * node processes: what it shows, pausing a node from it, live updates without reload, keyboard use, and the
+ * banner when the hub goes away. Screenshots land in RELAY_TEST_ARTIFACTS (default ~/.cache/relay/artifacts).
+ */
+const ENV = { RELAY_CONTEXT_SIZE: '512', RELAY_PARALLEL_SLOTS: '1', RELAY_THREADS: '1' };
+const artifacts = process.env.RELAY_TEST_ARTIFACTS ?? join(homedir(), '.cache', 'relay', 'artifacts');
+
+let hub: HubProcess;
+let nodes: NodeProcess[] = [];
+let browser: Browser;
+let page: Page;
+
+before(async () => {
+  mkdirSync(artifacts, { recursive: true });
+  hub = await startHub({ env: ENV, args: ['--cpu-budget-mb', '800'] });
+  nodes = [await startNode(hub, { name: 'north', cpuBudgetMb: 1000, env: ENV }), await startNode(hub, { name: 'south', cpuBudgetMb: 1000, env: ENV })];
+  await addModel(hub, { path: fixture('dense'), name: 'small', required_vram_mb: 500 }); // fits a node, not the hub
+  await addModel(hub, { path: fixture('dense'), name: 'big', required_vram_mb: 800 }); // fits no single device
+  browser = await chromium.launch({
+    executablePath: '/usr/bin/chromium',
+    args: ['--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update', '--no-first-run'],
+  });
+  page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
+});
+after(async () => {
+  await browser?.close();
+  for (const n of nodes) await n.stop();
+  await hub?.stop();
+});
+
+const post = (path: string, body: unknown) => fetch(`${hub.url}${path}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
+
+describe('dashboard in chromium', { timeout: 300_000 }, () => {
+  it('shows the real nodes and a node replica with its kv_cache_type', async () => {
+    const r = await post('/v1/completions', { model: 'small', prompt: 'hi', max_tokens: 2 });
+    assert.equal(r.status, 200);
+    await page.goto(hub.url);
+    await page.getByRole('table', { name: 'Nodes' }).getByText('north').waitFor();
+    const nodesText = await page.getByRole('table', { name: 'Nodes' }).innerText();
+    assert.match(nodesText, /north\s+idle/);
+    assert.match(nodesText, /south\s+idle/);
+    const replicas = page.getByRole('table', { name: 'Replicas' });
+    await replicas.getByText('small').waitFor();
+    assert.match(await replicas.innerText(), /small\s+node (north|south) · CPU\s+ready\s+512 × 1\s+f16/);
+    assert.match(await page.locator('#summary').innerText(), /KV cache f16/);
+    await page.screenshot({ path: join(artifacts, 'dashboard-replica.png'), fullPage: true });
+  });
+
+  it('clicking Pause on a node pauses it: its llama-server stops and the page updates without reload', async () => {
+    const s = await hub.status();
+    const rep = s.replicas.find((x) => x.model === 'small')! as unknown as { node: string; pid: number };
+    await page.evaluate(() => ((globalThis as unknown as { marker: number }).marker = 42)); // survives only without a reload
+    await page.getByRole('button', { name: `Pause sharing on node ${rep.node}` }).click();
+    await page.getByRole('table', { name: 'Replicas' }).getByText('No replicas running.').waitFor({ timeout: 30_000 });
+    await page.getByRole('button', { name: `Resume sharing on node ${rep.node}` }).waitFor();
+    assert.match(await page.getByRole('table', { name: 'Nodes' }).innerText(), new RegExp(`${rep.node}\\s+paused`));
+    assert.ok(await waitGone(rep.pid, 30_000), 'the node\'s llama-server stopped');
+    assert.equal(await page.evaluate(() => (globalThis as unknown as { marker?: number }).marker), 42);
+    // Keyboard: the control is a real button, reachable and operable without a mouse.
+    await page.getByRole('button', { name: `Resume sharing on node ${rep.node}` }).focus();
+    await page.keyboard.press('Enter');
+    await page.getByRole('button', { name: `Pause sharing on node ${rep.node}` }).waitFor();
+  });
+
+  it('shows a shard\'s stages with the hub holding the output', async () => {
+    const r = await post('/v1/completions', { model: 'big', prompt: 'hi', max_tokens: 2 });
+    assert.equal(r.status, 200, await r.text());
+    const shards = page.getByRole('table', { name: 'Shards' });
+    await shards.getByText('big').waitFor();
+    const text = await shards.innerText();
+    assert.match(text, /hub · CPU · layers 0–\d · output/);
+    assert.match(text, /node (north|south) · CPU · layers \d–3/);
+    assert.match(text, /f16/);
+    await page.screenshot({ path: join(artifacts, 'dashboard-shard.png'), fullPage: true });
+  });
+
+  it('says so clearly when the hub is unreachable', async () => {
+    for (const n of nodes) await n.stop();
+    nodes = [];
+    await hub.stop();
+    await page.getByRole('alert').waitFor({ state: 'visible', timeout: 15_000 });
+    assert.match(await page.getByRole('alert').innerText(), /unreachable/);
+  });
+});
