@@ -66,3 +66,24 @@ describe('relay CLI', () => {
     await assert.rejects(run(process.execPath, [relay, 'llama', 'build', '--backend', 'tpu']), (e: { code: number; stderr: string }) => e.code === 1 && /unknown backend "tpu"/.test(e.stderr));
   });
 });
+
+describe('npm start', () => {
+  it('without Electron\'s binary says so and starts the headless hub', async () => {
+    const { spawn } = await import('node:child_process');
+    const { createInterface } = await import('node:readline');
+    const start = new URL('../../../scripts/start.js', import.meta.url).pathname;
+    const home = mkdtempSync(join(tmpdir(), 'relay-start-'));
+    const p = spawn(process.execPath, [start, '--port', '0', '--home', home], { stdio: ['ignore', 'pipe', 'pipe'] });
+    let err = '';
+    p.stderr!.on('data', (c: Buffer) => (err += c.toString()));
+    const served = await new Promise<string>((resolve, reject) => {
+      createInterface({ input: p.stdout! }).on('line', (l) => { if (/\/v1\s+http/.test(l)) resolve(l); });
+      p.once('exit', (code) => reject(new Error(`start exited ${code}: ${err}`)));
+    });
+    assert.match(served, /http:\/\/127\.0\.0\.1:\d+\/v1/);
+    assert.match(err, /Electron's binary is not installed here/);
+    const exited = new Promise((r) => p.once('exit', r));
+    p.kill('SIGTERM');
+    await exited;
+  });
+});

@@ -78,6 +78,8 @@ export async function joinHub(hub: string, token: string, name: string): Promise
 interface LocalReplica {
   id: string;
   sha256: string;
+  /** The model's name on the hub (the alias it was started with), for the tray's status line. */
+  model: string;
   server: RunningLlamaServer;
   stopping: boolean;
 }
@@ -156,6 +158,11 @@ export class NodeAgent extends EventEmitter {
 
   runningReplicas(): RunningReplica[] {
     return [...this.replicas.values()].filter((r) => !r.stopping).map((r) => ({ replica: r.id, sha256: r.sha256, pid: r.server.child.pid ?? null }));
+  }
+
+  /** Model names of the running replicas and the rpc stages served here (the tray's status line). */
+  running(): { replicas: { replica: string; model: string }[]; rpcStages: number } {
+    return { replicas: [...this.replicas.values()].filter((r) => !r.stopping).map((r) => ({ replica: r.id, model: r.model })), rpcStages: this.rpcs.size };
   }
 
   private heartbeat(): void {
@@ -345,7 +352,7 @@ export class NodeAgent extends EventEmitter {
         threads: process.env.RELAY_THREADS ? Number(process.env.RELAY_THREADS) : undefined,
         ...(c.device === 'CPU' ? { gpuLayers: 0 } : { devices: [c.device], gpuLayers: 999 }),
       });
-      const rep: LocalReplica = { id: c.replica, sha256: c.sha256, server, stopping: false };
+      const rep: LocalReplica = { id: c.replica, sha256: c.sha256, model: c.alias, server, stopping: false };
       this.replicas.set(c.replica, rep);
       void server.child.exited.then((info) => {
         if (this.replicas.get(c.replica) === rep) this.replicas.delete(c.replica);

@@ -1,0 +1,68 @@
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import { validateIpc, type AppState, type NodeView } from '../../src/shared/ipc.js';
+import { buildTrayMenu, statusLine, trayIcon } from '../../src/main/app/tray-menu.js';
+
+const node = (o: Partial<NodeView> = {}): NodeView => ({
+  name: 'kitchen', hub: 'http://hub:7070', connected: true, availability: 'idle', reason: null, paused: false,
+  schedule: '', outsideSchedule: false, replicas: [], stages: [], ...o,
+});
+const nodeState = (o: Partial<NodeView> = {}): AppState => ({ mode: 'node', hub: null, node: node(o), startAtLogin: false, error: null });
+const hubState = (replicas: { model: string; where: string }[] = [], shards: { model: string; stages: number }[] = []): AppState =>
+  ({ mode: 'hub', hub: { url: 'http://127.0.0.1:7070', serving: true, replicas, shards, nodes: 2 }, node: null, startAtLogin: true, error: null });
+
+describe('tray', () => {
+  it('the icon reflects the state', () => {
+    assert.equal(trayIcon({ mode: null, hub: null, node: null, startAtLogin: false, error: null }), 'setup');
+    assert.equal(trayIcon(hubState()), 'hub-idle');
+    assert.equal(trayIcon(hubState([{ model: 'qwen', where: 'hub' }])), 'hub-serving');
+    assert.equal(trayIcon(nodeState()), 'node-idle');
+    assert.equal(trayIcon(nodeState({ availability: 'busy' })), 'node-busy');
+    assert.equal(trayIcon(nodeState({ paused: true, availability: 'paused' })), 'node-paused');
+    assert.equal(trayIcon(nodeState({ outsideSchedule: true, availability: 'paused' })), 'node-outside-schedule');
+    assert.equal(trayIcon(nodeState({ connected: false })), 'node-offline');
+  });
+
+  it('the status line says what runs here now', () => {
+    assert.equal(statusLine(nodeState({ replicas: [{ replica: 'r1', model: 'qwen3' }] })), 'Running: replica of qwen3');
+    assert.equal(statusLine(nodeState({ stages: [{ model: 'qwen3-32b', index: 0, of: 2 }] })), 'Running: shard stage 1 of 2 of qwen3-32b');
+    assert.equal(statusLine(nodeState({ connected: false })), 'Offline: cannot reach http://hub:7070');
+    assert.equal(statusLine(hubState([], [{ model: 'big', stages: 3 }])), 'Hub: shard of big (3 stages)');
+    assert.equal(statusLine(hubState()), 'Hub idle · 2 nodes');
+  });
+
+  it('a node\'s menu: status, pause toggle reflecting the state, schedule, dashboard, mode, login, quit', () => {
+    const m = buildTrayMenu(nodeState({ paused: true, schedule: 'mon-fri 09:00-17:30' }));
+    assert.deepEqual(m.map((i) => i.label ?? '—'), [
+      'Sharing paused', '—', 'Pause sharing', 'Schedule: paused mon-fri 09:00-17:30', 'Open dashboard', 'Mode: node (change…)', 'Start at login', '—', 'Quit relay',
+    ]);
+    const pause = m.find((i) => i.action === 'toggle-pause')!;
+    assert.deepEqual([pause.type, pause.checked], ['checkbox', true]);
+    assert.equal(m[0]!.enabled, false);
+  });
+
+  it('a hub\'s menu has no pause toggle; an unset app offers setup first', () => {
+    const m = buildTrayMenu(hubState());
+    assert.equal(m.some((i) => i.action === 'toggle-pause'), false);
+    assert.equal(m.find((i) => i.action === 'toggle-start-at-login')!.checked, true);
+    const fresh = buildTrayMenu({ mode: null, hub: null, node: null, startAtLogin: false, error: null });
+    assert.equal(fresh.find((i) => i.action === 'open-setup')!.label, 'Set up: hub or node…');
+    assert.equal(fresh.some((i) => i.action === 'open-dashboard'), false);
+  });
+});
+
+describe('IPC contract', () => {
+  it('accepts exactly the documented payloads', () => {
+    assert.equal(validateIpc('relay:get-state', null), true);
+    assert.equal(validateIpc('relay:get-state', { sneaky: 1 }), false);
+    assert.equal(validateIpc('relay:set-paused', true), true);
+    assert.equal(validateIpc('relay:set-paused', 'yes'), false);
+    assert.equal(validateIpc('relay:setup', { mode: 'hub' }), true);
+    assert.equal(validateIpc('relay:setup', { mode: 'node', hubUrl: 'http://hub:7070', token: 'rly1.x.y', name: 'kitchen' }), true);
+    assert.equal(validateIpc('relay:setup', { mode: 'node', hubUrl: 'file:///etc/passwd', token: 't' }), false);
+    assert.equal(validateIpc('relay:setup', { mode: 'node', hubUrl: 'http://hub', token: '' }), false);
+    assert.equal(validateIpc('relay:setup', { mode: 'node', hubUrl: 'http://hub', token: 't', name: '../x' }), false);
+    assert.equal(validateIpc('relay:setup', { mode: 'root' }), false);
+    assert.equal(validateIpc('relay:nope' as never, null), false);
+  });
+});
