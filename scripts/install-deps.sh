@@ -5,8 +5,9 @@
 #   util-linux            setpriv: children die with their parent (PDEATHSIG)
 #   golang-go, golang-github-hashicorp-yamux-dev
 #                         the reference yamux implementation the tunnel interop tests run against
+#   chromium              the dashboard tests (driven by playwright-core; no browser download)
 set -euo pipefail
-pkgs=(cmake g++ make git ccache python3 python3-numpy util-linux ca-certificates golang-go golang-github-hashicorp-yamux-dev)
+pkgs=(cmake g++ make git ccache python3 python3-numpy util-linux ca-certificates golang-go golang-github-hashicorp-yamux-dev chromium)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
