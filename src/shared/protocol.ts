@@ -58,6 +58,8 @@ export interface Hello {
   replicas: RunningReplica[];
   availability: Availability;
   reason: string | null;
+  /** The owner's weekly pause windows, as written (shown on the dashboard). */
+  schedule?: string;
 }
 
 export interface Heartbeat {
@@ -67,6 +69,7 @@ export interface Heartbeat {
   reason: string | null;
   replicas: RunningReplica[];
   cache: CachedFile[];
+  schedule?: string;
 }
 
 export interface AvailabilityMsg {
@@ -130,6 +133,7 @@ const isNullableStr: Check = (v) => v === null || typeof v === 'string';
 const isInt: Check = (v) => Number.isInteger(v) && (v as number) >= 0;
 const isNum: Check = (v) => typeof v === 'number' && Number.isFinite(v) && v >= 0;
 const isBool: Check = (v) => typeof v === 'boolean';
+const optional = (c: Check): Check => (v) => v === undefined || c(v);
 const isSha: Check = (v) => typeof v === 'string' && /^[0-9a-f]{64}$/.test(v);
 const isId: Check = (v) => typeof v === 'string' && /^[A-Za-z0-9._:-]{1,128}$/.test(v);
 const oneOf = (...xs: unknown[]): Check => (v) => xs.includes(v);
@@ -143,8 +147,8 @@ const running = shape({ replica: isId, sha256: isSha, pid: (v) => v === null || 
 const availability = oneOf('idle', 'busy', 'paused');
 
 const SCHEMAS: Record<string, Check> = {
-  hello: shape({ protocol: isInt, node: isId, llama: isStr, devices: arrayOf(device, 64), cache: arrayOf(cached), partials: arrayOf(cached), replicas: arrayOf(running, 256), availability, reason: isNullableStr }),
-  heartbeat: shape({ devices: arrayOf(device, 64), availability, reason: isNullableStr, replicas: arrayOf(running, 256), cache: arrayOf(cached) }),
+  hello: shape({ protocol: isInt, node: isId, llama: isStr, devices: arrayOf(device, 64), cache: arrayOf(cached), partials: arrayOf(cached), replicas: arrayOf(running, 256), availability, reason: isNullableStr, schedule: optional(isStr) }),
+  heartbeat: shape({ devices: arrayOf(device, 64), availability, reason: isNullableStr, replicas: arrayOf(running, 256), cache: arrayOf(cached), schedule: optional(isStr) }),
   availability: shape({ availability, reason: isNullableStr }),
   reply: shape({ id: isInt, ok: isBool }),
   error: shape({ code: isStr, message: isStr }),

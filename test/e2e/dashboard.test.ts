@@ -15,6 +15,8 @@ import { waitGone } from '../helpers/proc.js';
  * banner when the hub goes away. Screenshots land in RELAY_TEST_ARTIFACTS (default ~/.cache/relay/artifacts).
  */
 const ENV = { RELAY_CONTEXT_SIZE: '512', RELAY_PARALLEL_SLOTS: '1', RELAY_THREADS: '1' };
+// A pause window two days from now: shown on the dashboard, never in force while the test runs.
+const SCHEDULE = `${['sun', 'mon', 'tue', 'wed', 'thu', 'fri', 'sat'][(new Date().getDay() + 2) % 7]} 03:00-03:01`;
 const artifacts = process.env.RELAY_TEST_ARTIFACTS ?? join(homedir(), '.cache', 'relay', 'artifacts');
 
 let hub: HubProcess;
@@ -25,7 +27,10 @@ let page: Page;
 before(async () => {
   mkdirSync(artifacts, { recursive: true });
   hub = await startHub({ env: ENV, args: ['--cpu-budget-mb', '800'] });
-  nodes = [await startNode(hub, { name: 'north', cpuBudgetMb: 1000, env: ENV }), await startNode(hub, { name: 'south', cpuBudgetMb: 1000, env: ENV })];
+  nodes = [
+    await startNode(hub, { name: 'north', cpuBudgetMb: 1000, env: ENV, args: ['--schedule', SCHEDULE] }),
+    await startNode(hub, { name: 'south', cpuBudgetMb: 1000, env: ENV }),
+  ];
   await addModel(hub, { path: fixture('dense'), name: 'small', required_vram_mb: 500 }); // fits a node, not the hub
   await addModel(hub, { path: fixture('dense'), name: 'big', required_vram_mb: 800 }); // fits no single device
   browser = await chromium.launch({
@@ -55,6 +60,12 @@ describe('dashboard in chromium', { timeout: 300_000 }, () => {
     await replicas.getByText('small').waitFor();
     assert.match(await replicas.innerText(), /small\s+node (north|south) · CPU\s+ready\s+512 × 1\s+f16/);
     assert.match(await page.locator('#summary').innerText(), /KV cache f16/);
+    assert.match(nodesText, new RegExp(`north\\s+idle[\\s\\S]*${SCHEDULE}`));
+    assert.match(nodesText, /south\s+idle[\s\S]*always sharing/);
+    // The request that placed the replica is in the recent requests, with its tokens.
+    const recent = page.getByRole('table', { name: 'Recent requests' });
+    await recent.getByText('small').waitFor();
+    assert.match(await recent.innerText(), /small\s+completions\s+200\s+\d+ → 2/);
     await page.screenshot({ path: join(artifacts, 'dashboard-replica.png'), fullPage: true });
   });
 

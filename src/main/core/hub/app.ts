@@ -112,6 +112,13 @@ export function createApp(d: AppDeps): express.Express {
 
   const raw = express.raw({ type: () => true, limit: config.maxBodyBytes });
 
+  /** The last requests through /v1, for the dashboard. */
+  const recent: { at: string; model: string; endpoint: string; status: number; prompt_tokens: number | null; completion_tokens: number | null; tokens_per_second: number | null; ms: number }[] = [];
+  const remember = (r: (typeof recent)[number]): void => {
+    recent.unshift(r);
+    if (recent.length > 20) recent.pop();
+  };
+
   /** /v1 auth: only when RELAY_API_KEY is set. */
   const requireApiKey = (req: Request, _res: Response, next: NextFunction): void => {
     if (!config.apiKey) return next();
@@ -138,15 +145,24 @@ export function createApp(d: AppDeps): express.Express {
 
   for (const endpoint of ['chat/completions', 'completions', 'embeddings'] as const) {
     app.post(`/v1/${endpoint}`, requireApiKey, raw, async (req, res, next) => {
-      const done = (status: number): void => metrics.requests.add({ endpoint, status: String(status) });
+      const t0 = Date.now();
+      let model = '';
+      const done = (status: number, usage: { promptTokens: number; completionTokens: number; tokensPerSecond: number | null } | null = null): void => {
+        metrics.requests.add({ endpoint, status: String(status) });
+        remember({
+          at: new Date(t0).toISOString(), model, endpoint, status, ms: Date.now() - t0,
+          prompt_tokens: usage?.promptTokens ?? null, completion_tokens: usage?.completionTokens ?? null, tokens_per_second: usage?.tokensPerSecond ?? null,
+        });
+      };
       try {
         const body = parseJson(req);
         const name = validate(endpoint, body);
-        const model = registry.require(name);
-        if (endpoint === 'embeddings' && !model.embedding) {
+        model = name;
+        const record = registry.require(name);
+        if (endpoint === 'embeddings' && !record.embedding) {
           throw new RelayError(ErrorCode.MODEL_NOT_EMBEDDING, `"${name}" is not registered as an embedding model (relay models add FILE --embedding)`, { model: name });
         }
-        if (endpoint !== 'embeddings' && model.embedding) {
+        if (endpoint !== 'embeddings' && record.embedding) {
           throw new RelayError(ErrorCode.INVALID_REQUEST, `"${name}" is an embedding model: use /v1/embeddings`, { model: name });
         }
         const lease = await scheduler.acquire(name);
@@ -157,7 +173,7 @@ export function createApp(d: AppDeps): express.Express {
         proxyToReplica({
           lease, path: `/v1/${endpoint}`, body: req.body as Buffer, req, res, log: log.child({ model: name }),
           onDone: (status, usage) => {
-            done(status);
+            done(status, usage);
             if (usage) {
               metrics.tokens.add({ model: name, kind: 'prompt' }, usage.promptTokens);
               metrics.tokens.add({ model: name, kind: 'completion' }, usage.completionTokens);
@@ -293,6 +309,7 @@ export function createApp(d: AppDeps): express.Express {
     shards: scheduler.shardStatus(),
     nodes: nodes.status().map((n) => ({ ...n, devices: scheduler.nodeDevicesFree(String(n.name), n.devices as never) })),
     pushes: [...nodes.pushes.values()],
+    recent,
   });
 
   app.get('/status', requireAdmin(true), (_req, res) => {

@@ -168,7 +168,7 @@ export class NodeAgent extends EventEmitter {
   private heartbeat(): void {
     const a = this.availability();
     this.lastSent = a.state;
-    this.control?.send({ type: 'heartbeat', devices: this.devices(), availability: a.state, reason: a.reason, replicas: this.runningReplicas(), cache: this.cache.inventory() });
+    this.control?.send({ type: 'heartbeat', devices: this.devices(), availability: a.state, reason: a.reason, replicas: this.runningReplicas(), cache: this.cache.inventory(), schedule: this.settings.schedule });
   }
 
   // ---- connection ----
@@ -244,7 +244,7 @@ export class NodeAgent extends EventEmitter {
         control.send({
           type: 'hello', protocol: PROTOCOL_VERSION, node: this.settings.name, llama: this.d.install.version,
           devices: this.devices(), cache: this.cache.inventory(), partials: this.cache.partials(), replicas: this.runningReplicas(),
-          availability: a.state, reason: a.reason,
+          availability: a.state, reason: a.reason, schedule: this.settings.schedule,
         });
         const welcomeTimer = setTimeout(() => session.destroy(new RelayError(ErrorCode.TUNNEL_PROTOCOL, 'no welcome from the hub')), 10_000);
         control.on('message', (m: HubToNode) => {

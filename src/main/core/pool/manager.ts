@@ -35,6 +35,7 @@ export class NodeConn extends EventEmitter {
   devices: DeviceInfo[];
   availability: Availability;
   reason: string | null;
+  schedule: string;
   cache = new Map<string, number>();
   replicas: RunningReplica[];
   lastSeen = Date.now();
@@ -52,6 +53,7 @@ export class NodeConn extends EventEmitter {
     this.devices = hello.devices;
     this.availability = hello.availability;
     this.reason = hello.reason;
+    this.schedule = hello.schedule ?? '';
     this.replicas = hello.replicas;
     for (const f of hello.cache) this.cache.set(f.sha256, f.size);
   }
@@ -234,6 +236,7 @@ export class NodeManager extends EventEmitter {
       if (m.type === 'heartbeat') {
         conn.devices = m.devices;
         conn.replicas = m.replicas;
+        conn.schedule = m.schedule ?? conn.schedule;
         conn.cache = new Map(m.cache.map((f: CachedFile) => [f.sha256, f.size]));
         this.setAvailability(conn, m.availability, m.reason);
         conn.emit('heartbeat');
@@ -343,6 +346,7 @@ export class NodeManager extends EventEmitter {
         name: r.name,
         state: r.revoked_at ? 'revoked' : c?.alive ? c.availability : 'offline',
         reason: c?.reason ?? null,
+        schedule: c?.schedule ?? null,
         connected: Boolean(c?.alive),
         devices: c?.devices ?? [],
         cache: c ? [...c.cache].map(([sha256, size]) => ({ sha256, size })) : [],
