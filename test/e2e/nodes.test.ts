@@ -239,6 +239,22 @@ describe('weight push: resume and verification', { timeout: 600_000 }, () => {
 });
 
 describe('reconnect reconciliation', { timeout: 300_000 }, () => {
+  it('a node whose hub stays away releases its device after RELAY_NODE_ORPHAN_MS', async () => {
+    const hub = await startHub({ env: ENV });
+    const n = await startNode(hub, { name: 'shed', cpuBudgetMb: 1000, env: { ...ENV, RELAY_NODE_ORPHAN_MS: '1500' } });
+    try {
+      await addModel(hub, { path: fixture('dense'), name: 'dense' });
+      const r = await fetch(`${hub.url}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: 'dense', prompt: 'x', max_tokens: 2 }) });
+      assert.equal(r.status, 200);
+      const pid = (await replicasOf(hub))[0]!.pid!;
+      await hub.kill9();
+      assert.ok(await waitGone(pid, 20_000), 'the orphaned replica was stopped');
+      assert.ok(n.logs.some((l) => l.includes('unreachable for 1500 ms')));
+    } finally {
+      await n.stop();
+    }
+  });
+
   it('after a hub restart the node reports its replica, and the hub stops the one it no longer expects', async () => {
     const port = await freePort();
     const hub = await startHub({ env: ENV, args: ['--port', String(port)] });

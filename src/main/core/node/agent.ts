@@ -98,6 +98,7 @@ export class NodeAgent extends EventEmitter {
   private backoffMs = 500;
   private timers: NodeJS.Timeout[] = [];
   private localApi: Server | null = null;
+  private orphanTimer: NodeJS.Timeout | null = null;
   private readonly autoPause = new AutoPause({ thresholdMb: 1024, pauseAfterMs: 30_000, resumeAfterMs: 120_000 });
   private autoPaused = false;
   connected = false;
@@ -254,6 +255,8 @@ export class NodeAgent extends EventEmitter {
             this.control = control;
             this.connected = true;
             this.lastSent = a.state;
+            if (this.orphanTimer) clearTimeout(this.orphanTimer);
+            this.orphanTimer = null;
             this.d.log.info({ hub: this.settings.hub, protocol: m.protocol }, 'connected to the hub');
             this.emit('connected');
             return;
@@ -274,6 +277,16 @@ export class NodeAgent extends EventEmitter {
           this.session = null;
           this.control = null;
           if (was) this.d.log.warn({ why: err.message }, 'lost the hub');
+          // The hub already tore down what ran here; if it stays away, release the device too. A quick
+          // reconnect keeps them, and the hub's reconciliation stops what it no longer expects.
+          if (was && !this.orphanTimer) {
+            const ms = Number(process.env.RELAY_NODE_ORPHAN_MS ?? 60_000);
+            this.orphanTimer = setTimeout(() => {
+              this.orphanTimer = null;
+              if (!this.connected) void this.stopEverything(`the hub has been unreachable for ${ms} ms`);
+            }, ms);
+            this.orphanTimer.unref();
+          }
           this.emit('disconnected');
           resolve();
         });
