@@ -8,7 +8,7 @@ import { adminAllowed } from '../../src/main/core/hub/app.js';
 import { fixture } from '../helpers/llama.js';
 import { addModel, startHub, type HubProcess } from '../helpers/hub.js';
 import { GREEDY } from '../helpers/openai.js';
-import { waitGone } from '../helpers/proc.js';
+import { waitGone , until } from '../helpers/proc.js';
 
 const extra = GREEDY as unknown as Record<string, unknown>;
 const BASE_ENV = { RELAY_CONTEXT_SIZE: '512', RELAY_PARALLEL_SLOTS: '1', RELAY_THREADS: '1' };
@@ -31,15 +31,6 @@ function flag(argv: string[], name: string): string | undefined {
   return i < 0 ? undefined : argv[i + 1];
 }
 
-async function until<T>(f: () => Promise<T>, ok: (v: T) => boolean, limitMs = 15_000): Promise<T> {
-  const end = Date.now() + limitMs;
-  let v = await f();
-  while (!ok(v) && Date.now() < end) {
-    await new Promise((r) => setTimeout(r, 100));
-    v = await f();
-  }
-  return v;
-}
 
 describe('hub lifecycle with real llama-server', { timeout: 600_000 }, () => {
   for (const kv of ['f16', 'q8_0', 'q4_0'] as const) {

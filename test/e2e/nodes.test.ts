@@ -11,7 +11,7 @@ import { addModel, startHub, type HubProcess } from '../helpers/hub.js';
 import { fixture, llama } from '../helpers/llama.js';
 import { listeningSockets, startNode, type NodeProcess } from '../helpers/node.js';
 import { GREEDY } from '../helpers/openai.js';
-import { alive, waitGone } from '../helpers/proc.js';
+import { alive, waitGone , until } from '../helpers/proc.js';
 
 /**
  * A household in one machine: a hub with no capacity of its own and nodes as separate `relay up` processes,
@@ -20,15 +20,6 @@ import { alive, waitGone } from '../helpers/proc.js';
 const extra = GREEDY as unknown as Record<string, unknown>;
 const ENV = { RELAY_CONTEXT_SIZE: '512', RELAY_PARALLEL_SLOTS: '1', RELAY_THREADS: '1' };
 
-async function until<T>(f: () => Promise<T> | T, ok: (v: T) => boolean, limitMs = 20_000): Promise<T> {
-  const end = Date.now() + limitMs;
-  let v = await f();
-  while (!ok(v) && Date.now() < end) {
-    await new Promise((r) => setTimeout(r, 50));
-    v = await f();
-  }
-  return v;
-}
 
 interface NodeStatus { name: string; state: string; connected: boolean; devices: { id: string }[]; replicas: { replica: string; pid: number }[] }
 interface ReplicaJson { id: string; model: string; where: string; node: string | null; state: string; pid: number | null }

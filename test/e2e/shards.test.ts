@@ -7,7 +7,7 @@ import { addModel, startHub, type HubProcess } from '../helpers/hub.js';
 import { fixture, llama } from '../helpers/llama.js';
 import { startNode, type NodeProcess } from '../helpers/node.js';
 import { complete, GREEDY } from '../helpers/openai.js';
-import { waitGone } from '../helpers/proc.js';
+import { waitGone , until } from '../helpers/proc.js';
 
 /**
  * Shards with real processes: a hub and two nodes whose CPU budgets are each too small for the model (the
@@ -26,15 +26,6 @@ async function shardsOf(h: HubProcess): Promise<ShardJson[]> {
   return (await h.status()).shards as unknown as ShardJson[];
 }
 
-async function until<T>(f: () => Promise<T>, ok: (v: T) => boolean, limitMs = 30_000): Promise<T> {
-  const end = Date.now() + limitMs;
-  let v = await f();
-  while (!ok(v) && Date.now() < end) {
-    await new Promise((r) => setTimeout(r, 100));
-    v = await f();
-  }
-  return v;
-}
 
 async function directTexts(model: string, prompts: string[]): Promise<string[]> {
   const s = await startLlamaServer(llama(), { model, ctx: 512, slots: 1, cacheType: 'f16', threads: 1 });

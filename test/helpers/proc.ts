@@ -20,3 +20,14 @@ export async function waitGone(pid: number, limitMs: number): Promise<boolean> {
   }
   return !alive(pid);
 }
+
+/** Polls `f` until `ok` holds or `limitMs` passes (a deadline, not a measurement); returns the last value. */
+export async function until<T>(f: () => Promise<T> | T, ok: (v: T) => boolean, limitMs = 20_000, everyMs = 50): Promise<T> {
+  const end = Date.now() + limitMs;
+  let v = await f();
+  while (!ok(v) && Date.now() < end) {
+    await new Promise((r) => setTimeout(r, everyMs));
+    v = await f();
+  }
+  return v;
+}

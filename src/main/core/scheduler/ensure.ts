@@ -385,25 +385,10 @@ export class Scheduler {
           fit: flags.fit,
           readyTimeoutMs: c.loadTimeoutMs,
         });
-        r.server = server;
         shard.argv = server.argv;
         shard.buffers = server.child.output().filter((l) => /model buffer size/.test(l)).map((l) => l.replace(/^.*?load_tensors:\s*/, '').trim());
-        if (r.state !== 'starting') {
-          await server.child.terminate(5000);
-          throw new RelayError(ErrorCode.REPLICA_FAILED, `the shard of "${model.name}" was stopped while loading`);
-        }
-        r.state = 'ready';
-        r.loading = null;
-        const seconds = (this.now() - t0) / 1000;
-        this.d.onLoad?.(model.name, seconds);
-        log.info({ seconds, port: server.port }, 'shard ready');
-        void server.child.exited.then((info) => {
-          if (r.state === 'stopping' || this.closed) return;
-          // Any RPC failure aborts llama-server (upstream): the shard is failed, the next request re-plans.
-          this.markFailed(r, `the shard head exited (${describeExit(info)})`, server.child.tail());
-        });
-        if (r.inFlight === 0) this.armIdleTimer(r);
-        return r;
+        // Any RPC failure aborts llama-server (upstream): the shard is failed, the next request re-plans.
+        return await this.becomeReady(r, model, server, t0, log, 'the shard head');
       } catch (err) {
         if (r.state === 'starting') this.markFailed(r, (err as Error).message.split('\n')[0] ?? 'shard failed', r.server?.child.tail() ?? '');
         throw new RelayError(ErrorCode.REPLICA_FAILED, `could not start a shard of "${model.name}": ${(err as Error).message}`, { model: model.name });
@@ -525,28 +510,33 @@ export class Scheduler {
         ...(r.device === 'CPU' ? { gpuLayers: 0 } : { devices: [r.device], gpuLayers: 999 }),
         readyTimeoutMs: c.loadTimeoutMs,
       });
-      r.server = server;
-      if (r.state === 'stopping') {
-        await server.child.terminate(5000);
-        throw new RelayError(ErrorCode.REPLICA_FAILED, `the replica of "${model.name}" was stopped while loading`);
-      }
-      r.state = 'ready';
-      r.loading = null;
-      const seconds = (this.now() - t0) / 1000;
-      this.d.onLoad?.(model.name, seconds);
-      log.info({ port: server.port, pid: server.child.pid, seconds }, 'host replica ready');
-      void server.child.exited.then((info) => {
-        if (r.state === 'stopping' || this.closed) return;
-        // Crashed: requests in flight see their socket close; the next request starts a new replica.
-        this.markFailed(r, `llama-server exited unexpectedly (${describeExit(info)})`, server.child.tail());
-      });
-      if (r.inFlight === 0) this.armIdleTimer(r);
-      return r;
+      // Crashed later: requests in flight see their socket close; the next request starts a new replica.
+      return await this.becomeReady(r, model, server, t0, log, 'llama-server');
     } catch (err) {
       const tail = r.server?.child.tail() ?? ((err as RelayError).details?.tail as string | undefined) ?? '';
       this.markFailed(r, (err as Error).message.split('\n')[0] ?? 'load failed', tail);
       throw new RelayError(ErrorCode.REPLICA_FAILED, `could not start a replica of "${model.name}": ${(err as Error).message}`, { model: model.name });
     }
+  }
+
+  /** A local llama-server (host replica or shard head) answered its health check: serve it, watch it. */
+  private async becomeReady(r: Replica, model: ModelRecord, server: RunningLlamaServer, t0: number, log: Logger, what: string): Promise<Replica> {
+    r.server = server;
+    if (r.state !== 'starting') {
+      await server.child.terminate(5000);
+      throw new RelayError(ErrorCode.REPLICA_FAILED, `the placement of "${model.name}" was stopped while loading`);
+    }
+    r.state = 'ready';
+    r.loading = null;
+    const seconds = (this.now() - t0) / 1000;
+    this.d.onLoad?.(model.name, seconds);
+    log.info({ port: server.port, pid: server.child.pid, seconds }, 'ready');
+    void server.child.exited.then((info) => {
+      if (r.state === 'stopping' || this.closed) return;
+      this.markFailed(r, `${what} exited unexpectedly (${describeExit(info)})`, server.child.tail());
+    });
+    if (r.inFlight === 0) this.armIdleTimer(r);
+    return r;
   }
 
   private markFailed(r: Replica, message: string, tail: string): void {

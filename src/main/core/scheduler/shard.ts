@@ -75,17 +75,22 @@ export function stageNeedMb(model: ShardModel, layers: number, s: FitSettings): 
   return weights + kv + weights * 0.03 + FIXED_OVERHEAD_MB + kv * 0.05;
 }
 
-/** Reorder so the hub's stage is last (GPU hub) and renumber every stage's layer range to match. */
-export function hostStageLast<T extends { node: string | null; layers: readonly [number, number] }>(stages: readonly T[]): T[] {
+/** Put the hub's stage last (or first) and renumber every stage's layer range to match the new order. */
+function reorder<T extends { node: string | null; layers: readonly [number, number] }>(stages: readonly T[], hubFirst: boolean): T[] {
   const hub = stages.filter((s) => s.node === null);
-  const ordered = [...stages.filter((s) => s.node !== null), ...hub];
+  const rest = stages.filter((s) => s.node !== null);
   let at = 0;
-  return ordered.map((s) => {
+  return (hubFirst ? [...hub, ...rest] : [...rest, ...hub]).map((s) => {
     const n = s.layers[1] - s.layers[0];
     const r = { ...s, layers: [at, at + n] as const };
     at += n;
     return r;
   });
+}
+
+/** Reorder so the hub's stage is last (GPU hub) and renumber every stage's layer range to match. */
+export function hostStageLast<T extends { node: string | null; layers: readonly [number, number] }>(stages: readonly T[]): T[] {
+  return reorder(stages, false);
 }
 
 /**
@@ -109,25 +114,11 @@ export function planShard(devices: readonly ShardDevice[], model: ShardModel, s:
     });
     if (!stages.every((st) => st.needMb <= st.freeMb)) continue;
     // GPU hub: its stage goes last. CPU hub: llama.cpp runs CPU layers first (see above).
-    const ordered = hub && hub.kind === 'cpu'
-      ? hostStageFirst(stages)
-      : hostStageLast(stages);
+    const ordered = reorder(stages, hub?.kind === 'cpu');
     const outputAt = hub ? ordered.findIndex((st) => st.node === null) : ordered.length - 1;
     return { kind: 'shard', stages: ordered.map((st, i) => ({ ...st, output: i === outputAt })) };
   }
   return { kind: 'none', reason: 'the hub and the connected nodes together cannot hold it' };
-}
-
-function hostStageFirst(stages: readonly Stage[]): Stage[] {
-  const hub = stages.filter((s) => s.node === null);
-  const ordered = [...hub, ...stages.filter((s) => s.node !== null)];
-  let at = 0;
-  return ordered.map((s) => {
-    const n = s.layers[1] - s.layers[0];
-    const r = { ...s, layers: [at, at + n] as const };
-    at += n;
-    return r;
-  });
 }
 
 export interface ShardFlags {
