@@ -10,7 +10,7 @@ import { sha256File } from '../fixtures/models.js';
 import { addModel, startHub, type HubProcess } from '../helpers/hub.js';
 import { fixture, llama } from '../helpers/llama.js';
 import { listeningSockets, startNode, type NodeProcess } from '../helpers/node.js';
-import { GREEDY } from '../helpers/openai.js';
+import { GREEDY, streamUntil } from '../helpers/openai.js';
 import { alive, waitGone , until } from '../helpers/proc.js';
 
 /**
@@ -84,16 +84,7 @@ describe('nodes: tunnel, weight push, node replicas', { timeout: 600_000 }, () =
   it('pause during a streaming request: the client gets a clean error and the node\'s llama-server is gone within 30 s', async () => {
     const rep = (await replicasOf(hub)).find((x) => x.state === 'ready')!;
     const stream = await client.chat.completions.create({ model: 'dense', messages: [{ role: 'user', content: 'A long story please.' }], max_tokens: 4000, stream: true, ...extra }, { maxRetries: 0 });
-    let got = 0;
-    let ended: 'error' | 'done' = 'done';
-    try {
-      for await (const c of stream) {
-        if (c.choices[0]?.delta?.content && ++got === 3) await a.local('/pause', 'POST');
-      }
-    } catch {
-      ended = 'error';
-    }
-    assert.equal(ended, 'error');
+    assert.equal(await streamUntil(stream, 3, () => a.local('/pause', 'POST')), 'error');
     assert.ok(await waitGone(rep.pid!, 30_000), 'llama-server released the card');
     const ns = await until(() => nodesOf(hub), (x) => x[0]?.state === 'paused');
     assert.equal(ns[0]!.state, 'paused');

@@ -6,7 +6,7 @@ import { startLlamaServer } from '../../src/main/core/llama/index.js';
 import { addModel, startHub, type HubProcess } from '../helpers/hub.js';
 import { fixture, llama } from '../helpers/llama.js';
 import { startNode, type NodeProcess } from '../helpers/node.js';
-import { complete, GREEDY } from '../helpers/openai.js';
+import { complete, GREEDY, streamUntil } from '../helpers/openai.js';
 import { waitGone , until } from '../helpers/proc.js';
 
 /**
@@ -111,16 +111,7 @@ describe('shards', { timeout: 600_000 }, () => {
     await client.completions.create({ model: 'dense', prompt: 'warm', max_tokens: 2, ...extra }); // the MoE shard made way
     const sh = (await shardsOf(p.hub)).find((x) => x.model === 'dense' && x.state === 'ready')!;
     const stream = await client.completions.create({ model: 'dense', prompt: 'Tell a very long tale', max_tokens: 400, stream: true, ...extra });
-    let n = 0;
-    let outcome = 'done';
-    try {
-      for await (const c of stream) {
-        if (c.choices[0]?.text && ++n === 3) await p.nodes[1]!.local('/pause', 'POST');
-      }
-    } catch {
-      outcome = 'error';
-    }
-    assert.equal(outcome, 'error');
+    assert.equal(await streamUntil(stream, 3, () => p.nodes[1]!.local('/pause', 'POST')), 'error');
     assert.ok(await waitGone(sh.pid, 30_000), 'the shard head stopped');
     const err = await client.completions.create({ model: 'dense', prompt: 'x', max_tokens: 2 }).catch((e: unknown) => e);
     assert.ok(err instanceof OpenAI.APIError && err.status === 503, String(err));
@@ -137,19 +128,11 @@ describe('shards', { timeout: 600_000 }, () => {
     await client.completions.create({ model: 'dense', prompt: 'warm', max_tokens: 2, ...extra });
     const sh = (await shardsOf(p.hub)).find((x) => x.model === 'dense' && x.state === 'ready')!;
     const stream = await client.completions.create({ model: 'dense', prompt: 'Tell a very long tale', max_tokens: 400, stream: true, ...extra });
-    let n = 0;
-    let outcome = 'done';
-    try {
-      for await (const c of stream) {
-        if (c.choices[0]?.text && ++n === 3) {
-          // Kill the ggml-rpc-server serving the north stage: a child of the north node process.
-          const { execSync } = await import('node:child_process');
-          execSync(`pkill -9 -f "ggml-rpc-server.*--port" -P ${p.nodes[0]!.proc.pid}`, { stdio: 'ignore' });
-        }
-      }
-    } catch {
-      outcome = 'error';
-    }
+    // Kill the ggml-rpc-server serving the north stage (a child of the north node process) mid-generation.
+    const outcome = await streamUntil(stream, 3, async () => {
+      const { execSync } = await import('node:child_process');
+      execSync(`pkill -9 -f "ggml-rpc-server.*--port" -P ${p.nodes[0]!.proc.pid}`, { stdio: 'ignore' });
+    });
     assert.equal(outcome, 'error');
     const failed = await until(() => shardsOf(p.hub), (xs) => xs.some((x) => x.id === sh.id && x.state === 'failed'));
     assert.ok(failed.some((x) => x.id === sh.id && x.state === 'failed'));

@@ -24,3 +24,20 @@ export async function chat(baseUrl: string, content: string, maxTokens = 24): Pr
   const choices = j.choices as { message: { content: string } }[];
   return { text: choices[0]!.message.content, completionTokens: (j.usage as { completion_tokens: number }).completion_tokens };
 }
+
+/**
+ * Read a streaming completion; on its `n`-th content chunk run `act` (pause a node, kill a process…).
+ * Resolves 'done' if the stream completed, 'error' if it ended with an error.
+ */
+export async function streamUntil(stream: AsyncIterable<{ choices: { text?: string; delta?: { content?: string | null } }[] }>, n: number, act: () => unknown): Promise<'done' | 'error'> {
+  let got = 0;
+  try {
+    for await (const c of stream) {
+      const ch = c.choices[0];
+      if ((ch?.text ?? ch?.delta?.content) && ++got === n) await act();
+    }
+    return 'done';
+  } catch {
+    return 'error';
+  }
+}

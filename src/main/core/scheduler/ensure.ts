@@ -29,25 +29,30 @@ import { openRpcBridge, type RpcBridge } from '../pool/rpc-bridge.js';
 
 export type ReplicaState = 'starting' | 'ready' | 'failed' | 'stopping';
 
-export interface ReplicaStatus {
+/** What /status says of any placement (a replica or a shard). */
+export interface PlacementStatus {
   readonly id: string;
   readonly model: string;
-  readonly sha256: string;
-  readonly where: 'host' | 'node';
-  readonly node: string | null;
-  readonly device: string;
   readonly state: ReplicaState;
+  /** The local llama-server (host replica, shard head); for a node replica, the node's. */
   readonly port: number | null;
   readonly pid: number | null;
   readonly ctx: number;
   readonly slots: number;
   readonly kv_cache_type: KvCacheType;
+  readonly failure: { message: string; tail: string; at: string } | null;
+}
+
+export interface ReplicaStatus extends PlacementStatus {
+  readonly sha256: string;
+  readonly where: 'host' | 'node';
+  readonly node: string | null;
+  readonly device: string;
   readonly flash_attn: FlashAttn;
   readonly need_mb: number;
   readonly in_flight: number;
   readonly started_at: string;
   readonly last_used_at: string;
-  readonly failure: { message: string; tail: string; at: string } | null;
 }
 
 interface Replica {
@@ -85,20 +90,11 @@ interface ShardState {
   buffers: string[];
 }
 
-export interface ShardStatus {
-  readonly id: string;
-  readonly model: string;
-  readonly state: ReplicaState;
-  readonly port: number | null;
-  readonly pid: number | null;
-  readonly ctx: number;
-  readonly slots: number;
-  readonly kv_cache_type: KvCacheType;
+export interface ShardStatus extends PlacementStatus {
   readonly stages: { index: number; node: string | null; device: string; layers: [number, number]; need_mb: number; free_mb: number; output: boolean; rpc_endpoint: string | null; rpc_bytes: number | null }[];
   readonly warnings: string[];
   /** llama-server's own report of where the weights went (its "model buffer size" lines). */
   readonly buffers: string[];
-  readonly failure: { message: string; tail: string; at: string } | null;
 }
 
 /** A claim on a ready replica for one request; release() exactly once when the response is done. */
@@ -565,20 +561,27 @@ export class Scheduler {
     await Promise.all([...this.replicas.values()].filter((r) => r.model === name).map((r) => this.stopReplica(r, reason)));
   }
 
+  private placementStatus(r: Replica): PlacementStatus {
+    return {
+      id: r.id,
+      model: r.model,
+      state: r.state,
+      port: r.server?.port ?? null,
+      pid: r.server?.child.pid ?? r.remotePid,
+      ctx: r.fit.ctx,
+      slots: r.fit.slots,
+      kv_cache_type: this.d.config.kvCacheType,
+      failure: r.failure,
+    };
+  }
+
   shardStatus(): ShardStatus[] {
     const all = [...this.replicas.values(), ...this.failed.values()].filter((r) => r.shard);
     return all.map((r) => {
       const sh = r.shard!;
       let remote = 0;
       return {
-        id: r.id,
-        model: r.model,
-        state: r.state,
-        port: r.server?.port ?? null,
-        pid: r.server?.child.pid ?? null,
-        ctx: r.fit.ctx,
-        slots: r.fit.slots,
-        kv_cache_type: this.d.config.kvCacheType,
+        ...this.placementStatus(r),
         stages: sh.plan.stages.map((st, index) => {
           const m = st.node === null ? undefined : sh.members[remote++];
           return {
@@ -590,7 +593,6 @@ export class Scheduler {
         }),
         warnings: sh.warnings,
         buffers: sh.buffers,
-        failure: r.failure,
       };
     });
   }
@@ -598,24 +600,16 @@ export class Scheduler {
   status(): ReplicaStatus[] {
     const all = [...this.replicas.values(), ...this.failed.values()].filter((r) => !r.shard);
     return all.map((r) => ({
-      id: r.id,
-      model: r.model,
+      ...this.placementStatus(r),
       sha256: r.sha256,
       where: r.node ? 'node' : 'host',
       node: r.node?.name ?? null,
       device: r.device,
-      state: r.state,
-      port: r.server?.port ?? null,
-      pid: r.server?.child.pid ?? r.remotePid,
-      ctx: r.fit.ctx,
-      slots: r.fit.slots,
-      kv_cache_type: this.d.config.kvCacheType,
       flash_attn: effectiveFlashAttn(this.d.config.kvCacheType, this.d.config.flashAttn),
       need_mb: Math.ceil(r.fit.needMb),
       in_flight: r.inFlight,
       started_at: new Date(r.startedAt).toISOString(),
       last_used_at: new Date(r.lastUsedAt).toISOString(),
-      failure: r.failure,
     }));
   }
 
