@@ -6,7 +6,7 @@ import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { hostname } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { app, BrowserWindow, ipcMain, Menu, nativeImage, shell, Tray, type IpcMainInvokeEvent, type MenuItemConstructorOptions } from 'electron';
+import { app, BrowserWindow, ipcMain, Menu, nativeImage, Tray, type IpcMainInvokeEvent, type MenuItemConstructorOptions } from 'electron';
 import { IPC_CHANNELS, STATE_EVENT, validateIpc, type AppState, type IpcChannel, type IpcResult, type SetupRequest } from '../../shared/ipc.js';
 import { buildTrayMenu, trayIcon, type TrayAction } from '../app/tray-menu.js';
 import { hubConfigFromEnv } from '../core/config.js';

@@ -118,6 +118,11 @@ export interface SchedulerDeps {
   readonly now?: () => number;
 }
 
+/** OpenAI-style embeddings need a pooled vector: a header without a pooling type gets mean pooling. */
+function poolingFor(model: ModelRecord): 'mean' | null {
+  return model.embedding && (model.pooling_type === null || model.pooling_type === undefined) ? 'mean' : null;
+}
+
 export class Scheduler {
   private readonly replicas = new Map<string, Replica>();
   /** Failed replicas stay visible in /status until the next load of their model replaces them. */
@@ -334,7 +339,6 @@ export class Scheduler {
     const r = this.newReplica(model, null, hubStage?.device ?? 'none');
     const shard: ShardState = { plan, members: [], warnings: [], argv: [], buffers: [] };
     r.shard = shard;
-    const c = this.d.config;
     const log = this.d.log.child({ replica: r.id, model: model.name, shard: true });
     r.loading = (async () => {
       const t0 = this.now();
@@ -364,22 +368,14 @@ export class Scheduler {
         for (const w of flags.warnings) log.warn(w);
         shard.warnings = flags.warnings;
         const server = await startLlamaServer(this.d.install, {
+          ...this.serverOptions(model, r),
           name: `llama-server[${model.name} shard]`,
-          model: model.path,
-          ctx: r.fit.ctx,
-          slots: r.fit.slots,
-          cacheType: c.kvCacheType,
-          flashAttn: c.flashAttn,
-          alias: model.name,
-          threads: c.threads,
-          metrics: true,
           rpc: flags.rpc,
           devices: flags.devices,
           gpuLayers: flags.gpuLayers,
           tensorSplit: flags.tensorSplit.length > 0 ? flags.tensorSplit : undefined,
           overrides: flags.overrides,
           fit: flags.fit,
-          readyTimeoutMs: c.loadTimeoutMs,
         });
         shard.argv = server.argv;
         shard.buffers = server.child.output().filter((l) => /model buffer size/.test(l)).map((l) => l.replace(/^.*?load_tensors:\s*/, '').trim());
@@ -417,7 +413,7 @@ export class Scheduler {
         const reply = await conn.command({
           type: 'start-replica', replica: r.id, sha256: model.sha256, ctx: r.fit.ctx, slots: r.fit.slots, cacheType: c.kvCacheType,
           flashAttn: c.flashAttn ?? null, embedding: model.embedding,
-          pooling: model.embedding && (model.pooling_type === null || model.pooling_type === undefined) ? 'mean' : null,
+          pooling: poolingFor(model),
           alias: model.name, device,
         }, c.loadTimeoutMs);
         if (r.state !== 'starting') throw new RelayError(ErrorCode.REPLICA_FAILED, `the replica of "${model.name}" was stopped while loading`);
@@ -485,26 +481,16 @@ export class Scheduler {
   }
 
   private async launch(r: Replica, model: ModelRecord): Promise<Replica> {
-    const c = this.d.config;
     const log = this.d.log.child({ replica: r.id, model: model.name });
     log.info({ device: r.device, need: describeNeed(model.name, r.fit) }, 'starting host replica');
     const t0 = this.now();
     try {
       const server = await startLlamaServer(this.d.install, {
+        ...this.serverOptions(model, r),
         name: `llama-server[${model.name}]`,
-        model: model.path,
-        ctx: r.fit.ctx,
-        slots: r.fit.slots,
-        cacheType: c.kvCacheType,
-        flashAttn: c.flashAttn,
-        alias: model.name,
         embedding: model.embedding,
-        // OpenAI-style embeddings need a pooled vector; a header without a pooling type gets mean pooling.
-        pooling: model.embedding && (model.pooling_type === null || model.pooling_type === undefined) ? 'mean' : undefined,
-        threads: c.threads,
-        metrics: true,
+        pooling: poolingFor(model) ?? undefined,
         ...(r.device === 'CPU' ? { gpuLayers: 0 } : { devices: [r.device], gpuLayers: 999 }),
-        readyTimeoutMs: c.loadTimeoutMs,
       });
       // Crashed later: requests in flight see their socket close; the next request starts a new replica.
       return await this.becomeReady(r, model, server, t0, log, 'llama-server');
@@ -513,6 +499,18 @@ export class Scheduler {
       this.markFailed(r, (err as Error).message.split('\n')[0] ?? 'load failed', tail);
       throw new RelayError(ErrorCode.REPLICA_FAILED, `could not start a replica of "${model.name}": ${(err as Error).message}`, { model: model.name });
     }
+  }
+
+  /**
+   * What every llama-server the hub launches shares (host replicas and shard heads; node replicas get the same
+   * values through start-replica): one place, so the KV-cache and flash-attention flags cannot drift.
+   */
+  private serverOptions(model: ModelRecord, r: Replica) {
+    const c = this.d.config;
+    return {
+      model: model.path, ctx: r.fit.ctx, slots: r.fit.slots, cacheType: c.kvCacheType, flashAttn: c.flashAttn,
+      alias: model.name, threads: c.threads, metrics: true, readyTimeoutMs: c.loadTimeoutMs,
+    };
   }
 
   /** A local llama-server (host replica or shard head) answered its health check: serve it, watch it. */
