@@ -35,6 +35,8 @@ export interface AppState {
 
 export interface SetupRequest {
   readonly mode: AppMode;
+  /** hub mode only: listen on every interface so the household's nodes can join (default true). */
+  readonly lan?: boolean;
   /** node mode only */
   readonly hubUrl?: string;
   readonly token?: string;
@@ -67,7 +69,7 @@ export function validateIpc<C extends IpcChannel>(channel: C, payload: unknown):
     case 'relay:setup': {
       if (typeof payload !== 'object' || payload === null) return false;
       const p = payload as Record<string, unknown>;
-      if (p.mode === 'hub') return true;
+      if (p.mode === 'hub') return p.lan === undefined || typeof p.lan === 'boolean';
       if (p.mode !== 'node') return false;
       return typeof p.hubUrl === 'string' && /^https?:\/\/[^\s]+$/.test(p.hubUrl)
         && typeof p.token === 'string' && p.token.length > 0 && p.token.length < 4096

@@ -79,10 +79,10 @@ export async function startHub(opts: { env?: Record<string, string>; args?: stri
   };
 }
 
-export async function addModel(hub: HubProcess, body: { path: string; name?: string; required_vram_mb?: number; embedding?: boolean }) {
-  const r = await hub.api<{ model?: { name: string; sha256: string }; error?: { code: string; message: string } }>('/api/models', {
-    method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body),
-  });
-  if (r.status !== 201 && r.status !== 200) throw new Error(`add model failed: ${r.status} ${JSON.stringify(r.body)}`);
-  return r.body.model!;
+/** Registers a GGUF with the hub at `hub.url` (a `relay hub` process or a hub embedded in the tray app). */
+export async function addModel(hub: { url: string }, body: { path: string; name?: string; required_vram_mb?: number; embedding?: boolean }) {
+  const res = await fetch(`${hub.url}/api/models`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
+  const j = (await res.json()) as { model?: { name: string; sha256: string }; error?: { code: string; message: string } };
+  if (res.status !== 201 && res.status !== 200) throw new Error(`add model failed: ${res.status} ${JSON.stringify(j)}`);
+  return j.model!;
 }

@@ -38,6 +38,16 @@ describe('protocol validation', () => {
     assert.deepEqual(parseStreamHeader('{"kind":"http","replica":"r1"}'), { kind: 'http', replica: 'r1' });
     assert.equal(parseStreamHeader('{"kind":"shell"}'), null);
   });
+
+  it('start-rpc may describe its stage (for the node\'s status line); a malformed description is refused', () => {
+    const rpc = { type: 'start-rpc', id: 3, rpc: 'r1-0', cache: true };
+    assert.equal(parseHubMessage(JSON.stringify(rpc)).ok, true, 'the stage is optional (older hubs)');
+    const stage = { model: 'big', index: 0, of: 2, layers: [0, 2] };
+    assert.equal(parseHubMessage(JSON.stringify({ ...rpc, stage })).ok, true);
+    assert.equal(parseHubMessage(JSON.stringify({ ...rpc, stage: { ...stage, model: '<script>' } })).ok, false);
+    assert.equal(parseHubMessage(JSON.stringify({ ...rpc, stage: { ...stage, layers: [0] } })).ok, false);
+    assert.equal(parseHubMessage(JSON.stringify({ ...rpc, stage: { ...stage, of: -1 } })).ok, false);
+  });
 });
 
 describe('join tokens', () => {

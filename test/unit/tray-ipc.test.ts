@@ -58,6 +58,8 @@ describe('IPC contract', () => {
     assert.equal(validateIpc('relay:set-paused', true), true);
     assert.equal(validateIpc('relay:set-paused', 'yes'), false);
     assert.equal(validateIpc('relay:setup', { mode: 'hub' }), true);
+    assert.equal(validateIpc('relay:setup', { mode: 'hub', lan: false }), true);
+    assert.equal(validateIpc('relay:setup', { mode: 'hub', lan: 'yes' }), false);
     assert.equal(validateIpc('relay:setup', { mode: 'node', hubUrl: 'http://hub:7070', token: 'rly1.x.y', name: 'kitchen' }), true);
     assert.equal(validateIpc('relay:setup', { mode: 'node', hubUrl: 'file:///etc/passwd', token: 't' }), false);
     assert.equal(validateIpc('relay:setup', { mode: 'node', hubUrl: 'http://hub', token: '' }), false);

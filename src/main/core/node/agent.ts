@@ -10,7 +10,7 @@ import { WebSocket } from 'ws';
 import { ErrorCode, RelayError, isRelayError } from '../../../shared/errors.js';
 import {
   PROTOCOL_VERSION, TUNNEL_PATH, TUNNEL_STREAM_WINDOW, WS_SUBPROTOCOL, parseHubMessage,
-  type Availability, type Command, type DeviceInfo, type HubToNode, type NodeToHub, type RunningReplica, type StartReplica,
+  type Availability, type Command, type DeviceInfo, type HubToNode, type NodeToHub, type RunningReplica, type StageInfo, type StartReplica,
 } from '../../../shared/protocol.js';
 import { HostInventory } from '../gpu/inventory.js';
 import type { LlamaInstall } from '../llama/install.js';
@@ -88,6 +88,7 @@ export class NodeAgent extends EventEmitter {
   readonly cache: ModelCache;
   private readonly replicas = new Map<string, LocalReplica>();
   private readonly rpcs = new Map<string, RunningRpcServer>();
+  private readonly rpcStages = new Map<string, StageInfo>();
   private readonly inventory: HostInventory;
   private schedule: PauseWindow[];
   private session: Session | null = null;
@@ -162,8 +163,12 @@ export class NodeAgent extends EventEmitter {
   }
 
   /** Model names of the running replicas and the rpc stages served here (the tray's status line). */
-  running(): { replicas: { replica: string; model: string }[]; rpcStages: number } {
-    return { replicas: [...this.replicas.values()].filter((r) => !r.stopping).map((r) => ({ replica: r.id, model: r.model })), rpcStages: this.rpcs.size };
+  /** What runs here now: replicas, and the shard stages this node's ggml-rpc-servers serve. */
+  running(): { replicas: { replica: string; model: string }[]; stages: StageInfo[] } {
+    return {
+      replicas: [...this.replicas.values()].filter((r) => !r.stopping).map((r) => ({ replica: r.id, model: r.model })),
+      stages: [...this.rpcStages.values()],
+    };
   }
 
   private heartbeat(): void {
@@ -314,7 +319,7 @@ export class NodeAgent extends EventEmitter {
           control.send(replyOk(c.id));
           return;
         case 'start-rpc': {
-          const r = await this.startRpc(c.rpc, c.cache);
+          const r = await this.startRpc(c.rpc, c.cache, c.stage);
           control.send(replyOk(c.id, { port: r.port }));
           return;
         }
@@ -367,8 +372,12 @@ export class NodeAgent extends EventEmitter {
       });
       const rep: LocalReplica = { id: c.replica, sha256: c.sha256, model: c.alias, server, stopping: false };
       this.replicas.set(c.replica, rep);
+      this.emit('running');
       void server.child.exited.then((info) => {
-        if (this.replicas.get(c.replica) === rep) this.replicas.delete(c.replica);
+        if (this.replicas.get(c.replica) === rep) {
+          this.replicas.delete(c.replica);
+          this.emit('running');
+        }
         if (!this.runningReplicas().some((r) => r.sha256 === c.sha256)) this.cache.inUse.delete(c.sha256);
         if (!rep.stopping) this.d.log.warn({ replica: c.replica, exit: describeExit(info) }, 'replica exited');
         if (this.connected) this.heartbeat(); // the hub learns at once
@@ -388,18 +397,24 @@ export class NodeAgent extends EventEmitter {
     this.d.log.info({ replica: id, why }, 'stopping replica');
     await r.server.child.terminate(10_000);
     this.replicas.delete(id);
+    this.emit('running');
     if (!this.runningReplicas().some((x) => x.sha256 === r.sha256)) this.cache.inUse.delete(r.sha256);
   }
 
-  private async startRpc(id: string, cache: boolean): Promise<RunningRpcServer> {
+  private async startRpc(id: string, cache: boolean, stage?: StageInfo): Promise<RunningRpcServer> {
     if (this.availability().state === 'paused') throw new RelayError(ErrorCode.MODEL_UNAVAILABLE, `node ${this.settings.name} is paused`);
     const existing = this.rpcs.get(id);
     if (existing) return existing;
     // LLAMA_CACHE=<cache>/llama: ggml-rpc-server's tensor cache is <cache>/llama/rpc, inside the node's budget.
     const r = await startRpcServer(this.d.install, { cache, cacheDir: join(this.cache.root, 'llama'), name: `ggml-rpc-server[${id}]` });
     this.rpcs.set(id, r);
+    if (stage) this.rpcStages.set(id, stage);
+    this.emit('running');
     void r.child.exited.then(() => {
-      if (this.rpcs.get(id) === r) this.rpcs.delete(id);
+      if (this.rpcs.get(id) !== r) return;
+      this.rpcs.delete(id);
+      this.rpcStages.delete(id);
+      this.emit('running');
     });
     return r;
   }
@@ -408,6 +423,8 @@ export class NodeAgent extends EventEmitter {
     const r = this.rpcs.get(id);
     if (!r) return;
     this.rpcs.delete(id);
+    this.rpcStages.delete(id);
+    this.emit('running');
     await r.child.terminate(10_000);
   }
 
@@ -490,6 +507,7 @@ export class NodeAgent extends EventEmitter {
       paused: this.settings.paused,
       schedule: this.settings.schedule,
       replicas: this.runningReplicas(),
+      stages: this.running().stages,
       cache: this.cache.inventory(),
     };
   }

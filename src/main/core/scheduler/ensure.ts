@@ -360,7 +360,8 @@ export class Scheduler {
             });
             if (filled) log.info({ node: conn.name, files: filled.data?.files }, 'rpc cache filled from the node\'s copy');
           }
-          await conn.command({ type: 'start-rpc', rpc: member.rpcId, cache: true }, 60_000);
+          const info = { model: model.name, index: plan.stages.indexOf(stage), of: plan.stages.length, layers: [stage.layers[0], stage.layers[1]] as [number, number] };
+          await conn.command({ type: 'start-rpc', rpc: member.rpcId, cache: true, stage: info }, 60_000);
           member.bridge = await openRpcBridge(conn, member.rpcId);
         }
         const sm = this.shardModel(model)!;

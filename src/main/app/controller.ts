@@ -1,0 +1,302 @@
+/**
+ * The tray app's brain, without Electron: settings in the app's data dir, the hub embedded in this process
+ * or the node agent, the state the tray and the window show, tray actions and the IPC handlers (sender and
+ * payload checked). src/main/electron/main.ts is a thin shell around it (Tray, Menu, BrowserWindow,
+ * ipcMain); this file is tested in plain Node with the real hub, node agent and llama.cpp processes.
+ */
+import { existsSync, mkdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
+import { hostname } from 'node:os';
+import { join } from 'node:path';
+import type { Logger } from 'pino';
+import { IPC_CHANNELS, validateIpc, type AppMode, type AppState, type IpcChannel, type IpcResult, type SetupRequest } from '../../shared/ipc.js';
+import { hubConfigFromEnv } from '../core/config.js';
+import { startHub, type Hub } from '../core/hub/index.js';
+import { ensureLlama } from '../core/llama/install.js';
+import { terminateAll } from '../core/llama/supervisor.js';
+import { inPauseWindow, parseSchedule } from '../core/node/availability.js';
+import { NodeAgent, joinHub, readSettings, writeSettings } from '../core/node/agent.js';
+import type { TrayAction } from './tray-menu.js';
+
+export interface AppSettings {
+  mode: AppMode | null;
+  /** The embedded hub's port (hub mode); 0 picks a free one. */
+  hubPort: number;
+  /** The embedded hub's address: 0.0.0.0 so nodes can join (setup's default), or 127.0.0.1. */
+  hubListen: string;
+  /** Opt-in CPU budget for inference on this machine (MiB; 0 = GPUs only), in either mode. */
+  cpuBudgetMb: number;
+  startAtLogin: boolean;
+}
+
+export const DEFAULT_SETTINGS: AppSettings = { mode: null, hubPort: 7070, hubListen: '127.0.0.1', cpuBudgetMb: 0, startAtLogin: false };
+
+/** What the controller asks of its host: Electron in the app, a recorder in tests. */
+export interface AppShell {
+  /** Show the setup page, or the dashboard at `url`. */
+  openWindow(target: { page: 'setup' } | { url: string }): void;
+  setLoginItem(openAtLogin: boolean): void;
+  quit(): void;
+  /** The state changed: redraw the tray, push it to the window. */
+  render(state: AppState): void;
+}
+
+export interface AppControllerOptions {
+  /** The app's data dir (Electron's userData): settings.json, hub/ and node/ live here. */
+  readonly userData: string;
+  readonly shell: AppShell;
+  readonly log: Logger;
+  /** URL prefix of the app's own pages (file://…/renderer/): the only sender allowed to run setup. */
+  readonly pagesUrl: string;
+  readonly env?: NodeJS.ProcessEnv;
+  /** Settings a first run starts from (tests: port 0 and a CPU budget). */
+  readonly defaults?: Partial<AppSettings>;
+  /** A packaged app's llama binaries (extraResources): used instead of building or the user's cache. */
+  readonly llamaBinDir?: string;
+  readonly heartbeatMs?: number;
+}
+
+/** A hub listening on every interface is opened from this machine through loopback. */
+export function loopbackUrl(url: string): string {
+  return url.replace(/^(https?:\/\/)(0\.0\.0\.0|\[::\])(?=:)/, '$1127.0.0.1');
+}
+
+export class AppController {
+  settings: AppSettings;
+  hub: Hub | null = null;
+  agent: NodeAgent | null = null;
+  private lastError: string | null = null;
+  private starting: Promise<void> | null = null;
+
+  constructor(private readonly o: AppControllerOptions) {
+    if (!o.pagesUrl.endsWith('/')) throw new Error('pagesUrl must name a folder (end with /)');
+    this.settings = this.loadSettings();
+  }
+
+  get nodeHome(): string {
+    return join(this.o.userData, 'node');
+  }
+
+  private get settingsFile(): string {
+    return join(this.o.userData, 'settings.json');
+  }
+
+  private loadSettings(): AppSettings {
+    const d: AppSettings = { ...DEFAULT_SETTINGS, ...this.o.defaults };
+    if (!existsSync(this.settingsFile)) return d;
+    try {
+      const saved = JSON.parse(readFileSync(this.settingsFile, 'utf8')) as Partial<AppSettings>;
+      return { ...d, ...saved, mode: saved.mode === 'hub' || saved.mode === 'node' ? saved.mode : null };
+    } catch (err) {
+      // A damaged settings file: start as a first run, and say so; the file is left for the user.
+      this.lastError = `settings.json is unreadable (${(err as Error).message}); set up again`;
+      return d;
+    }
+  }
+
+  private saveSettings(): void {
+    mkdirSync(this.o.userData, { recursive: true });
+    writeFileSync(`${this.settingsFile}.tmp`, `${JSON.stringify(this.settings, null, 2)}\n`);
+    renameSync(`${this.settingsFile}.tmp`, this.settingsFile);
+  }
+
+  /** The app started: the setup page on a first run, otherwise the chosen mode. */
+  async start(): Promise<void> {
+    this.render();
+    if (this.settings.mode === null) this.o.shell.openWindow({ page: 'setup' });
+    else await this.launch();
+  }
+
+  /** Start the chosen mode; stop() waits for a start in progress, so a quit during one leaves nothing behind. */
+  private async launch(): Promise<void> {
+    this.starting = this.startMode();
+    try {
+      await this.starting;
+    } finally {
+      this.starting = null;
+    }
+  }
+
+  /** The dashboard this app shows: its own hub's, or (node mode) the hub it joined. */
+  dashboardUrl(): string | null {
+    if (this.settings.mode === 'hub') return this.hub ? loopbackUrl(this.hub.url) : null;
+    if (this.settings.mode === 'node') return readSettings(this.nodeHome)?.hub ?? null;
+    return null;
+  }
+
+  state(): AppState {
+    const ns = this.settings.mode === 'node' ? readSettings(this.nodeHome) : null;
+    const hub = this.hub;
+    const agent = this.agent;
+    const running = agent?.running();
+    return {
+      mode: this.settings.mode,
+      startAtLogin: this.settings.startAtLogin,
+      error: this.lastError,
+      hub: hub ? {
+        url: loopbackUrl(hub.url),
+        serving: true,
+        replicas: hub.scheduler.status().filter((r) => r.state === 'ready').map((r) => ({ model: r.model, where: r.node ?? 'hub' })),
+        shards: hub.scheduler.shardStatus().filter((s) => s.state === 'ready').map((s) => ({ model: s.model, stages: s.stages.length })),
+        nodes: hub.nodes.connected().length,
+      } : null,
+      node: agent && ns && running ? {
+        name: ns.name,
+        hub: ns.hub,
+        connected: agent.connected,
+        availability: agent.availability().state,
+        reason: agent.availability().reason,
+        paused: ns.paused,
+        schedule: ns.schedule,
+        outsideSchedule: inPauseWindow(parseSchedule(ns.schedule), new Date()),
+        replicas: running.replicas,
+        stages: running.stages.map((st) => ({ model: st.model, index: st.index, of: st.of })),
+      } : null,
+    };
+  }
+
+  render(): void {
+    this.o.shell.render(this.state());
+  }
+
+  private async startMode(): Promise<void> {
+    this.lastError = null;
+    const env = this.o.llamaBinDir ? { ...(this.o.env ?? process.env), RELAY_LLAMA_BIN_DIR: this.o.llamaBinDir } : (this.o.env ?? process.env);
+    const log = this.o.log;
+    try {
+      const install = await ensureLlama({ env, progress: (l) => log.info(`[llama build] ${l}`) });
+      if (this.settings.mode === 'hub') {
+        const config = hubConfigFromEnv(env, { home: join(this.o.userData, 'hub'), host: this.settings.hubListen, port: this.settings.hubPort, cpuBudgetMb: this.settings.cpuBudgetMb });
+        this.hub = await startHub(config, { log, install });
+      } else if (this.settings.mode === 'node') {
+        const s = readSettings(this.nodeHome);
+        if (!s) throw new Error('node mode is not set up: choose it again with a hub URL and a join token');
+        const agent = new NodeAgent(this.nodeHome, s, { log, install, heartbeatMs: this.o.heartbeatMs });
+        this.agent = agent;
+        for (const ev of ['connected', 'disconnected', 'availability', 'running']) agent.on(ev, () => this.render());
+        agent.on('fatal', (err: Error) => {
+          this.lastError = err.message;
+          this.render();
+        });
+        await agent.start();
+      }
+    } catch (err) {
+      this.lastError = (err as Error).message;
+      log.error({ err: this.lastError }, 'the tray app could not start its mode');
+    }
+    this.render();
+  }
+
+  /** Stop the hub or the agent and every child process they started (llama-server, ggml-rpc-server). */
+  async stop(): Promise<void> {
+    await this.starting;
+    const agent = this.agent;
+    const hub = this.hub;
+    this.agent = null;
+    this.hub = null;
+    await agent?.stop();
+    await hub?.close();
+    await terminateAll(5000);
+  }
+
+  /** Is anything running that quitting must stop first? */
+  get running(): boolean {
+    return this.hub !== null || this.agent !== null;
+  }
+
+  async onTray(a: TrayAction): Promise<void> {
+    switch (a) {
+      case 'toggle-pause':
+        // The same call `relay pause` reaches through the node's local API: the agent tells the hub,
+        // which stops this node's placements.
+        if (this.agent) await this.agent.setPaused(!readSettings(this.nodeHome)?.paused);
+        break;
+      case 'open-dashboard': {
+        const url = this.dashboardUrl();
+        this.o.shell.openWindow(url ? { url } : { page: 'setup' });
+        break;
+      }
+      case 'open-setup':
+        this.o.shell.openWindow({ page: 'setup' });
+        break;
+      case 'toggle-start-at-login':
+        this.settings.startAtLogin = !this.settings.startAtLogin;
+        this.o.shell.setLoginItem(this.settings.startAtLogin);
+        this.saveSettings();
+        break;
+      case 'quit':
+        this.o.shell.quit();
+        return;
+    }
+    this.render();
+  }
+
+  /**
+   * Which windows may call which channel: the app's own pages (file://) may call all of them; the
+   * dashboard's origin (this hub, or the hub a node joined, possibly another machine) may read the state,
+   * pause and open the dashboard, but never re-point this machine at another hub.
+   */
+  senderAllowed(channel: IpcChannel, senderUrl: string): boolean {
+    if (senderUrl.startsWith(this.o.pagesUrl)) return true;
+    if (channel === 'relay:setup') return false;
+    const dash = this.dashboardUrl();
+    if (!dash) return false;
+    try {
+      return new URL(senderUrl).origin === new URL(dash).origin;
+    } catch {
+      return false;
+    }
+  }
+
+  /** One IPC call from a window: checked, then run. Never throws; errors come back as a coded result. */
+  async handleIpc(channel: string, payload: unknown, senderUrl: string): Promise<IpcResult<unknown>> {
+    if (!(IPC_CHANNELS as readonly string[]).includes(channel)) return { ok: false, code: 'UNKNOWN_CHANNEL', message: `no IPC channel ${channel}` };
+    const ch = channel as IpcChannel;
+    if (!this.senderAllowed(ch, senderUrl)) return { ok: false, code: 'FORBIDDEN', message: `${senderUrl || 'an unknown page'} may not call ${ch}` };
+    if (!validateIpc(ch, payload)) return { ok: false, code: 'INVALID_ARGUMENT', message: `bad payload for ${ch}` };
+    try {
+      return { ok: true, value: await this.run(ch, payload) };
+    } catch (err) {
+      return { ok: false, code: 'FAILED', message: (err as Error).message };
+    }
+  }
+
+  private async run(channel: IpcChannel, payload: unknown): Promise<unknown> {
+    switch (channel) {
+      case 'relay:get-state':
+        return this.state();
+      case 'relay:set-paused':
+        if (!this.agent) throw new Error('pausing applies to node mode');
+        await this.agent.setPaused(payload as boolean);
+        this.render();
+        return this.state();
+      case 'relay:open-dashboard':
+        await this.onTray('open-dashboard');
+        return null;
+      case 'relay:setup':
+        await this.setup(payload as SetupRequest);
+        return this.state();
+    }
+  }
+
+  /** First run or "change mode": join the hub first (a bad token changes nothing), then switch. */
+  private async setup(req: SetupRequest): Promise<void> {
+    if (req.mode === 'node') {
+      const hubUrl = req.hubUrl!.replace(/\/+$/, '');
+      const name = req.name ?? hostname().replace(/[^A-Za-z0-9._-]/g, '-').slice(0, 64);
+      const credential = await joinHub(hubUrl, req.token!, name);
+      await this.stop();
+      const prev = readSettings(this.nodeHome);
+      writeSettings(this.nodeHome, {
+        hub: hubUrl, name, credential, paused: false,
+        schedule: prev?.schedule ?? '', cpuBudgetMb: prev?.cpuBudgetMb ?? this.settings.cpuBudgetMb, cacheBudgetMb: prev?.cacheBudgetMb ?? 0,
+        autoPause: prev?.autoPause ?? false,
+      });
+    } else {
+      await this.stop();
+      this.settings.hubListen = req.lan === false ? '127.0.0.1' : '0.0.0.0';
+    }
+    this.settings.mode = req.mode;
+    this.saveSettings();
+    await this.launch();
+  }
+}
