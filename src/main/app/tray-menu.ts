@@ -2,9 +2,11 @@ import type { AppState } from '../../shared/ipc.js';
 
 /**
  * The tray, as data: which icon and which menu a given app state shows. Pure, so it is tested without
- * Electron; src/main/electron/tray.ts turns the template into a native menu and maps action ids to handlers.
+ * Electron; src/main/electron/main.ts turns the template into a native menu and maps action ids to handlers.
  */
-export type TrayIcon = 'setup' | 'hub-serving' | 'hub-idle' | 'node-idle' | 'node-busy' | 'node-paused' | 'node-offline' | 'node-outside-schedule';
+export const TRAY_ICONS = ['setup', 'hub-serving', 'hub-idle', 'node-idle', 'node-busy', 'node-paused', 'node-offline', 'node-outside-schedule'] as const;
+/** Each names assets/tray-<icon>.png. */
+export type TrayIcon = (typeof TRAY_ICONS)[number];
 
 export type TrayAction = 'toggle-pause' | 'open-dashboard' | 'open-setup' | 'toggle-start-at-login' | 'quit';
 
