@@ -1,6 +1,8 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { validateIpc, type AppState, type NodeView } from '../../src/shared/ipc.js';
+import { readFileSync } from 'node:fs';
+import { runInNewContext } from 'node:vm';
+import { IPC_CHANNELS, STATE_EVENT, validateIpc, type AppState, type NodeView } from '../../src/shared/ipc.js';
 import { buildTrayMenu, statusLine, trayIcon } from '../../src/main/app/tray-menu.js';
 
 const node = (o: Partial<NodeView> = {}): NodeView => ({
@@ -66,5 +68,39 @@ describe('IPC contract', () => {
     assert.equal(validateIpc('relay:setup', { mode: 'node', hubUrl: 'http://hub', token: 't', name: '../x' }), false);
     assert.equal(validateIpc('relay:setup', { mode: 'root' }), false);
     assert.equal(validateIpc('relay:nope' as never, null), false);
+  });
+});
+
+describe('preload', () => {
+  // The compiled preload, run with a recording stand-in for the two electron objects it may touch: what
+  // it exposes must be exactly the contract's calls, and nothing that reaches ipcRenderer itself.
+  it('exposes exactly the IPC contract through contextBridge, nothing more', async () => {
+    const code = readFileSync(new URL('../../src/main/electron/preload.cjs', import.meta.url), 'utf8');
+    const exposed: Record<string, Record<string, (...a: unknown[]) => unknown>> = {};
+    const invoked: string[] = [];
+    const subscribed: string[] = [];
+    const electron = {
+      contextBridge: { exposeInMainWorld: (k: string, v: Record<string, (...a: unknown[]) => unknown>) => (exposed[k] = v) },
+      ipcRenderer: {
+        invoke: async (ch: string) => void invoked.push(ch),
+        on: (ch: string) => void subscribed.push(ch),
+      },
+    };
+    const module = { exports: {} };
+    runInNewContext(code, { require: (m: string) => (m === 'electron' ? electron : assert.fail(`preload requires ${m}`)), module, exports: module.exports });
+    assert.deepEqual(Object.keys(exposed), ['relay']);
+    const api = exposed.relay!;
+    assert.deepEqual(Object.keys(api).sort(), ['getState', 'onState', 'openDashboard', 'setPaused', 'setup']);
+    for (const [k, f] of Object.entries(api)) {
+      assert.equal(typeof f, 'function', k);
+      await f(k === 'onState' ? () => undefined : null);
+    }
+    assert.deepEqual([...invoked].sort(), [...IPC_CHANNELS].sort());
+    assert.deepEqual(subscribed, [STATE_EVENT]);
+  });
+
+  it('the window is isolated: contextIsolation on, nodeIntegration off, sandboxed', () => {
+    const main = readFileSync(new URL('../../../src/main/electron/main.ts', import.meta.url), 'utf8');
+    assert.match(main, /webPreferences: \{[^}]*contextIsolation: true, nodeIntegration: false, sandbox: true/);
   });
 });
