@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
@@ -21,7 +21,7 @@ const repo = new URL('../../../', import.meta.url).pathname;
 const main = join(repo, 'dist', 'src', 'main', 'electron', 'main.js');
 const register = new URL('../helpers/electron-standin/register.js', import.meta.url).pathname;
 const pagesUrl = `${pathToFileURL(join(repo, 'src', 'renderer')).href}/`;
-const ENV = { RELAY_CONTEXT_SIZE: '512', RELAY_PARALLEL_SLOTS: '1', RELAY_THREADS: '1', RELAY_CPU_BUDGET_MB: '800', RELAY_LOG_LEVEL: 'warn' };
+const ENV = { RELAY_CONTEXT_SIZE: '512', RELAY_PARALLEL_SLOTS: '1', RELAY_THREADS: '1', RELAY_CPU_BUDGET_MB: '800', RELAY_LOG_LEVEL: 'info' };
 
 interface Shell {
   proc: ChildProcess;
@@ -107,5 +107,9 @@ describe('the Electron shell on a stand-in for Electron\'s API', { timeout: 180_
     assert.equal(await s.exited, 0);
     assert.deepEqual(s.lines.filter((l) => 'beforeQuit' in l).map((l) => l.beforeQuit), [{ prevented: true }, { prevented: false }], 'quit waits for the hub to stop, then quits');
     assert.ok(await waitGone(pid, 15_000), 'llama-server stopped with the app');
+    // No terminal in a tray app: the log is a file in its data dir.
+    const log = readFileSync(join(userData, 'logs', 'relay.log'), 'utf8').trim().split('\n').map((l) => JSON.parse(l) as { msg: string; name: string });
+    assert.ok(log.length > 0 && log.every((l) => l.name === 'tray'));
+    assert.ok(log.some((l) => /replica ready|started|stopping/i.test(l.msg)), log.map((l) => l.msg).join('\n'));
   });
 });

@@ -11,6 +11,7 @@ import { readNvml } from '../../src/main/core/gpu/nvml.js';
 import { usageFromTail } from '../../src/main/core/hub/proxy.js';
 import { HubMetrics } from '../../src/main/core/hub/metrics.js';
 import { SCHEMA_VERSION, Store } from '../../src/main/core/store/store.js';
+import { createLogger } from '../../src/main/core/log.js';
 
 const home = () => mkdtempSync(join(tmpdir(), 'relay-home-'));
 
@@ -122,5 +123,18 @@ describe('hub helpers', () => {
     const text = m.render(['ready', 'failed', 'ready']);
     assert.match(text, /# TYPE relay_requests_total counter\nrelay_requests_total\{endpoint="completions",status="200"\} 2/);
     assert.match(text, /relay_replicas\{state="ready"\} 2/);
+  });
+});
+
+describe('file log (the tray app)', () => {
+  it('appends JSON lines to the file, and keeps an oversized one as .1 at start', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'relay-log-'));
+    const file = join(dir, 'logs', 'relay.log');
+    createLogger({ name: 'tray', file }).info('first');
+    createLogger({ name: 'tray', file }).info('second');
+    assert.deepEqual(readFileSync(file, 'utf8').trim().split('\n').map((l) => (JSON.parse(l) as { msg: string }).msg), ['first', 'second']);
+    createLogger({ name: 'tray', file, maxFileBytes: 10 }).info('third');
+    assert.deepEqual(readFileSync(`${file}.1`, 'utf8').trim().split('\n').length, 2);
+    assert.deepEqual(readFileSync(file, 'utf8').trim().split('\n').map((l) => (JSON.parse(l) as { msg: string }).msg), ['third']);
   });
 });

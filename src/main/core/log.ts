@@ -1,11 +1,22 @@
+import { existsSync, mkdirSync, renameSync, statSync } from 'node:fs';
+import { dirname } from 'node:path';
 import pino, { type Logger } from 'pino';
 import pretty from 'pino-pretty';
 
-/** pino, pretty on a TTY and JSON lines otherwise. RELAY_LOG_LEVEL sets the level (default info). */
-export function createLogger(opts: { level?: string; pretty?: boolean; name?: string } = {}): Logger {
+/**
+ * pino, pretty on a TTY and JSON lines otherwise. RELAY_LOG_LEVEL sets the level (default info).
+ * With `file` (the tray app: it has no terminal), JSON lines go to that file instead; a file over
+ * `maxFileBytes` (10 MiB) at start is kept as `<file>.1` and a new one begun.
+ */
+export function createLogger(opts: { level?: string; pretty?: boolean; name?: string; file?: string; maxFileBytes?: number } = {}): Logger {
   const level = opts.level ?? process.env.RELAY_LOG_LEVEL ?? 'info';
   const usePretty = opts.pretty ?? Boolean(process.stderr.isTTY);
   const base = { level, name: opts.name ?? 'relay' };
+  if (opts.file) {
+    mkdirSync(dirname(opts.file), { recursive: true });
+    if (existsSync(opts.file) && statSync(opts.file).size > (opts.maxFileBytes ?? 10 * 1024 * 1024)) renameSync(opts.file, `${opts.file}.1`);
+    return pino(base, pino.destination({ dest: opts.file, sync: true, append: true }));
+  }
   if (usePretty) return pino(base, pretty({ colorize: true, destination: 2, ignore: 'pid,hostname', sync: true }));
   return pino(base, pino.destination({ dest: 2, sync: true }));
 }

@@ -72,10 +72,12 @@ if (!app.requestSingleInstanceLock()) {
   });
 
   void app.whenReady().then(async () => {
+    const userData = app.getPath('userData');
     controller = new AppController({
-      userData: app.getPath('userData'),
+      userData,
       shell,
-      log: createLogger({ name: 'tray', pretty: false }),
+      // A tray app has no terminal: its log (hub or agent, and llama.cpp's failures) is a file.
+      log: createLogger({ name: 'tray', file: join(userData, 'logs', 'relay.log') }),
       pagesUrl: `${pathToFileURL(pages).href}/`,
       // A packaged app ships llama-server and ggml-rpc-server as extraResources (electron-builder.yml).
       llamaBinDir: app.isPackaged ? join(process.resourcesPath, 'llama') : undefined,
