@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { spawn, type ChildProcess } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync, statSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
@@ -39,6 +39,19 @@ class RecordingShell implements AppShell {
   setLoginItem(open: boolean) { this.loginItem = open; }
   quit() { this.quits++; }
   render(s: AppState) { this.last = s; }
+}
+
+/** ggml-rpc-server processes that are children of this test process (the embedded agent's). */
+function rpcServerPids(): number[] {
+  return readdirSync('/proc').filter((d) => /^\d+$/.test(d)).map(Number).filter((pid) => {
+    try {
+      const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+      const ppid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
+      return ppid === process.pid && readFileSync(`/proc/${pid}/cmdline`, 'utf8').includes('ggml-rpc-server');
+    } catch {
+      return false;
+    }
+  });
 }
 
 const completion = (url: string, model: string) =>
@@ -181,7 +194,7 @@ describe('tray app, node mode (set up from the page in chromium, paused from the
   };
 
   it('the setup page joins the hub with a token; the node agent connects and the dashboard opens', async () => {
-    app = new AppController({ userData, shell, log: quiet(), pagesUrl, defaults: { cpuBudgetMb: 1000 }, heartbeatMs: 500 });
+    app = new AppController({ userData, shell, log: quiet(), pagesUrl, defaults: { hubPort: 0, cpuBudgetMb: 1000 }, heartbeatMs: 500 });
     await app.start();
     assert.deepEqual(shell.windows, [{ page: 'setup' }]);
     const token = await mintToken(hub);
@@ -260,6 +273,19 @@ describe('tray app, node mode (set up from the page in chromium, paused from the
     assert.equal(st.model, 'big');
     assert.equal(st.of, 2);
     assert.equal(statusLine(s), `Running: shard stage ${st.index + 1} of 2 of big`);
+  });
+
+  it('changing mode to hub stops the agent and its rpc-server; the old hub sees the node leave', async () => {
+    const rpcPids = rpcServerPids();
+    assert.ok(rpcPids.length > 0, 'the shard\'s ggml-rpc-server runs under this process');
+    const r = await app.handleIpc('relay:setup', { mode: 'hub', lan: false }, `${pagesUrl}setup.html`);
+    assert.ok(r.ok, JSON.stringify(r));
+    assert.equal((r.value as AppState).mode, 'hub');
+    assert.equal(app.agent, null);
+    for (const pid of rpcPids) assert.ok(await waitGone(pid, 15_000), `ggml-rpc-server ${pid} stopped`);
+    await until(() => hubNode('attic'), (n) => n?.connected === false, 15_000);
+    assert.equal((await hubNode('attic'))?.connected, false);
+    assert.equal(trayIcon(app.state()), 'hub-idle');
   });
 });
 
