@@ -216,6 +216,10 @@ describe('tray app, node mode (set up from the page in chromium, paused from the
     await page.getByRole('button', { name: 'Start' }).click();
     await page.getByRole('alert').getByText(/token/i).waitFor({ timeout: 15_000 });
     assert.equal(app.state().mode, null);
+    const refused = await app.handleIpc('relay:setup', { mode: 'node', hubUrl: hub.url, token: 'not-a-token' }, `${pagesUrl}setup.html`);
+    assert.deepEqual([refused.ok, !refused.ok && refused.code], [false, 'NODE_AUTH']);
+    const away = await app.handleIpc('relay:setup', { mode: 'node', hubUrl: 'http://127.0.0.1:9', token: token }, `${pagesUrl}setup.html`);
+    assert.deepEqual([away.ok, !away.ok && away.code], [false, 'HUB_UNREACHABLE']);
     // The right one: the agent joins and connects, and the page asks for the dashboard.
     await page.getByLabel(/Join token/).fill(token);
     await page.getByRole('button', { name: 'Start' }).click();

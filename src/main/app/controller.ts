@@ -8,6 +8,7 @@ import { existsSync, mkdirSync, readFileSync, renameSync, writeFileSync } from '
 import { hostname } from 'node:os';
 import { join } from 'node:path';
 import type { Logger } from 'pino';
+import { isRelayError } from '../../shared/errors.js';
 import { IPC_CHANNELS, validateIpc, type AppMode, type AppState, type IpcChannel, type IpcResult, type SetupRequest } from '../../shared/ipc.js';
 import { hubConfigFromEnv } from '../core/config.js';
 import { startHub, type Hub } from '../core/hub/index.js';
@@ -256,7 +257,8 @@ export class AppController {
     try {
       return { ok: true, value: await this.run(ch, payload) };
     } catch (err) {
-      return { ok: false, code: 'FAILED', message: (err as Error).message };
+      // relay's own errors keep their stable code (a refused join token: NODE_AUTH; an unreachable hub: HUB_UNREACHABLE).
+      return { ok: false, code: isRelayError(err) ? err.code : 'FAILED', message: (err as Error).message };
     }
   }
 
