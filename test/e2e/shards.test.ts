@@ -77,6 +77,9 @@ describe('shards', { timeout: 600_000 }, () => {
       assert.ok(st.need_mb > 0);
       if (st.node) assert.match(st.rpc_endpoint!, /^127\.0\.0\.1:\d+$/);
     }
+    // Each node knows which stage it serves (its local /status, the tray's status line).
+    assert.deepEqual((await p.nodes[0]!.local('/status')).stages, [{ model: 'dense', index: 1, of: 3, layers: [1, 3] }]);
+    assert.deepEqual((await p.nodes[1]!.local('/status')).stages, [{ model: 'dense', index: 2, of: 3, layers: [3, 4] }]);
     // The output layer (and so sampling) runs on the hub: llama-server put output.weight in the CPU buffer.
     assert.ok(sh!.buffers.some((b) => /RPC0\[127\.0\.0\.1:\d+\] model buffer size/.test(b)), sh!.buffers.join('\n'));
     const models = await client.models.list();

@@ -162,8 +162,7 @@ export class NodeAgent extends EventEmitter {
     return [...this.replicas.values()].filter((r) => !r.stopping).map((r) => ({ replica: r.id, sha256: r.sha256, pid: r.server.child.pid ?? null }));
   }
 
-  /** Model names of the running replicas and the rpc stages served here (the tray's status line). */
-  /** What runs here now: replicas, and the shard stages this node's ggml-rpc-servers serve. */
+  /** What runs here now (the tray's status line, the local API's /status): replicas, and the shard stages this node's ggml-rpc-servers serve. */
   running(): { replicas: { replica: string; model: string }[]; stages: StageInfo[] } {
     return {
       replicas: [...this.replicas.values()].filter((r) => !r.stopping).map((r) => ({ replica: r.id, model: r.model })),
