@@ -84,7 +84,9 @@ describe('the Electron shell on a stand-in for Electron\'s API', { timeout: 180_
     const userData = mkdtempSync(join(tmpdir(), 'relay-shell-'));
     writeFileSync(join(userData, 'settings.json'), JSON.stringify({ mode: 'hub', hubPort: 0, hubListen: '127.0.0.1', cpuBudgetMb: 800 }));
     const s = launch(userData);
-    await s.wait((l) => (l.trayImage as { path?: string } | undefined)?.path?.endsWith('tray-hub-idle.png') === true);
+    // "Hub starting…" first (the hub-idle icon already), then the running hub's line.
+    await s.wait((l) => Array.isArray(l.menu) && (l.menu as { label?: string }[])[0]?.label === 'Hub idle · 0 nodes');
+    assert.ok(s.lines.some((l) => (l.trayImage as { path?: string; exists?: boolean } | undefined)?.path?.endsWith('tray-hub-idle.png') && (l.trayImage as { exists: boolean }).exists));
     // IPC: the app's own page may read the state; another origin may not.
     s.send({ ipc: 'relay:get-state', payload: null, sender: `${pagesUrl}setup.html` });
     const ok = await s.wait<{ ipcResult: { ok: true; value: { hub: { url: string } } } }>((l) => 'ipcResult' in l);
