@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { spawn, type ChildProcess } from 'node:child_process';
-import { existsSync, mkdtempSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
+import { homedir, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { after, before, describe, it } from 'node:test';
@@ -28,6 +28,7 @@ Object.assign(process.env, ENV); // the embedded hub and agent read these, as th
 const repo = new URL('../../../', import.meta.url).pathname;
 const pagesUrl = `${pathToFileURL(join(repo, 'src', 'renderer')).href}/`;
 const relayBin = join(repo, 'bin', 'relay.js');
+const artifacts = process.env.RELAY_TEST_ARTIFACTS ?? join(homedir(), '.cache', 'relay', 'artifacts');
 const quiet = () => createLogger({ name: 'tray-test', level: process.env.RELAY_LOG_LEVEL ?? 'warn', pretty: false });
 
 class RecordingShell implements AppShell {
@@ -222,6 +223,8 @@ describe('tray app, node mode (set up from the page in chromium, paused from the
     assert.deepEqual([away.ok, !away.ok && away.code], [false, 'HUB_UNREACHABLE']);
     // The right one: the agent joins and connects, and the page asks for the dashboard.
     await page.getByLabel(/Join token/).fill(token);
+    mkdirSync(artifacts, { recursive: true });
+    await page.screenshot({ path: join(artifacts, 'setup.png') });
     await page.getByRole('button', { name: 'Start' }).click();
     await until(() => shell.windows.length, (n) => n >= 2, 60_000);
     assert.deepEqual(shell.windows.at(-1), { url: hub.url });
