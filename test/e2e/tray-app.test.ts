@@ -285,10 +285,17 @@ describe('tray app, node mode (set up from the page in chromium, paused from the
   it('changing mode to hub stops the agent and its rpc-server; the old hub sees the node leave', async () => {
     const rpcPids = rpcServerPids();
     assert.ok(rpcPids.length > 0, 'the shard\'s ggml-rpc-server runs under this process');
-    const r = await app.handleIpc('relay:setup', { mode: 'hub', lan: false }, `${pagesUrl}setup.html`);
-    assert.ok(r.ok, JSON.stringify(r));
-    assert.equal((r.value as AppState).mode, 'hub');
+    // Two at once (a double click): they run one after the other and one hub is left running.
+    const [r, again] = await Promise.all([1, 2].map(() => app.handleIpc('relay:setup', { mode: 'hub', lan: false }, `${pagesUrl}setup.html`)));
+    assert.ok(again!.ok, JSON.stringify(again));
+    assert.ok(r!.ok, JSON.stringify(r));
+    assert.equal((r!.value as AppState).mode, 'hub');
     assert.equal(app.agent, null);
+    // The hub the first setup started was stopped by the second: only the current one listens.
+    const hubPorts = listeningSockets(process.pid).map((x) => x.port);
+    assert.ok(hubPorts.includes(Number(new URL(app.hub!.url).port)));
+    const first = (r!.value as AppState).hub?.url;
+    if (first && first !== app.hub!.url) assert.ok(!hubPorts.includes(Number(new URL(first).port)), 'the first hub was stopped');
     for (const pid of rpcPids) assert.ok(await waitGone(pid, 15_000), `ggml-rpc-server ${pid} stopped`);
     await until(() => hubNode('attic'), (n) => n?.connected === false, 15_000);
     assert.equal((await hubNode('attic'))?.connected, false);

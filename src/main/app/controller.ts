@@ -67,6 +67,7 @@ export class AppController {
   agent: NodeAgent | null = null;
   private lastError: string | null = null;
   private starting: Promise<void> | null = null;
+  private setups: Promise<void> = Promise.resolve();
 
   constructor(private readonly o: AppControllerOptions) {
     if (!o.pagesUrl.endsWith('/')) throw new Error('pagesUrl must name a folder (end with /)');
@@ -274,9 +275,13 @@ export class AppController {
       case 'relay:open-dashboard':
         await this.onTray('open-dashboard');
         return null;
-      case 'relay:setup':
-        await this.setup(payload as SetupRequest);
+      case 'relay:setup': {
+        // One setup at a time (a double-clicked Start, two windows): each runs after the previous ends.
+        const run = this.setups.then(() => this.setup(payload as SetupRequest));
+        this.setups = run.catch(() => undefined);
+        await run;
         return this.state();
+      }
     }
   }
 
