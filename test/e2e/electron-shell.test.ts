@@ -1,14 +1,12 @@
 import assert from 'node:assert/strict';
-import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { createInterface } from 'node:readline';
 import { after, describe, it } from 'node:test';
 import { pathToFileURL } from 'node:url';
 import { addModel } from '../helpers/hub.js';
 import { fixture } from '../helpers/llama.js';
-import { alive, until, waitGone } from '../helpers/proc.js';
+import { alive, killAllJsonLineProcesses, startJsonLineProcess, waitGone, type JsonLineProcess } from '../helpers/proc.js';
 
 /**
  * relay's Electron shell (dist/src/main/electron/main.js, unchanged) on a stand-in for Electron's API
@@ -23,41 +21,10 @@ const register = new URL('../helpers/electron-standin/register.js', import.meta.
 const pagesUrl = `${pathToFileURL(join(repo, 'src', 'renderer')).href}/`;
 const ENV = { RELAY_CONTEXT_SIZE: '512', RELAY_PARALLEL_SLOTS: '1', RELAY_THREADS: '1', RELAY_CPU_BUDGET_MB: '800', RELAY_LOG_LEVEL: 'info' };
 
-interface Shell {
-  proc: ChildProcess;
-  lines: Record<string, unknown>[];
-  exited: Promise<number | null>;
-  send(cmd: Record<string, unknown>): void;
-  wait<T = Record<string, unknown>>(pick: (l: Record<string, unknown>) => boolean, limitMs?: number): Promise<T>;
-}
-const shells: Shell[] = [];
-after(() => {
-  for (const s of shells) if (s.proc.exitCode === null && s.proc.signalCode === null) s.proc.kill('SIGKILL');
-});
+after(killAllJsonLineProcesses);
 
-function launch(userData: string, env: Record<string, string> = {}): Shell {
-  const proc = spawn(process.execPath, ['--import', register, main], {
-    env: { ...process.env, ...ENV, STANDIN_USERDATA: userData, ...env }, stdio: ['pipe', 'pipe', 'inherit'],
-  });
-  const lines: Record<string, unknown>[] = [];
-  createInterface({ input: proc.stdout! }).on('line', (l) => {
-    try {
-      lines.push(JSON.parse(l) as Record<string, unknown>);
-    } catch { /* a log line */ }
-  });
-  const exited = new Promise<number | null>((r) => proc.once('exit', (c) => r(c)));
-  const s: Shell = {
-    proc, lines, exited,
-    send: (cmd) => void proc.stdin!.write(`${JSON.stringify(cmd)}\n`),
-    async wait<T>(pick: (l: Record<string, unknown>) => boolean, limitMs = 30_000) {
-      const found = await until(() => lines.find(pick), (x) => x !== undefined, limitMs);
-      assert.ok(found, `no such line; got:\n${lines.map((l) => JSON.stringify(l)).join('\n')}`);
-      return found as T;
-    },
-  };
-  shells.push(s);
-  return s;
-}
+const launch = (userData: string, env: Record<string, string> = {}): JsonLineProcess =>
+  startJsonLineProcess(['--import', register, main], { ...process.env, ...ENV, STANDIN_USERDATA: userData, ...env });
 
 describe('the Electron shell on a stand-in for Electron\'s API', { timeout: 180_000 }, () => {
   it('a second instance quits at once, before any tray or window', async () => {

@@ -1,9 +1,8 @@
 import assert from 'node:assert/strict';
-import { spawn, type ChildProcess } from 'node:child_process';
+import { spawn } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { homedir, tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { createInterface } from 'node:readline';
 import { after, before, describe, it } from 'node:test';
 import { pathToFileURL } from 'node:url';
 import { chromium, type Browser } from 'playwright-core';
@@ -14,7 +13,7 @@ import { createLogger } from '../../src/main/core/log.js';
 import { addModel, startHub, type HubProcess } from '../helpers/hub.js';
 import { fixture } from '../helpers/llama.js';
 import { listeningSockets, mintToken } from '../helpers/node.js';
-import { alive, until, waitGone } from '../helpers/proc.js';
+import { alive, killAllJsonLineProcesses, startJsonLineProcess, until, waitGone } from '../helpers/proc.js';
 
 /**
  * The tray app without Electron's binary (it cannot be downloaded on these machines): the same controller
@@ -306,31 +305,24 @@ describe('tray app, node mode (set up from the page in chromium, paused from the
 describe('tray app process: children end when it quits and when it crashes', { timeout: 180_000 }, () => {
   const host = new URL('../helpers/app-host.js', import.meta.url).pathname;
 
-  const hosts: ChildProcess[] = [];
-  after(() => {
-    for (const p of hosts) if (p.exitCode === null && p.signalCode === null) p.kill('SIGKILL');
-  });
+  after(killAllJsonLineProcesses);
 
-  async function runApp(userData: string, started: (p: ChildProcess) => void) {
-    const proc = spawn(process.execPath, [host, userData, pagesUrl], { env: { ...process.env, RELAY_TEST_CPU_BUDGET_MB: '800' }, stdio: ['ignore', 'pipe', 'inherit'] });
-    started(proc);
-    const lines: Record<string, unknown>[] = [];
-    createInterface({ input: proc.stdout! }).on('line', (l) => lines.push(JSON.parse(l) as Record<string, unknown>));
-    const exited = new Promise<number | null>((r) => proc.once('exit', (c) => r(c)));
-    await until(() => lines.some((l) => l.started), (x) => x, 60_000);
-    const url = [...lines].reverse().find((l) => typeof l.hub === 'string')!.hub as string;
+  async function runApp(userData: string) {
+    const app = startJsonLineProcess([host, userData, pagesUrl], { ...process.env, RELAY_TEST_CPU_BUDGET_MB: '800' });
+    await app.wait((l) => l.started === true, 60_000);
+    const url = [...app.lines].reverse().find((l) => typeof l.hub === 'string')!.hub as string;
     await addModel({ url }, { path: fixture('dense'), name: 'small', required_vram_mb: 300 });
     const res = await completion(url, 'small');
     assert.equal(res.status, 200, await res.text());
     const status = await (await fetch(`${url}/status`)).json() as { replicas: { pid: number }[] };
-    return { proc, exited, pid: status.replicas[0]!.pid };
+    return { proc: app.proc, exited: app.exited, pid: status.replicas[0]!.pid };
   }
 
   for (const [how, signal] of [['quits (SIGTERM → stop)', 'SIGTERM'], ['crashes (SIGKILL)', 'SIGKILL']] as const) {
     it(`its llama-server ends when the app ${how}`, async () => {
       const userData = mkdtempSync(join(tmpdir(), 'relay-app-proc-'));
       writeFileSync(join(userData, 'settings.json'), JSON.stringify({ mode: 'hub', hubPort: 0 }));
-      const { proc, exited, pid } = await runApp(userData, (p) => hosts.push(p));
+      const { proc, exited, pid } = await runApp(userData);
       assert.ok(alive(pid));
       proc.kill(signal);
       await exited;

@@ -3,6 +3,7 @@ import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
+import { signalIfRunning } from './proc.js';
 
 /** A real `relay hub` process on 127.0.0.1 with its own data dir, as a household would run it. */
 export interface HubProcess {
@@ -69,7 +70,7 @@ export async function startHub(opts: { env?: Record<string, string>; args?: stri
       return (await api<HubStatus>('/status')).body;
     },
     async stop() {
-      if (proc.exitCode === null && proc.signalCode === null) proc.kill('SIGTERM');
+      signalIfRunning(proc, 'SIGTERM');
       await exited;
     },
     async kill9() {

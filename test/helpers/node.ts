@@ -3,6 +3,7 @@ import { mkdtempSync, readdirSync, readFileSync, readlinkSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
+import { signalIfRunning } from './proc.js';
 import type { HubProcess } from './hub.js';
 
 const relayBin = new URL('../../../bin/relay.js', import.meta.url).pathname;
@@ -53,7 +54,7 @@ export async function startNode(hub: HubProcess | { url: string; home: string },
     logs,
     exited,
     async stop() {
-      if (proc.exitCode === null && proc.signalCode === null) proc.kill('SIGTERM');
+      signalIfRunning(proc, 'SIGTERM');
       await exited;
     },
     async kill9() {

@@ -506,7 +506,7 @@ export class NodeAgent extends EventEmitter {
       paused: this.settings.paused,
       schedule: this.settings.schedule,
       replicas: this.runningReplicas(),
-      stages: this.running().stages,
+      stages: [...this.rpcStages.values()],
       cache: this.cache.inventory(),
     };
   }
