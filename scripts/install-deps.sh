@@ -6,8 +6,12 @@
 #   golang-go, golang-github-hashicorp-yamux-dev
 #                         the reference yamux implementation the tunnel interop tests run against
 #   chromium              the dashboard tests (driven by playwright-core; no browser download)
+#   libvulkan1, mesa-vulkan-drivers
+#                         the Vulkan loader and Mesa's lavapipe, a software Vulkan device: the GPU tests run the
+#                         prebuilt Vulkan backend module on it (GGML_VK_VISIBLE_DEVICES=0)
+#   binutils, procps      readelf (the relocatable build's $ORIGIN rpath), pgrep
 set -euo pipefail
-pkgs=(cmake g++ make git ccache python3 python3-numpy util-linux ca-certificates golang-go golang-github-hashicorp-yamux-dev chromium)
+pkgs=(cmake g++ make git ccache python3 python3-numpy util-linux ca-certificates golang-go golang-github-hashicorp-yamux-dev chromium libvulkan1 mesa-vulkan-drivers binutils procps)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

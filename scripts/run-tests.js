@@ -30,7 +30,9 @@ const runId = randomUUID();
 const marker = `RELAY_TEST_RUN_ID=${runId}`;
 const child = spawn(process.execPath, ['--test', '--test-reporter=spec', ...files], {
   stdio: 'inherit',
-  env: { ...process.env, RELAY_TEST_RUN_ID: runId },
+  // The suite pins the CPU backend for every hub and node it starts (the temperature-0 oracles are CPU runs);
+  // the GPU tests ask for Vulkan on lavapipe explicitly and the detection tests run 'auto' themselves.
+  env: { RELAY_LLAMA_BACKEND: 'cpu', ...process.env, RELAY_TEST_RUN_ID: runId },
 });
 const code = await new Promise((resolve) => child.on('close', (c, s) => resolve(c ?? (s ? 1 : 0))));
 

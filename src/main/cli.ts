@@ -1,4 +1,3 @@
-import { spawnSync } from 'node:child_process';
 import { resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { isRelayError } from '../shared/errors.js';
@@ -9,7 +8,12 @@ import { join } from 'node:path';
 import { existsSync, readFileSync } from 'node:fs';
 import { defaultHome } from './core/config.js';
 import { joinSecret, mintJoinToken } from './core/pool/tokens.js';
-import { BACKENDS, ensureLlama, findLlama, parseListDevices, terminateAll, type Backend } from './core/llama/index.js';
+import {
+  BACKEND_CHOICES, GPU_BACKENDS, buildBackendModule, chooseBackend, ensureLlama, findLlama, modulesIn, probeMachine, terminateAll,
+  type BackendChoice, type GpuBackend,
+} from './core/llama/index.js';
+import { doctorLines } from './core/llama/doctor.js';
+import { autoPauseSupport } from './core/gpu/nvml.js';
 import { createLogger } from './core/log.js';
 import { NodeAgent, joinHub, readSettings, writeSettings, type NodeSettings } from './core/node/agent.js';
 import { parseSchedule } from './core/node/availability.js';
@@ -18,7 +22,7 @@ const USAGE = `relay — pool a household's GPUs for llama.cpp inference
 
 Usage:
   relay hub [--port 7070] [--listen 127.0.0.1] [--home DIR] [--cpu-budget-mb N] [--keep-alive-ms MS]
-            [--tls-cert FILE --tls-key FILE]
+            [--tls-cert FILE --tls-key FILE] [--backend auto|cpu|cuda|vulkan|metal]
                          run the hub: OpenAI-compatible /v1, dashboard at /, admin API at /api
   relay models add FILE [--name NAME] [--required-vram-mb N] [--embedding] [--hub URL]
   relay models ls [--hub URL]
@@ -28,15 +32,17 @@ Usage:
                          mint a join token for a new node (printed as the last line)
   relay nodes ls | revoke NAME [--hub URL]
   relay up --hub URL --token T [--name N] [--home DIR] [--cpu-budget-mb N] [--cache-budget-mb N]
-         [--schedule "mon-fri 09:00-17:30"] [--auto-pause]
+         [--schedule "mon-fri 09:00-17:30"] [--auto-pause] [--backend auto|cpu|cuda|vulkan|metal]
                          run a node: dial out to the hub and lend this machine's device
   relay pause | resume [--home NODE_DIR]
                          stop sharing (the hub releases this machine's GPU within 30 s) / share again
-  relay llama build [--backend cpu|cuda|vulkan|metal]
-                         build llama-server and ggml-rpc-server from the pinned llama.cpp source
-                         (cached under ~/.cache/relay/llama.cpp/<tag>-<backend>/; a second call returns at once)
-  relay doctor [--backend B]
-                         print the binaries in use, the llama.cpp tag and the devices llama-server sees
+  relay llama build [--backend cuda|vulkan|metal]
+                         build llama-server and ggml-rpc-server from the pinned llama.cpp source (cached
+                         under ~/.cache/relay/llama.cpp/<tag>-shared/; a second call returns at once); with
+                         --backend, also that GPU module, with your local toolkit (preferred to a prebuilt one)
+  relay doctor [--backend auto|cpu|cuda|vulkan|metal]
+                         what this machine has (NVIDIA driver, CUDA runtime, Vulkan), the backend relay uses
+                         and why, the devices llama-server sees, and whether auto-pause can work here
   relay --version | --help
 
 Environment (see README for all):
@@ -44,19 +50,24 @@ Environment (see README for all):
   RELAY_HUB_URL          hub for \`relay models\` (default http://127.0.0.1:7070)
   RELAY_KV_CACHE_TYPE    f16 | q8_0 | q4_0          RELAY_CONTEXT_SIZE, RELAY_REPLICA_CTX, RELAY_PARALLEL_SLOTS
   RELAY_FLASH_ATTN       on | off | auto            RELAY_API_KEY, RELAY_ADMIN_TOKEN
+  RELAY_LLAMA_BACKEND    auto (default) | cpu | cuda | vulkan | metal: the GPU backend (--backend wins)
   RELAY_LLAMA_BIN_DIR    use your own llama.cpp build (a folder holding llama-server and ggml-rpc-server)
   RELAY_CACHE_DIR        cache root (default ~/.cache/relay)
 `;
 
-function backendOf(v: string | undefined): Backend {
-  const b = (v ?? 'cpu') as Backend;
-  if (!BACKENDS.includes(b)) throw new Error(`unknown backend "${v}" (one of ${BACKENDS.join(', ')})`);
-  return b;
+function backendOf(v: string | undefined): BackendChoice | undefined {
+  if (v === undefined) return undefined;
+  if (!(BACKEND_CHOICES as readonly string[]).includes(v)) throw new Error(`unknown backend "${v}" (one of ${BACKEND_CHOICES.join(', ')})`);
+  return v as BackendChoice;
 }
 
 async function cmdLlamaBuild(args: string[]): Promise<number> {
   const { values } = parseArgs({ args, options: { backend: { type: 'string' } } });
-  const install = await ensureLlama({ backend: backendOf(values.backend), progress: (l) => console.error(`[llama] ${l}`) });
+  const progress = (l: string): void => console.error(`[llama] ${l}`);
+  const gpu = values.backend === undefined || values.backend === 'cpu' ? null : values.backend;
+  if (gpu !== null && !(GPU_BACKENDS as readonly string[]).includes(gpu)) throw new Error(`unknown backend "${gpu}" (one of cpu, ${GPU_BACKENDS.join(', ')})`);
+  if (gpu) console.log(`${gpu} module      ${await buildBackendModule(gpu as GpuBackend, { progress })}`);
+  const install = await ensureLlama({ backend: 'cpu', progress });
   console.log(`llama-server     ${install.serverPath}`);
   console.log(`ggml-rpc-server  ${install.rpcServerPath}`);
   console.log(`llama.cpp        ${install.tag} (${install.version})`);
@@ -65,20 +76,15 @@ async function cmdLlamaBuild(args: string[]): Promise<number> {
 
 async function cmdDoctor(args: string[]): Promise<number> {
   const { values } = parseArgs({ args, options: { backend: { type: 'string' } } });
-  const install = findLlama({ backend: backendOf(values.backend) });
+  const base = findLlama();
   console.log(`relay            ${packageVersion()} (node ${process.version}, ${process.platform}-${process.arch})`);
-  if (!install) {
+  if (!base) {
     console.log('llama.cpp        not built: run `npx relay llama build` (or set RELAY_LLAMA_BIN_DIR)');
     return 1;
   }
-  console.log(`llama-server     ${install.serverPath}${install.source === 'env' ? '  (RELAY_LLAMA_BIN_DIR)' : ''}`);
-  console.log(`ggml-rpc-server  ${install.rpcServerPath}`);
-  console.log(`llama.cpp        ${install.tag}, backend ${install.backend}, ${install.version}`);
-  const r = spawnSync(install.serverPath, ['--list-devices'], { encoding: 'utf8', timeout: 30_000 });
-  const devices = parseListDevices(`${r.stdout}${r.stderr}`);
-  console.log('devices          (llama-server --list-devices)');
-  if (devices.length === 0) console.log('  none: CPU only (the hub serves only with an opted-in --cpu-budget-mb)');
-  for (const d of devices) console.log(`  ${d.name}: ${d.description} — ${d.totalMib} MiB total, ${d.freeMib} MiB free`);
+  const probe = probeMachine(modulesIn(base.modulesDir));
+  const { install, resolution } = await chooseBackend(base, { choice: backendOf(values.backend), progress: (l) => console.error(`[llama] ${l}`) });
+  for (const l of doctorLines(install, resolution, probe, autoPauseSupport())) console.log(l);
   return 0;
 }
 
@@ -95,7 +101,7 @@ async function cmdHub(args: string[]): Promise<number> {
     options: {
       port: { type: 'string' }, listen: { type: 'string' }, home: { type: 'string' },
       'cpu-budget-mb': { type: 'string' }, 'keep-alive-ms': { type: 'string' },
-      'tls-cert': { type: 'string' }, 'tls-key': { type: 'string' },
+      'tls-cert': { type: 'string' }, 'tls-key': { type: 'string' }, backend: { type: 'string' },
     },
   });
   const overrides: Partial<HubConfig> = {
@@ -109,7 +115,9 @@ async function cmdHub(args: string[]): Promise<number> {
   };
   const config = hubConfigFromEnv(process.env, overrides);
   const log = createLogger({ name: 'hub' });
-  const hub = await startHub(config, { log });
+  const install = await ensureLlama({ backend: backendOf(values.backend), progress: (l) => log.info(`[llama] ${l}`) });
+  log.info({ backend: install.backend, module: install.backendModule }, install.backendReason);
+  const hub = await startHub(config, { log, install });
   console.log(`relay hub ${packageVersion()} is serving`);
   console.log(`  /v1        ${hub.url}/v1`);
   console.log(`  dashboard  ${hub.url}/`);
@@ -266,9 +274,10 @@ async function cmdUp(args: string[]): Promise<number> {
     options: {
       hub: { type: 'string' }, token: { type: 'string' }, name: { type: 'string' }, home: { type: 'string' },
       'cpu-budget-mb': { type: 'string' }, 'cache-budget-mb': { type: 'string' }, schedule: { type: 'string' },
-      'auto-pause': { type: 'boolean' },
+      'auto-pause': { type: 'boolean' }, backend: { type: 'string' },
     },
   });
+  const backend = backendOf(values.backend);
   const home = nodeHome(values.home);
   const saved = readSettings(home);
   const hub = (values.hub ?? saved?.hub)?.replace(/\/+$/, '');
@@ -290,7 +299,8 @@ async function cmdUp(args: string[]): Promise<number> {
   };
   writeSettings(home, settings);
   const log = createLogger({ name: `node:${name}` });
-  const install = await ensureLlama({ progress: (l) => log.info(`[llama build] ${l}`) });
+  const install = await ensureLlama({ backend, progress: (l) => log.info(`[llama] ${l}`) });
+  log.info({ backend: install.backend, module: install.backendModule }, install.backendReason);
   const agent = new NodeAgent(home, settings, { log, install, heartbeatMs: Number(process.env.RELAY_HEARTBEAT_MS ?? 5000) });
   agent.on('connected', () => console.log(`relay node ${name} connected to ${hub}`));
   await agent.start();

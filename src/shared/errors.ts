@@ -17,6 +17,10 @@ export const ErrorCode = {
   LLAMA_NOT_FOUND: 'LLAMA_NOT_FOUND',
   LLAMA_BUILD_FAILED: 'LLAMA_BUILD_FAILED',
   LLAMA_SOURCE_INTEGRITY: 'LLAMA_SOURCE_INTEGRITY',
+  /** A backend module package from the registry does not hash to its pinned integrity. */
+  BACKEND_INTEGRITY: 'BACKEND_INTEGRITY',
+  /** The backend asked for (--backend / RELAY_LLAMA_BACKEND) cannot run on this machine. */
+  BACKEND_UNAVAILABLE: 'BACKEND_UNAVAILABLE',
   CHILD_SPAWN_FAILED: 'CHILD_SPAWN_FAILED',
   CHILD_EXITED_EARLY: 'CHILD_EXITED_EARLY',
   CHILD_READY_TIMEOUT: 'CHILD_READY_TIMEOUT',

@@ -97,7 +97,8 @@ export interface StartReplica {
 export interface StopReplica { type: 'stop-replica'; id: number; replica: string }
 /** What a shard stage is, so the node can say what it runs (tray, local API): stage `index` of `of`, 0-based. */
 export interface StageInfo { model: string; index: number; of: number; layers: [number, number] }
-export interface StartRpc { type: 'start-rpc'; id: number; rpc: string; cache: boolean; stage?: StageInfo }
+/** `device`: the node device the stage runs on (ggml-rpc-server -d); without it ggml-rpc-server serves every GPU at once. */
+export interface StartRpc { type: 'start-rpc'; id: number; rpc: string; cache: boolean; stage?: StageInfo; device?: string }
 export interface StopRpc { type: 'stop-rpc'; id: number; rpc: string }
 export interface Evict { type: 'evict'; id: number; sha256: string }
 export interface PushBegin { type: 'push-begin'; id: number; sha256: string; size: number }
@@ -160,7 +161,7 @@ const SCHEMAS: Record<string, Check> = {
     flashAttn: oneOf('on', 'off', 'auto', null), embedding: isBool, pooling: oneOf('mean', null), alias: isId, device: isId,
   }),
   'stop-replica': shape({ id: isInt, replica: isId }),
-  'start-rpc': shape({ id: isInt, rpc: isId, cache: isBool, stage: optional(shape({ model: isId, index: isInt, of: isInt, layers: (v) => Array.isArray(v) && v.length === 2 && v.every(isInt) })) }),
+  'start-rpc': shape({ id: isInt, rpc: isId, cache: isBool, device: optional(isId), stage: optional(shape({ model: isId, index: isInt, of: isInt, layers: (v) => Array.isArray(v) && v.length === 2 && v.every(isInt) })) }),
   'stop-rpc': shape({ id: isInt, rpc: isId }),
   evict: shape({ id: isInt, sha256: isSha }),
   'push-begin': shape({ id: isInt, sha256: isSha, size: isInt }),

@@ -1,4 +1,8 @@
-import { findLlama, type LlamaInstall } from '../../src/main/core/llama/index.js';
+import { mkdirSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { BACKEND_PACKAGES, findLlama, withBackend, type LlamaInstall } from '../../src/main/core/llama/index.js';
+import { cacheRoot } from '../../src/main/core/llama/fetch.js';
 import { ensureFixture, type FixtureName } from '../fixtures/models.js';
 
 /**
@@ -12,6 +16,30 @@ export function llama(): LlamaInstall & { vocabDir: string; ggufPyDir: string } 
     throw new Error('the suite needs relay\'s own build (vocab GGUFs and gguf-py come with it): unset RELAY_LLAMA_BIN_DIR');
   }
   return { ...install, vocabDir: install.vocabDir, ggufPyDir: install.ggufPyDir };
+}
+
+/** The prebuilt Vulkan module global-setup fetched (pinned, integrity-checked) into the cache. */
+export function vulkanModule(): string {
+  const pkg = BACKEND_PACKAGES.find((p) => p.id === 'vulkan')!;
+  return join(cacheRoot(), 'llama.cpp', 'modules', `${pkg.id}-${pkg.version}`, 'libggml-vulkan.so');
+}
+
+/**
+ * The environment that makes Mesa's lavapipe (a software Vulkan device, Debian's mesa-vulkan-drivers) a GPU
+ * for llama.cpp: ggml-vulkan skips devices that call themselves CPUs unless they are listed by index.
+ * Shaders compile once per cache dir (~9 s), so the suite shares one.
+ */
+export function lavapipeEnv(): Record<string, string> {
+  const dir = join(tmpdir(), 'relay-test-mesa-shader-cache');
+  mkdirSync(dir, { recursive: true });
+  return { GGML_VK_VISIBLE_DEVICES: '0', MESA_SHADER_CACHE_DIR: dir };
+}
+
+/** The suite's build running the Vulkan module on lavapipe, as `relay hub --backend vulkan` would on a GPU. */
+export function vulkanLlama(): LlamaInstall & { vocabDir: string; ggufPyDir: string } {
+  const base = llama();
+  const v = withBackend(base, { backend: 'vulkan', module: vulkanModule(), reason: 'the test suite (lavapipe)' });
+  return { ...v, vocabDir: base.vocabDir, ggufPyDir: base.ggufPyDir, env: { ...v.env, ...lavapipeEnv() } };
 }
 
 export function fixture(name: FixtureName, seed = 1): string {

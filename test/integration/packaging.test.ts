@@ -6,8 +6,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { TRAY_ICONS } from '../../src/main/app/tray-menu.js';
-import { readVersion } from '../../src/main/core/llama/install.js';
-import { llama } from '../helpers/llama.js';
+import { chooseBackend, findLlama, readVersion } from '../../src/main/core/llama/install.js';
+import { lavapipeEnv, llama } from '../helpers/llama.js';
 
 /**
  * `npm run dist`'s steps on the linux `dir` target: scripts/stage-llama.mjs, then electron-builder with this
@@ -69,6 +69,22 @@ describe('packaging (electron-builder, linux dir target)', { timeout: 360_000 },
       assert.equal(readFileSync(p).equals(readFileSync(join(llama().binDir, bin))), true, `${bin} is the staged build`);
     }
     assert.equal(readVersion(join(resources, 'llama', 'llama-server')), llama().version, 'the shipped llama-server runs');
+    // The $ORIGIN layout: every library resolves inside the package, none from the build cache.
+    const ldd = spawnSync('ldd', [join(resources, 'llama', 'llama-server')], { encoding: 'utf8' }).stdout;
+    assert.match(ldd, /libggml-base\.so => .*linux-unpacked\/resources\/llama\/libggml-base\.so/);
+    assert.equal(/not found|\.cache\/relay/.test(ldd), false, ldd);
+  });
+
+  it('the shipped Vulkan module is picked from inside the package and lists the GPU (lavapipe here)', async () => {
+    const module = join(resources, 'llama', 'backends', 'vulkan', 'libggml-vulkan.so');
+    assert.ok(existsSync(module), 'libggml-vulkan.so shipped');
+    const env = { ...process.env, ...lavapipeEnv(), RELAY_LLAMA_BIN_DIR: join(resources, 'llama') };
+    const shipped = findLlama({ env })!;
+    const { install, resolution } = await chooseBackend(shipped, { choice: 'auto', env });
+    assert.equal(install.backend, 'vulkan');
+    assert.equal(install.backendModule, module);
+    assert.equal(resolution.from, 'shipped');
+    assert.deepEqual(resolution.devices.map((d) => d.name), ['Vulkan0']);
   });
 
   it('stage-llama refuses clearly when there are no binaries to ship', () => {

@@ -71,13 +71,18 @@ describe('rpcServerArgv', () => {
 });
 
 describe('cmakeFlags', () => {
-  it('always builds RPC, portable and static, and adds the backend switch', () => {
-    const cpu = cmakeFlags('cpu', false);
-    for (const f of ['-DGGML_RPC=ON', '-DGGML_NATIVE=OFF', '-DBUILD_SHARED_LIBS=OFF', '-DLLAMA_CURL=OFF']) assert.ok(cpu.includes(f), f);
+  it('always builds RPC, portable, shared with loadable backends and an $ORIGIN rpath, and adds the backend switch', () => {
+    const cpu = cmakeFlags(null, false);
+    for (const f of [
+      '-DGGML_RPC=ON', '-DGGML_NATIVE=OFF', '-DBUILD_SHARED_LIBS=ON', '-DGGML_BACKEND_DL=ON', '-DGGML_CPU_ALL_VARIANTS=OFF',
+      '-DCMAKE_PLATFORM_NO_VERSIONED_SONAME=ON', '-DCMAKE_BUILD_WITH_INSTALL_RPATH=ON', '-DLLAMA_USE_PREBUILT_UI=OFF',
+    ]) assert.ok(cpu.includes(f), f);
+    assert.ok(cpu.includes('-DCMAKE_INSTALL_RPATH=$ORIGIN'));
+    assert.equal(cpu.some((f) => /GGML_(CUDA|VULKAN|METAL)=ON/.test(f)), false);
     assert.ok(cmakeFlags('cuda', false).includes('-DGGML_CUDA=ON'));
     assert.ok(cmakeFlags('vulkan', false).includes('-DGGML_VULKAN=ON'));
     assert.ok(cmakeFlags('metal', false).includes('-DGGML_METAL=ON'));
-    assert.ok(cmakeFlags('cpu', true).includes('-DCMAKE_CXX_COMPILER_LAUNCHER=ccache'));
+    assert.ok(cmakeFlags(null, true).includes('-DCMAKE_CXX_COMPILER_LAUNCHER=ccache'));
     assert.equal(cpu.some((f) => f.includes('ccache')), false);
   });
 });

@@ -71,6 +71,26 @@ describe('shard planner', () => {
     assert.deepEqual(exp.overrides, [{ pattern: 'output\\.weight', bufferType: 'RPC0[127.0.0.1:9]' }]);
   });
 
+  it('MoE needs: remote stages hold only their layers\' experts; the hub holds attention, KV and embeddings of every layer', () => {
+    const moe: ShardModel = { name: 'q', blockCount: 4, weightsMb: 1000, kvBytesPerToken: 4096, isMoe: true, expertWeightsMb: 800 };
+    const ctx = settings.contextSize; // replicaContext with RELAY_REPLICA_CTX unset
+    const kvAll = (4096 * ctx * settings.parallelSlots) / (1024 * 1024);
+    // remote, 3 layers: 600 MB of experts, no KV.
+    assert.ok(Math.abs(stageNeedMb(moe, 3, settings, 'remote') - (600 * 1.03 + 384)) < 1e-9);
+    // hub, 1 layer: 200 MB non-expert + 200 MB experts, and the KV of all 4 layers.
+    assert.ok(Math.abs(stageNeedMb(moe, 1, settings, 'hub') - (400 * 1.03 + 384 + kvAll * 1.05)) < 1e-9);
+    // Unknown experts (an old record): proportional shares, as for a dense model.
+    assert.equal(stageNeedMb({ ...moe, expertWeightsMb: null }, 1, settings, 'hub'), stageNeedMb({ ...moe, isMoe: false }, 1, settings));
+    // A hub whose proportional share would fit, but whose real share does not, gets no MoE shard with it.
+    const gpuHub = [gpu(null, 'CUDA0', 700), gpu('a', 'CUDA0', 2000)];
+    const tight = planShard(gpuHub, moe, settings);
+    assert.equal(planShard(gpuHub, { ...moe, expertWeightsMb: null }, settings).kind, 'shard');
+    assert.equal(tight.kind, 'none');
+    const roomy = planShard([gpu(null, 'CUDA0', 1100), gpu('a', 'CUDA0', 2000)], moe, settings);
+    if (roomy.kind !== 'shard') return assert.fail(JSON.stringify(roomy));
+    assert.deepEqual(roomy.stages.map((st) => [st.node, st.layers, st.output]), [['a', [0, 3], false], [null, [3, 4], true]]);
+  });
+
   it('MoE: one override per remote stage naming only its layers\' expert tensors; unresolvable stages left out; dense unchanged', () => {
     const moe = { name: 'q', blockCount: 6, weightsMb: 900, kvBytesPerToken: 1024, isMoe: true };
     const cpu = (node: string | null): ShardDevice => ({ node, device: 'CPU', kind: 'cpu', freeMb: node ? 700 : 900, totalMb: 900 });

@@ -85,8 +85,8 @@ describe('config', () => {
 describe('devices', () => {
   it('parses nvidia-smi csv', () => {
     assert.deepEqual(parseNvidiaSmi('0, NVIDIA GeForce GTX 1060 6GB, 6144, 5800, 3\n1, NVIDIA RTX 4070 SUPER, 12282, 11000, [N/A]\n'), [
-      { index: 0, name: 'NVIDIA GeForce GTX 1060 6GB', totalMb: 6144, freeMb: 5800, utilizationPct: 3, source: 'nvidia-smi' },
-      { index: 1, name: 'NVIDIA RTX 4070 SUPER', totalMb: 12282, freeMb: 11000, utilizationPct: null, source: 'nvidia-smi' },
+      { index: 0, name: 'NVIDIA GeForce GTX 1060 6GB', totalMb: 6144, freeMb: 5800, utilizationPct: 3, busId: null, uuid: null, source: 'nvidia-smi' },
+      { index: 1, name: 'NVIDIA RTX 4070 SUPER', totalMb: 12282, freeMb: 11000, utilizationPct: null, busId: null, uuid: null, source: 'nvidia-smi' },
     ]);
   });
 
@@ -101,7 +101,7 @@ describe('devices', () => {
 
   it('merges llama-server devices with driver readings; CPU appears only with a budget; RPC is not host capacity', () => {
     const listed = [{ name: 'CUDA0', description: 'GTX 1060', totalMib: 6144, freeMib: 6000 }, { name: 'RPC0', description: '127.0.0.1:1', totalMib: 1, freeMib: 1 }];
-    const readings = [{ index: 0, name: 'GTX 1060', totalMb: 6144, freeMb: 5000, utilizationPct: 40, source: 'nvml' as const }];
+    const readings = [{ index: 0, name: 'GTX 1060', totalMb: 6144, freeMb: 5000, utilizationPct: 40, busId: '00000000:01:00.0', uuid: 'GPU-1', source: 'nvml' as const }];
     assert.deepEqual(mergeDevices(listed, readings, 0).map((d) => [d.id, d.reportedFreeMb, d.utilizationPct, d.source]), [['CUDA0', 5000, 40, 'nvml']]);
     assert.deepEqual(mergeDevices([], null, 0), []);
     assert.deepEqual(mergeDevices([], null, 1500).map((d) => [d.id, d.kind, d.totalMb]), [['CPU', 'cpu', 1500]]);

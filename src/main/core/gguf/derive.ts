@@ -23,6 +23,8 @@ export interface ModelInfo {
   readonly poolingType: number | null;
   readonly tensorCount: number;
   readonly tensorBytes: number;
+  /** Bytes of the MoE expert tensors (`blk.N.ffn_{gate,up,down}_exps.weight`): what a MoE shard moves to nodes. */
+  readonly expertBytes: number;
   readonly fileSize: number;
 }
 
@@ -95,6 +97,7 @@ export function deriveModelInfo(file: GgufFile): ModelInfo {
     poolingType: num(k('pooling_type')),
     tensorCount: file.tensors.length,
     tensorBytes: file.tensors.reduce((s, t) => s + t.bytes, 0),
+    expertBytes: file.tensors.filter((t) => /^blk\.\d+\.ffn_(gate|up|down)_exps\.weight$/.test(t.name)).reduce((s, t) => s + t.bytes, 0),
     fileSize: file.fileSize,
   };
 }

@@ -11,12 +11,17 @@ export interface GpuReading {
   readonly totalMb: number;
   readonly freeMb: number;
   readonly utilizationPct: number | null;
+  /** PCI bus id as NVML writes it (`00000000:19:00.0`), null when unknown; the key that matches llama.cpp's CUDA numbering. */
+  readonly busId: string | null;
+  readonly uuid: string | null;
   readonly source: 'nvml' | 'nvidia-smi';
 }
 
 type Fn = (...args: unknown[]) => number;
 interface Nvml {
-  init: Fn; shutdown: Fn; count: Fn; handle: Fn; memory: Fn; util: Fn; name: Fn; procs: Fn | null;
+  init: Fn; shutdown: Fn; count: Fn; handle: Fn; memory: Fn; util: Fn; name: Fn; pci: Fn | null; uuid: Fn | null;
+  /** Compute and graphics process lists (a game is a graphics process); null on a driver without them. */
+  procs: { compute: Fn; graphics: Fn } | null;
 }
 
 let cached: Nvml | null | undefined;
@@ -37,13 +42,27 @@ function load(): Nvml | null {
       memory: lib.func('int nvmlDeviceGetMemoryInfo(void *device, _Out_ nvmlMemory_t *memory)') as Fn,
       util: lib.func('int nvmlDeviceGetUtilizationRates(void *device, _Out_ nvmlUtilization_t *util)') as Fn,
       name: lib.func('int nvmlDeviceGetName(void *device, _Out_ char *name, uint32 length)') as Fn,
+      pci: null,
+      uuid: null,
       procs: null,
     };
     try {
+      koffi.struct('nvmlPciInfo_t', {
+        busIdLegacy: koffi.array('char', 16), domain: 'uint32', bus: 'uint32', device: 'uint32',
+        pciDeviceId: 'uint32', pciSubSystemId: 'uint32', busId: koffi.array('char', 32),
+      });
+      cached.pci = lib.func('int nvmlDeviceGetPciInfo_v3(void *device, _Out_ nvmlPciInfo_t *pci)') as Fn;
+      cached.uuid = lib.func('int nvmlDeviceGetUUID(void *device, _Out_ char *uuid, uint32 length)') as Fn;
+    } catch { /* an old driver: devices are matched by order */ }
+    try {
       koffi.struct('nvmlProcessInfo_t', { pid: 'uint32', usedGpuMemory: 'uint64', gpuInstanceId: 'uint32', computeInstanceId: 'uint32' });
-      cached.procs = lib.func('int nvmlDeviceGetComputeRunningProcesses_v3(void *device, _Inout_ uint32 *count, _Out_ nvmlProcessInfo_t *infos)') as Fn;
+      const sig = '(void *device, _Inout_ uint32 *count, _Out_ nvmlProcessInfo_t *infos)';
+      cached.procs = {
+        compute: lib.func(`int nvmlDeviceGetComputeRunningProcesses_v3${sig}`) as Fn,
+        graphics: lib.func(`int nvmlDeviceGetGraphicsRunningProcesses_v3${sig}`) as Fn,
+      };
     } catch {
-      cached.procs = null; // an old driver: auto-pause falls back to "unavailable"
+      cached.procs = null; // an old driver: auto-pause says it is unavailable
     }
   } catch {
     cached = null; // no driver: the normal case on a CPU-only machine
@@ -53,6 +72,20 @@ function load(): Nvml | null {
 
 export function nvmlAvailable(): boolean {
   return load() !== null;
+}
+
+/** Whether the opt-in auto-pause detector can see other programs' GPU use here, and why not. */
+export function autoPauseSupport(): { available: boolean; why: string } {
+  const n = load();
+  if (!n) return { available: false, why: 'NVIDIA\'s NVML (libnvidia-ml.so.1) is not here: auto-pause sees processes on NVIDIA GPUs only' };
+  if (!n.procs) return { available: false, why: 'this NVIDIA driver has no process lists (nvmlDeviceGet*RunningProcesses_v3)' };
+  return { available: true, why: 'NVML lists compute and graphics processes (games included)' };
+}
+
+function cString(buf: unknown): string | null {
+  if (typeof buf === 'string') return buf.replace(/\0.*$/s, '') || null;
+  if (Array.isArray(buf)) return String.fromCharCode(...(buf as number[]).filter((c) => c !== 0)) || null;
+  return null;
 }
 
 const MIB = 1024 * 1024;
@@ -74,12 +107,24 @@ export function readNvml(): GpuReading[] | null {
       const utilOk = n.util(h[0], util) === 0;
       const nameBuf = Buffer.alloc(96);
       n.name(h[0], nameBuf, nameBuf.length);
+      let busId: string | null = null;
+      let uuid: string | null = null;
+      if (n.pci) {
+        const pci: Record<string, unknown> = {};
+        if (n.pci(h[0], pci) === 0) busId = cString(pci.busId);
+      }
+      if (n.uuid) {
+        const u = Buffer.alloc(96);
+        if (n.uuid(h[0], u, u.length) === 0) uuid = u.toString('utf8').replace(/\0.*$/s, '') || null;
+      }
       out.push({
         index: i,
         name: nameBuf.toString('utf8').replace(/\0.*$/s, ''),
         totalMb: Math.floor(Number(mem.total) / MIB),
         freeMb: Math.floor(Number(mem.free) / MIB),
         utilizationPct: utilOk ? (util.gpu ?? null) : null,
+        busId,
+        uuid,
         source: 'nvml',
       });
     }
@@ -90,8 +135,9 @@ export function readNvml(): GpuReading[] | null {
 }
 
 /**
- * GPU memory (MB) used by compute processes other than `ownPids`, summed over every GPU, or null when NVML
- * cannot tell. The auto-pause detector's input.
+ * GPU memory (MB) used by other programs' processes, compute and graphics (a game draws; a CUDA app computes),
+ * summed over every GPU, or null when NVML cannot tell. A process on both lists counts once. `ownPids` are
+ * relay's own children (llama-server, ggml-rpc-server). The auto-pause detector's input.
  */
 export function otherProcessesGpuMb(ownPids: ReadonlySet<number>): number | null {
   const n = load();
@@ -99,19 +145,39 @@ export function otherProcessesGpuMb(ownPids: ReadonlySet<number>): number | null
   try {
     const count = [0];
     if (n.count(count) !== 0) return null;
-    let total = 0;
+    const perDevice: { pid: number; mb: number }[][] = [];
     for (let i = 0; i < count[0]!; i++) {
       const h = [null];
       if (n.handle(i, h) !== 0) continue;
-      const cap = [64];
-      const infos = Array.from({ length: 64 }, () => ({ pid: 0, usedGpuMemory: 0n, gpuInstanceId: 0, computeInstanceId: 0 }));
-      if (n.procs(h[0], cap, infos) !== 0) continue;
-      for (const p of infos.slice(0, cap[0])) {
-        if (!ownPids.has(p.pid)) total += Number(p.usedGpuMemory) / MIB;
+      const procs: { pid: number; mb: number }[] = [];
+      for (const list of [n.procs.compute, n.procs.graphics]) {
+        const cap = [64];
+        const infos = Array.from({ length: 64 }, () => ({ pid: 0, usedGpuMemory: 0n, gpuInstanceId: 0, computeInstanceId: 0 }));
+        if (list(h[0], cap, infos) !== 0) continue;
+        for (const p of infos.slice(0, cap[0])) procs.push({ pid: p.pid, mb: Number(p.usedGpuMemory) / MIB });
       }
+      perDevice.push(procs);
     }
-    return total;
+    return otherProcessesMb(perDevice, ownPids);
   } finally {
     n.shutdown();
   }
+}
+
+/**
+ * Pure: per device, the processes NVML listed (compute and graphics lists concatenated) → MB used by
+ * processes that are not relay's. NVML reports an unknown amount (e.g. a graphics process under WDDM) as
+ * 2^64-1, which counts as 1 MB: the process is there, its size is not.
+ */
+export function otherProcessesMb(perDevice: readonly (readonly { pid: number; mb: number }[])[], ownPids: ReadonlySet<number>): number {
+  let total = 0;
+  for (const procs of perDevice) {
+    const seen = new Set<number>();
+    for (const p of procs) {
+      if (ownPids.has(p.pid) || seen.has(p.pid)) continue;
+      seen.add(p.pid);
+      total += Number.isFinite(p.mb) && p.mb < 1 << 30 ? p.mb : 1;
+    }
+  }
+  return total;
 }

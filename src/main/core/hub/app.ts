@@ -21,7 +21,7 @@ export interface AppDeps {
   readonly metrics: HubMetrics;
   readonly log: Logger;
   readonly version: string;
-  readonly llama: { tag: string; version: string };
+  readonly llama: { tag: string; version: string; backend: string; backend_reason: string };
 }
 
 function sendError(res: Response, err: unknown, log: Logger): void {

@@ -38,7 +38,7 @@ export async function startHub(config: HubConfig, deps: { log: Logger; install?:
   const store = await Store.open(config.home);
   if (store.migratedFrom !== null) log.warn({ path: store.path, from: store.migratedFrom }, 'store migrated to the current schema (backup kept beside it)');
   const registry = new ModelRegistry(store, log.child({ c: 'registry' }));
-  const inventory = new HostInventory(install.serverPath, config.cpuBudgetMb);
+  const inventory = new HostInventory(install, config.cpuBudgetMb);
   const metrics = new HubMetrics();
   const nodes = new NodeManager({
     store,
@@ -69,7 +69,10 @@ export async function startHub(config: HubConfig, deps: { log: Logger; install?:
     void scheduler.reconcile(conn);
     conn.on('heartbeat', () => void scheduler.reconcile(conn));
   });
-  const app = createApp({ config, registry, scheduler, nodes, metrics, log, version: packageVersion(), llama: { tag: install.tag, version: install.version } });
+  const app = createApp({
+    config, registry, scheduler, nodes, metrics, log, version: packageVersion(),
+    llama: { tag: install.tag, version: install.version, backend: install.backend, backend_reason: install.backendReason },
+  });
 
   const tls = config.tlsCertPath && config.tlsKeyPath ? { cert: readFileSync(config.tlsCertPath), key: readFileSync(config.tlsKeyPath) } : null;
   const server: Server = await new Promise((resolve, reject) => {
@@ -98,6 +101,7 @@ export async function startHub(config: HubConfig, deps: { log: Logger; install?:
         server.closeIdleConnections();
         const closed = new Promise<void>((r) => server.close(() => r()));
         await scheduler.close();
+        inventory.close();
         server.closeAllConnections();
         await closed;
         await store.close();

@@ -82,10 +82,13 @@ export interface RpcServerOptions {
   readonly port: number;
   readonly cache: boolean;
   readonly threads?: number | undefined;
+  /** The one device it serves (`CUDA1`, `Vulkan0`, `CPU`); unset, ggml-rpc-server serves every GPU it finds. */
+  readonly device?: string | undefined;
 }
 
 export function rpcServerArgv(o: RpcServerOptions): string[] {
   const a = ['--host', o.host, '--port', String(o.port)];
+  if (o.device !== undefined) a.push('--device', o.device);
   if (o.cache) a.push('--cache');
   if (o.threads !== undefined) a.push('--threads', String(o.threads));
   return a;

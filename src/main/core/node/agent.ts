@@ -19,7 +19,7 @@ import { describeExit } from '../llama/supervisor.js';
 import { ControlChannel, acceptStream, openStream, replyErr, replyOk } from '../tunnel/channel.js';
 import { webSocketDuplex } from '../tunnel/transport.js';
 import { Session, type YamuxStream } from '../tunnel/yamux/session.js';
-import { otherProcessesGpuMb } from '../gpu/nvml.js';
+import { autoPauseSupport, otherProcessesGpuMb } from '../gpu/nvml.js';
 import { AutoPause, availabilityOf, inPauseWindow, parseSchedule, type PauseWindow } from './availability.js';
 import { ModelCache } from './cache.js';
 import { fillRpcCache } from './rpc-cache.js';
@@ -113,7 +113,7 @@ export class NodeAgent extends EventEmitter {
   ) {
     super();
     this.cache = new ModelCache(join(home, 'cache'), settings.cacheBudgetMb * 1024 * 1024);
-    this.inventory = new HostInventory(d.install.serverPath, settings.cpuBudgetMb);
+    this.inventory = new HostInventory(d.install, settings.cpuBudgetMb);
     this.schedule = parseSchedule(settings.schedule);
   }
 
@@ -180,9 +180,8 @@ export class NodeAgent extends EventEmitter {
 
   async start(): Promise<void> {
     await this.startLocalApi();
-    if (this.settings.autoPause && otherProcessesGpuMb(new Set()) === null) {
-      this.d.log.warn('--auto-pause needs NVIDIA\'s NVML (the driver library): it stays off on this machine');
-    }
+    const support = autoPauseSupport();
+    if (this.settings.autoPause && !support.available) this.d.log.warn(`--auto-pause stays off on this machine: ${support.why}`);
     const tick = setInterval(() => {
       if (this.settings.autoPause) {
         const own = new Set([...this.replicas.values()].map((r) => r.server.child.pid ?? -1));
@@ -318,7 +317,7 @@ export class NodeAgent extends EventEmitter {
           control.send(replyOk(c.id));
           return;
         case 'start-rpc': {
-          const r = await this.startRpc(c.rpc, c.cache, c.stage);
+          const r = await this.startRpc(c.rpc, c.cache, c.stage, c.device);
           control.send(replyOk(c.id, { port: r.port }));
           return;
         }
@@ -367,7 +366,7 @@ export class NodeAgent extends EventEmitter {
         pooling: c.pooling ?? undefined,
         metrics: true,
         threads: process.env.RELAY_THREADS ? Number(process.env.RELAY_THREADS) : undefined,
-        ...(c.device === 'CPU' ? { gpuLayers: 0 } : { devices: [c.device], gpuLayers: 999 }),
+        ...(c.device === 'CPU' ? { devices: ['none'], gpuLayers: 0 } : { devices: [c.device], gpuLayers: 999 }),
       });
       const rep: LocalReplica = { id: c.replica, sha256: c.sha256, model: c.alias, server, stopping: false };
       this.replicas.set(c.replica, rep);
@@ -400,12 +399,13 @@ export class NodeAgent extends EventEmitter {
     if (!this.runningReplicas().some((x) => x.sha256 === r.sha256)) this.cache.inUse.delete(r.sha256);
   }
 
-  private async startRpc(id: string, cache: boolean, stage?: StageInfo): Promise<RunningRpcServer> {
+  private async startRpc(id: string, cache: boolean, stage?: StageInfo, device?: string): Promise<RunningRpcServer> {
     if (this.availability().state === 'paused') throw new RelayError(ErrorCode.MODEL_UNAVAILABLE, `node ${this.settings.name} is paused`);
     const existing = this.rpcs.get(id);
     if (existing) return existing;
     // LLAMA_CACHE=<cache>/llama: ggml-rpc-server's tensor cache is <cache>/llama/rpc, inside the node's budget.
-    const r = await startRpcServer(this.d.install, { cache, cacheDir: join(this.cache.root, 'llama'), name: `ggml-rpc-server[${id}]` });
+    // One rpc-server per stage, pinned to the stage's device (-d): two stages on this node use two devices.
+    const r = await startRpcServer(this.d.install, { cache, cacheDir: join(this.cache.root, 'llama'), name: `ggml-rpc-server[${id}]`, device });
     this.rpcs.set(id, r);
     if (stage) this.rpcStages.set(id, stage);
     this.emit('running');
@@ -514,6 +514,7 @@ export class NodeAgent extends EventEmitter {
   async stop(): Promise<void> {
     this.stopped = true;
     for (const t of this.timers) clearInterval(t);
+    this.inventory.close();
     this.session?.close();
     await this.stopEverything('node shutting down');
     await new Promise<void>((r) => (this.localApi ? this.localApi.close(() => r()) : r()));

@@ -53,6 +53,8 @@ export interface ReplicaStatus extends PlacementStatus {
   readonly in_flight: number;
   readonly started_at: string;
   readonly last_used_at: string;
+  /** llama-server's load report for a host replica: where its weights and KV landed (`Vulkan0 model buffer size = …`). */
+  readonly buffers: string[];
 }
 
 interface Replica {
@@ -68,7 +70,11 @@ interface Replica {
   server: RunningLlamaServer | null;
   inFlight: number;
   startedAt: number;
+  /** When it became ready (0 while loading): a device reading older than this does not count its memory yet. */
+  readyAt: number;
   lastUsedAt: number;
+  /** The load report, kept when it became ready (the output buffer rolls over). */
+  buffers: string[];
   idleTimer: NodeJS.Timeout | null;
   failure: { message: string; tail: string; at: string } | null;
   loading: Promise<Replica> | null;
@@ -118,6 +124,11 @@ export interface SchedulerDeps {
   readonly now?: () => number;
 }
 
+/** llama-server's lines that say where weights and KV landed, as `<buffer type> model|KV buffer size = N MiB`. */
+function loadReport(server: RunningLlamaServer): string[] {
+  return server.child.output().filter((l) => /(model|KV) buffer size/.test(l)).map((l) => l.replace(/^.*?(load_tensors|llama_kv_cache\w*):\s*/, '').trim());
+}
+
 /** OpenAI-style embeddings need a pooled vector: a header without a pooling type gets mean pooling. */
 function poolingFor(model: ModelRecord): 'mean' | null {
   return model.embedding && (model.pooling_type === null || model.pooling_type === undefined) ? 'mean' : null;
@@ -148,7 +159,7 @@ export class Scheduler {
   private views(node: string | null): ReplicaView[] {
     const out: ReplicaView[] = [];
     for (const r of this.replicas.values()) {
-      const base = { id: r.id, model: r.model, state: r.state, inFlight: r.inFlight, lastUsedAt: r.lastUsedAt };
+      const base = { id: r.id, model: r.model, state: r.state, inFlight: r.inFlight, lastUsedAt: r.lastUsedAt, readyAt: r.readyAt };
       if (r.shard) {
         for (const st of r.shard.plan.stages) if (st.node === node) out.push({ ...base, device: st.device, needMb: st.needMb });
       } else if ((r.node?.name ?? null) === node) {
@@ -166,6 +177,8 @@ export class Scheduler {
       weightsMb: model.required_vram_mb ?? model.size / (1024 * 1024),
       kvBytesPerToken: model.kv_bytes_per_token,
       isMoe: model.expert_count > 0 && model.expert_used_count > 0,
+      // The experts' share of the weights, scaled like the weights themselves (required_vram_mb or the file).
+      expertWeightsMb: model.expert_bytes != null && model.tensor_bytes ? (model.required_vram_mb ?? model.size / (1024 * 1024)) * (model.expert_bytes / model.tensor_bytes) : null,
     };
   }
 
@@ -323,6 +336,8 @@ export class Scheduler {
       server: null,
       inFlight: 0,
       startedAt: this.now(),
+      readyAt: 0,
+      buffers: [],
       lastUsedAt: this.now(),
       idleTimer: null,
       failure: null,
@@ -361,7 +376,7 @@ export class Scheduler {
             if (filled) log.info({ node: conn.name, files: filled.data?.files }, 'rpc cache filled from the node\'s copy');
           }
           const info = { model: model.name, index: plan.stages.indexOf(stage), of: plan.stages.length, layers: [stage.layers[0], stage.layers[1]] as [number, number] };
-          await conn.command({ type: 'start-rpc', rpc: member.rpcId, cache: true, stage: info }, 60_000);
+          await conn.command({ type: 'start-rpc', rpc: member.rpcId, cache: true, stage: info, device: stage.device }, 60_000);
           member.bridge = await openRpcBridge(conn, member.rpcId);
         }
         const sm = this.shardModel(model)!;
@@ -379,7 +394,7 @@ export class Scheduler {
           fit: flags.fit,
         });
         shard.argv = server.argv;
-        shard.buffers = server.child.output().filter((l) => /model buffer size/.test(l)).map((l) => l.replace(/^.*?load_tensors:\s*/, '').trim());
+        shard.buffers = loadReport(server).filter((l) => /model buffer size/.test(l));
         // Any RPC failure aborts llama-server (upstream): the shard is failed, the next request re-plans.
         return await this.becomeReady(r, model, server, t0, log, 'the shard head');
       } catch (err) {
@@ -420,6 +435,7 @@ export class Scheduler {
         if (r.state !== 'starting') throw new RelayError(ErrorCode.REPLICA_FAILED, `the replica of "${model.name}" was stopped while loading`);
         r.remotePid = typeof reply.data?.pid === 'number' ? reply.data.pid : null;
         r.state = 'ready';
+        r.readyAt = this.now();
         r.loading = null;
         const seconds = (this.now() - t0) / 1000;
         this.d.onLoad?.(model.name, seconds);
@@ -491,7 +507,7 @@ export class Scheduler {
         name: `llama-server[${model.name}]`,
         embedding: model.embedding,
         pooling: poolingFor(model) ?? undefined,
-        ...(r.device === 'CPU' ? { gpuLayers: 0 } : { devices: [r.device], gpuLayers: 999 }),
+        ...(r.device === 'CPU' ? { devices: ['none'], gpuLayers: 0 } : { devices: [r.device], gpuLayers: 999 }),
       });
       // Crashed later: requests in flight see their socket close; the next request starts a new replica.
       return await this.becomeReady(r, model, server, t0, log, 'llama-server');
@@ -522,6 +538,8 @@ export class Scheduler {
       throw new RelayError(ErrorCode.REPLICA_FAILED, `the placement of "${model.name}" was stopped while loading`);
     }
     r.state = 'ready';
+    r.readyAt = this.now();
+    r.buffers = loadReport(server);
     r.loading = null;
     const seconds = (this.now() - t0) / 1000;
     this.d.onLoad?.(model.name, seconds);
@@ -609,6 +627,7 @@ export class Scheduler {
       in_flight: r.inFlight,
       started_at: new Date(r.startedAt).toISOString(),
       last_used_at: new Date(r.lastUsedAt).toISOString(),
+      buffers: r.buffers,
     }));
   }
 
@@ -619,12 +638,12 @@ export class Scheduler {
   }
 
   /** Devices with what relay reserved on them (for /status). */
-  deviceStatus(): { id: string; kind: string; description: string; total_mb: number; free_mb: number; utilization_pct: number | null; source: string }[] {
+  deviceStatus(): { id: string; kind: string; description: string; total_mb: number; free_mb: number; utilization_pct: number | null; source: string; bus_id: string | null }[] {
     const devices = this.d.devices();
     const free = freeAfterReservations(devices, this.views(null));
     return devices.map((d, i) => ({
       id: d.id, kind: d.kind, description: d.description, total_mb: d.totalMb, free_mb: Math.floor(free[i]!.freeMb),
-      utilization_pct: d.utilizationPct, source: d.source,
+      utilization_pct: d.utilizationPct, source: d.source, bus_id: d.busId,
     }));
   }
 

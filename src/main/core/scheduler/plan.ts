@@ -21,6 +21,8 @@ export interface ReplicaView {
   readonly state: 'starting' | 'ready' | 'failed' | 'stopping';
   readonly inFlight: number;
   readonly lastUsedAt: number;
+  /** When it became ready; 0 or absent while it loads. */
+  readonly readyAt?: number;
 }
 
 export type HostPlan =
@@ -29,18 +31,20 @@ export type HostPlan =
 
 /**
  * What each device has free for a new replica. A CPU budget is pure bookkeeping: budget minus what relay's
- * replicas reserved. A GPU reports its own free memory, which already counts loaded replicas; only replicas
- * still loading are subtracted (their memory is not allocated yet).
+ * replicas reserved. A GPU reports its own free memory, which already counts loaded replicas; replicas still
+ * loading are subtracted (their memory is not allocated yet), and so are replicas that became ready after the
+ * reading was taken (`readAt`; a device list refreshed every few seconds has not seen them yet).
  */
 export function freeAfterReservations(
-  devices: readonly { id: string; kind: 'gpu' | 'cpu'; totalMb: number; reportedFreeMb: number }[],
+  devices: readonly { id: string; kind: 'gpu' | 'cpu'; totalMb: number; reportedFreeMb: number; readAt?: number }[],
   replicas: readonly ReplicaView[],
 ): DeviceView[] {
   return devices.map((d) => {
     const mine = replicas.filter((r) => r.device === d.id && r.state !== 'failed');
+    const unseen = (r: ReplicaView): boolean => r.state === 'starting' || (d.readAt !== undefined && (r.readyAt ?? 0) >= d.readAt);
     const reserved = d.kind === 'cpu'
       ? mine.reduce((s, r) => s + r.needMb, 0)
-      : mine.filter((r) => r.state === 'starting').reduce((s, r) => s + r.needMb, 0);
+      : mine.filter(unseen).reduce((s, r) => s + r.needMb, 0);
     return { id: d.id, kind: d.kind, totalMb: d.totalMb, freeMb: Math.max(0, d.reportedFreeMb - reserved) };
   });
 }

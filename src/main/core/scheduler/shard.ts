@@ -27,6 +27,11 @@ export interface ShardModel {
   readonly weightsMb: number;
   readonly kvBytesPerToken: number | null;
   readonly isMoe: boolean;
+  /**
+   * MoE: the part of weightsMb in expert tensors (ffn_{gate,up,down}_exps), from the GGUF's tensor table. Only
+   * these move to remote stages; null = unknown (a model registered before relay read it): proportional shares.
+   */
+  readonly expertWeightsMb?: number | null;
 }
 
 export interface Stage {
@@ -66,12 +71,20 @@ export function splitLayers(n: number, shares: readonly number[]): number[] {
   return out;
 }
 
-/** What one stage holding `layers` of the model needs, with the spec's formula applied to its share. */
-export function stageNeedMb(model: ShardModel, layers: number, s: FitSettings): number {
+/**
+ * What one stage holding `layers` of the model needs, with the spec's formula applied to its share. A dense
+ * stage holds its layers' weights and KV. A MoE shard moves only experts: a remote stage holds its layers'
+ * experts and no KV; the hub holds attention, router, embeddings and output of every layer, the KV of every
+ * layer and its own layers' experts.
+ */
+export function stageNeedMb(model: ShardModel, layers: number, s: FitSettings, role: 'hub' | 'remote' = 'remote'): number {
   const share = layers / model.blockCount;
-  const weights = model.weightsMb * share;
+  const experts = model.isMoe && model.expertWeightsMb != null ? Math.min(model.expertWeightsMb, model.weightsMb) : null;
+  const kvShare = experts === null ? share : role === 'hub' ? 1 : 0;
+  const weights = experts === null ? model.weightsMb * share
+    : role === 'hub' ? model.weightsMb - experts + experts * share : experts * share;
   const ctx = replicaContext(s);
-  const kv = model.kvBytesPerToken ? (model.kvBytesPerToken * share * ctx * s.parallelSlots * KV_SCALE[s.kvCacheType]) / MIB : 0;
+  const kv = model.kvBytesPerToken ? (model.kvBytesPerToken * kvShare * ctx * s.parallelSlots * KV_SCALE[s.kvCacheType]) / MIB : 0;
   return weights + kv + weights * 0.03 + FIXED_OVERHEAD_MB + kv * 0.05;
 }
 
@@ -108,7 +121,7 @@ export function planShard(devices: readonly ShardDevice[], model: ShardModel, s:
     let at = 0;
     const stages: Stage[] = members.map((d, i) => {
       const n = counts[i]!;
-      const st: Stage = { node: d.node, device: d.device, kind: d.kind, layers: [at, at + n], needMb: stageNeedMb(model, n, s), freeMb: d.freeMb, output: false };
+      const st: Stage = { node: d.node, device: d.device, kind: d.kind, layers: [at, at + n], needMb: stageNeedMb(model, n, s, d.node === null ? 'hub' : 'remote'), freeMb: d.freeMb, output: false };
       at += n;
       return st;
     });

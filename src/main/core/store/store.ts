@@ -27,6 +27,9 @@ export interface ModelRecord {
   embedding: boolean;
   /** The header's pooling type; an embedding model without one is served with mean pooling. */
   pooling_type?: number | null;
+  /** Bytes of all tensors, and of the MoE expert tensors (ffn_{gate,up,down}_exps) among them; absent on older records. */
+  tensor_bytes?: number | null;
+  expert_bytes?: number | null;
   added_at: string;
 }
 
