@@ -59,7 +59,9 @@ describe('shards', { timeout: 600_000 }, () => {
     p = await pool();
     client = new OpenAI({ baseURL: `${p.hub.url}/v1`, apiKey: 'x', maxRetries: 0 });
     await addModel(p.hub, { path: fixture('dense'), name: 'dense', required_vram_mb: BIG });
-    await addModel(p.hub, { path: fixture('moe'), name: 'moe', required_vram_mb: BIG });
+    // Three quarters experts: 440 MB need 838 MB on one device (over every budget); the hub keeps attention and
+    // KV of every layer plus one layer's experts (584 MB of its 600), the nodes the other layers' experts.
+    await addModel(p.hub, { path: fixture('moewide'), name: 'moe', required_vram_mb: 440 });
   });
   after(async () => {
     await p?.stop();
@@ -87,7 +89,7 @@ describe('shards', { timeout: 600_000 }, () => {
   });
 
   it('a MoE model: experts of each remote stage on that stage\'s device, the rest on the hub; same text as one process', async () => {
-    const want = await directTexts(fixture('moe'), PROMPTS);
+    const want = await directTexts(fixture('moewide'), PROMPTS);
     const got: string[] = [];
     for (const pr of PROMPTS) got.push((await client.completions.create({ model: 'moe', prompt: pr, max_tokens: 24, ...extra })).choices[0]!.text);
     assert.deepEqual(got, want);
@@ -102,12 +104,13 @@ describe('shards', { timeout: 600_000 }, () => {
       const layers = Array.from({ length: st.layers[1] - st.layers[0] }, (_, i) => st.layers[0] + i).join('|');
       assert.ok(ot.includes(`blk\\.(${layers})\\.ffn_(gate|up|down)_exps\\.weight=RPC0[${st.rpc_endpoint}]`), ot);
     }
-    // llama-server's report: each remote device holds exactly its layers' experts (3 × 128×64×8 f32 per layer).
+    // llama-server's report: each remote device holds exactly its layers' experts (3 × 128×256×64 f32 per layer).
     for (const st of remote) {
       const line = sh.buffers.find((b) => b.includes(`RPC0[${st.rpc_endpoint}]`))!;
       const mib = Number(/=\s*([\d.]+) MiB/.exec(line)![1]);
-      assert.ok(Math.abs(mib - 0.75 * (st.layers[1] - st.layers[0])) < 0.01, line);
+      assert.ok(Math.abs(mib - 24 * (st.layers[1] - st.layers[0])) < 0.01, line);
     }
+    assert.deepEqual(sh.stages.map((st) => [st.node, st.layers, st.need_mb]), [[null, [0, 1], 584], ['north', [1, 3], 554], ['south', [3, 4], 469]]);
   });
 
   it('a member that pauses tears the shard down: head gone, other rpc-servers stopped, 503 names the paused node', async () => {

@@ -1,5 +1,4 @@
 import { mkdirSync } from 'node:fs';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { BACKEND_PACKAGES, findLlama, withBackend, type LlamaInstall } from '../../src/main/core/llama/index.js';
 import { cacheRoot } from '../../src/main/core/llama/fetch.js';
@@ -27,10 +26,10 @@ export function vulkanModule(): string {
 /**
  * The environment that makes Mesa's lavapipe (a software Vulkan device, Debian's mesa-vulkan-drivers) a GPU
  * for llama.cpp: ggml-vulkan skips devices that call themselves CPUs unless they are listed by index.
- * Shaders compile once per cache dir (~9 s), so the suite shares one.
+ * Shaders compile once per cache dir (well over a minute on 2 cores), so the suite keeps one beside the build.
  */
 export function lavapipeEnv(): Record<string, string> {
-  const dir = join(tmpdir(), 'relay-test-mesa-shader-cache');
+  const dir = join(cacheRoot(), 'mesa-shader-cache');
   mkdirSync(dir, { recursive: true });
   return { GGML_VK_VISIBLE_DEVICES: '0', MESA_SHADER_CACHE_DIR: dir };
 }
