@@ -197,3 +197,29 @@ describe('GPU hub last: bytes per generated token', { timeout: 900_000 }, () => 
     }
   });
 });
+
+describe('a node lending two devices (Vulkan0 and a CPU budget): two stages, two pinned rpc-servers', { timeout: 900_000 }, () => {
+  it('the node reports both devices from its backend; one shard puts a stage on each; same text as one process', async () => {
+    // A CPU hub (1050 MB budget) and one node with lavapipe's Vulkan0 (2048 MB) plus a 1100 MB CPU budget.
+    // 2400 MB of weights: three layers fit no device, so the fewest stages that fit are hub + both of the node's.
+    const hub = await startHub({ env: { ...ENV, RELAY_LLAMA_BACKEND: 'cpu' }, args: ['--cpu-budget-mb', '1050'] });
+    const twin = await startNode(hub, { name: 'twin', cpuBudgetMb: 1100, env: { ...ENV, ...lavapipeEnv(), RELAY_LLAMA_BACKEND: 'vulkan' } });
+    try {
+      const nodesJson = (await hub.status()).nodes as unknown as { name: string; devices: { id: string; description: string }[] }[];
+      assert.deepEqual(nodesJson.find((n) => n.name === 'twin')!.devices.map((d) => d.id), ['Vulkan0', 'CPU']);
+      await addModel(hub, { path: fixture('dense'), name: 'dense', required_vram_mb: 2400 });
+      const c = new OpenAI({ baseURL: `${hub.url}/v1`, apiKey: 'x', maxRetries: 0 });
+      const got = (await c.completions.create({ model: 'dense', prompt: PROMPTS[0]!, max_tokens: TOKENS, ...extra })).choices[0]!.text;
+      assert.equal(got, (await directTexts(fixture('dense'), [PROMPTS[0]!]))[0]);
+      const sh = (await status(hub)).shards.find((x) => x.state === 'ready')!;
+      assert.deepEqual(sh.stages.map((st) => [st.node, st.device]), [[null, 'CPU'], ['twin', 'Vulkan0'], ['twin', 'CPU']]);
+      const pids = execFileSync('pgrep', ['-P', String(twin.proc.pid), '-f', 'ggml-rpc-server'], { encoding: 'utf8' }).trim().split('\n');
+      const pinned = pids.map((pid) => { const a = argvOf(Number(pid)); return a[a.indexOf('--device') + 1]; }).sort();
+      assert.deepEqual(pinned, ['CPU', 'Vulkan0']);
+      assert.deepEqual(((await twin.local('/status')).stages as { index: number }[]).map((st) => st.index).sort(), [1, 2]);
+    } finally {
+      await twin.stop();
+      await hub.stop();
+    }
+  });
+});

@@ -9,7 +9,8 @@ import { isRelayError } from '../../src/shared/errors.js';
 import {
   BACKEND_PACKAGES, chooseBackend, ensureLlama, ensurePackageModule, findLlama, installDir, listDevicesWith, LLAMA_SOURCE, probeMachine, readVersion, resolveBackend,
 } from '../../src/main/core/llama/index.js';
-import { lavapipeEnv, llama, vulkanModule } from '../helpers/llama.js';
+import { HostInventory } from '../../src/main/core/gpu/inventory.js';
+import { lavapipeEnv, llama, vulkanLlama, vulkanModule } from '../helpers/llama.js';
 
 const run = promisify(execFile);
 const relay = new URL('../../../bin/relay.js', import.meta.url).pathname;
@@ -111,6 +112,19 @@ describe('backend detection with this machine\'s real loaders (Vulkan loader + l
     await assert.rejects(chooseBackend(llama(), { choice: 'cuda' }), (e: unknown) => isRelayError(e, 'BACKEND_UNAVAILABLE') && /no NVIDIA driver/.test(e.message));
     const { install } = await chooseBackend(llama(), { choice: 'cpu', env: { ...process.env, ...lavapipeEnv() } });
     assert.equal(install.backend, 'cpu');
+  });
+
+  it('the host inventory lists the backend\'s devices and re-reads them (free memory is not read once)', async () => {
+    let t = 1000;
+    const inv = new HostInventory(vulkanLlama(), 0, () => null, 0, () => t);
+    const first = inv.devices();
+    assert.deepEqual(first.map((d) => [d.id, d.kind, d.source, d.readAt]), [['Vulkan0', 'gpu', 'llama-server', 1000]]);
+    t = 2000;
+    await inv.refresh();
+    assert.deepEqual(inv.devices().map((d) => [d.id, d.readAt]), [['Vulkan0', 2000]]);
+    inv.close();
+    const cpu = new HostInventory(llama(), 512, () => null, 0);
+    assert.deepEqual(cpu.devices().map((d) => [d.id, d.kind, d.totalMb]), [['CPU', 'cpu', 512]]);
   });
 
   it('a backend package that does not hash to its pinned integrity is refused and leaves nothing behind', async () => {

@@ -68,6 +68,11 @@ describe('rpcServerArgv', () => {
     assert.deepEqual(rpcServerArgv({ host: '127.0.0.1', port: 50052, cache: true }), ['--host', '127.0.0.1', '--port', '50052', '--cache']);
     assert.deepEqual(rpcServerArgv({ host: '127.0.0.1', port: 1, cache: false, threads: 2 }), ['--host', '127.0.0.1', '--port', '1', '--threads', '2']);
   });
+
+  it('pins the one device a stage runs on (multi-GPU nodes: one rpc-server per device)', () => {
+    assert.deepEqual(rpcServerArgv({ host: '127.0.0.1', port: 1, cache: false, device: 'CUDA1' }), ['--host', '127.0.0.1', '--port', '1', '--device', 'CUDA1']);
+    assert.deepEqual(rpcServerArgv({ host: '127.0.0.1', port: 1, cache: false, device: 'CPU' }).slice(-2), ['--device', 'CPU']);
+  });
 });
 
 describe('cmakeFlags', () => {

@@ -44,6 +44,12 @@ describe('shard planner', () => {
     assert.equal(weighted.kind === 'shard' && weighted.stages[0]!.node, 'a');
   });
 
+  it('a node lending two GPUs can hold two stages, one per device, each pinned in start-rpc', () => {
+    const plan = planShard([gpu(null, 'CUDA0', 3000), gpu('twin', 'CUDA0', 4000), gpu('twin', 'CUDA1', 4000)], dense, settings);
+    if (plan.kind !== 'shard') return assert.fail(JSON.stringify(plan));
+    assert.deepEqual(plan.stages.map((st) => [st.node, st.device]), [['twin', 'CUDA0'], ['twin', 'CUDA1'], [null, 'CUDA0']]);
+  });
+
   it('says none when everything together is too small, or there is no node', () => {
     assert.equal(planShard([gpu(null, 'CUDA0', 1000), gpu('a', 'CUDA0', 1000)], dense, settings).kind, 'none');
     assert.deepEqual(planShard([gpu(null, 'CUDA0', 99999)], dense, settings), { kind: 'none', reason: 'no connected node to shard with' });
