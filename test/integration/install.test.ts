@@ -66,6 +66,16 @@ describe('llama.cpp install: one shared, relocatable build', () => {
     assert.throws(() => findLlama({ env: { ...process.env, RELAY_LLAMA_BIN_DIR: empty } }), (e: unknown) => isRelayError(e, 'LLAMA_NOT_FOUND'));
   });
 
+  it('a user\'s own build with its GPU module beside the binaries is used as it is (no second module)', async () => {
+    const own = mkdtempSync(join(tmpdir(), 'relay-own-'));
+    cpSync(llama().binDir, own, { recursive: true });
+    cpSync(vulkanModule(), join(own, 'libggml-vulkan.so'));
+    const env = { ...process.env, ...lavapipeEnv(), RELAY_LLAMA_BIN_DIR: own };
+    const { install } = await chooseBackend(findLlama({ env })!, { choice: 'auto', env });
+    assert.deepEqual([install.backend, install.backendModule], ['vulkan', null]);
+    assert.match(install.backendReason, /RELAY_LLAMA_BIN_DIR's own build lists Vulkan0 llvmpipe/);
+  });
+
   it('finds nothing in an empty cache (then `relay llama build` or the hub builds it)', () => {
     assert.equal(findLlama({ env: { ...process.env, RELAY_CACHE_DIR: mkdtempSync(join(tmpdir(), 'relay-cache-')) } }), null);
   });

@@ -199,8 +199,8 @@ export async function resolveBackend(opts: {
 }
 
 function hint(c: Candidate, output: string): string {
-  if (c.backend === 'vulkan' && /llvmpipe|lavapipe/i.test(output)) return '';
-  if (c.backend === 'vulkan') return ' (a software device such as lavapipe is listed only with GGML_VK_VISIBLE_DEVICES=0)';
-  const missing = /cannot open shared object file|failed to load/i.exec(output);
-  return missing ? ` (${output.split('\n').find((l) => /cannot open|failed to load/i.test(l))?.trim()})` : '';
+  // ggml-vulkan skips, without a word, devices that report themselves as CPUs (Mesa's lavapipe).
+  if (c.backend === 'vulkan') return ' (only a software device? lavapipe is listed with GGML_VK_VISIBLE_DEVICES=0)';
+  const line = output.split('\n').find((l) => /cannot open shared object|failed to load/i.test(l));
+  return line ? ` (${line.trim()})` : '';
 }

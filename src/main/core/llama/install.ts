@@ -5,8 +5,10 @@ import {
 import { availableParallelism } from 'node:os';
 import { join } from 'node:path';
 import { ErrorCode, RelayError } from '../../../shared/errors.js';
-import type { BackendChoice, GpuBackend } from './backend-choice.js';
-import { backendChoiceFromEnv, backendEnv, moduleFileName, modulesIn, resolveBackend, shippedModulesIn, type BackendResolution } from './backends.js';
+import { devicePrefix, GPU_BACKENDS, type BackendChoice, type GpuBackend } from './backend-choice.js';
+import {
+  backendChoiceFromEnv, backendEnv, listDevicesWith, moduleFileName, modulesIn, resolveBackend, shippedModulesIn, type BackendResolution,
+} from './backends.js';
 import { cacheRoot, packFromRegistry, run, type Progress } from './fetch.js';
 
 export { cacheRoot, type Progress } from './fetch.js';
@@ -128,15 +130,31 @@ export function withBackend(install: LlamaInstall, r: Pick<BackendResolution, 'b
 /** Choose the backend for `install` (see backends.ts): source-built or shipped modules first, then the registry's. */
 export async function chooseBackend(install: LlamaInstall, opts: { choice?: BackendChoice; env?: NodeJS.ProcessEnv; progress?: Progress } = {}): Promise<{ install: LlamaInstall; resolution: BackendResolution }> {
   const env = opts.env ?? process.env;
+  const choice = opts.choice ?? backendChoiceFromEnv(env);
+  if (install.source === 'env' && choice === 'auto') {
+    // A user's own build (RELAY_LLAMA_BIN_DIR) may have its GPU backend built in or beside it: then it is used
+    // as it is, with no module added (a second copy of a backend would list the card twice).
+    const own = builtInBackend(install.serverPath, env);
+    if (own) return { install: withBackend(install, own), resolution: own };
+  }
   const resolution = await resolveBackend({
     serverPath: install.serverPath,
-    choice: opts.choice ?? backendChoiceFromEnv(env),
+    choice,
     sourceModules: install.source === 'cache' ? modulesIn(install.modulesDir) : {},
     shipped: install.source === 'env' ? shippedModulesIn(install.modulesDir) : {},
     env,
     progress: opts.progress,
   });
   return { install: withBackend(install, resolution), resolution };
+}
+
+/** The GPU backend a build lists on its own (no module added), or null for a CPU-only build. */
+export function builtInBackend(serverPath: string, env: NodeJS.ProcessEnv): BackendResolution | null {
+  const { devices } = listDevicesWith(serverPath, null, env);
+  const gpu = GPU_BACKENDS.find((b) => devices.some((d) => d.name.startsWith(devicePrefix(b))));
+  if (!gpu) return null;
+  const names = devices.map((d) => `${d.name} ${d.description}`).join(', ');
+  return { backend: gpu, module: null, from: null, devices, notes: [], reason: `RELAY_LLAMA_BIN_DIR's own build lists ${names}: using it as it is` };
 }
 
 function hasCommand(cmd: string): boolean {
