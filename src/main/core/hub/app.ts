@@ -307,6 +307,7 @@ export function createApp(d: AppDeps): express.Express {
     }),
     replicas: scheduler.status(),
     shards: scheduler.shardStatus(),
+    backoffs: scheduler.backoffs(),
     nodes: nodes.status().map((n) => ({ ...n, devices: scheduler.nodeDevicesFree(String(n.name), n.devices as never) })),
     pushes: [...nodes.pushes.values()],
     recent,

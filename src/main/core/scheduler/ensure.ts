@@ -12,7 +12,8 @@ import type { NodeConn, NodeManager } from '../pool/manager.js';
 import type { ModelRegistry } from '../models/registry.js';
 import type { ModelRecord } from '../store/store.js';
 import { fitNeed, type FitBreakdown } from './fit.js';
-import { describeNeed, freeAfterReservations, planHostReplica, shortfallMessage, type HostPlan, type ReplicaView } from './plan.js';
+import { FailureMemory } from './backoff.js';
+import { chooseEvictions, describeNeed, freeAfterReservations, planHostReplica, shortfallMessage, type HostPlan, type ReplicaView } from './plan.js';
 import { planShard, shardFlags, type ShardDevice, type ShardModel, type ShardPlan, type Stage } from './shard.js';
 import { openRpcBridge, type RpcBridge } from '../pool/rpc-bridge.js';
 
@@ -139,6 +140,8 @@ export class Scheduler {
   /** Failed replicas stay visible in /status until the next load of their model replaces them. */
   private readonly failed = new Map<string, Replica>();
   private closed = false;
+  /** (node, model) pairs whose placement failed to load or crashed: skipped for that model for a while. */
+  private readonly failures = new FailureMemory(() => this.now());
 
   constructor(private readonly d: SchedulerDeps) {}
 
@@ -156,10 +159,10 @@ export class Scheduler {
   }
 
   /** Replicas as the pure planner sees them, on one machine: the hub (node null) or a node by name. */
-  private views(node: string | null): ReplicaView[] {
+  private views(node: string | null, evicting?: ReadonlySet<string>): ReplicaView[] {
     const out: ReplicaView[] = [];
     for (const r of this.replicas.values()) {
-      const base = { id: r.id, model: r.model, state: r.state, inFlight: r.inFlight, lastUsedAt: r.lastUsedAt, readyAt: r.readyAt };
+      const base = { id: r.id, model: r.model, state: r.state, inFlight: r.inFlight, lastUsedAt: r.lastUsedAt, readyAt: r.readyAt, evict: evicting?.has(r.id) ?? false };
       if (r.shard) {
         for (const st of r.shard.plan.stages) if (st.node === node) out.push({ ...base, device: st.device, needMb: st.needMb });
       } else if ((r.node?.name ?? null) === node) {
@@ -182,36 +185,39 @@ export class Scheduler {
     };
   }
 
-  /** Step 4's plan: the hub's device plus connected, unpaused nodes' devices, with what each has free. */
-  private planShardFor(model: ModelRecord): ShardPlan {
+  /**
+   * Step 4's plan: the hub's device plus connected, unpaused nodes' devices, with what each has free
+   * (`evicting`: as if those placements were stopped first).
+   */
+  private planShardFor(model: ModelRecord, evicting?: ReadonlySet<string>): ShardPlan {
     const sm = this.shardModel(model);
     if (!sm) return { kind: 'none', reason: 'the GGUF header gives no layer count to split' };
-    const devices: ShardDevice[] = freeAfterReservations(this.d.devices(), this.views(null))
+    const devices: ShardDevice[] = freeAfterReservations(this.d.devices(), this.views(null, evicting))
       .map((d) => ({ node: null, device: d.id, kind: d.kind, freeMb: d.freeMb, totalMb: d.totalMb }));
     for (const conn of this.d.nodes?.connected() ?? []) {
-      if (conn.availability === 'paused') continue;
-      const free = freeAfterReservations(conn.devices.map((d) => ({ id: d.id, kind: d.kind, totalMb: d.totalMb, reportedFreeMb: d.freeMb })), this.views(conn.name));
+      if (conn.availability === 'paused' || this.failures.blocked(conn.name, model.name)) continue;
+      const free = freeAfterReservations(conn.devices.map((d) => ({ id: d.id, kind: d.kind, totalMb: d.totalMb, reportedFreeMb: d.freeMb })), this.views(conn.name, evicting));
       for (const d of free) devices.push({ node: conn.name, device: d.id, kind: d.kind, freeMb: d.freeMb, totalMb: d.totalMb });
     }
     return planShard(devices, sm, this.d.config);
   }
 
-  private planHost(model: ModelRecord): HostPlan {
-    const views = this.views(null);
-    return planHostReplica(this.need(model), freeAfterReservations(this.d.devices(), views), views);
+  private planHost(model: ModelRecord, evicting?: ReadonlySet<string>): HostPlan {
+    const views = this.views(null, evicting);
+    return planHostReplica(this.need(model), freeAfterReservations(this.d.devices(), views), views.filter((v) => !v.evict));
   }
 
   /**
    * Step 3's choice: among connected nodes that are not paused, one whose device fits M without evicting
    * anything (a node's replicas belong to other requests); a node that already holds the file first.
    */
-  private planNode(model: ModelRecord): { conn: NodeConn; device: string } | null {
+  private planNode(model: ModelRecord, evicting?: ReadonlySet<string>): { conn: NodeConn; device: string } | null {
     const need = this.need(model);
     let best: { conn: NodeConn; device: string; cached: boolean; free: number } | null = null;
     for (const conn of this.d.nodes?.connected() ?? []) {
-      if (conn.availability === 'paused') continue;
+      if (conn.availability === 'paused' || this.failures.blocked(conn.name, model.name)) continue;
       const devices = conn.devices.map((d) => ({ id: d.id, kind: d.kind, totalMb: d.totalMb, reportedFreeMb: d.freeMb }));
-      const plan = planHostReplica(need, freeAfterReservations(devices, this.views(conn.name)), []);
+      const plan = planHostReplica(need, freeAfterReservations(devices, this.views(conn.name, evicting)), []);
       if (plan.kind !== 'host') continue;
       const free = devices.find((d) => d.id === plan.device)!.reportedFreeMb;
       const cached = conn.cache.has(model.sha256);
@@ -272,13 +278,22 @@ export class Scheduler {
           const shard = this.planShardFor(model);
           if (shard.kind === 'shard') replica = this.startShard(model, shard);
           else {
-            // Room held by an idle placement (a node replica, a shard) goes to the request that needs it:
-            // stop the least recently used idle one and plan again.
-            const idle = [...this.replicas.values()].filter((r) => r.state === 'ready' && r.inFlight === 0).sort((a, b) => a.lastUsedAt - b.lastUsedAt)[0];
-            // 5. Nothing can place it.
-            if (!idle) throw new RelayError(ErrorCode.MODEL_UNAVAILABLE, this.unavailable(model, host), { model: model.name, need_mb: Math.ceil(host.need.needMb) });
-            await this.stopReplica(idle, `evicted (least recently used) to make room for "${model.name}"`);
+            // 5. Room held by idle placements goes to the request that needs it, but only room that makes a
+            // plan succeed: the fewest least-recently-used idle placements whose stopping lets M be placed.
+            // When even stopping all of them would not, nothing is stopped and M is unavailable.
+            const idle = [...this.replicas.values()].filter((r) => r.state === 'ready' && r.inFlight === 0);
+            const victims = chooseEvictions(idle, (ev) => this.planHost(model, ev).kind === 'host' || this.planNode(model, ev) !== null || this.planShardFor(model, ev).kind === 'shard');
+            if (!victims) throw new RelayError(ErrorCode.MODEL_UNAVAILABLE, this.unavailable(model, host), { model: model.name, need_mb: Math.ceil(host.need.needMb) });
+            // The plan is made with the victims' room counted free: a GPU's reading may not show it yet.
+            const ev = new Set(victims.map((v) => v.id));
+            const hostPlan = this.planHost(model, ev);
+            const nodePlan = hostPlan.kind === 'host' ? null : this.planNode(model, ev);
+            const shardPlan = hostPlan.kind === 'host' || nodePlan ? null : this.planShardFor(model, ev);
+            await Promise.all(victims.map((v) => this.stopReplica(v, `evicted (least recently used) to make room for "${model.name}"`)));
             replica = this.findServing(model); // a concurrent request may have placed it meanwhile
+            if (!replica && hostPlan.kind === 'host') replica = this.startHostReplica(model, hostPlan);
+            else if (!replica && nodePlan) replica = this.startNodeReplica(model, nodePlan.conn, nodePlan.device);
+            else if (!replica && shardPlan?.kind === 'shard') replica = this.startShard(model, shardPlan);
           }
         }
       }
@@ -436,6 +451,7 @@ export class Scheduler {
         r.remotePid = typeof reply.data?.pid === 'number' ? reply.data.pid : null;
         r.state = 'ready';
         r.readyAt = this.now();
+        this.failures.succeeded(conn.name, model.name);
         r.loading = null;
         const seconds = (this.now() - t0) / 1000;
         this.d.onLoad?.(model.name, seconds);
@@ -443,7 +459,11 @@ export class Scheduler {
         if (r.inFlight === 0) this.armIdleTimer(r);
         return r;
       } catch (err) {
-        if (r.state === 'starting') this.markFailed(r, (err as Error).message.split('\n')[0] ?? 'load failed', '');
+        const message = (err as Error).message.split('\n')[0] ?? 'load failed';
+        if (r.state === 'starting') this.markFailed(r, message, '');
+        // The node's own failure (not its owner pausing it, not the link dropping) keeps M off it for a while.
+        const paused = isRelayError(err) && err.code === ErrorCode.MODEL_UNAVAILABLE;
+        if (!paused && conn.alive && conn.availability !== 'paused') this.noteNodeFailure(conn.name, model.name, `load failed: ${message}`);
         throw isRelayError(err) && err.code === ErrorCode.MODEL_UNAVAILABLE ? err
           : new RelayError(ErrorCode.REPLICA_FAILED, `could not start a replica of "${model.name}" on node ${conn.name}: ${(err as Error).message}`, { model: model.name, node: conn.name });
       }
@@ -473,7 +493,10 @@ export class Scheduler {
   async reconcile(conn: NodeConn): Promise<void> {
     const reported = new Set(conn.replicas.map((x) => x.replica));
     for (const r of [...this.replicas.values()]) {
-      if (r.node === conn && r.state === 'ready' && !reported.has(r.id)) this.markFailed(r, `the replica exited on node ${conn.name}`, '');
+      if (r.node === conn && r.state === 'ready' && !reported.has(r.id)) {
+        this.markFailed(r, `the replica exited on node ${conn.name}`, '');
+        this.noteNodeFailure(conn.name, r.model, 'the replica exited (crashed)');
+      }
     }
     for (const x of conn.replicas) {
       const ours = this.replicas.get(x.replica);
@@ -550,6 +573,18 @@ export class Scheduler {
     });
     if (r.inFlight === 0) this.armIdleTimer(r);
     return r;
+  }
+
+  private noteNodeFailure(node: string, model: string, reason: string): void {
+    const b = this.failures.failed(node, model, reason);
+    this.d.log.warn({ node, model, reason, failures: b.failures, retry_in_s: Math.round((b.until - b.at) / 1000) }, 'node skipped for this model for a while');
+  }
+
+  /** Backoffs in force (for /status and the dashboard). */
+  backoffs(): { node: string; model: string; failures: number; reason: string; since: string; until: string }[] {
+    return this.failures.active().map((b) => ({
+      node: b.node, model: b.model, failures: b.failures, reason: b.reason, since: new Date(b.at).toISOString(), until: new Date(b.until).toISOString(),
+    }));
   }
 
   private markFailed(r: Replica, message: string, tail: string): void {

@@ -23,6 +23,8 @@ export interface ReplicaView {
   readonly lastUsedAt: number;
   /** When it became ready; 0 or absent while it loads. */
   readonly readyAt?: number;
+  /** Planning "what if": this placement would be stopped first, so its room counts as free. */
+  readonly evict?: boolean;
 }
 
 export type HostPlan =
@@ -42,11 +44,33 @@ export function freeAfterReservations(
   return devices.map((d) => {
     const mine = replicas.filter((r) => r.device === d.id && r.state !== 'failed');
     const unseen = (r: ReplicaView): boolean => r.state === 'starting' || (d.readAt !== undefined && (r.readyAt ?? 0) >= d.readAt);
+    const kept = mine.filter((r) => !r.evict);
     const reserved = d.kind === 'cpu'
-      ? mine.reduce((s, r) => s + r.needMb, 0)
-      : mine.filter(unseen).reduce((s, r) => s + r.needMb, 0);
-    return { id: d.id, kind: d.kind, totalMb: d.totalMb, freeMb: Math.max(0, d.reportedFreeMb - reserved) };
+      ? kept.reduce((s, r) => s + r.needMb, 0)
+      : kept.filter(unseen).reduce((s, r) => s + r.needMb, 0);
+    // An evicted placement the GPU's reading already counts gives its room back.
+    const freed = d.kind === 'cpu' ? 0 : mine.filter((r) => r.evict && !unseen(r)).reduce((s, r) => s + r.needMb, 0);
+    return { id: d.id, kind: d.kind, totalMb: d.totalMb, freeMb: Math.max(0, d.reportedFreeMb - reserved + freed) };
   });
+}
+
+/**
+ * The fewest idle placements to stop so that `fits(evicting)` holds: least recently used first, then any that
+ * turn out not to be needed are kept. Null when even stopping every idle placement would not make room, so
+ * a request that cannot be placed stops nothing. Pure; `fits` is the caller's planner.
+ */
+export function chooseEvictions<T extends { id: string; lastUsedAt: number }>(idle: readonly T[], fits: (evicting: ReadonlySet<string>) => boolean): T[] | null {
+  const lru = [...idle].sort((a, b) => a.lastUsedAt - b.lastUsedAt);
+  let k = 0;
+  while (k <= lru.length && !fits(new Set(lru.slice(0, k).map((r) => r.id)))) k++;
+  if (k > lru.length) return null;
+  const chosen = lru.slice(0, k);
+  // The k-th was needed; an earlier one may not have been (it held room on another machine).
+  for (let i = chosen.length - 2; i >= 0; i--) {
+    const without = chosen.filter((_, j) => j !== i);
+    if (fits(new Set(without.map((r) => r.id)))) chosen.splice(i, 1);
+  }
+  return chosen;
 }
 
 /**
