@@ -3,6 +3,7 @@ import { truncateSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
 import OpenAI from 'openai';
+import { chromium } from 'playwright-core';
 import { addModel, startHub } from '../helpers/hub.js';
 import { fixture } from '../helpers/llama.js';
 import { startNode } from '../helpers/node.js';
@@ -71,6 +72,16 @@ describe('failure memory', { timeout: 300_000 }, () => {
       assert.deepEqual(backoffs.map((b) => [b.node, b.model, b.failures]), [['north', 'm', 1]]);
       assert.match(backoffs[0]!.reason, /^load failed: /);
       assert.ok(Date.parse(backoffs[0]!.until) - Date.now() > 20_000, 'skipped for about 30 s');
+      const browser = await chromium.launch({ executablePath: '/usr/bin/chromium', args: ['--no-sandbox', '--disable-gpu', '--disable-background-networking'] });
+      try {
+        const page = await browser.newPage();
+        await page.goto(hub.url);
+        const row = page.getByRole('table', { name: 'Backoffs' }).getByRole('row').filter({ hasText: 'north' });
+        await row.waitFor();
+        assert.match(await row.innerText(), /north\s+m\s+load failed: /);
+      } finally {
+        await browser.close();
+      }
       // The next request goes to south, although north holds the file and has more room.
       const ok = await c.completions.create({ model: 'm', prompt: 'hi', max_tokens: 2, ...extra });
       assert.equal(ok.model, 'm');
