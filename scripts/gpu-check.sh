@@ -102,8 +102,13 @@ serve() { # serve LOG ARGS...: start llama-server, wait for /health; sets PID
   done
   return 1
 }
-stop() { kill $PID 2>/dev/null || true; wait $PID 2>/dev/null || true; }
+stop() { kill $PID 2>/dev/null || true; wait $PID 2>/dev/null || true; PID=""; }
+PID=""; RPID=""
+# Whatever fails, no llama-server or ggml-rpc-server is left behind.
+trap 'kill $PID $RPID 2>/dev/null || true' EXIT
 say ""
+USED0=0
+[ "$DRY" = 0 ] && USED0=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -i 0 | head -1)
 say "| KV type | relay predicts (MiB) | measured (MiB) | measured ÷ predicted | measured by |"
 say "|---|---|---|---|---|"
 for kv in f16 q8_0 q4_0; do
@@ -121,10 +126,12 @@ print(round(w + kv + w * 0.03 + 384 + kv * 0.05))
 PY
 )
   if [ "$DRY" = 0 ]; then
-    meas=$(nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits | awk -F', ' -v p=$PID '$1==p {print $2}')
+    meas=$(nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits | awk -F', ' -v p=$PID '$1==p {print $2}' | head -1)
+    # In a container nvidia-smi may show host pids: then the device's used memory before/after stands in.
+    [ -n "$meas" ] || meas=$(( $(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -i 0 | head -1) - USED0 ))
     by="nvidia-smi (process)"
   else
-    meas=$(grep -E "(model|KV|compute) buffer size" "$log" | sed -E 's/.*= *([0-9.]+) MiB.*/\1/' | awk '{s+=$1} END {printf "%d", s}')
+    meas=$({ grep -E "(model|KV|compute) buffer size" "$log" || true; } | sed -E 's/.*= *([0-9.]+) MiB.*/\1/' | awk '{s+=$1} END {printf "%d", s}')
     by="llama-server's buffer report"
   fi
   ratio=$(python3 -c "print(f'{${meas:-0}/$pred:.2f}')")
@@ -151,10 +158,11 @@ for a in p['argv']:
     print(a.replace('{RPC_ENDPOINT}', sys.argv[3]).replace('{HUB_DEVICE}', sys.argv[4]))
 PY
 )
+  [ ${#flags[@]} -gt 0 ] || { say "- shard: no plan for this fixture in plan.json"; exit 1; }
   serve "$OUT/shard.log" --model "$WORK/big.gguf" --ctx-size 512 --parallel 1 "${flags[@]}"
   complete > "$OUT/shard.txt"; stop
   kill $RPID 2>/dev/null || true
-  say "- shard (${flags[*]}): $(grep -E 'model buffer size' "$OUT/shard.log" | sed -E 's/.*load_tensors: *//' | tr '\n' ';')"
+  say "- shard (${flags[*]}): $({ grep -E 'model buffer size' "$OUT/shard.log" || true; } | sed -E 's/.*load_tensors: *//' | tr '\n' ';')"
   if cmp -s "$OUT/single.txt" "$OUT/shard.txt"; then say "- shard text == single-device text: yes"; else say "- shard text == single-device text: NO"; diff "$OUT/single.txt" "$OUT/shard.txt" | tee -a "$summary" || true; fi
 fi
 say "- total: $(elapsed)"

@@ -104,7 +104,11 @@ function listAsync(install: LlamaInstall): Promise<ListedDevice[] | null> {
     child.stdout.on('data', (c: Buffer) => (out += c.toString()));
     child.stderr.on('data', (c: Buffer) => (out += c.toString()));
     const timer = setTimeout(() => child.kill('SIGKILL'), 60_000);
-    child.on('error', () => resolve(null));
+    timer.unref();
+    child.on('error', () => {
+      clearTimeout(timer);
+      resolve(null);
+    });
     child.on('close', (code) => {
       clearTimeout(timer);
       resolve(code === 0 ? parseListDevices(out).filter((d) => !d.name.startsWith('RPC')) : null);
@@ -121,6 +125,7 @@ export class HostInventory {
   private listedAt = 0;
   private timer: NodeJS.Timeout | null = null;
   private refreshing: Promise<void> | null = null;
+  private lastMerged: Device[] = [];
 
   constructor(
     private readonly install: LlamaInstall,
@@ -135,24 +140,32 @@ export class HostInventory {
       this.listedAt = this.now();
       this.listed = listDevicesWith(this.install.serverPath, this.install.backendModule, { ...process.env, ...this.install.env }).devices;
       if (this.listed.length > 0 && this.refreshMs > 0) {
-        this.timer = setInterval(() => void this.refresh(), this.refreshMs);
+        // Only devices no driver reading covers need llama-server's list again: each --list-devices opens a
+        // context on every GPU (memory, power, and a process auto-pause would have to ignore).
+        this.timer = setInterval(() => {
+          if (this.lastMerged.some((d) => d.kind === 'gpu' && d.source === 'llama-server')) void this.refresh();
+        }, this.refreshMs);
         this.timer.unref();
       }
     }
     const hasGpu = this.listed.length > 0;
-    return mergeDevices(this.listed, hasGpu ? this.readings() : null, this.cpuBudgetMb, { cudaVisible: process.env.CUDA_VISIBLE_DEVICES, readAt: this.listedAt });
+    this.lastMerged = mergeDevices(this.listed, hasGpu ? this.readings() : null, this.cpuBudgetMb, { cudaVisible: process.env.CUDA_VISIBLE_DEVICES, readAt: this.listedAt });
+    return this.lastMerged;
   }
 
   /** Re-read llama-server's list now (free memory of devices NVML does not cover). */
   refresh(): Promise<void> {
     this.refreshing ??= (async () => {
-      const at = this.now();
-      const fresh = await listAsync(this.install);
-      if (fresh) {
-        this.listed = fresh;
-        this.listedAt = at;
+      try {
+        const at = this.now();
+        const fresh = await listAsync(this.install);
+        if (fresh) {
+          this.listed = fresh;
+          this.listedAt = at;
+        }
+      } finally {
+        this.refreshing = null;
       }
-      this.refreshing = null;
     })();
     return this.refreshing;
   }

@@ -180,7 +180,8 @@ export async function resolveBackend(opts: {
     }
     if (tried.has(module)) continue;
     tried.add(module);
-    const { devices, output } = listDevicesWith(opts.serverPath, module, env);
+    // Verified with the environment its children will get (CUDA numbered in PCI bus order).
+    const { devices, output } = listDevicesWith(opts.serverPath, module, { ...env, ...backendEnv(module, c.backend) });
     const mine = devices.filter((d) => d.name.startsWith(devicePrefix(c.backend)));
     if (mine.length > 0) {
       const why = notes.length > 0 ? `${notes.join('; ')}: ` : '';

@@ -204,13 +204,14 @@ export function cmakeFlags(gpu: GpuBackend | null, useCcache: boolean): string[]
     // The web UI would be downloaded at configure time; relay starts llama-server with --no-webui anyway.
     '-DLLAMA_USE_PREBUILT_UI=OFF',
     ...(useCcache ? ['-DCMAKE_C_COMPILER_LAUNCHER=ccache', '-DCMAKE_CXX_COMPILER_LAUNCHER=ccache'] : []),
-    ...(gpu ? BACKEND_FLAGS[gpu] : []),
+    // The base build is CPU + RPC everywhere (ggml turns Metal on by default on Apple): GPU backends are modules.
+    ...(gpu ? BACKEND_FLAGS[gpu] : ['-DGGML_METAL=OFF']),
   ];
 }
 
 /** What the build leaves in build/bin that the install keeps: the two binaries and every shared library. */
 export function isShippedFile(name: string): boolean {
-  return name === SERVER_BIN || name === RPC_BIN || /\.(so|dylib|dll)$/.test(name);
+  return name === SERVER_BIN || name === RPC_BIN || /\.(so(\.\d+)*|dylib|dll)$/.test(name);
 }
 
 /** A lock directory with the owner's pid; a lock whose owner is gone is taken over. */
