@@ -62,7 +62,10 @@ describe('failure memory', { timeout: 300_000 }, () => {
       const ready = async () => (await hub.status()).replicas.filter((r) => r.state === 'ready') as unknown as { model: string; node: string | null }[];
       await c.completions.create({ model: 'm', prompt: 'hi', max_tokens: 2, ...extra });
       assert.deepEqual((await ready()).map((r) => r.node), ['north']);
-      await until(() => ready(), (rs) => rs.length === 0, 30_000); // the keep-alive stopped it
+      const first = (await hub.status()).replicas[0]!;
+      // The keep-alive stops it; until the node confirms, its room is still reserved (then south would win).
+      assert.ok(await waitGone(first.pid!, 30_000), 'the keep-alive stopped north\'s replica');
+      await until(() => hub.status(), (st) => st.replicas.length === 0, 30_000);
       // north's cached copy is damaged on its disk: its next load of m fails.
       const copy = join(north.home, 'cache', 'models', `${m.sha256}.gguf`);
       truncateSync(copy, 4096);
