@@ -8,12 +8,8 @@ import { join } from 'node:path';
 import { existsSync, readFileSync } from 'node:fs';
 import { defaultHome } from './core/config.js';
 import { joinSecret, mintJoinToken } from './core/pool/tokens.js';
-import {
-  BACKEND_CHOICES, GPU_BACKENDS, buildBackendModule, chooseBackend, ensureLlama, findLlama, modulesIn, probeMachine, terminateAll,
-  type BackendChoice, type GpuBackend,
-} from './core/llama/index.js';
-import { doctorLines } from './core/llama/doctor.js';
-import { autoPauseSupport } from './core/gpu/nvml.js';
+import { ensureLlama, terminateAll } from './core/llama/index.js';
+import { backendOf, cmdDoctor, cmdLlamaBuild } from './cli-llama.js';
 import { createLogger } from './core/log.js';
 import { NodeAgent, joinHub, readSettings, writeSettings, type NodeSettings } from './core/node/agent.js';
 import { parseSchedule } from './core/node/availability.js';
@@ -54,39 +50,6 @@ Environment (see README for all):
   RELAY_LLAMA_BIN_DIR    use your own llama.cpp build (a folder holding llama-server and ggml-rpc-server)
   RELAY_CACHE_DIR        cache root (default ~/.cache/relay)
 `;
-
-function backendOf(v: string | undefined): BackendChoice | undefined {
-  if (v === undefined) return undefined;
-  if (!(BACKEND_CHOICES as readonly string[]).includes(v)) throw new Error(`unknown backend "${v}" (one of ${BACKEND_CHOICES.join(', ')})`);
-  return v as BackendChoice;
-}
-
-async function cmdLlamaBuild(args: string[]): Promise<number> {
-  const { values } = parseArgs({ args, options: { backend: { type: 'string' } } });
-  const progress = (l: string): void => console.error(`[llama] ${l}`);
-  const gpu = values.backend === undefined || values.backend === 'cpu' ? null : values.backend;
-  if (gpu !== null && !(GPU_BACKENDS as readonly string[]).includes(gpu)) throw new Error(`unknown backend "${gpu}" (one of cpu, ${GPU_BACKENDS.join(', ')})`);
-  if (gpu) console.log(`${gpu} module      ${await buildBackendModule(gpu as GpuBackend, { progress })}`);
-  const install = await ensureLlama({ backend: 'cpu', progress });
-  console.log(`llama-server     ${install.serverPath}`);
-  console.log(`ggml-rpc-server  ${install.rpcServerPath}`);
-  console.log(`llama.cpp        ${install.tag} (${install.version})`);
-  return 0;
-}
-
-async function cmdDoctor(args: string[]): Promise<number> {
-  const { values } = parseArgs({ args, options: { backend: { type: 'string' } } });
-  const base = findLlama();
-  console.log(`relay            ${packageVersion()} (node ${process.version}, ${process.platform}-${process.arch})`);
-  if (!base) {
-    console.log('llama.cpp        not built: run `npx relay llama build` (or set RELAY_LLAMA_BIN_DIR)');
-    return 1;
-  }
-  const probe = probeMachine(modulesIn(base.modulesDir));
-  const { install, resolution } = await chooseBackend(base, { choice: backendOf(values.backend), progress: (l) => console.error(`[llama] ${l}`) });
-  for (const l of doctorLines(install, resolution, probe, autoPauseSupport())) console.log(l);
-  return 0;
-}
 
 function intFlag(v: string | undefined, name: string): number | undefined {
   if (v === undefined) return undefined;

@@ -1,11 +1,11 @@
 import assert from 'node:assert/strict';
-import { readFileSync } from 'node:fs';
 import { after, before, describe, it } from 'node:test';
 import OpenAI from 'openai';
 import { startLlamaServer } from '../../src/main/core/llama/index.js';
 import { addModel, startHub, type HubProcess } from '../helpers/hub.js';
 import { fixture, llama } from '../helpers/llama.js';
 import { startNode, type NodeProcess } from '../helpers/node.js';
+import { assertExpertStages } from '../helpers/shards.js';
 import { complete, GREEDY, streamUntil } from '../helpers/openai.js';
 import { waitGone , until } from '../helpers/proc.js';
 
@@ -95,21 +95,7 @@ describe('shards', { timeout: 600_000 }, () => {
     assert.deepEqual(got, want);
     const sh = (await shardsOf(p.hub)).find((x) => x.model === 'moe')!;
     assert.equal(sh.state, 'ready');
-    const head = readFileSync(`/proc/${sh.pid}/cmdline`, 'utf8').split('\0');
-    const ot = head[head.indexOf('--override-tensor') + 1]!;
-    // One override per remote stage, naming only that stage's layers' expert tensors.
-    const remote = sh.stages.filter((st) => st.node);
-    assert.equal(ot.split(',').length, remote.length);
-    for (const st of remote) {
-      const layers = Array.from({ length: st.layers[1] - st.layers[0] }, (_, i) => st.layers[0] + i).join('|');
-      assert.ok(ot.includes(`blk\\.(${layers})\\.ffn_(gate|up|down)_exps\\.weight=RPC0[${st.rpc_endpoint}]`), ot);
-    }
-    // llama-server's report: each remote device holds exactly its layers' experts (3 × 128×256×64 f32 per layer).
-    for (const st of remote) {
-      const line = sh.buffers.find((b) => b.includes(`RPC0[${st.rpc_endpoint}]`))!;
-      const mib = Number(/=\s*([\d.]+) MiB/.exec(line)![1]);
-      assert.ok(Math.abs(mib - 24 * (st.layers[1] - st.layers[0])) < 0.01, line);
-    }
+    assertExpertStages(sh);
     assert.deepEqual(sh.stages.map((st) => [st.node, st.layers, st.need_mb]), [[null, [0, 1], 584], ['north', [1, 3], 554], ['south', [3, 4], 469]]);
   });
 

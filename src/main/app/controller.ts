@@ -12,7 +12,7 @@ import { isRelayError } from '../../shared/errors.js';
 import { IPC_CHANNELS, validateIpc, type AppMode, type AppState, type IpcChannel, type IpcResult, type SetupRequest } from '../../shared/ipc.js';
 import { hubConfigFromEnv } from '../core/config.js';
 import { startHub, type Hub } from '../core/hub/index.js';
-import { ensureLlama } from '../core/llama/install.js';
+import { ensureLlama } from '../core/llama/build.js';
 import { terminateAll } from '../core/llama/supervisor.js';
 import { inPauseWindow, parseSchedule } from '../core/node/availability.js';
 import { NodeAgent, joinHub, readSettings, writeSettings } from '../core/node/agent.js';

@@ -42,6 +42,14 @@ export interface LlamaServerOptions {
   readonly metrics?: boolean | undefined;
 }
 
+/**
+ * Where a whole-model llama-server runs: a GPU placement offloads everything to its one device; a CPU-budget
+ * placement uses no device at all (`--device none`), so a loaded GPU module is never used behind the budget's back.
+ */
+export function replicaPlacement(device: string): { devices: string[]; gpuLayers: number } {
+  return device === 'CPU' ? { devices: ['none'], gpuLayers: 0 } : { devices: [device], gpuLayers: 999 };
+}
+
 export function effectiveFlashAttn(cacheType: KvCacheType, explicit: FlashAttn | undefined): FlashAttn {
   if (explicit !== undefined) return explicit;
   return cacheType === 'f16' ? 'auto' : 'on';

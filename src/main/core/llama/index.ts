@@ -1,6 +1,7 @@
 export * from './argv.js';
 export * from './backend-choice.js';
 export * from './backends.js';
+export * from './build.js';
 export * from './devices.js';
 export * from './install.js';
 export * from './ports.js';

@@ -14,6 +14,7 @@ import {
 } from '../../../shared/protocol.js';
 import { HostInventory } from '../gpu/inventory.js';
 import type { LlamaInstall } from '../llama/install.js';
+import { replicaPlacement } from '../llama/argv.js';
 import { startLlamaServer, startRpcServer, type RunningLlamaServer, type RunningRpcServer } from '../llama/processes.js';
 import { describeExit } from '../llama/supervisor.js';
 import { ControlChannel, acceptStream, openStream, replyErr, replyOk } from '../tunnel/channel.js';
@@ -366,7 +367,7 @@ export class NodeAgent extends EventEmitter {
         pooling: c.pooling ?? undefined,
         metrics: true,
         threads: process.env.RELAY_THREADS ? Number(process.env.RELAY_THREADS) : undefined,
-        ...(c.device === 'CPU' ? { devices: ['none'], gpuLayers: 0 } : { devices: [c.device], gpuLayers: 999 }),
+        ...replicaPlacement(c.device),
       });
       const rep: LocalReplica = { id: c.replica, sha256: c.sha256, model: c.alias, server, stopping: false };
       this.replicas.set(c.replica, rep);

@@ -4,7 +4,7 @@ import type { Logger } from 'pino';
 import { ErrorCode, RelayError, isRelayError } from '../../../shared/errors.js';
 import type { HubConfig } from '../config.js';
 import type { Device } from '../gpu/inventory.js';
-import { effectiveFlashAttn, type FlashAttn, type KvCacheType } from '../llama/argv.js';
+import { effectiveFlashAttn, replicaPlacement, type FlashAttn, type KvCacheType } from '../llama/argv.js';
 import type { LlamaInstall } from '../llama/install.js';
 import { startLlamaServer, type RunningLlamaServer } from '../llama/processes.js';
 import { describeExit } from '../llama/supervisor.js';
@@ -530,7 +530,7 @@ export class Scheduler {
         name: `llama-server[${model.name}]`,
         embedding: model.embedding,
         pooling: poolingFor(model) ?? undefined,
-        ...(r.device === 'CPU' ? { devices: ['none'], gpuLayers: 0 } : { devices: [r.device], gpuLayers: 999 }),
+        ...replicaPlacement(r.device),
       });
       // Crashed later: requests in flight see their socket close; the next request starts a new replica.
       return await this.becomeReady(r, model, server, t0, log, 'llama-server');
