@@ -19,6 +19,7 @@ const USAGE = `relay — pool a household's GPUs for llama.cpp inference
 Usage:
   relay hub [--port 7070] [--listen 127.0.0.1] [--home DIR] [--cpu-budget-mb N] [--keep-alive-ms MS]
             [--tls-cert FILE --tls-key FILE] [--backend auto|cpu|cuda|vulkan|metal]
+            [--schedule "mon-fri 09:00-17:30"] [--auto-pause]   (when the hub's own devices are paused)
                          run the hub: OpenAI-compatible /v1, dashboard at /, admin API at /api
   relay models add FILE [--name NAME] [--required-vram-mb N] [--embedding] [--hub URL]
   relay models ls [--hub URL]
@@ -32,6 +33,8 @@ Usage:
                          run a node: dial out to the hub and lend this machine's device
   relay pause | resume [--home NODE_DIR]
                          stop sharing (the hub releases this machine's GPU within 30 s) / share again
+  relay pause | resume --hub [--hub-url URL]
+                         the same for the hub's own devices: its placements stop, requests go to nodes
   relay llama build [--backend cuda|vulkan|metal]
                          build llama-server and ggml-rpc-server from the pinned llama.cpp source (cached
                          under ~/.cache/relay/llama.cpp/<tag>-shared/; a second call returns at once); with
@@ -49,6 +52,8 @@ Environment (see README for all):
   RELAY_LLAMA_BACKEND    auto (default) | cpu | cuda | vulkan | metal: the GPU backend (--backend wins)
   RELAY_LLAMA_BIN_DIR    use your own llama.cpp build (a folder holding llama-server and ggml-rpc-server)
   RELAY_CACHE_DIR        cache root (default ~/.cache/relay)
+  RELAY_QUEUE_MAX        requests that may wait per model (64; one more: 429 pool_busy), RELAY_QUEUE_TIMEOUT_MS
+  RELAY_MAX_PLACEMENTS_PER_MODEL   placements one model may have at once (0 = as many as the devices hold)
 `;
 
 function intFlag(v: string | undefined, name: string): number | undefined {
@@ -65,8 +70,10 @@ async function cmdHub(args: string[]): Promise<number> {
       port: { type: 'string' }, listen: { type: 'string' }, home: { type: 'string' },
       'cpu-budget-mb': { type: 'string' }, 'keep-alive-ms': { type: 'string' },
       'tls-cert': { type: 'string' }, 'tls-key': { type: 'string' }, backend: { type: 'string' },
+      schedule: { type: 'string' }, 'auto-pause': { type: 'boolean' },
     },
   });
+  if (values.schedule !== undefined) parseSchedule(values.schedule); // refuse a bad schedule before anything else
   const overrides: Partial<HubConfig> = {
     tlsCertPath: values['tls-cert'] ? resolve(values['tls-cert']) : undefined,
     tlsKeyPath: values['tls-key'] ? resolve(values['tls-key']) : undefined,
@@ -75,6 +82,8 @@ async function cmdHub(args: string[]): Promise<number> {
     home: values.home ? resolve(values.home) : undefined,
     cpuBudgetMb: intFlag(values['cpu-budget-mb'], '--cpu-budget-mb'),
     keepAliveMs: intFlag(values['keep-alive-ms'], '--keep-alive-ms'),
+    hubSchedule: values.schedule,
+    hubAutoPause: values['auto-pause'],
   };
   const config = hubConfigFromEnv(process.env, overrides);
   const log = createLogger({ name: 'hub' });
@@ -281,7 +290,15 @@ async function cmdUp(args: string[]): Promise<number> {
 }
 
 async function cmdPause(paused: boolean, args: string[]): Promise<number> {
-  const { values } = parseArgs({ args, options: { home: { type: 'string' } } });
+  const { values } = parseArgs({ args, options: { home: { type: 'string' }, hub: { type: 'boolean' }, 'hub-url': { type: 'string' } } });
+  if (values.hub) {
+    // The hub's own devices: its placements stop within 30 s and requests go to nodes.
+    const res = await api(hubUrl(values['hub-url']), '/api/hub/availability', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ paused }) });
+    const j = (await res.json()) as { availability: string; reason: string | null; error?: { code?: string; message?: string } };
+    if (!res.ok) return apiFailure(j);
+    console.log(`${paused ? 'paused' : 'resumed'}: the hub's devices are ${j.availability}${j.reason ? ` (${j.reason})` : ''}`);
+    return 0;
+  }
   const home = nodeHome(values.home);
   const p = join(home, 'agent.json');
   if (!existsSync(p)) throw new Error(`no running node in ${home} (start it with relay up)`);

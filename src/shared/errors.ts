@@ -32,6 +32,8 @@ export const ErrorCode = {
   MODEL_NOT_EMBEDDING: 'MODEL_NOT_EMBEDDING',
   // placement and serving
   MODEL_UNAVAILABLE: 'MODEL_UNAVAILABLE',
+  /** M would fit once busy placements finish, paused machines return or backoffs expire; or its queue is full. */
+  POOL_BUSY: 'POOL_BUSY',
   REPLICA_FAILED: 'REPLICA_FAILED',
   UPSTREAM_ERROR: 'UPSTREAM_ERROR',
   // tunnel
@@ -67,12 +69,15 @@ export type ErrorCode = (typeof ErrorCode)[keyof typeof ErrorCode];
 export class RelayError extends Error {
   readonly code: ErrorCode;
   readonly details: Readonly<Record<string, unknown>>;
+  /** An HTTP status other than the code's usual one (pool_busy: 429 for a full queue, 503 otherwise). */
+  readonly httpStatus: number | undefined;
 
-  constructor(code: ErrorCode, message: string, details: Record<string, unknown> = {}, options?: { cause?: unknown }) {
-    super(message, options);
+  constructor(code: ErrorCode, message: string, details: Record<string, unknown> = {}, options?: { cause?: unknown; status?: number }) {
+    super(message, options?.cause === undefined ? undefined : { cause: options.cause });
     this.name = 'RelayError';
     this.code = code;
     this.details = details;
+    this.httpStatus = options?.status;
   }
 
   toJSON(): { code: ErrorCode; message: string; details: Readonly<Record<string, unknown>> } {
@@ -103,6 +108,7 @@ export const HTTP_ERRORS: Readonly<Partial<Record<ErrorCode, { status: number; t
   MODEL_FILE_MISSING: { status: 422, type: 'invalid_request_error' },
   MODEL_NOT_EMBEDDING: { status: 400, type: 'invalid_request_error' },
   MODEL_UNAVAILABLE: { status: 503, type: 'server_error' },
+  POOL_BUSY: { status: 503, type: 'server_error' },
   NODE_AUTH: { status: 401, type: 'authentication_error' },
   NODE_NOT_FOUND: { status: 404, type: 'invalid_request_error' },
   NODE_LOST: { status: 502, type: 'server_error' },
@@ -125,5 +131,5 @@ export interface HttpErrorBody {
 export function httpError(err: RelayError): { status: number; body: HttpErrorBody } {
   const m = HTTP_ERRORS[err.code] ?? { status: 500, type: 'server_error' };
   const details = Object.keys(err.details).length > 0 ? { details: err.details } : {};
-  return { status: m.status, body: { error: { code: err.code.toLowerCase(), message: err.message, type: m.type, ...details } } };
+  return { status: err.httpStatus ?? m.status, body: { error: { code: err.code.toLowerCase(), message: err.message, type: m.type, ...details } } };
 }

@@ -23,6 +23,10 @@ export interface HubView {
   readonly replicas: readonly { model: string; where: string }[];
   readonly shards: readonly { model: string; stages: number }[];
   readonly nodes: number;
+  /** The hub's own devices: paused by the owner's toggle (the tray's checkbox), and the state with its reason. */
+  readonly paused: boolean;
+  readonly availability: 'idle' | 'busy' | 'paused';
+  readonly reason: string | null;
 }
 
 export interface AppState {

@@ -4,7 +4,7 @@ import { after, before, describe, it } from 'node:test';
 import OpenAI from 'openai';
 import { startLlamaServer } from '../../src/main/core/llama/index.js';
 import { fixture, llama } from '../helpers/llama.js';
-import { addModel, startHub, type HubProcess } from '../helpers/hub.js';
+import { addModel, startHub, type HubProcess, type ReplicaStatusJson } from '../helpers/hub.js';
 import { GREEDY } from '../helpers/openai.js';
 import { waitGone } from '../helpers/proc.js';
 
@@ -124,30 +124,35 @@ describe('hub /v1 with the openai client', { timeout: 300_000 }, () => {
   });
 
   it('a replica killed with SIGKILL mid-stream: the client gets an error event, the next request restarts it', async () => {
-    const before = (await hub.status()).replicas.find((x) => x.model === 'dense' && x.state === 'ready')!;
     const stream = await client.chat.completions.create({ model: 'dense', messages: [{ role: 'user', content: 'Write a long story.' }], max_tokens: 400, stream: true, ...extra });
     let got = 0;
+    let victim: ReplicaStatusJson | undefined;
     await assert.rejects(
       (async () => {
         for await (const c of stream) {
           if (c.choices[0]?.delta?.content) got++;
-          if (got === 3) process.kill(before.pid!, 'SIGKILL');
+          if (got === 3 && !victim) {
+            // The placement serving this stream (the model may have several): the one with a request in flight.
+            victim = (await hub.status()).replicas.find((x) => x.model === 'dense' && x.state === 'ready' && x.in_flight > 0)!;
+            process.kill(victim.pid!, 'SIGKILL');
+          }
         }
       })(),
       (err: Error & { error?: { code?: string } }) => /replica/.test(err.message) || err.error?.code === 'replica_failed',
     );
-    assert.ok(await waitGone(before.pid!, 10_000));
+    const killed = victim!;
+    assert.ok(await waitGone(killed.pid!, 10_000));
     // The hub notices the exit when it reaps the child; poll its view (bounded).
-    let failed = (await hub.status()).replicas.find((x) => x.id === before.id);
+    let failed = (await hub.status()).replicas.find((x) => x.id === killed.id);
     for (let i = 0; i < 100 && failed?.state !== 'failed'; i++) {
       await new Promise((r) => setTimeout(r, 50));
-      failed = (await hub.status()).replicas.find((x) => x.id === before.id);
+      failed = (await hub.status()).replicas.find((x) => x.id === killed.id);
     }
     assert.equal(failed?.state, 'failed');
     assert.match(failed!.failure!.message, /SIGKILL/);
     assert.ok((await chatText('dense', 'are you back?', 8)).length > 0);
     const after = (await hub.status()).replicas.find((x) => x.model === 'dense' && x.state === 'ready')!;
-    assert.notEqual(after.pid, before.pid);
+    assert.notEqual(after.pid, killed.pid);
   });
 
   it('registry: adding the same file again is idempotent; a non-GGUF or truncated file is refused with the reader\'s code', async () => {

@@ -10,8 +10,8 @@ const node = (o: Partial<NodeView> = {}): NodeView => ({
   schedule: '', outsideSchedule: false, replicas: [], stages: [], ...o,
 });
 const nodeState = (o: Partial<NodeView> = {}): AppState => ({ mode: 'node', hub: null, node: node(o), startAtLogin: false, error: null });
-const hubState = (replicas: { model: string; where: string }[] = [], shards: { model: string; stages: number }[] = []): AppState =>
-  ({ mode: 'hub', hub: { url: 'http://127.0.0.1:7070', serving: true, replicas, shards, nodes: 2 }, node: null, startAtLogin: true, error: null });
+const hubState = (replicas: { model: string; where: string }[] = [], shards: { model: string; stages: number }[] = [], paused = false): AppState =>
+  ({ mode: 'hub', hub: { url: 'http://127.0.0.1:7070', serving: true, replicas, shards, nodes: 2, paused, availability: paused ? 'paused' : 'idle', reason: paused ? 'paused by the owner' : null }, node: null, startAtLogin: true, error: null });
 
 describe('tray', () => {
   it('the icon reflects the state', () => {
@@ -43,9 +43,13 @@ describe('tray', () => {
     assert.equal(m[0]!.enabled, false);
   });
 
-  it('a hub\'s menu has no pause toggle; an unset app offers setup first', () => {
+  it('a hub\'s menu pauses the hub\'s own GPUs (nodes keep serving); an unset app offers setup first', () => {
     const m = buildTrayMenu(hubState());
-    assert.equal(m.some((i) => i.action === 'toggle-pause'), false);
+    const pause = m.find((i) => i.action === 'toggle-pause')!;
+    assert.deepEqual([pause.label, pause.type, pause.checked], ['Pause this machine\'s GPUs (nodes keep serving)', 'checkbox', false]);
+    const paused = hubState([], [], true);
+    assert.equal(buildTrayMenu(paused).find((i) => i.action === 'toggle-pause')!.checked, true);
+    assert.equal(statusLine(paused), 'Hub idle · 2 nodes · this machine\'s GPUs paused (paused by the owner)');
     assert.equal(m.find((i) => i.action === 'toggle-start-at-login')!.checked, true);
     const fresh = buildTrayMenu({ mode: null, hub: null, node: null, startAtLogin: false, error: null });
     assert.equal(fresh.find((i) => i.action === 'open-setup')!.label, 'Set up: hub or node…');

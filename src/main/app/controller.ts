@@ -140,6 +140,9 @@ export class AppController {
         replicas: hub.scheduler.status().filter((r) => r.state === 'ready').map((r) => ({ model: r.model, where: r.node ?? 'hub' })),
         shards: hub.scheduler.shardStatus().filter((s) => s.state === 'ready').map((s) => ({ model: s.model, stages: s.stages.length })),
         nodes: hub.nodes.connected().length,
+        paused: hub.availability.settings().paused,
+        availability: hub.availability.state().state,
+        reason: hub.availability.state().reason,
       } : null,
       node: agent && ns && running ? {
         name: ns.name,
@@ -211,6 +214,8 @@ export class AppController {
         // The same call `relay pause` reaches through the node's local API: the agent tells the hub,
         // which stops this node's placements.
         if (this.agent) await this.agent.setPaused(!readSettings(this.nodeHome)?.paused);
+        // Hub mode: the hub's own devices (its placements stop, requests go to nodes).
+        if (this.hub) await this.hub.availability.set({ paused: !this.hub.availability.settings().paused });
         break;
       case 'open-dashboard': {
         const url = this.dashboardUrl();

@@ -36,8 +36,9 @@ export function statusLine(s: AppState): string {
   if (s.mode === 'hub') {
     const h = s.hub;
     if (!h) return 'Hub starting…';
+    const own = h.availability === 'paused' ? ` · this machine's GPUs paused${h.reason ? ` (${h.reason})` : ''}` : '';
     const parts = [...h.replicas.map((r) => `replica of ${r.model} (${r.where})`), ...h.shards.map((sh) => `shard of ${sh.model} (${sh.stages} stages)`)];
-    return parts.length > 0 ? `Hub: ${parts.join(', ')}` : `Hub idle · ${h.nodes} node${h.nodes === 1 ? '' : 's'}`;
+    return (parts.length > 0 ? `Hub: ${parts.join(', ')}` : `Hub idle · ${h.nodes} node${h.nodes === 1 ? '' : 's'}`) + own;
   }
   const n = s.node;
   if (!n) return 'Node starting…';
@@ -54,6 +55,7 @@ export function buildTrayMenu(s: AppState): TrayItem[] {
     items.push({ label: 'Pause sharing', type: 'checkbox', checked: s.node.paused, action: 'toggle-pause' });
     items.push({ label: s.node.schedule ? `Schedule: paused ${s.node.schedule}` : 'Schedule: always sharing', enabled: false });
   }
+  if (s.mode === 'hub' && s.hub) items.push({ label: 'Pause this machine\'s GPUs (nodes keep serving)', type: 'checkbox', checked: s.hub.paused, action: 'toggle-pause' });
   if (s.mode !== null) items.push({ label: 'Open dashboard', action: 'open-dashboard' });
   items.push(
     { label: s.mode === null ? 'Set up: hub or node…' : `Mode: ${s.mode} (change…)`, action: 'open-setup' },

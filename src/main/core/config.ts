@@ -32,6 +32,16 @@ export interface HubConfig {
   readonly adminToken: string | undefined;
   /** Largest accepted request body for /v1 and /api (RELAY_MAX_BODY_BYTES). */
   readonly maxBodyBytes: number;
+  /** Requests that may wait for a slot of one model (RELAY_QUEUE_MAX); one more answers 429 pool_busy. */
+  readonly queueMax: number;
+  /** How long a request waits for a slot before 503 pool_busy (RELAY_QUEUE_TIMEOUT_MS). */
+  readonly queueTimeoutMs: number;
+  /** Placements one model may have at once (RELAY_MAX_PLACEMENTS_PER_MODEL); 0 = no bound but the devices. */
+  readonly maxPlacementsPerModel: number;
+  /** Weekly windows in which the hub's own devices are paused (`relay hub --schedule`, RELAY_HUB_SCHEDULE); unset = as stored. */
+  readonly hubSchedule?: string;
+  /** Opt-in auto-pause of the hub's own devices (`relay hub --auto-pause`, RELAY_HUB_AUTO_PAUSE=1); unset = as stored. */
+  readonly hubAutoPause?: boolean;
   /** Readiness limit for a llama-server load. */
   readonly loadTimeoutMs: number;
   /** CPU threads per llama-server (RELAY_THREADS); undefined = llama.cpp's choice. */
@@ -62,6 +72,10 @@ export const HUB_DEFAULTS = {
   keepAliveMs: 10 * 60_000,
   maxBodyBytes: 8 * 1024 * 1024,
   loadTimeoutMs: 10 * 60_000,
+  queueMax: 64,
+  // A waiting request may be waiting for a load: it waits as long as a load may take.
+  queueTimeoutMs: 10 * 60_000,
+  maxPlacementsPerModel: 0,
 } as const;
 
 function int(env: NodeJS.ProcessEnv, name: string, fallback: number): number {
@@ -90,8 +104,13 @@ export function hubConfigFromEnv(env: NodeJS.ProcessEnv = process.env, overrides
     adminToken: env.RELAY_ADMIN_TOKEN || undefined,
     maxBodyBytes: int(env, 'RELAY_MAX_BODY_BYTES', HUB_DEFAULTS.maxBodyBytes),
     loadTimeoutMs: int(env, 'RELAY_LOAD_TIMEOUT_MS', HUB_DEFAULTS.loadTimeoutMs),
+    queueMax: int(env, 'RELAY_QUEUE_MAX', HUB_DEFAULTS.queueMax),
+    queueTimeoutMs: int(env, 'RELAY_QUEUE_TIMEOUT_MS', HUB_DEFAULTS.queueTimeoutMs),
+    maxPlacementsPerModel: int(env, 'RELAY_MAX_PLACEMENTS_PER_MODEL', HUB_DEFAULTS.maxPlacementsPerModel),
     threads: env.RELAY_THREADS ? int(env, 'RELAY_THREADS', 0) : undefined,
     pushMaxMbps: int(env, 'RELAY_PUSH_MAX_MBPS', 0),
+    hubSchedule: env.RELAY_HUB_SCHEDULE,
+    hubAutoPause: env.RELAY_HUB_AUTO_PAUSE === undefined || env.RELAY_HUB_AUTO_PAUSE === '' ? undefined : env.RELAY_HUB_AUTO_PAUSE === '1',
     tlsCertPath: env.RELAY_TLS_CERT || undefined,
     tlsKeyPath: env.RELAY_TLS_KEY || undefined,
     ...Object.fromEntries(Object.entries(overrides).filter(([, v]) => v !== undefined)),
@@ -113,5 +132,8 @@ export function verifyConfig(c: HubConfig): void {
   if (c.port < 0 || c.port > 65535) bad(`port ${c.port} is out of range`);
   if (c.keepAliveMs < 0) bad(`keep-alive must be >= 0 ms, got ${c.keepAliveMs}`);
   if (Boolean(c.tlsCertPath) !== Boolean(c.tlsKeyPath)) bad('TLS needs both a certificate and a key (--tls-cert and --tls-key)');
+  if (c.queueMax < 0) bad(`RELAY_QUEUE_MAX must be >= 0, got ${c.queueMax}`);
+  if (c.queueTimeoutMs < 1) bad(`RELAY_QUEUE_TIMEOUT_MS must be >= 1, got ${c.queueTimeoutMs}`);
+  if (c.maxPlacementsPerModel < 0) bad(`RELAY_MAX_PLACEMENTS_PER_MODEL must be >= 0 (0 = no bound), got ${c.maxPlacementsPerModel}`);
   if (c.maxBodyBytes < 1024) bad(`RELAY_MAX_BODY_BYTES must be at least 1024, got ${c.maxBodyBytes}`);
 }

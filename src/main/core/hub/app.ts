@@ -6,12 +6,13 @@ import { ErrorCode, httpError, isRelayError, RelayError } from '../../../shared/
 import type { HubConfig } from '../config.js';
 import { effectiveFlashAttn } from '../llama/argv.js';
 import type { ModelRegistry } from '../models/registry.js';
-import type { Scheduler } from '../scheduler/ensure.js';
+import { MAX_ATTEMPTS, newAttempts, type Scheduler } from '../scheduler/scheduler.js';
 import { fmtMb } from '../scheduler/fit.js';
 import type { ModelRecord } from '../store/store.js';
 import type { HubMetrics } from './metrics.js';
 import type { NodeManager } from '../pool/manager.js';
 import { proxyToReplica } from './proxy.js';
+import type { HubAvailability } from './availability.js';
 
 export interface AppDeps {
   readonly config: HubConfig;
@@ -22,6 +23,7 @@ export interface AppDeps {
   readonly log: Logger;
   readonly version: string;
   readonly llama: { tag: string; version: string; backend: string; backend_reason: string };
+  readonly availability: HubAvailability;
 }
 
 function sendError(res: Response, err: unknown, log: Logger): void {
@@ -32,6 +34,8 @@ function sendError(res: Response, err: unknown, log: Logger): void {
     res.destroy();
     return;
   }
+  // pool_busy: when to try again (OpenAI clients honour Retry-After).
+  if (typeof e.details.retry_after_s === 'number') res.setHeader('retry-after', String(e.details.retry_after_s));
   res.status(status).json(body);
 }
 
@@ -165,21 +169,34 @@ export function createApp(d: AppDeps): express.Express {
         if (endpoint !== 'embeddings' && record.embedding) {
           throw new RelayError(ErrorCode.INVALID_REQUEST, `"${name}" is an embedding model: use /v1/embeddings`, { model: name });
         }
-        const lease = await scheduler.acquire(name);
-        if (res.destroyed) {
-          lease.release();
-          return;
-        }
-        proxyToReplica({
-          lease, path: `/v1/${endpoint}`, body: req.body as Buffer, req, res, log: log.child({ model: name }),
-          onDone: (status, usage) => {
-            done(status, usage);
-            if (usage) {
-              metrics.tokens.add({ model: name, kind: 'prompt' }, usage.promptTokens);
-              metrics.tokens.add({ model: name, kind: 'completion' }, usage.completionTokens);
-            }
-          },
+        // Failover before the first byte: a placement that fails before answering is excluded and the request
+        // goes to another placement or a fresh one, at most MAX_ATTEMPTS tries in all (loads that failed under
+        // it count too); after the first byte the client gets the error event.
+        const attempts = newAttempts();
+        const gone = new AbortController();
+        res.on('close', () => {
+          if (!res.writableFinished) gone.abort();
         });
+        for (;;) {
+          const lease = await scheduler.acquire(name, attempts, gone.signal);
+          if (res.destroyed) {
+            lease.release();
+            return;
+          }
+          const outcome = await proxyToReplica({
+            lease, path: `/v1/${endpoint}`, body: req.body as Buffer, req, res, log: log.child({ model: name }),
+            onDone: (status, usage) => {
+              done(status, usage);
+              if (usage) {
+                metrics.tokens.add({ model: name, kind: 'prompt' }, usage.promptTokens);
+                metrics.tokens.add({ model: name, kind: 'completion' }, usage.completionTokens);
+              }
+            },
+          });
+          if (outcome.kind === 'done') return;
+          scheduler.failedBefore(lease, attempts, outcome.error);
+          if (attempts.errors.length >= MAX_ATTEMPTS) throw outcome.error;
+        }
       } catch (err) {
         const status = isRelayError(err) ? httpError(err).status : 500;
         done(status);
@@ -299,7 +316,15 @@ export function createApp(d: AppDeps): express.Express {
       cpu_budget_mb: config.cpuBudgetMb,
       keep_alive_ms: config.keepAliveMs,
       api_key_required: Boolean(config.apiKey),
+      queue_max: config.queueMax,
+      queue_timeout_ms: config.queueTimeoutMs,
+      max_placements_per_model: config.maxPlacementsPerModel,
     },
+    hub: (() => {
+      const a = d.availability.state();
+      const s = d.availability.settings();
+      return { availability: a.state, reason: a.reason, paused: s.paused, schedule: s.schedule, auto_pause: s.autoPause };
+    })(),
     devices: scheduler.deviceStatus(),
     models: registry.list().map((m) => {
       const v = modelView(m);
@@ -308,9 +333,34 @@ export function createApp(d: AppDeps): express.Express {
     replicas: scheduler.status(),
     shards: scheduler.shardStatus(),
     backoffs: scheduler.backoffs(),
+    queues: scheduler.queues(),
     nodes: nodes.status().map((n) => ({ ...n, devices: scheduler.nodeDevicesFree(String(n.name), n.devices as never) })),
     pushes: [...nodes.pushes.values()],
     recent,
+  });
+
+  // The hub's own devices: pause/resume (the dashboard's button, `relay pause --hub`), schedule, auto-pause.
+  app.post('/api/hub/availability', requireAdmin(false), raw, async (req, res, next) => {
+    try {
+      const body = parseJson(req);
+      const change: { paused?: boolean; schedule?: string; autoPause?: boolean } = {};
+      if (body.paused !== undefined) {
+        if (typeof body.paused !== 'boolean') throw new RelayError(ErrorCode.INVALID_REQUEST, '"paused" must be true or false');
+        change.paused = body.paused;
+      }
+      if (body.schedule !== undefined) {
+        if (typeof body.schedule !== 'string') throw new RelayError(ErrorCode.INVALID_REQUEST, '"schedule" must be a string such as "mon-fri 09:00-17:30"');
+        change.schedule = body.schedule;
+      }
+      if (body.auto_pause !== undefined) {
+        if (typeof body.auto_pause !== 'boolean') throw new RelayError(ErrorCode.INVALID_REQUEST, '"auto_pause" must be true or false');
+        change.autoPause = body.auto_pause;
+      }
+      await d.availability.set(change);
+      res.json(buildStatus().hub);
+    } catch (err) {
+      next(err);
+    }
   });
 
   app.get('/status', requireAdmin(true), (_req, res) => {

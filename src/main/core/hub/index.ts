@@ -8,9 +8,11 @@ import { HostInventory, type Device } from '../gpu/inventory.js';
 import { ensureLlama } from '../llama/build.js';
 import type { LlamaInstall } from '../llama/install.js';
 import { ModelRegistry } from '../models/registry.js';
-import { Scheduler } from '../scheduler/ensure.js';
+import { LlamaLauncher } from '../scheduler/launcher.js';
+import { Scheduler } from '../scheduler/scheduler.js';
 import { Store } from '../store/store.js';
 import { createApp } from './app.js';
+import { HubAvailability } from './availability.js';
 import { HubMetrics } from './metrics.js';
 import { NodeManager } from '../pool/manager.js';
 import { joinSecret } from '../pool/tokens.js';
@@ -25,6 +27,7 @@ export interface Hub {
   readonly store: Store;
   readonly scheduler: Scheduler;
   readonly nodes: NodeManager;
+  readonly availability: HubAvailability;
   close(): Promise<void>;
 }
 
@@ -49,18 +52,27 @@ export async function startHub(config: HubConfig, deps: { log: Logger; install?:
     secret: joinSecret(config.home),
     pushMaxBytesPerSec: config.pushMaxMbps > 0 ? config.pushMaxMbps * 1024 * 1024 : undefined,
   });
+  // The scheduler asks whether the hub's devices are paused; a change to paused stops its placements.
+  let availability: HubAvailability | null = null;
   const scheduler = new Scheduler({
     config,
     registry,
-    install,
+    launcher: new LlamaLauncher({ config, install, nodes, log: log.child({ c: 'launcher' }) }),
     nodes,
     devices: deps.devices ?? (() => inventory.devices()),
     log: log.child({ c: 'scheduler' }),
+    hubPaused: () => availability?.paused() ?? false,
     onLoad: (model, seconds) => {
       metrics.loads.add({ model });
       metrics.loadSeconds.add({ model }, seconds);
     },
   });
+  availability = new HubAvailability({
+    store, log: log.child({ c: 'hub-availability' }),
+    activeStreams: () => scheduler.hubStreams(),
+    ownPids: () => scheduler.localPids(),
+    onPaused: (reason) => void scheduler.hubPaused(reason),
+  }, { schedule: config.hubSchedule, autoPause: config.hubAutoPause });
   // Replica bookkeeping follows the nodes: lost or paused → torn down; every report → reconciled.
   nodes.on('lost', (conn, err: Error) => scheduler.nodeLost(conn, `disconnected (${err.message})`));
   nodes.on('availability', (conn) => {
@@ -71,7 +83,7 @@ export async function startHub(config: HubConfig, deps: { log: Logger; install?:
     conn.on('heartbeat', () => void scheduler.reconcile(conn));
   });
   const app = createApp({
-    config, registry, scheduler, nodes, metrics, log, version: packageVersion(),
+    config, registry, scheduler, nodes, metrics, log, version: packageVersion(), availability,
     llama: { tag: install.tag, version: install.version, backend: install.backend, backend_reason: install.backendReason },
   });
 
@@ -96,11 +108,13 @@ export async function startHub(config: HubConfig, deps: { log: Logger; install?:
     store,
     scheduler,
     nodes,
+    availability,
     close() {
       closing ??= (async () => {
         nodes.close();
         server.closeIdleConnections();
         const closed = new Promise<void>((r) => server.close(() => r()));
+        availability.close();
         await scheduler.close();
         inventory.close();
         server.closeAllConnections();

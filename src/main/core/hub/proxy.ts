@@ -2,13 +2,15 @@ import http from 'node:http';
 import type { Request, Response } from 'express';
 import type { Logger } from 'pino';
 import { ErrorCode, httpError, RelayError } from '../../../shared/errors.js';
-import type { Lease } from '../scheduler/ensure.js';
+import type { Lease } from '../scheduler/placement.js';
 
 /**
- * Forward one /v1 request to a replica's llama-server and stream the answer back byte for byte.
- * Backpressure: upstream is paused while the client's socket is full. A client that goes away aborts the
- * upstream request, which makes llama-server stop generating and free the slot. An upstream that dies
- * mid-response ends an SSE stream with an OpenAI-shaped error event, and any other response with a 502.
+ * Forward one /v1 request to a placement's llama-server and stream the answer back byte for byte.
+ * Nothing reaches the client before the upstream's first body byte: until then a failure (connect refused or
+ * reset, the node's stream gone, a 5xx) is answered with `retry`, and the caller may try another placement.
+ * After it, the bytes flow: backpressure pauses upstream while the client's socket is full, a client that
+ * goes away aborts the upstream request (llama-server stops generating and frees the slot), and an upstream
+ * that dies mid-response ends an SSE stream with an OpenAI-shaped error event, any other response with a reset.
  */
 // No keep-alive to llama-server: its HTTP server closes a kept-alive connection after a few requests, and a
 // request written onto a socket it is closing fails with ECONNRESET (seen in bench/hub-overhead). A loopback
@@ -40,6 +42,8 @@ export function sseError(err: RelayError): string {
   return `data: ${JSON.stringify(httpError(err).body)}\n\n`;
 }
 
+export type ProxyOutcome = { readonly kind: 'done' } | { readonly kind: 'retry'; readonly error: RelayError };
+
 export function proxyToReplica(opts: {
   lease: Lease;
   path: string;
@@ -48,18 +52,31 @@ export function proxyToReplica(opts: {
   res: Response;
   log: Logger;
   onDone: (status: number, usage: Usage | null) => void;
-}): void {
+}): Promise<ProxyOutcome> {
   const { lease, res, log } = opts;
   const url = new URL(opts.path, lease.baseUrl);
   // The last chunks, kept by reference and decoded once at the end: nothing per token but a push.
   const tailChunks: Buffer[] = [];
   let tailBytes = 0;
-  let finished = false;
+  let settled = false;
+  let resolveOutcome!: (o: ProxyOutcome) => void;
+  const outcome = new Promise<ProxyOutcome>((r) => (resolveOutcome = r));
   const finish = (status: number): void => {
-    if (finished) return;
-    finished = true;
+    if (settled) return;
+    settled = true;
+    const usage = usageFromTail(Buffer.concat(tailChunks).toString('utf8'));
+    lease.release(usage?.tokensPerSecond);
+    opts.onDone(status, usage);
+    resolveOutcome({ kind: 'done' });
+  };
+  /** Nothing was sent to the client yet: give the request back for another placement. */
+  const retry = (why: string): void => {
+    if (settled) return;
+    settled = true;
+    up.destroy();
     lease.release();
-    opts.onDone(status, usageFromTail(Buffer.concat(tailChunks).toString('utf8')));
+    log.warn({ placement: lease.placementId, why }, 'placement failed before the first byte: trying another');
+    resolveOutcome({ kind: 'retry', error: new RelayError(ErrorCode.UPSTREAM_ERROR, `the placement of "${lease.model.name}" failed before answering (${why})`, { model: lease.model.name }) });
   };
 
   const up = http.request(url, {
@@ -74,15 +91,14 @@ export function proxyToReplica(opts: {
   });
 
   let isSse = false;
+  let started = false;
   const brokenUpstream = (why: string): void => {
+    if (settled) return;
+    if (!started) return retry(why);
     if (res.writableEnded || res.destroyed) return;
     const err = new RelayError(ErrorCode.REPLICA_FAILED, `the replica of "${lease.model.name}" stopped mid-response (${why})`, { model: lease.model.name });
-    log.warn({ replica: lease.replicaId, why }, 'upstream broke mid-response');
-    if (!res.headersSent) {
-      const { status, body } = httpError(err);
-      res.status(status).json(body);
-      finish(status);
-    } else if (isSse) {
+    log.warn({ placement: lease.placementId, why }, 'upstream broke mid-response');
+    if (isSse) {
       res.end(sseError(err));
       finish(502);
     } else {
@@ -92,7 +108,7 @@ export function proxyToReplica(opts: {
   };
 
   res.on('close', () => {
-    if (!res.writableFinished) {
+    if (!res.writableFinished && !settled) {
       // The client went away: stop the generation upstream so the slot frees now, not at max_tokens.
       up.destroy();
       finish(499);
@@ -100,15 +116,25 @@ export function proxyToReplica(opts: {
   });
 
   up.on('response', (ur) => {
-    isSse = (ur.headers['content-type'] ?? '').includes('text/event-stream');
-    res.status(ur.statusCode ?? 502);
-    if (ur.headers['content-type']) res.setHeader('content-type', ur.headers['content-type']);
-    if (isSse) {
-      res.setHeader('cache-control', 'no-cache');
-      res.setHeader('x-accel-buffering', 'no');
+    const status = ur.statusCode ?? 502;
+    if (status >= 500) {
+      ur.resume();
+      return retry(`llama-server answered ${status}`);
     }
-    res.flushHeaders();
+    isSse = (ur.headers['content-type'] ?? '').includes('text/event-stream');
+    const begin = (): void => {
+      if (started) return;
+      started = true;
+      res.status(status);
+      if (ur.headers['content-type']) res.setHeader('content-type', ur.headers['content-type']);
+      if (isSse) {
+        res.setHeader('cache-control', 'no-cache');
+        res.setHeader('x-accel-buffering', 'no');
+      }
+    };
     ur.on('data', (chunk: Buffer) => {
+      if (settled) return;
+      begin();
       tailChunks.push(chunk);
       tailBytes += chunk.byteLength;
       while (tailBytes - tailChunks[0]!.byteLength >= TAIL_BYTES) tailBytes -= tailChunks.shift()!.byteLength;
@@ -118,8 +144,10 @@ export function proxyToReplica(opts: {
       }
     });
     ur.on('end', () => {
+      if (settled) return;
+      begin();
       res.end();
-      finish(ur.statusCode ?? 502);
+      finish(status);
     });
     ur.on('close', () => {
       if (!ur.complete) brokenUpstream('connection closed');
@@ -127,8 +155,8 @@ export function proxyToReplica(opts: {
     ur.on('error', () => undefined); // 'close' reports it
   });
   up.on('error', (err) => {
-    if (finished) return;
     brokenUpstream((err as NodeJS.ErrnoException).code ?? err.message);
   });
   up.end(opts.body);
+  return outcome;
 }

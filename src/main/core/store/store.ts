@@ -48,6 +48,8 @@ export interface StoreData {
   nodes: NodeRecord[];
   /** Ids of join tokens already exchanged (each is good once). */
   used_join_tokens?: string[];
+  /** The hub's own devices: its owner's pause toggle, schedule and auto-pause (absent = always available). */
+  hub_availability?: { paused: boolean; schedule: string; auto_pause: boolean };
 }
 
 export function emptyStore(): StoreData {

@@ -1,0 +1,117 @@
+import type { Duplex } from 'node:stream';
+import type { FlashAttn, KvCacheType } from '../llama/argv.js';
+import type { NodeConn } from '../pool/manager.js';
+import type { ModelRecord } from '../store/store.js';
+import type { FitBreakdown } from './fit.js';
+import type { ShardPlan } from './shard.js';
+
+/**
+ * A placement is one running copy of a model that can answer requests: a replica on the hub's own device
+ * (`host`), a replica on a node (`node`), or a pipeline shard across the hub and nodes (`shard`). A model may
+ * have several at once; the scheduler keeps them in one table and the launcher makes them real.
+ */
+export type PlacementKind = 'host' | 'node' | 'shard';
+export type PlacementState = 'starting' | 'ready' | 'failed' | 'stopping';
+
+export interface Failure {
+  readonly message: string;
+  readonly tail: string;
+  readonly at: string;
+}
+
+/** What the launcher hands back once a placement answers: how to reach it and how to watch it. */
+export interface Running {
+  /** The URL requests are sent to; a node replica's is a name, reached through `connect`. */
+  readonly baseUrl: string;
+  /** For a node replica: each HTTP connection is a new http stream through the node's tunnel. */
+  readonly connect?: () => Duplex;
+  readonly port: number | null;
+  readonly pid: number | null;
+  /** llama-server's load report (host replicas and shard heads): where weights and KV landed. */
+  readonly buffers: readonly string[];
+  /** Resolves with a description when a local process exits by itself (a node replica's exit comes by heartbeat). */
+  readonly exited: Promise<string> | null;
+  /** The last lines of its output, for a failure report. */
+  tail(): string;
+}
+
+export interface Placement {
+  readonly id: string;
+  readonly kind: PlacementKind;
+  readonly model: string;
+  readonly sha256: string;
+  /** A node replica's node; null for a host replica or a shard. */
+  readonly node: NodeConn | null;
+  /** The device of a replica; a shard's hub stage device ('none' when the hub holds no stage). */
+  readonly device: string;
+  readonly fit: FitBreakdown;
+  /** A shard's stages (hub and nodes), as planned. */
+  readonly shardPlan: Extract<ShardPlan, { kind: 'shard' }> | null;
+  state: PlacementState;
+  running: Running | null;
+  inFlight: number;
+  readonly startedAt: number;
+  /** When it became ready (0 while loading): a device reading older than this does not count its memory yet. */
+  readyAt: number;
+  lastUsedAt: number;
+  /** Recent milliseconds per generated token (moving average), null until a request reported its timings. */
+  msPerToken: number | null;
+  idleTimer: NodeJS.Timeout | null;
+  failure: Failure | null;
+}
+
+/** A claim on one slot of a ready placement for one request; release() exactly once when the response is done. */
+export interface Lease {
+  readonly placementId: string;
+  readonly baseUrl: string;
+  readonly connect?: () => Duplex;
+  readonly model: ModelRecord;
+  /** `tokensPerSecond`: the generation speed llama-server reported, for routing by recent time-per-token. */
+  release(tokensPerSecond?: number | null): void;
+}
+
+/** The machines a placement occupies, by node name (null = the hub). */
+export function machinesOf(p: Placement): (string | null)[] {
+  if (p.shardPlan) return p.shardPlan.stages.map((st) => st.node);
+  return [p.node?.name ?? null];
+}
+
+export function isLive(p: Placement): boolean {
+  return p.state === 'starting' || p.state === 'ready';
+}
+
+/** What /status says of any placement (a replica or a shard). */
+export interface PlacementStatus {
+  readonly id: string;
+  readonly model: string;
+  readonly state: PlacementState;
+  /** The local llama-server (host replica, shard head); for a node replica, the node's. */
+  readonly port: number | null;
+  readonly pid: number | null;
+  readonly ctx: number;
+  readonly slots: number;
+  readonly in_flight: number;
+  readonly kv_cache_type: KvCacheType;
+  readonly ms_per_token: number | null;
+  readonly failure: Failure | null;
+}
+
+export interface ReplicaStatus extends PlacementStatus {
+  readonly sha256: string;
+  readonly where: 'host' | 'node';
+  readonly node: string | null;
+  readonly device: string;
+  readonly flash_attn: FlashAttn;
+  readonly need_mb: number;
+  readonly started_at: string;
+  readonly last_used_at: string;
+  /** llama-server's load report for a host replica: where its weights and KV landed (`Vulkan0 model buffer size = …`). */
+  readonly buffers: readonly string[];
+}
+
+export interface ShardStatus extends PlacementStatus {
+  readonly stages: { index: number; node: string | null; device: string; layers: [number, number]; need_mb: number; free_mb: number; output: boolean; rpc_endpoint: string | null; rpc_bytes: number | null }[];
+  readonly warnings: readonly string[];
+  /** llama-server's own report of where the weights went (its "model buffer size" lines). */
+  readonly buffers: readonly string[];
+}

@@ -1,0 +1,182 @@
+import type { Logger } from 'pino';
+import type { HubConfig } from '../config.js';
+import type { Device } from '../gpu/inventory.js';
+import type { NodeConn, NodeManager } from '../pool/manager.js';
+import type { ModelRecord } from '../store/store.js';
+import type { FailureMemory } from './backoff.js';
+import { fitNeed, fmtMb, type FitBreakdown } from './fit.js';
+import { shardModel } from './launcher.js';
+import type { Placement } from './placement.js';
+import { chooseEvictions, freeAfterReservations, planHostReplica, shortfallMessage, type HostPlan, type ReplicaView } from './plan.js';
+import { planShard, type ShardDevice, type ShardPlan } from './shard.js';
+
+/**
+ * Where a new placement of a model goes, in the spec's order, as a plan the scheduler then carries out:
+ *   1. a replica on the hub's own device;
+ *   2. a replica on a node that fits (a node that already holds the file first);
+ *   3. a pipeline shard across hub + nodes (only as a model's first placement);
+ *   4. with the room of the fewest least-recently-used idle placements counted free — only when that plan
+ *      succeeds, so a request that cannot be placed stops nobody's model.
+ * And when nothing fits: whether the pool as configured could never hold it (model_unavailable) or could once
+ * busy placements finish, paused machines return or backoffs expire (pool_busy).
+ */
+export type NewPlacement =
+  | { readonly kind: 'host'; readonly device: string; readonly evict: readonly string[] }
+  | { readonly kind: 'node'; readonly conn: NodeConn; readonly device: string; readonly evict: readonly string[] }
+  | { readonly kind: 'shard'; readonly plan: Extract<ShardPlan, { kind: 'shard' }>; readonly evict: readonly string[] };
+
+export interface PlacerDeps {
+  readonly config: HubConfig;
+  readonly devices: () => Device[];
+  readonly nodes?: NodeManager;
+  readonly failures: FailureMemory;
+  readonly placements: () => Iterable<Placement>;
+  /** The hub's own devices are paused (its owner's toggle, schedule or auto-pause). */
+  readonly hubPaused: () => boolean;
+  readonly log: Logger;
+}
+
+/** "What if" switches: plan as if these placements were stopped, paused machines back, backoffs over. */
+interface WhatIf {
+  readonly evicting?: ReadonlySet<string>;
+  readonly ignorePause?: boolean;
+  readonly ignoreBackoff?: boolean;
+}
+
+/** The hub's name in failure memory: a host placement that fails keeps the model off the hub for a while too. */
+export const HUB = 'hub';
+
+export class Placer {
+  constructor(private readonly d: PlacerDeps) {}
+
+  need(model: ModelRecord): FitBreakdown {
+    return fitNeed({ requiredVramMb: model.required_vram_mb, sizeBytes: model.size, kvBytesPerToken: model.kv_bytes_per_token }, this.d.config);
+  }
+
+  /** Placements as the pure planner sees them, on one machine: the hub (node null) or a node by name. */
+  views(node: string | null, evicting?: ReadonlySet<string>): ReplicaView[] {
+    const out: ReplicaView[] = [];
+    for (const p of this.d.placements()) {
+      if (p.state === 'failed') continue;
+      const base = { id: p.id, model: p.model, state: p.state, inFlight: p.inFlight, lastUsedAt: p.lastUsedAt, readyAt: p.readyAt, evict: evicting?.has(p.id) ?? false };
+      if (p.shardPlan) {
+        for (const st of p.shardPlan.stages) if (st.node === node) out.push({ ...base, device: st.device, needMb: st.needMb });
+      } else if ((p.node?.name ?? null) === node) {
+        out.push({ ...base, device: p.device, needMb: p.fit.needMb });
+      }
+    }
+    return out;
+  }
+
+  private hubDevices(w: WhatIf): Device[] {
+    if (this.d.hubPaused() && !w.ignorePause) return [];
+    return this.d.devices();
+  }
+
+  private usable(conn: NodeConn, model: string, w: WhatIf): boolean {
+    if (conn.availability === 'paused' && !w.ignorePause) return false;
+    return w.ignoreBackoff || !this.d.failures.blocked(conn.name, model);
+  }
+
+  private hubUsable(model: string, w: WhatIf): boolean {
+    return w.ignoreBackoff || !this.d.failures.blocked(HUB, model);
+  }
+
+  private planHost(model: ModelRecord, w: WhatIf): Extract<HostPlan, { kind: 'host' }> | null {
+    if (!this.hubUsable(model.name, w)) return null;
+    const plan = planHostReplica(this.need(model), freeAfterReservations(this.hubDevices(w), this.views(null, w.evicting)), []);
+    return plan.kind === 'host' ? plan : null;
+  }
+
+  /** Among usable nodes, one whose device fits M: a node that already holds the file first, then the most free. */
+  private planNode(model: ModelRecord, w: WhatIf): { conn: NodeConn; device: string } | null {
+    const need = this.need(model);
+    let best: { conn: NodeConn; device: string; cached: boolean; free: number } | null = null;
+    for (const conn of this.d.nodes?.connected() ?? []) {
+      if (!this.usable(conn, model.name, w)) continue;
+      const devices = conn.devices.map((dv) => ({ id: dv.id, kind: dv.kind, totalMb: dv.totalMb, reportedFreeMb: dv.freeMb }));
+      const plan = planHostReplica(need, freeAfterReservations(devices, this.views(conn.name, w.evicting)), []);
+      if (plan.kind !== 'host') continue;
+      const free = devices.find((dv) => dv.id === plan.device)!.reportedFreeMb;
+      const cached = conn.cache.has(model.sha256);
+      if (!best || (cached && !best.cached) || (cached === best.cached && free > best.free)) best = { conn, device: plan.device, cached, free };
+    }
+    return best ? { conn: best.conn, device: best.device } : null;
+  }
+
+  /** The hub's device plus usable nodes' devices, with what each has free. */
+  private planShardFor(model: ModelRecord, w: WhatIf): ShardPlan {
+    const sm = shardModel(model);
+    if (!sm) return { kind: 'none', reason: 'the GGUF header gives no layer count to split' };
+    const devices: ShardDevice[] = this.hubUsable(model.name, w)
+      ? freeAfterReservations(this.hubDevices(w), this.views(null, w.evicting)).map((dv) => ({ node: null, device: dv.id, kind: dv.kind, freeMb: dv.freeMb, totalMb: dv.totalMb }))
+      : [];
+    for (const conn of this.d.nodes?.connected() ?? []) {
+      if (!this.usable(conn, model.name, w)) continue;
+      const free = freeAfterReservations(conn.devices.map((dv) => ({ id: dv.id, kind: dv.kind, totalMb: dv.totalMb, reportedFreeMb: dv.freeMb })), this.views(conn.name, w.evicting));
+      for (const dv of free) devices.push({ node: conn.name, device: dv.id, kind: dv.kind, freeMb: dv.freeMb, totalMb: dv.totalMb });
+    }
+    return planShard(devices, sm, this.d.config);
+  }
+
+  /** One try in the spec's order with the given what-ifs; no evictions beyond `w.evicting`. */
+  private tryPlan(model: ModelRecord, w: WhatIf, shards: boolean): NewPlacement | null {
+    const evict = [...(w.evicting ?? [])];
+    const host = this.planHost(model, w);
+    if (host) return { kind: 'host', device: host.device, evict };
+    const node = this.planNode(model, w);
+    if (node) return { kind: 'node', conn: node.conn, device: node.device, evict };
+    if (!shards) return null;
+    const shard = this.planShardFor(model, w);
+    return shard.kind === 'shard' ? { kind: 'shard', plan: shard, evict } : null;
+  }
+
+  /**
+   * A new placement for M, or null. `first`: M has no live placement, so a shard may be planned and idle
+   * placements of other models may be evicted (the fewest, least recently used first, and only when that makes
+   * the plan succeed). Extra placements for a busy model use free room only: they never cost anyone a model.
+   */
+  place(model: ModelRecord, first: boolean): NewPlacement | null {
+    const plain = this.tryPlan(model, {}, first);
+    if (plain || !first) return plain;
+    const idle = [...this.d.placements()].filter((p) => p.state === 'ready' && p.inFlight === 0);
+    const victims = chooseEvictions(idle, (ev) => this.tryPlan(model, { evicting: ev }, true) !== null);
+    return victims ? this.tryPlan(model, { evicting: new Set(victims.map((v) => v.id)) }, true) : null;
+  }
+
+  /**
+   * Nothing fits now: could M fit once every placement is gone, paused machines are back and backoffs are over?
+   * Then the pool is busy (retry later); otherwise the pool as configured cannot hold M.
+   */
+  couldFitLater(model: ModelRecord): boolean {
+    const all = new Set([...this.d.placements()].filter((p) => p.state !== 'failed').map((p) => p.id));
+    return this.tryPlan(model, { evicting: all, ignorePause: true, ignoreBackoff: true }, true) !== null;
+  }
+
+  /** Whether M could be placed now (for /v1/models and /status). */
+  canPlaceNow(model: ModelRecord): boolean {
+    return this.place(model, true) !== null;
+  }
+
+  /** The 503 message: need vs free per device on the hub and on every node. */
+  shortfall(model: ModelRecord): string {
+    const plan = planHostReplica(this.need(model), freeAfterReservations(this.hubDevices({}), this.views(null)), []);
+    const hub = plan.kind === 'none' ? shortfallMessage(model.name, plan) : `${model.name}: the hub's device fits it`;
+    const paused = this.d.hubPaused() ? ' (the hub\'s own devices are paused)' : '';
+    return `${hub}${paused}; ${this.nodesSummary(model.name)}`;
+  }
+
+  private nodesSummary(model: string): string {
+    const records = (this.d.nodes?.records() ?? []).filter((r) => !r.revoked_at);
+    if (records.length === 0) return 'no node has joined (relay nodes token, then relay up on another machine)';
+    return `nodes: ${records.map((r) => {
+      const conn = this.d.nodes?.get(r.name);
+      if (!conn?.alive) return `${r.name} offline`;
+      if (conn.availability === 'paused') return `${conn.name} paused (${conn.reason ?? 'by its owner'})`;
+      const b = this.d.failures.blocked(conn.name, model);
+      const free = freeAfterReservations(conn.devices.map((dv) => ({ id: dv.id, kind: dv.kind, totalMb: dv.totalMb, reportedFreeMb: dv.freeMb })), this.views(conn.name));
+      const devs = free.map((dv) => `${dv.id} ${fmtMb(dv.freeMb)} free of ${fmtMb(dv.totalMb)}`).join(', ') || 'no devices';
+      return `${conn.name} ${devs}${b ? ` (skipped for "${model}" until ${new Date(b.until).toISOString()}: ${b.reason})` : ''}`;
+    }).join('; ')}`;
+  }
+}

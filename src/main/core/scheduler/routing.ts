@@ -1,0 +1,62 @@
+/**
+ * Routing and scale-out, pure: which placement of a model takes the next request, and whether the requests
+ * waiting for the model need another placement. No I/O, no timers; the scheduler acts on the answers.
+ */
+
+export interface RouteView {
+  readonly id: string;
+  /** null = the hub (a host replica, or a shard, whose head runs on the hub). */
+  readonly node: string | null;
+  readonly state: 'starting' | 'ready' | 'failed' | 'stopping';
+  readonly slots: number;
+  readonly inFlight: number;
+  /** Recent milliseconds per generated token; null when not measured yet. */
+  readonly msPerToken: number | null;
+}
+
+export function freeSlots(p: RouteView): number {
+  return Math.max(0, p.slots - p.inFlight);
+}
+
+/**
+ * The ready placement with the most free slots; ties go to the hub, then to the node with the lowest recent
+ * time-per-token (an unmeasured placement counts as fastest, so a new one gets tried), then by id so the
+ * choice is stable. Null when every placement is saturated (or none is ready).
+ */
+export function pickPlacement<T extends RouteView>(placements: readonly T[], exclude: ReadonlySet<string> = new Set()): T | null {
+  let best: T | null = null;
+  for (const p of placements) {
+    if (p.state !== 'ready' || exclude.has(p.id) || freeSlots(p) === 0) continue;
+    if (best === null || better(p, best)) best = p;
+  }
+  return best;
+}
+
+function better(a: RouteView, b: RouteView): boolean {
+  if (freeSlots(a) !== freeSlots(b)) return freeSlots(a) > freeSlots(b);
+  if ((a.node === null) !== (b.node === null)) return a.node === null;
+  const ta = a.msPerToken ?? 0;
+  const tb = b.msPerToken ?? 0;
+  if (ta !== tb) return ta < tb;
+  return a.id < b.id;
+}
+
+/**
+ * Whether the waiting requests need one more placement: more are waiting than the free slots of ready
+ * placements plus the slots that placements still loading will bring, and `maxPlacements` (0 = no bound but
+ * the devices) allows another. The caller adds one at a time and asks again.
+ */
+export function wantsAnother(placements: readonly RouteView[], waiting: number, maxPlacements: number): boolean {
+  const live = placements.filter((p) => p.state === 'starting' || p.state === 'ready');
+  const coming = live.filter((p) => p.state === 'starting').reduce((s, p) => s + p.slots, 0);
+  const free = live.filter((p) => p.state === 'ready').reduce((s, p) => s + freeSlots(p), 0);
+  if (waiting <= coming + free) return false;
+  return maxPlacements <= 0 || live.length < maxPlacements;
+}
+
+/** A moving average of time-per-token: recent requests weigh most. */
+export function nextMsPerToken(prev: number | null, tokensPerSecond: number | null | undefined): number | null {
+  if (!tokensPerSecond || !Number.isFinite(tokensPerSecond) || tokensPerSecond <= 0) return prev;
+  const ms = 1000 / tokensPerSecond;
+  return prev === null ? ms : prev * 0.7 + ms * 0.3;
+}

@@ -1,0 +1,426 @@
+import { randomUUID } from 'node:crypto';
+import type { Logger } from 'pino';
+import { ErrorCode, RelayError, isRelayError } from '../../../shared/errors.js';
+import type { HubConfig } from '../config.js';
+import type { Device } from '../gpu/inventory.js';
+import type { NodeConn, NodeManager } from '../pool/manager.js';
+import type { ModelRegistry } from '../models/registry.js';
+import type { ModelRecord } from '../store/store.js';
+import { FailureMemory } from './backoff.js';
+import type { FitBreakdown } from './fit.js';
+import type { Launcher } from './launcher.js';
+import { isLive, machinesOf, type Lease, type Placement } from './placement.js';
+import { HUB, Placer, type NewPlacement } from './placer.js';
+import { nextMsPerToken, pickPlacement, wantsAnother } from './routing.js';
+import { deviceStatus, nodeDevicesFree, replicaStatus, shardStatus } from './status.js';
+
+/**
+ * The scheduler: for a request naming model M, lease a slot of a placement of M — the ready one with the
+ * most free slots — or queue the request and add placements while more requests wait than the placements
+ * of M can take (planned by the Placer, made real by the Launcher). A request waits for whichever comes
+ * first: a slot frees up or a new placement is ready. Placements stop after the keep-alive, when their
+ * machine pauses or leaves, or to make room for a model that has none.
+ */
+
+/** Attempts a request gets before the last error is its answer (loads that failed under it, failovers). */
+export const MAX_ATTEMPTS = 3;
+
+export interface SchedulerDeps {
+  readonly config: HubConfig;
+  readonly registry: ModelRegistry;
+  readonly launcher: Launcher;
+  readonly devices: () => Device[];
+  readonly nodes?: NodeManager;
+  readonly log: Logger;
+  /** Whether the hub's own devices are paused right now. */
+  readonly hubPaused?: () => boolean;
+  readonly onLoad?: (model: string, seconds: number) => void;
+  readonly now?: () => number;
+}
+
+/** One request's history across attempts: placements that failed it, and the errors. */
+export interface Attempts {
+  readonly exclude: Set<string>;
+  readonly errors: RelayError[];
+}
+
+export function newAttempts(): Attempts {
+  return { exclude: new Set(), errors: [] };
+}
+
+interface Waiter {
+  readonly model: ModelRecord;
+  readonly attempts: Attempts;
+  resolve(lease: Lease): void;
+  reject(err: RelayError): void;
+  done: boolean;
+}
+
+export class Scheduler {
+  private readonly placements = new Map<string, Placement>();
+  /** The last failed placement of each model stays visible in /status until a load of the model replaces it. */
+  private readonly failed = new Map<string, Placement>();
+  private readonly waiting = new Map<string, Waiter[]>();
+  private closed = false;
+  /** (machine, model) pairs whose placement failed to load or crashed: skipped for that model for a while. */
+  private readonly failures: FailureMemory;
+  readonly placer: Placer;
+
+  constructor(private readonly d: SchedulerDeps) {
+    this.failures = new FailureMemory(() => this.now());
+    this.placer = new Placer({
+      config: d.config, devices: d.devices, nodes: d.nodes, failures: this.failures, log: d.log,
+      placements: () => this.placements.values(), hubPaused: () => d.hubPaused?.() ?? false,
+    });
+  }
+
+  private now(): number {
+    return this.d.now?.() ?? Date.now();
+  }
+
+  need(model: ModelRecord): FitBreakdown {
+    return this.placer.need(model);
+  }
+
+  private of(model: ModelRecord): Placement[] {
+    return [...this.placements.values()].filter((p) => p.model === model.name && p.sha256 === model.sha256);
+  }
+
+  private routeViews(model: ModelRecord) {
+    return this.of(model).map((p) => ({ id: p.id, node: p.node?.name ?? null, state: p.state, slots: p.fit.slots, inFlight: p.inFlight, msPerToken: p.msPerToken, p }));
+  }
+
+  /** Whether the pool can serve the model now, and if not, why (for /v1/models and /status). */
+  availability(model: ModelRecord): { available: boolean; reason: string | null } {
+    if (this.of(model).some(isLive) || this.placer.canPlaceNow(model)) return { available: true, reason: null };
+    return { available: false, reason: this.placer.shortfall(model) };
+  }
+
+  /**
+   * A slot of a ready placement of `name`, now or once one frees up or a new placement is ready. `attempts`
+   * carries a request's earlier failures across calls (see MAX_ATTEMPTS); `signal` withdraws a waiting request.
+   */
+  async acquire(name: string, attempts: Attempts = newAttempts(), signal?: AbortSignal): Promise<Lease> {
+    if (this.closed) throw new RelayError(ErrorCode.MODEL_UNAVAILABLE, 'the hub is shutting down');
+    // A file that changed on disk is re-hashed first and its old placements stopped: never serve old bytes.
+    const { model, changed } = await this.d.registry.verify(name);
+    if (changed) await this.stopModel(name, 'model file changed on disk');
+    const queue = this.waiting.get(model.name) ?? [];
+    if (queue.length === 0) {
+      const free = pickPlacement(this.routeViews(model), attempts.exclude);
+      if (free) return this.lease(free.p, model);
+    }
+    const max = this.d.config.queueMax;
+    if (queue.length >= max) {
+      throw new RelayError(ErrorCode.POOL_BUSY, `${queue.length} requests are already waiting for "${model.name}" (RELAY_QUEUE_MAX=${max})`,
+        { model: model.name, retry_after_s: 5 }, { status: 429 });
+    }
+    return new Promise<Lease>((resolve, reject) => {
+      let timer: NodeJS.Timeout | null = null;
+      const onAbort = (): void => w.reject(new RelayError(ErrorCode.INVALID_REQUEST, 'the client went away while waiting'));
+      const settle = (): void => {
+        w.done = true;
+        if (timer) clearTimeout(timer);
+        signal?.removeEventListener('abort', onAbort);
+        const q = this.waiting.get(model.name);
+        if (q) {
+          const i = q.indexOf(w);
+          if (i >= 0) q.splice(i, 1);
+          if (q.length === 0) this.waiting.delete(model.name);
+        }
+      };
+      const w: Waiter = {
+        model, attempts, done: false,
+        resolve: (lease) => { settle(); resolve(lease); },
+        reject: (err) => { settle(); reject(err); },
+      };
+      this.waiting.set(model.name, [...queue, w]);
+      timer = setTimeout(() => w.reject(new RelayError(ErrorCode.POOL_BUSY,
+        `no slot of "${model.name}" came free within ${this.d.config.queueTimeoutMs} ms (RELAY_QUEUE_TIMEOUT_MS)`, { model: model.name, retry_after_s: 10 })), this.d.config.queueTimeoutMs);
+      signal?.addEventListener('abort', onAbort, { once: true });
+      this.pump(model.name);
+    });
+  }
+
+  /**
+   * Hand free slots to waiting requests in arrival order, add placements while more wait than the placements
+   * can take, and answer the waiters when the model has no placement and none can be made.
+   */
+  private pump(name: string): void {
+    const q = this.waiting.get(name);
+    if (!q || q.length === 0) return;
+    const model = q[0]!.model;
+    for (const w of [...q]) {
+      const free = pickPlacement(this.routeViews(model), w.attempts.exclude);
+      if (free) w.resolve(this.lease(free.p, model));
+    }
+    const left = (): Waiter[] => this.waiting.get(name) ?? [];
+    // A waiter is stranded when every live placement of M already failed it (or M has none).
+    const stranded = (): Waiter[] => left().filter((w) => !this.of(model).some((p) => isLive(p) && !w.attempts.exclude.has(p.id)));
+    const max = this.d.config.maxPlacementsPerModel;
+    const below = (): boolean => max <= 0 || this.of(model).filter(isLive).length < max;
+    while (left().length > 0 && ((stranded().length > 0 && below()) || wantsAnother(this.routeViews(model), left().length, max))) {
+      const first = !this.of(model).some(isLive);
+      const plan = this.placer.place(model, first);
+      if (!plan) break;
+      this.start(model, plan);
+    }
+    // Room that a stopping placement is about to give back may be what M needs: wait for it (every stop re-pumps).
+    const roomComing = [...this.placements.values()].some((p) => p.state === 'stopping');
+    const out = roomComing ? [] : stranded();
+    if (out.length > 0) {
+      const fallback = this.noRoom(model);
+      for (const w of out) w.reject(w.attempts.errors.at(-1) ?? fallback);
+    }
+  }
+
+  /** The answer when nothing can hold M now: pool_busy when it could later, model_unavailable when never. */
+  private noRoom(model: ModelRecord): RelayError {
+    const message = this.placer.shortfall(model);
+    if (this.placer.couldFitLater(model)) {
+      return new RelayError(ErrorCode.POOL_BUSY, `"${model.name}" fits once busy placements finish, paused machines return or backoffs expire: ${message}`,
+        { model: model.name, need_mb: Math.ceil(this.need(model).needMb), retry_after_s: 10 });
+    }
+    return new RelayError(ErrorCode.MODEL_UNAVAILABLE, message, { model: model.name, need_mb: Math.ceil(this.need(model).needMb) });
+  }
+
+  private lease(p: Placement, model: ModelRecord): Lease {
+    const running = p.running!;
+    p.inFlight++;
+    p.lastUsedAt = this.now();
+    if (p.idleTimer) {
+      clearTimeout(p.idleTimer);
+      p.idleTimer = null;
+    }
+    let released = false;
+    return {
+      placementId: p.id,
+      baseUrl: running.baseUrl,
+      ...(running.connect ? { connect: running.connect } : {}),
+      model,
+      release: (tokensPerSecond) => {
+        if (released) return;
+        released = true;
+        p.inFlight--;
+        p.lastUsedAt = this.now();
+        p.msPerToken = nextMsPerToken(p.msPerToken, tokensPerSecond);
+        if (p.state !== 'ready') return;
+        this.pump(p.model);
+        if (p.inFlight === 0) this.armIdleTimer(p);
+      },
+    };
+  }
+
+  /** A request's placement failed before its first byte: it is not offered that placement again. */
+  failedBefore(lease: Lease, attempts: Attempts, err: RelayError): void {
+    attempts.exclude.add(lease.placementId);
+    attempts.errors.push(err);
+  }
+
+  private armIdleTimer(p: Placement): void {
+    if (p.idleTimer) clearTimeout(p.idleTimer);
+    p.idleTimer = setTimeout(() => {
+      p.idleTimer = null;
+      if (p.inFlight === 0 && p.state === 'ready') void this.stop(p, `idle for ${this.d.config.keepAliveMs} ms`);
+    }, this.d.config.keepAliveMs);
+    p.idleTimer.unref();
+  }
+
+  private start(model: ModelRecord, plan: NewPlacement): Placement {
+    const p: Placement = {
+      id: randomUUID().slice(0, 8),
+      kind: plan.kind,
+      model: model.name,
+      sha256: model.sha256,
+      node: plan.kind === 'node' ? plan.conn : null,
+      device: plan.kind === 'shard' ? (plan.plan.stages.find((st) => st.node === null)?.device ?? 'none') : plan.device,
+      fit: this.need(model),
+      shardPlan: plan.kind === 'shard' ? plan.plan : null,
+      state: 'starting',
+      running: null,
+      inFlight: 0,
+      startedAt: this.now(),
+      readyAt: 0,
+      lastUsedAt: this.now(),
+      msPerToken: null,
+      idleTimer: null,
+      failure: null,
+    };
+    // Victims are marked stopping in this same tick, so a concurrent plan counts their room as taken.
+    const stops = plan.evict.map((id) => this.placements.get(id)).filter((v): v is Placement => v !== undefined)
+      .map((v) => this.stop(v, `evicted (least recently used) to make room for "${model.name}"`));
+    this.placements.set(p.id, p);
+    const log = this.d.log.child({ placement: p.id, model: model.name, kind: p.kind, node: p.node?.name });
+    void (async () => {
+      await Promise.all(stops);
+      const running = await this.d.launcher.start(p, model);
+      if (p.state !== 'starting') {
+        await this.d.launcher.stop(p);
+        return;
+      }
+      p.running = running;
+      p.state = 'ready';
+      p.readyAt = this.now();
+      this.failed.delete(model.name);
+      for (const m of machinesOf(p)) this.failures.succeeded(m ?? HUB, model.name);
+      const seconds = (this.now() - p.startedAt) / 1000;
+      this.d.onLoad?.(model.name, seconds);
+      log.info({ seconds, pid: running.pid, port: running.port }, 'placement ready');
+      void running.exited?.then((why) => {
+        if (p.state !== 'ready' || this.closed) return;
+        this.markFailed(p, why, running.tail());
+        if (p.kind === 'shard') void this.d.launcher.stop(p);
+        this.pump(p.model);
+      });
+      this.pump(model.name);
+      if (p.inFlight === 0) this.armIdleTimer(p);
+    })().catch((err: unknown) => {
+      const e = isRelayError(err) ? err : new RelayError(ErrorCode.REPLICA_FAILED, String(err));
+      if (p.state === 'starting') {
+        this.markFailed(p, e.message.split('\n')[0] ?? 'load failed', (e.details.tail as string | undefined) ?? '');
+        void this.d.launcher.stop(p);
+        // The machine's own failure (not its owner pausing it, not the link dropping) keeps M off it a while.
+        const machine = p.kind === 'node' ? p.node!.name : p.kind === 'host' ? HUB : null;
+        const excused = e.code === ErrorCode.MODEL_UNAVAILABLE || e.code === ErrorCode.NODE_LOST || (p.node !== null && (!p.node.alive || p.node.availability === 'paused'));
+        if (machine && !excused) this.noteFailure(machine, model.name, `load failed: ${e.message.split('\n')[0]}`);
+      }
+      this.placementFailed(model.name, e);
+    });
+    return p;
+  }
+
+  /** A placement of M failed while requests waited for it: each counts an attempt, then M is re-planned. */
+  private placementFailed(name: string, err: RelayError): void {
+    for (const w of [...(this.waiting.get(name) ?? [])]) {
+      w.attempts.errors.push(err);
+      if (w.attempts.errors.length >= MAX_ATTEMPTS) w.reject(err);
+    }
+    this.pump(name);
+  }
+
+  private noteFailure(machine: string, model: string, reason: string): void {
+    const b = this.failures.failed(machine, model, reason);
+    this.d.log.warn({ machine, model, reason, failures: b.failures, retry_in_s: Math.round((b.until - b.at) / 1000) }, 'machine skipped for this model for a while');
+  }
+
+  private markFailed(p: Placement, message: string, tail: string): void {
+    p.state = 'failed';
+    p.failure = { message, tail, at: new Date(this.now()).toISOString() };
+    if (p.idleTimer) clearTimeout(p.idleTimer);
+    this.placements.delete(p.id);
+    this.failed.set(p.model, p);
+    this.d.log.warn({ placement: p.id, model: p.model, message, tail }, 'placement failed');
+  }
+
+  private async stop(p: Placement, reason: string): Promise<void> {
+    if (p.state === 'stopping' || p.state === 'failed') return;
+    p.state = 'stopping';
+    if (p.idleTimer) clearTimeout(p.idleTimer);
+    this.d.log.info({ placement: p.id, model: p.model, node: p.node?.name, reason }, 'stopping placement');
+    await this.d.launcher.stop(p);
+    this.placements.delete(p.id);
+    this.pumpAll();
+  }
+
+  /** Room came free somewhere: every model with waiting requests may now be placed. */
+  private pumpAll(): void {
+    for (const name of [...this.waiting.keys()]) this.pump(name);
+  }
+
+  async stopModel(name: string, reason: string): Promise<void> {
+    await Promise.all([...this.placements.values()].filter((p) => p.model === name).map((p) => this.stop(p, reason)));
+  }
+
+  private on(conn: NodeConn): Placement[] {
+    return [...this.placements.values()].filter((p) => machinesOf(p).includes(conn.name));
+  }
+
+  /** A node went away: its placements are gone at once; in-flight streams fail, waiting requests re-plan. */
+  nodeLost(conn: NodeConn, why: string): void {
+    for (const p of this.on(conn)) {
+      this.markFailed(p, `node ${conn.name} ${why}`, '');
+      void this.d.launcher.stop(p);
+      this.placementFailed(p.model, new RelayError(ErrorCode.NODE_LOST, `node ${conn.name} ${why}`, { node: conn.name }));
+    }
+  }
+
+  /** A node paused: not a failure (the owner took the machine back); its placements are stopped. */
+  async nodePaused(conn: NodeConn): Promise<void> {
+    const why = `node ${conn.name} paused (${conn.reason ?? 'by its owner'})`;
+    await Promise.all(this.on(conn).map((p) => this.stop(p, why)));
+  }
+
+  /** The hub's own devices paused: its replicas and the shards with a hub stage stop; requests go to nodes. */
+  async hubPaused(reason: string): Promise<void> {
+    const mine = [...this.placements.values()].filter((p) => machinesOf(p).includes(null));
+    await Promise.all(mine.map((p) => this.stop(p, `the hub's devices paused (${reason})`)));
+  }
+
+  /** After a heartbeat: a replica the node no longer runs has failed; one we do not expect is stopped. */
+  async reconcile(conn: NodeConn): Promise<void> {
+    const reported = new Set(conn.replicas.map((x) => x.replica));
+    for (const p of [...this.placements.values()]) {
+      if (p.node === conn && p.state === 'ready' && !reported.has(p.id)) {
+        this.markFailed(p, `the replica exited on node ${conn.name}`, '');
+        this.noteFailure(conn.name, p.model, 'the replica exited (crashed)');
+        this.pump(p.model);
+      }
+    }
+    for (const x of conn.replicas) {
+      const ours = this.placements.get(x.replica);
+      if (!ours || ours.node?.name !== conn.name) {
+        this.d.log.info({ node: conn.name, replica: x.replica }, 'node runs a replica the hub does not expect: stopping it');
+        await conn.command({ type: 'stop-replica', replica: x.replica }, 35_000).catch(() => undefined);
+      }
+    }
+  }
+
+  /** Pids of the local processes placements run (host replicas, shard heads): not "other programs" for auto-pause. */
+  localPids(): Set<number> {
+    return new Set([...this.placements.values()].filter((p) => p.kind !== 'node' && p.running?.pid).map((p) => p.running!.pid!));
+  }
+
+  /** Requests in flight on placements that use the hub's devices (its busy vs idle). */
+  hubStreams(): number {
+    return [...this.placements.values()].filter((p) => machinesOf(p).includes(null)).reduce((s, p) => s + p.inFlight, 0);
+  }
+
+  /** Backoffs in force (for /status and the dashboard); the hub itself is named "hub". */
+  backoffs(): { node: string; model: string; failures: number; reason: string; since: string; until: string }[] {
+    return this.failures.active().map((b) => ({
+      node: b.node, model: b.model, failures: b.failures, reason: b.reason, since: new Date(b.at).toISOString(), until: new Date(b.until).toISOString(),
+    }));
+  }
+
+  /** Requests waiting for a slot, per model (for /status). */
+  queues(): { model: string; waiting: number }[] {
+    return [...this.waiting].map(([model, q]) => ({ model, waiting: q.length }));
+  }
+
+  private all(): Placement[] {
+    return [...this.placements.values(), ...this.failed.values()];
+  }
+
+  status() {
+    return this.all().filter((p) => p.kind !== 'shard').map((p) => replicaStatus(p, this.d.config));
+  }
+
+  shardStatus() {
+    return this.all().filter((p) => p.kind === 'shard').map((p) => shardStatus(p, this.d.config, this.d.launcher.shardInfo(p)));
+  }
+
+  nodeDevicesFree(node: string, devices: readonly { id: string; kind: 'gpu' | 'cpu'; description: string; totalMb: number; freeMb: number }[]) {
+    return nodeDevicesFree(devices, this.placer.views(node));
+  }
+
+  deviceStatus() {
+    return deviceStatus(this.d.devices(), this.placer.views(null));
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    for (const q of [...this.waiting.values()]) for (const w of [...q]) w.reject(new RelayError(ErrorCode.MODEL_UNAVAILABLE, 'the hub is shutting down'));
+    await Promise.all([...this.placements.values()].map((p) => this.stop(p, 'hub shutting down')));
+  }
+}

@@ -1,0 +1,72 @@
+import type { HubConfig } from '../config.js';
+import type { Device } from '../gpu/inventory.js';
+import { effectiveFlashAttn } from '../llama/argv.js';
+import type { ShardInfo } from './launcher.js';
+import type { Placement, PlacementStatus, ReplicaStatus, ShardStatus } from './placement.js';
+import { freeAfterReservations, type ReplicaView } from './plan.js';
+
+/** How /status shows placements and devices: projections of the scheduler's table, no decisions. */
+
+function placementStatus(p: Placement, c: HubConfig): PlacementStatus {
+  return {
+    id: p.id,
+    model: p.model,
+    state: p.state,
+    port: p.running?.port ?? null,
+    pid: p.running?.pid ?? null,
+    ctx: p.fit.ctx,
+    slots: p.fit.slots,
+    in_flight: p.inFlight,
+    kv_cache_type: c.kvCacheType,
+    ms_per_token: p.msPerToken === null ? null : Math.round(p.msPerToken * 100) / 100,
+    failure: p.failure,
+  };
+}
+
+export function replicaStatus(p: Placement, c: HubConfig): ReplicaStatus {
+  return {
+    ...placementStatus(p, c),
+    sha256: p.sha256,
+    where: p.node ? 'node' : 'host',
+    node: p.node?.name ?? null,
+    device: p.device,
+    flash_attn: effectiveFlashAttn(c.kvCacheType, c.flashAttn),
+    need_mb: Math.ceil(p.fit.needMb),
+    started_at: new Date(p.startedAt).toISOString(),
+    last_used_at: new Date(p.lastUsedAt).toISOString(),
+    buffers: p.running?.buffers ?? [],
+  };
+}
+
+export function shardStatus(p: Placement, c: HubConfig, info: ShardInfo | null): ShardStatus {
+  let remote = 0;
+  return {
+    ...placementStatus(p, c),
+    stages: (p.shardPlan?.stages ?? []).map((st, index) => {
+      const m = st.node === null ? undefined : info?.members[remote++];
+      return {
+        index, node: st.node, device: st.device, layers: [st.layers[0], st.layers[1]] as [number, number],
+        need_mb: Math.ceil(st.needMb), free_mb: Math.floor(st.freeMb), output: st.output,
+        rpc_endpoint: m?.endpoint ?? null,
+        rpc_bytes: m?.bytes ?? null,
+      };
+    }),
+    warnings: info?.warnings ?? [],
+    buffers: info?.buffers ?? [],
+  };
+}
+
+/** A node's devices with what relay placed there subtracted (a CPU budget is bookkeeping the node cannot see). */
+export function nodeDevicesFree<D extends { id: string; kind: 'gpu' | 'cpu'; totalMb: number; freeMb: number }>(devices: readonly D[], views: readonly ReplicaView[]): D[] {
+  const free = freeAfterReservations(devices.map((d) => ({ id: d.id, kind: d.kind, totalMb: d.totalMb, reportedFreeMb: d.freeMb })), views);
+  return devices.map((d, i) => ({ ...d, freeMb: Math.floor(free[i]!.freeMb) }));
+}
+
+/** The hub's devices with what relay reserved on them. */
+export function deviceStatus(devices: readonly Device[], views: readonly ReplicaView[]) {
+  const free = freeAfterReservations(devices, views);
+  return devices.map((d, i) => ({
+    id: d.id, kind: d.kind, description: d.description, total_mb: d.totalMb, free_mb: Math.floor(free[i]!.freeMb),
+    utilization_pct: d.utilizationPct, source: d.source, bus_id: d.busId,
+  }));
+}

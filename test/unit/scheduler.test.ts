@@ -1,0 +1,322 @@
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import pino from 'pino';
+import { ErrorCode, RelayError, httpError, isRelayError } from '../../src/shared/errors.js';
+import { hubConfigFromEnv, type HubConfig } from '../../src/main/core/config.js';
+import type { Device } from '../../src/main/core/gpu/inventory.js';
+import type { ModelRegistry } from '../../src/main/core/models/registry.js';
+import type { NodeConn, NodeManager } from '../../src/main/core/pool/manager.js';
+import type { Launcher } from '../../src/main/core/scheduler/launcher.js';
+import type { Lease, Placement, Running } from '../../src/main/core/scheduler/placement.js';
+import { pickPlacement, wantsAnother, type RouteView } from '../../src/main/core/scheduler/routing.js';
+import { newAttempts, Scheduler } from '../../src/main/core/scheduler/scheduler.js';
+import type { ModelRecord } from '../../src/main/core/store/store.js';
+
+/**
+ * The scheduler's rules — routing, scale-out, the wait queue, failover, failure memory, evictions, the hub's
+ * own pause — with a launcher of the test's own: each start waits until the test lets it succeed or fail, so
+ * every interleaving a user can hit is played out exactly. (The e2e tests run the same rules on llama.cpp.)
+ */
+const log = pino({ level: 'silent' });
+
+function model(name: string, requiredMb: number): ModelRecord {
+  return {
+    name, path: `/models/${name}.gguf`, sha256: `sha-${name}`, size: requiredMb * 1024 * 1024, mtimeMs: 0, required_vram_mb: requiredMb,
+    arch: 'llama', block_count: 4, kv_bytes_per_token: 1024, expert_count: 0, expert_used_count: 0, context_length: 4096,
+    embedding: false, added_at: new Date(0).toISOString(),
+  };
+}
+
+interface Start {
+  readonly p: Placement;
+  ok(): void;
+  fail(code?: ErrorCode): void;
+  crash(): void;
+}
+
+/** A launcher whose loads the test finishes by hand. */
+class ManualLauncher implements Launcher {
+  readonly starts: Start[] = [];
+  readonly stopped: string[] = [];
+  private waiters: (() => void)[] = [];
+
+  start(p: Placement): Promise<Running> {
+    return new Promise((resolve, reject) => {
+      let crash!: (why: string) => void;
+      const exited = new Promise<string>((r) => (crash = r));
+      this.starts.push({
+        p,
+        ok: () => resolve({ baseUrl: `http://fake/${p.id}`, port: null, pid: null, buffers: [], exited, tail: () => '' }),
+        fail: (code = ErrorCode.REPLICA_FAILED) => reject(new RelayError(code, `load of ${p.model} failed on ${p.node?.name ?? 'hub'}`)),
+        crash: () => crash('llama-server exited unexpectedly (SIGKILL)'),
+      });
+      for (const w of this.waiters.splice(0)) w();
+    });
+  }
+
+  async stop(p: Placement): Promise<void> {
+    this.stopped.push(p.id);
+  }
+
+  shardInfo(): null {
+    return null;
+  }
+
+  /** The n-th start (0-based), once it has been asked for. */
+  async nth(n: number): Promise<Start> {
+    while (this.starts.length <= n) await new Promise<void>((r) => this.waiters.push(r));
+    return this.starts[n]!;
+  }
+}
+
+function fakeNode(name: string, freeMb: number, extra: Partial<NodeConn> = {}): NodeConn {
+  return {
+    name, alive: true, availability: 'idle', reason: null, schedule: '', cache: new Map(), replicas: [],
+    devices: [{ id: 'CPU', kind: 'cpu', description: 'cpu', totalMb: freeMb, freeMb }],
+    command: async () => ({ ok: true, data: {} }),
+    ...extra,
+  } as unknown as NodeConn;
+}
+
+function setup(o: { hubMb?: number; nodes?: NodeConn[]; models: ModelRecord[]; env?: Record<string, string>; hubPaused?: () => boolean; config?: Partial<HubConfig> }) {
+  const config = hubConfigFromEnv({ HOME: '/tmp', RELAY_CONTEXT_SIZE: '512', RELAY_PARALLEL_SLOTS: '1', ...o.env }, { port: 0, ...o.config });
+  const devices: Device[] = o.hubMb ? [{ id: 'CPU', kind: 'cpu', description: 'cpu budget', totalMb: o.hubMb, reportedFreeMb: o.hubMb, utilizationPct: null, source: 'cpu-budget', busId: null, readAt: 0 }] : [];
+  const byName = new Map(o.models.map((m) => [m.name, m]));
+  const registry = { verify: async (n: string) => ({ model: byName.get(n)!, changed: false }) } as unknown as ModelRegistry;
+  const nodes = o.nodes ?? [];
+  const manager = {
+    connected: () => nodes.filter((n) => n.alive),
+    get: (n: string) => nodes.find((x) => x.name === n),
+    records: () => nodes.map((n) => ({ name: n.name, revoked_at: null })),
+    push: async () => undefined,
+  } as unknown as NodeManager;
+  const launcher = new ManualLauncher();
+  const scheduler = new Scheduler({ config, registry, launcher, devices: () => devices, nodes: manager, log, hubPaused: o.hubPaused });
+  return { scheduler, launcher, config };
+}
+
+const where = (l: Lease, launcher: ManualLauncher): string => {
+  const s = launcher.starts.find((x) => x.p.id === l.placementId)!;
+  return s.p.node?.name ?? 'hub';
+};
+
+/** acquire() reads the registry first: let it reach the queue. */
+const tick = (): Promise<void> => new Promise((r) => setImmediate(r));
+
+async function rejected(p: Promise<unknown>): Promise<RelayError> {
+  const err = await p.then(() => null, (e: unknown) => e);
+  assert.ok(isRelayError(err), `expected a RelayError, got ${String(err)}`);
+  return err;
+}
+
+describe('routing (pure)', () => {
+  const v = (id: string, node: string | null, inFlight: number, msPerToken: number | null = null, slots = 2): RouteView =>
+    ({ id, node, state: 'ready', slots, inFlight, msPerToken });
+  it('most free slots first; ties: the hub, then the lowest recent time-per-token; saturated and excluded never', () => {
+    assert.equal(pickPlacement([v('a', 'n1', 1), v('b', 'n2', 0)])!.id, 'b');
+    assert.equal(pickPlacement([v('a', 'n1', 0), v('h', null, 0)])!.id, 'h');
+    assert.equal(pickPlacement([v('a', 'n1', 0, 30), v('b', 'n2', 0, 12)])!.id, 'b');
+    assert.equal(pickPlacement([v('a', 'n1', 0, 30), v('b', 'n2', 0, null)])!.id, 'b', 'an unmeasured placement gets tried');
+    assert.equal(pickPlacement([v('a', 'n1', 2), v('h', null, 2)]), null);
+    assert.equal(pickPlacement([v('a', 'n1', 0)], new Set(['a'])), null);
+    assert.equal(pickPlacement([{ ...v('s', null, 0), state: 'starting' }]), null);
+  });
+  it('another placement only while more wait than the free and coming slots, within the bound', () => {
+    assert.equal(wantsAnother([], 1, 0), true);
+    assert.equal(wantsAnother([{ ...v('s', null, 0, null, 1), state: 'starting' }], 1, 0), false);
+    assert.equal(wantsAnother([{ ...v('s', null, 0, null, 1), state: 'starting' }], 2, 0), true);
+    assert.equal(wantsAnother([v('a', 'n1', 1, null, 2)], 1, 0), false);
+    assert.equal(wantsAnother([v('a', 'n1', 2, null, 2)], 1, 1), false, 'RELAY_MAX_PLACEMENTS_PER_MODEL=1');
+  });
+});
+
+describe('scheduler with a manual launcher', () => {
+  const m = model('m', 300);
+
+  it('three concurrent requests on a 1-slot model: three placements, hub first, then the nodes', async () => {
+    const probe = setup({ models: [m] }).scheduler.need(m).needMb;
+    const n1 = fakeNode('n1', probe + 10);
+    const n2 = fakeNode('n2', probe + 20);
+    const { scheduler, launcher } = setup({ hubMb: probe + 5, nodes: [n1, n2], models: [m] });
+    const leases = [scheduler.acquire('m'), scheduler.acquire('m'), scheduler.acquire('m')];
+    for (let i = 0; i < 3; i++) (await launcher.nth(i)).ok();
+    const got = await Promise.all(leases);
+    assert.deepEqual(got.map((l) => where(l, launcher)).sort(), ['hub', 'n1', 'n2']);
+    assert.equal(launcher.starts[0]!.p.kind, 'host');
+    assert.deepEqual(scheduler.status().map((r) => r.in_flight), [1, 1, 1]);
+    // A fourth waits for the first slot anywhere: no room for a fourth placement.
+    const fourth = scheduler.acquire('m');
+    await tick();
+    assert.deepEqual(scheduler.queues(), [{ model: 'm', waiting: 1 }]);
+    got[1]!.release(20);
+    const l4 = await fourth;
+    assert.equal(l4.placementId, got[1]!.placementId);
+    got[1]!.release(); // a second release changes nothing
+    assert.deepEqual(scheduler.status().map((r) => r.in_flight).sort(), [1, 1, 1]);
+  });
+
+  it('a waiting request takes whichever comes first: a freed slot, before the new placement is ready', async () => {
+    const probe = setup({ models: [m] }).scheduler.need(m).needMb;
+    const { scheduler, launcher } = setup({ hubMb: probe + 5, nodes: [fakeNode('n1', probe + 10)], models: [m] });
+    const first = scheduler.acquire('m');
+    (await launcher.nth(0)).ok();
+    const l1 = await first;
+    const second = scheduler.acquire('m');
+    const loading = await launcher.nth(1); // a node replica is loading for it
+    assert.equal(loading.p.node?.name, 'n1');
+    l1.release();
+    assert.equal((await second).placementId, l1.placementId, 'the freed slot won');
+    loading.ok();
+  });
+
+  it('RELAY_MAX_PLACEMENTS_PER_MODEL bounds the placements; a full queue is 429 pool_busy with Retry-After; the timeout is 503 pool_busy', async () => {
+    const probe = setup({ models: [m] }).scheduler.need(m).needMb;
+    const { scheduler, launcher } = setup({ hubMb: probe + 5, nodes: [fakeNode('n1', probe + 10)], models: [m], env: { RELAY_MAX_PLACEMENTS_PER_MODEL: '1', RELAY_QUEUE_MAX: '1', RELAY_QUEUE_TIMEOUT_MS: '50' } });
+    const l1 = scheduler.acquire('m');
+    (await launcher.nth(0)).ok();
+    await l1;
+    const waiting = scheduler.acquire('m');
+    const full = await rejected(scheduler.acquire('m'));
+    assert.equal(full.code, ErrorCode.POOL_BUSY);
+    const http = httpError(full);
+    assert.deepEqual([http.status, http.body.error.code], [429, 'pool_busy']);
+    assert.equal(full.details.retry_after_s, 5);
+    const timedOut = await rejected(waiting);
+    assert.deepEqual([timedOut.code, httpError(timedOut).status], [ErrorCode.POOL_BUSY, 503]);
+    assert.equal(launcher.starts.length, 1, 'no second placement beyond the bound');
+  });
+
+  it('a load that fails moves the request to another machine and keeps the failed one off the model for a while', async () => {
+    const probe = setup({ models: [m] }).scheduler.need(m).needMb;
+    const n1 = fakeNode('n1', probe + 50);
+    n1.cache.set(m.sha256, m.size); // n1 holds the file: it is chosen first
+    const n2 = fakeNode('n2', probe + 10);
+    const { scheduler, launcher } = setup({ nodes: [n1, n2], models: [m] });
+    const req = scheduler.acquire('m');
+    (await launcher.nth(0)).fail();
+    const retry = await launcher.nth(1);
+    assert.equal(retry.p.node?.name, 'n2');
+    retry.ok();
+    assert.equal(where(await req, launcher), 'n2');
+    assert.deepEqual(scheduler.backoffs().map((b) => [b.node, b.model, b.failures]), [['n1', 'm', 1]]);
+    assert.match(scheduler.backoffs()[0]!.reason, /^load failed: /);
+  });
+
+  it('three failed attempts answer the last error; a paused node or a lost link is no failure of the node', async () => {
+    const probe = setup({ models: [m] }).scheduler.need(m).needMb;
+    const nodes = ['a', 'b', 'c', 'd'].map((n) => fakeNode(n, probe + 10));
+    const { scheduler, launcher } = setup({ nodes, models: [m] });
+    const attempts = newAttempts();
+    const req = scheduler.acquire('m', attempts);
+    const lost = await launcher.nth(0);
+    (lost.p.node as unknown as { alive: boolean }).alive = false; // its link dropped
+    lost.fail(ErrorCode.NODE_LOST);
+    (await launcher.nth(1)).fail();
+    (await launcher.nth(2)).fail();
+    const err = await rejected(req);
+    assert.equal(err.code, ErrorCode.REPLICA_FAILED);
+    assert.equal(attempts.errors.length, 3);
+    assert.equal(launcher.starts.length, 3, 'not a fourth try');
+    assert.deepEqual(scheduler.backoffs().map((b) => b.node).sort(), ['b', 'c']);
+  });
+
+  it('a failure before the first byte excludes that placement for the request: it goes to another or a fresh one', async () => {
+    const probe = setup({ models: [m] }).scheduler.need(m).needMb;
+    const { scheduler, launcher } = setup({ hubMb: probe + 5, nodes: [fakeNode('n1', probe + 10)], models: [m] });
+    const attempts = newAttempts();
+    const first = scheduler.acquire('m', attempts);
+    (await launcher.nth(0)).ok();
+    const l1 = await first;
+    scheduler.failedBefore(l1, attempts, new RelayError(ErrorCode.UPSTREAM_ERROR, 'reset'));
+    l1.release();
+    const again = scheduler.acquire('m', attempts);
+    const fresh = await launcher.nth(1);
+    assert.equal(fresh.p.node?.name, 'n1', 'a fresh placement, not the excluded one');
+    fresh.ok();
+    assert.notEqual((await again).placementId, l1.placementId);
+  });
+
+  it('a 503 costs nobody their model: too big stops nothing; fits-once-evicted evicts the idle one only', async () => {
+    const a = model('a', 300);
+    const b = model('b', 400);
+    const huge = model('huge', 5000);
+    const probe = setup({ models: [a] }).scheduler;
+    const budget = Math.ceil(Math.max(probe.need(a).needMb, probe.need(b).needMb) + 50);
+    const { scheduler, launcher } = setup({ hubMb: budget, models: [a, b, huge] });
+    const la = scheduler.acquire('a');
+    (await launcher.nth(0)).ok();
+    const leaseA = await la;
+    const tooBig = await rejected(scheduler.acquire('huge'));
+    assert.equal(tooBig.code, ErrorCode.MODEL_UNAVAILABLE);
+    assert.equal(tooBig.details.retry_after_s, undefined);
+    // b fits once a is gone, but a is busy: pool_busy, a keeps running.
+    const busy = await rejected(scheduler.acquire('b'));
+    assert.equal(busy.code, ErrorCode.POOL_BUSY);
+    assert.deepEqual(launcher.stopped, []);
+    leaseA.release();
+    const lb = scheduler.acquire('b');
+    (await launcher.nth(1)).ok();
+    assert.equal((await lb).model.name, 'b');
+    assert.deepEqual(launcher.stopped, [leaseA.placementId]);
+  });
+
+  it('extra placements never evict another model: a saturated model waits instead', async () => {
+    const a = model('a', 300);
+    const b = model('b', 300);
+    const probe = setup({ models: [a] }).scheduler.need(a).needMb;
+    const { scheduler, launcher } = setup({ hubMb: Math.ceil(probe * 2 + 10), models: [a, b] });
+    const la = scheduler.acquire('a');
+    (await launcher.nth(0)).ok();
+    (await la).release();
+    const lb = scheduler.acquire('b');
+    (await launcher.nth(1)).ok();
+    const leaseB = await lb;
+    const second = scheduler.acquire('b'); // b is saturated; a second b would need a's room
+    await new Promise((r) => setTimeout(r, 10));
+    assert.equal(launcher.starts.length, 2);
+    assert.deepEqual(launcher.stopped, []);
+    leaseB.release();
+    assert.equal((await second).placementId, leaseB.placementId);
+  });
+
+  it('a placement that crashes while requests wait re-plans them; the hub\'s own pause sends new placements to nodes', async () => {
+    const probe = setup({ models: [m] }).scheduler.need(m).needMb;
+    let paused = false;
+    const { scheduler, launcher } = setup({ hubMb: probe + 5, nodes: [fakeNode('n1', probe + 10)], models: [m], hubPaused: () => paused });
+    const l = scheduler.acquire('m');
+    (await launcher.nth(0)).ok();
+    (await l).release();
+    paused = true;
+    await scheduler.hubPaused('paused by the owner');
+    assert.deepEqual(launcher.stopped, [launcher.starts[0]!.p.id]);
+    const next = scheduler.acquire('m');
+    const onNode = await launcher.nth(1);
+    assert.equal(onNode.p.node?.name, 'n1');
+    onNode.ok();
+    const ln = await next;
+    // A crash of a ready placement fails its future; a waiting request goes to a fresh placement.
+    const waiting = scheduler.acquire('m');
+    onNode.crash();
+    paused = false;
+    const fresh = await launcher.nth(2);
+    assert.equal(fresh.p.kind, 'host');
+    fresh.ok();
+    assert.equal((await waiting).placementId, fresh.p.id);
+    ln.release();
+  });
+
+  it('a request withdrawn while waiting leaves the queue', async () => {
+    const probe = setup({ models: [m] }).scheduler.need(m).needMb;
+    const { scheduler, launcher } = setup({ hubMb: probe + 5, models: [m] });
+    const first = scheduler.acquire('m');
+    (await launcher.nth(0)).ok();
+    await first;
+    const ac = new AbortController();
+    const waiting = scheduler.acquire('m', newAttempts(), ac.signal);
+    await tick();
+    assert.deepEqual(scheduler.queues(), [{ model: 'm', waiting: 1 }]);
+    ac.abort();
+    await rejected(waiting);
+    assert.deepEqual(scheduler.queues(), []);
+  });
+});
