@@ -5,12 +5,11 @@ import { after, before, describe, it } from 'node:test';
 import OpenAI from 'openai';
 import { chromium } from 'playwright-core';
 import { readModelInfo } from '../../src/main/core/gguf/derive.js';
-import { startLlamaServer } from '../../src/main/core/llama/index.js';
 import { addModel, startHub, type HubProcess } from '../helpers/hub.js';
-import { fixture, lavapipeEnv, llama, vulkanModule } from '../helpers/llama.js';
+import { directTexts, fixture, lavapipeEnv, vulkanModule } from '../helpers/llama.js';
 import { startNode, type NodeProcess } from '../helpers/node.js';
 import { assertExpertStages } from '../helpers/shards.js';
-import { complete, GREEDY } from '../helpers/openai.js';
+import { GREEDY } from '../helpers/openai.js';
 
 /**
  * A GPU hub for real: `relay hub --backend vulkan` loads the prebuilt Vulkan module into relay's own build,
@@ -39,17 +38,6 @@ interface StatusJson {
 const status = async (h: HubProcess) => (await h.status()) as unknown as StatusJson;
 
 /** One llama-server process holding the whole model on the CPU: the oracle. */
-async function directTexts(model: string, prompts: string[]): Promise<string[]> {
-  const s = await startLlamaServer(llama(), { model, ctx: 512, slots: 1, cacheType: 'f16', threads: 1 });
-  try {
-    const out: string[] = [];
-    for (const p of prompts) out.push((await complete(s.baseUrl, p, TOKENS)).text);
-    return out;
-  } finally {
-    await s.child.terminate(5000);
-  }
-}
-
 function argvOf(pid: number): string[] {
   return readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0');
 }
@@ -93,7 +81,7 @@ describe('GPU hub on lavapipe (Vulkan module, hub GPU runs the last stage)', { t
 
   it('a host replica runs on Vulkan0 (--device Vulkan0, weights in the Vulkan0 buffer) and answers /v1 like one process', async () => {
     await addModel(hub, { path: fixture('dense'), name: 'small' });
-    const want = await directTexts(fixture('dense'), PROMPTS);
+    const want = await directTexts(fixture('dense'), PROMPTS, TOKENS);
     const got: string[] = [];
     for (const p of PROMPTS) got.push((await client.completions.create({ model: 'small', prompt: p, max_tokens: TOKENS, ...extra })).choices[0]!.text);
     assert.deepEqual(got, want);
@@ -109,7 +97,7 @@ describe('GPU hub on lavapipe (Vulkan module, hub GPU runs the last stage)', { t
   it('a dense model the GPU cannot hold alone: nodes\' rpc-servers run the first layers, Vulkan0 the last and the output; same text', async () => {
     // 2000 MB of weights need 2444 MB on one device: more than Vulkan0's 2048 and either node's 1000.
     await addModel(hub, { path: fixture('dense'), name: 'dense', required_vram_mb: 2000 });
-    const want = await directTexts(fixture('dense'), PROMPTS);
+    const want = await directTexts(fixture('dense'), PROMPTS, TOKENS);
     const got: string[] = [];
     for (const p of PROMPTS) got.push((await client.completions.create({ model: 'dense', prompt: p, max_tokens: TOKENS, ...extra })).choices[0]!.text);
     assert.deepEqual(got, want);
@@ -138,7 +126,7 @@ describe('GPU hub on lavapipe (Vulkan module, hub GPU runs the last stage)', { t
     // 1700 MB of weights, three quarters of them experts: 2135 MB on one device, more than Vulkan0's 2048 and
     // a node's 1000; with the experts of some layers on a node, the hub's real share fits.
     await addModel(hub, { path: fixture('moewide'), name: 'moe', required_vram_mb: W_MOE });
-    const want = await directTexts(fixture('moewide'), PROMPTS);
+    const want = await directTexts(fixture('moewide'), PROMPTS, TOKENS);
     const got: string[] = [];
     for (const p of PROMPTS) got.push((await client.completions.create({ model: 'moe', prompt: p, max_tokens: TOKENS, ...extra })).choices[0]!.text);
     assert.deepEqual(got, want);
@@ -202,7 +190,7 @@ describe('a node lending two devices (Vulkan0 and a CPU budget): two stages, two
       await addModel(hub, { path: fixture('dense'), name: 'dense', required_vram_mb: 2400 });
       const c = new OpenAI({ baseURL: `${hub.url}/v1`, apiKey: 'x', maxRetries: 0 });
       const got = (await c.completions.create({ model: 'dense', prompt: PROMPTS[0]!, max_tokens: TOKENS, ...extra })).choices[0]!.text;
-      assert.equal(got, (await directTexts(fixture('dense'), [PROMPTS[0]!]))[0]);
+      assert.equal(got, (await directTexts(fixture('dense'), [PROMPTS[0]!], TOKENS))[0]);
       const sh = (await status(hub)).shards.find((x) => x.state === 'ready')!;
       assert.deepEqual(sh.stages.map((st) => [st.node, st.device]), [[null, 'CPU'], ['twin', 'Vulkan0'], ['twin', 'CPU']]);
       const pids = execFileSync('pgrep', ['-P', String(twin.proc.pid), '-f', 'ggml-rpc-server'], { encoding: 'utf8' }).trim().split('\n');

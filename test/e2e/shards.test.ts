@@ -1,13 +1,12 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import OpenAI from 'openai';
-import { startLlamaServer } from '../../src/main/core/llama/index.js';
 import { addModel, startHub, type HubProcess } from '../helpers/hub.js';
-import { fixture, llama } from '../helpers/llama.js';
+import { directTexts, fixture } from '../helpers/llama.js';
 import { startNode, type NodeProcess } from '../helpers/node.js';
 import { assertExpertStages } from '../helpers/shards.js';
-import { complete, GREEDY, streamUntil } from '../helpers/openai.js';
-import { waitGone , until } from '../helpers/proc.js';
+import { GREEDY, streamUntil } from '../helpers/openai.js';
+import { until, waitGone } from '../helpers/proc.js';
 
 /**
  * Shards with real processes: a hub and two nodes whose CPU budgets are each too small for the model (the
@@ -26,17 +25,6 @@ async function shardsOf(h: HubProcess): Promise<ShardJson[]> {
   return (await h.status()).shards as unknown as ShardJson[];
 }
 
-
-async function directTexts(model: string, prompts: string[]): Promise<string[]> {
-  const s = await startLlamaServer(llama(), { model, ctx: 512, slots: 1, cacheType: 'f16', threads: 1 });
-  try {
-    const out: string[] = [];
-    for (const p of prompts) out.push((await complete(s.baseUrl, p, 24)).text);
-    return out;
-  } finally {
-    await s.child.terminate(5000);
-  }
-}
 
 async function pool(hubEnv: Record<string, string> = {}): Promise<{ hub: HubProcess; nodes: NodeProcess[]; stop: () => Promise<void> }> {
   const hub = await startHub({ env: { ...ENV, ...hubEnv }, args: ['--cpu-budget-mb', '600'] });

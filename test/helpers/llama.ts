@@ -1,8 +1,9 @@
 import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
-import { BACKEND_PACKAGES, findLlama, withBackend, type LlamaInstall } from '../../src/main/core/llama/index.js';
+import { BACKEND_PACKAGES, findLlama, startLlamaServer, withBackend, type LlamaInstall } from '../../src/main/core/llama/index.js';
 import { cacheRoot } from '../../src/main/core/llama/fetch.js';
 import { ensureFixture, type FixtureName } from '../fixtures/models.js';
+import { complete } from './openai.js';
 
 /**
  * The llama.cpp build the suite runs against. `npm test`'s pretest step (test/setup/global-setup.ts) builds it
@@ -43,4 +44,16 @@ export function vulkanLlama(): LlamaInstall & { vocabDir: string; ggufPyDir: str
 
 export function fixture(name: FixtureName, seed = 1): string {
   return ensureFixture(name, { vocabDir: llama().vocabDir, seed });
+}
+
+/** The oracle: what a direct llama-server (1 slot, ctx 512, one thread) answers at temperature 0. */
+export async function directTexts(model: string, prompts: readonly string[], tokens = 24): Promise<string[]> {
+  const s = await startLlamaServer(llama(), { model, ctx: 512, slots: 1, cacheType: 'f16', threads: 1 });
+  try {
+    const out: string[] = [];
+    for (const p of prompts) out.push((await complete(s.baseUrl, p, tokens)).text);
+    return out;
+  } finally {
+    await s.child.terminate(5000);
+  }
 }

@@ -50,6 +50,8 @@ export interface Placement {
   state: PlacementState;
   running: Running | null;
   inFlight: number;
+  /** Requests it has answered (leases released). */
+  served: number;
   readonly startedAt: number;
   /** When it became ready (0 while loading): a device reading older than this does not count its memory yet. */
   readyAt: number;
@@ -91,6 +93,7 @@ export interface PlacementStatus {
   readonly ctx: number;
   readonly slots: number;
   readonly in_flight: number;
+  readonly served: number;
   readonly kv_cache_type: KvCacheType;
   readonly ms_per_token: number | null;
   readonly failure: Failure | null;

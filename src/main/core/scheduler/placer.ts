@@ -50,7 +50,9 @@ export class Placer {
   constructor(private readonly d: PlacerDeps) {}
 
   need(model: ModelRecord): FitBreakdown {
-    return fitNeed({ requiredVramMb: model.required_vram_mb, sizeBytes: model.size, kvBytesPerToken: model.kv_bytes_per_token }, this.d.config);
+    const need = fitNeed({ requiredVramMb: model.required_vram_mb, sizeBytes: model.size, kvBytesPerToken: model.kv_bytes_per_token }, this.d.config);
+    this.d.log.debug({ model: model.name, fit: need }, 'fit-check');
+    return need;
   }
 
   /** Placements as the pure planner sees them, on one machine: the hub (node null) or a node by name. */

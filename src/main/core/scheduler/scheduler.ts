@@ -202,6 +202,7 @@ export class Scheduler {
         if (released) return;
         released = true;
         p.inFlight--;
+        p.served++;
         p.lastUsedAt = this.now();
         p.msPerToken = nextMsPerToken(p.msPerToken, tokensPerSecond);
         if (p.state !== 'ready') return;
@@ -239,6 +240,7 @@ export class Scheduler {
       state: 'starting',
       running: null,
       inFlight: 0,
+      served: 0,
       startedAt: this.now(),
       readyAt: 0,
       lastUsedAt: this.now(),
@@ -276,14 +278,14 @@ export class Scheduler {
       if (p.inFlight === 0) this.armIdleTimer(p);
     })().catch((err: unknown) => {
       const e = isRelayError(err) ? err : new RelayError(ErrorCode.REPLICA_FAILED, String(err));
-      if (p.state === 'starting') {
-        this.markFailed(p, e.message.split('\n')[0] ?? 'load failed', (e.details.tail as string | undefined) ?? '');
-        void this.d.launcher.stop(p);
-        // The machine's own failure (not its owner pausing it, not the link dropping) keeps M off it a while.
-        const machine = p.kind === 'node' ? p.node!.name : p.kind === 'host' ? HUB : null;
-        const excused = e.code === ErrorCode.MODEL_UNAVAILABLE || e.code === ErrorCode.NODE_LOST || (p.node !== null && (!p.node.alive || p.node.availability === 'paused'));
-        if (machine && !excused) this.noteFailure(machine, model.name, `load failed: ${e.message.split('\n')[0]}`);
-      }
+      // Already failed (its node was lost) or stopped (paused, evicted): that path re-planned the waiters.
+      if (p.state !== 'starting') return;
+      this.markFailed(p, e.message.split('\n')[0] ?? 'load failed', (e.details.tail as string | undefined) ?? '');
+      void this.d.launcher.stop(p);
+      // The machine's own failure (not its owner pausing it, not the link dropping) keeps M off it a while.
+      const machine = p.kind === 'node' ? p.node!.name : p.kind === 'host' ? HUB : null;
+      const excused = e.code === ErrorCode.MODEL_UNAVAILABLE || e.code === ErrorCode.NODE_LOST || (p.node !== null && (!p.node.alive || p.node.availability === 'paused'));
+      if (machine && !excused) this.noteFailure(machine, model.name, `load failed: ${e.message.split('\n')[0]}`);
       this.placementFailed(model.name, e);
     });
     return p;

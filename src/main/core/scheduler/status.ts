@@ -17,6 +17,7 @@ function placementStatus(p: Placement, c: HubConfig): PlacementStatus {
     ctx: p.fit.ctx,
     slots: p.fit.slots,
     in_flight: p.inFlight,
+    served: p.served,
     kv_cache_type: c.kvCacheType,
     ms_per_token: p.msPerToken === null ? null : Math.round(p.msPerToken * 100) / 100,
     failure: p.failure,
