@@ -34,6 +34,11 @@ export interface DeviceInfo {
   description: string;
   totalMb: number;
   freeMb: number;
+  /**
+   * How old `freeMb` was when the message was sent (ms; absent from older nodes). The hub dates the reading by
+   * its own clock from it, so a replica that became ready after the reading still counts as using memory.
+   */
+  ageMs?: number;
 }
 
 export interface CachedFile {
@@ -144,7 +149,7 @@ const arrayOf = (c: Check, max = 10_000): Check => (v) => Array.isArray(v) && v.
 const shape = (fields: Record<string, Check>): Check => (v) =>
   typeof v === 'object' && v !== null && !Array.isArray(v) && Object.entries(fields).every(([k, c]) => c((v as Record<string, unknown>)[k]));
 
-const device = shape({ id: isId, kind: oneOf('gpu', 'cpu'), description: isStr, totalMb: isNum, freeMb: isNum });
+const device = shape({ id: isId, kind: oneOf('gpu', 'cpu'), description: isStr, totalMb: isNum, freeMb: isNum, ageMs: optional(isNum) });
 const cached = shape({ sha256: isSha, size: isInt });
 const running = shape({ replica: isId, sha256: isSha, pid: (v) => v === null || isInt(v) });
 const availability = oneOf('idle', 'busy', 'paused');

@@ -71,7 +71,7 @@ class ManualLauncher implements Launcher {
 
 function fakeNode(name: string, freeMb: number, extra: Partial<NodeConn> = {}): NodeConn {
   return {
-    name, alive: true, availability: 'idle', reason: null, schedule: '', cache: new Map(), replicas: [],
+    name, alive: true, availability: 'idle', reason: null, schedule: '', cache: new Map(), replicas: [], devicesAt: 0,
     devices: [{ id: 'CPU', kind: 'cpu', description: 'cpu', totalMb: freeMb, freeMb }],
     command: async () => ({ ok: true, data: {} }),
     ...extra,
@@ -303,6 +303,20 @@ describe('scheduler with a manual launcher', () => {
     fresh.ok();
     assert.equal((await waiting).placementId, fresh.p.id);
     ln.release();
+  });
+
+  it('a node GPU whose last reading predates a ready replica still counts that replica: no second one on top', async () => {
+    const probe = setup({ models: [m] }).scheduler.need(m).needMb;
+    const gpu = fakeNode('g', 0, { devices: [{ id: 'CUDA0', kind: 'gpu', description: 'a GPU', totalMb: 24_000, freeMb: probe * 1.5, ageMs: 0 }], devicesAt: Date.now() - 60_000 } as Partial<NodeConn>);
+    const { scheduler, launcher } = setup({ nodes: [gpu], models: [m] });
+    const first = scheduler.acquire('m');
+    (await launcher.nth(0)).ok();
+    await first;
+    const second = scheduler.acquire('m');
+    await tick();
+    assert.equal(launcher.starts.length, 1, 'the reading (a minute old) does not show the first replica\'s memory yet');
+    await scheduler.close();
+    await rejected(second);
   });
 
   it('a request withdrawn while waiting leaves the queue', async () => {

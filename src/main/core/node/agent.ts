@@ -156,7 +156,8 @@ export class NodeAgent extends EventEmitter {
   // ---- reports ----
 
   devices(): DeviceInfo[] {
-    return this.inventory.devices().map((d) => ({ id: d.id, kind: d.kind, description: d.description, totalMb: d.totalMb, freeMb: d.reportedFreeMb }));
+    const now = Date.now();
+    return this.inventory.devices().map((d) => ({ id: d.id, kind: d.kind, description: d.description, totalMb: d.totalMb, freeMb: d.reportedFreeMb, ageMs: Math.max(0, now - d.readAt) }));
   }
 
   runningReplicas(): RunningReplica[] {

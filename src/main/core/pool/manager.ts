@@ -33,6 +33,8 @@ export interface PushProgress {
 
 export class NodeConn extends EventEmitter {
   devices: DeviceInfo[];
+  /** When the hub received `devices` (its own clock): with each device's ageMs, when its reading was taken. */
+  devicesAt = Date.now();
   availability: Availability;
   reason: string | null;
   schedule: string;
@@ -51,6 +53,7 @@ export class NodeConn extends EventEmitter {
   ) {
     super();
     this.devices = hello.devices;
+    this.devicesAt = Date.now();
     this.availability = hello.availability;
     this.reason = hello.reason;
     this.schedule = hello.schedule ?? '';
@@ -235,6 +238,7 @@ export class NodeManager extends EventEmitter {
       conn.lastSeen = Date.now();
       if (m.type === 'heartbeat') {
         conn.devices = m.devices;
+        conn.devicesAt = Date.now();
         conn.replicas = m.replicas;
         conn.schedule = m.schedule ?? conn.schedule;
         conn.cache = new Map(m.cache.map((f: CachedFile) => [f.sha256, f.size]));

@@ -46,6 +46,11 @@ interface WhatIf {
 /** The hub's name in failure memory: a host placement that fails keeps the model off the hub for a while too. */
 export const HUB = 'hub';
 
+/** A node's devices for the pure planner, each dated by the hub's clock (see DeviceInfo.ageMs). */
+function nodeDevices(conn: NodeConn) {
+  return conn.devices.map((dv) => ({ id: dv.id, kind: dv.kind, totalMb: dv.totalMb, reportedFreeMb: dv.freeMb, readAt: conn.devicesAt - (dv.ageMs ?? 0) }));
+}
+
 export class Placer {
   constructor(private readonly d: PlacerDeps) {}
 
@@ -96,7 +101,7 @@ export class Placer {
     let best: { conn: NodeConn; device: string; cached: boolean; free: number } | null = null;
     for (const conn of this.d.nodes?.connected() ?? []) {
       if (!this.usable(conn, model.name, w)) continue;
-      const devices = conn.devices.map((dv) => ({ id: dv.id, kind: dv.kind, totalMb: dv.totalMb, reportedFreeMb: dv.freeMb }));
+      const devices = nodeDevices(conn);
       const plan = planHostReplica(need, freeAfterReservations(devices, this.views(conn.name, w.evicting)), []);
       if (plan.kind !== 'host') continue;
       const free = devices.find((dv) => dv.id === plan.device)!.reportedFreeMb;
@@ -115,7 +120,7 @@ export class Placer {
       : [];
     for (const conn of this.d.nodes?.connected() ?? []) {
       if (!this.usable(conn, model.name, w)) continue;
-      const free = freeAfterReservations(conn.devices.map((dv) => ({ id: dv.id, kind: dv.kind, totalMb: dv.totalMb, reportedFreeMb: dv.freeMb })), this.views(conn.name, w.evicting));
+      const free = freeAfterReservations(nodeDevices(conn), this.views(conn.name, w.evicting));
       for (const dv of free) devices.push({ node: conn.name, device: dv.id, kind: dv.kind, freeMb: dv.freeMb, totalMb: dv.totalMb });
     }
     return planShard(devices, sm, this.d.config);
@@ -176,7 +181,7 @@ export class Placer {
       if (!conn?.alive) return `${r.name} offline`;
       if (conn.availability === 'paused') return `${conn.name} paused (${conn.reason ?? 'by its owner'})`;
       const b = this.d.failures.blocked(conn.name, model);
-      const free = freeAfterReservations(conn.devices.map((dv) => ({ id: dv.id, kind: dv.kind, totalMb: dv.totalMb, reportedFreeMb: dv.freeMb })), this.views(conn.name));
+      const free = freeAfterReservations(nodeDevices(conn), this.views(conn.name));
       const devs = free.map((dv) => `${dv.id} ${fmtMb(dv.freeMb)} free of ${fmtMb(dv.totalMb)}`).join(', ') || 'no devices';
       return `${conn.name} ${devs}${b ? ` (skipped for "${model}" until ${new Date(b.until).toISOString()}: ${b.reason})` : ''}`;
     }).join('; ')}`;
