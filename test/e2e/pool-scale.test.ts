@@ -3,6 +3,7 @@ import { execFile } from 'node:child_process';
 import { after, before, describe, it } from 'node:test';
 import { promisify } from 'node:util';
 import OpenAI from 'openai';
+import { chromium } from 'playwright-core';
 import { addModel, startHub, type HubProcess, type ReplicaStatusJson } from '../helpers/hub.js';
 import { directTexts, fixture } from '../helpers/llama.js';
 import { startNode, type NodeProcess } from '../helpers/node.js';
@@ -65,6 +66,19 @@ describe('several placements of one model', { timeout: 600_000 }, () => {
     const served = await placements(hub);
     assert.ok(served.every((p) => p.served > 0), `every placement answered: ${JSON.stringify(served.map((p) => [p.node, p.served]))}`);
     assert.ok(served.every((p) => p.in_flight === 0), 'in-flight counts are back to 0');
+    // The dashboard lists every placement of the model with its in-flight count.
+    const browser = await chromium.launch({ executablePath: '/usr/bin/chromium', args: ['--no-sandbox', '--disable-gpu', '--disable-background-networking'] });
+    try {
+      const page = await browser.newPage();
+      await page.goto(hub.url);
+      const rows = page.getByRole('table', { name: 'Replicas' }).getByRole('row').filter({ hasText: '0 of 1' });
+      await rows.nth(2).waitFor();
+      const texts = await rows.allInnerTexts();
+      assert.equal(texts.length, 3);
+      assert.deepEqual(texts.map((t) => /^(m)\s+(hub|node n\d)/.exec(t)?.[2]).sort(), ['hub', 'node n1', 'node n2']);
+    } finally {
+      await browser.close();
+    }
   });
 
   it('pausing the hub\'s own devices (relay pause --hub) stops its placement; new requests go to the nodes', async () => {

@@ -18,6 +18,9 @@ export interface HubAvailabilitySettings {
 
 export class HubAvailability {
   private windows: PauseWindow[];
+  /** The settings in force (written through to the store). */
+  private current: HubAvailabilitySettings;
+  private saving: Promise<void> = Promise.resolve();
   private readonly autoPause = new AutoPause({ thresholdMb: 1024, pauseAfterMs: 30_000, resumeAfterMs: 120_000 });
   private autoPaused = false;
   private last: Availability | null = null;
@@ -41,7 +44,8 @@ export class HubAvailability {
     const saved = d.store.data.hub_availability;
     const s = { paused: saved?.paused ?? false, schedule: initial.schedule ?? saved?.schedule ?? '', autoPause: initial.autoPause ?? saved?.auto_pause ?? false };
     this.windows = HubAvailability.parse(s.schedule);
-    if (initial.schedule !== undefined || initial.autoPause !== undefined) void this.save(s);
+    this.current = s;
+    if (initial.schedule !== undefined || initial.autoPause !== undefined) this.saving = this.save(s);
     if (s.autoPause && !autoPauseSupport().available) d.log.warn(`hub auto-pause stays off on this machine: ${autoPauseSupport().why}`);
     this.timer = setInterval(() => this.tick(), d.tickMs ?? 5000);
     this.timer.unref();
@@ -57,8 +61,7 @@ export class HubAvailability {
   }
 
   settings(): HubAvailabilitySettings {
-    const saved = this.d.store.data.hub_availability;
-    return { paused: saved?.paused ?? false, schedule: saved?.schedule ?? '', autoPause: saved?.auto_pause ?? false };
+    return this.current;
   }
 
   private async save(s: HubAvailabilitySettings): Promise<void> {
@@ -82,9 +85,11 @@ export class HubAvailability {
   }
 
   async set(change: Partial<HubAvailabilitySettings>): Promise<void> {
-    const next = { ...this.settings(), ...change };
+    const next = { ...this.current, ...change };
     const windows = HubAvailability.parse(next.schedule);
+    await this.saving;
     await this.save(next);
+    this.current = next;
     this.windows = windows;
     this.tick();
   }
@@ -104,7 +109,9 @@ export class HubAvailability {
     } else if (a.state !== 'paused' && was === 'paused') this.d.log.info('the hub\'s own devices are available again');
   }
 
-  close(): void {
+  /** Stops the clock; resolves once the settings given at start are stored. */
+  async close(): Promise<void> {
     clearInterval(this.timer);
+    await this.saving;
   }
 }

@@ -114,7 +114,7 @@ export async function startHub(config: HubConfig, deps: { log: Logger; install?:
         nodes.close();
         server.closeIdleConnections();
         const closed = new Promise<void>((r) => server.close(() => r()));
-        availability.close();
+        await availability.close();
         await scheduler.close();
         inventory.close();
         server.closeAllConnections();
