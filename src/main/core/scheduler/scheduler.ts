@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { Logger } from 'pino';
 import { ErrorCode, RelayError, isRelayError } from '../../../shared/errors.js';
+export { newAttempts, type Attempts } from './queue.js';
 import type { HubConfig } from '../config.js';
 import type { Device } from '../gpu/inventory.js';
 import type { NodeConn, NodeManager } from '../pool/manager.js';
@@ -11,6 +12,7 @@ import type { FitBreakdown } from './fit.js';
 import type { Launcher } from './launcher.js';
 import { isLive, machinesOf, type Lease, type Placement } from './placement.js';
 import { HUB, Placer, type NewPlacement } from './placer.js';
+import { newAttempts, WaitQueue, type Attempts, type Waiter } from './queue.js';
 import { nextMsPerToken, pickPlacement, wantsAnother } from './routing.js';
 import { deviceStatus, nodeDevicesFree, replicaStatus, shardStatus } from './status.js';
 
@@ -38,29 +40,11 @@ export interface SchedulerDeps {
   readonly now?: () => number;
 }
 
-/** One request's history across attempts: placements that failed it, and the errors. */
-export interface Attempts {
-  readonly exclude: Set<string>;
-  readonly errors: RelayError[];
-}
-
-export function newAttempts(): Attempts {
-  return { exclude: new Set(), errors: [] };
-}
-
-interface Waiter {
-  readonly model: ModelRecord;
-  readonly attempts: Attempts;
-  resolve(lease: Lease): void;
-  reject(err: RelayError): void;
-  done: boolean;
-}
-
 export class Scheduler {
   private readonly placements = new Map<string, Placement>();
   /** The last failed placement of each model stays visible in /status until a load of the model replaces it. */
   private readonly failed = new Map<string, Placement>();
-  private readonly waiting = new Map<string, Waiter[]>();
+  private readonly waiting: WaitQueue;
   private closed = false;
   /** (machine, model) pairs whose placement failed to load or crashed: skipped for that model for a while. */
   private readonly failures: FailureMemory;
@@ -68,6 +52,7 @@ export class Scheduler {
 
   constructor(private readonly d: SchedulerDeps) {
     this.failures = new FailureMemory(() => this.now());
+    this.waiting = new WaitQueue({ max: d.config.queueMax, timeoutMs: d.config.queueTimeoutMs });
     this.placer = new Placer({
       config: d.config, devices: d.devices, nodes: d.nodes, failures: this.failures, log: d.log,
       placements: () => this.placements.values(), hubPaused: () => d.hubPaused?.() ?? false,
@@ -105,41 +90,14 @@ export class Scheduler {
     // A file that changed on disk is re-hashed first and its old placements stopped: never serve old bytes.
     const { model, changed } = await this.d.registry.verify(name);
     if (changed) await this.stopModel(name, 'model file changed on disk');
-    const queue = this.waiting.get(model.name) ?? [];
-    if (queue.length === 0) {
+    if (this.waiting.size(model.name) === 0) {
       const free = pickPlacement(this.routeViews(model), attempts.exclude);
       if (free) return this.lease(free.p, model);
     }
-    const max = this.d.config.queueMax;
-    if (queue.length >= max) {
-      throw new RelayError(ErrorCode.POOL_BUSY, `${queue.length} requests are already waiting for "${model.name}" (RELAY_QUEUE_MAX=${max})`,
-        { model: model.name, retry_after_s: 5 }, { status: 429 });
-    }
-    return new Promise<Lease>((resolve, reject) => {
-      let timer: NodeJS.Timeout | null = null;
-      const onAbort = (): void => w.reject(new RelayError(ErrorCode.INVALID_REQUEST, 'the client went away while waiting'));
-      const settle = (): void => {
-        w.done = true;
-        if (timer) clearTimeout(timer);
-        signal?.removeEventListener('abort', onAbort);
-        const q = this.waiting.get(model.name);
-        if (q) {
-          const i = q.indexOf(w);
-          if (i >= 0) q.splice(i, 1);
-          if (q.length === 0) this.waiting.delete(model.name);
-        }
-      };
-      const w: Waiter = {
-        model, attempts, done: false,
-        resolve: (lease) => { settle(); resolve(lease); },
-        reject: (err) => { settle(); reject(err); },
-      };
-      this.waiting.set(model.name, [...queue, w]);
-      timer = setTimeout(() => w.reject(new RelayError(ErrorCode.POOL_BUSY,
-        `no slot of "${model.name}" came free within ${this.d.config.queueTimeoutMs} ms (RELAY_QUEUE_TIMEOUT_MS)`, { model: model.name, retry_after_s: 10 })), this.d.config.queueTimeoutMs);
-      signal?.addEventListener('abort', onAbort, { once: true });
-      this.pump(model.name);
-    });
+    this.waiting.checkRoom(model.name);
+    const { lease } = this.waiting.add(model, attempts, signal);
+    this.pump(model.name);
+    return lease;
   }
 
   /**
@@ -147,14 +105,14 @@ export class Scheduler {
    * can take, and answer the waiters when the model has no placement and none can be made.
    */
   private pump(name: string): void {
-    const q = this.waiting.get(name);
-    if (!q || q.length === 0) return;
+    const q = this.waiting.of(name);
+    if (q.length === 0) return;
     const model = q[0]!.model;
-    for (const w of [...q]) {
+    for (const w of q) {
       const free = pickPlacement(this.routeViews(model), w.attempts.exclude);
       if (free) w.resolve(this.lease(free.p, model));
     }
-    const left = (): Waiter[] => this.waiting.get(name) ?? [];
+    const left = (): Waiter[] => this.waiting.of(name);
     // A waiter is stranded when every live placement of M already failed it (or M has none).
     const stranded = (): Waiter[] => left().filter((w) => !this.of(model).some((p) => isLive(p) && !w.attempts.exclude.has(p.id)));
     const max = this.d.config.maxPlacementsPerModel;
@@ -293,7 +251,7 @@ export class Scheduler {
 
   /** A placement of M failed while requests waited for it: each counts an attempt, then M is re-planned. */
   private placementFailed(name: string, err: RelayError): void {
-    for (const w of [...(this.waiting.get(name) ?? [])]) {
+    for (const w of this.waiting.of(name)) {
       w.attempts.errors.push(err);
       if (w.attempts.errors.length >= MAX_ATTEMPTS) w.reject(err);
     }
@@ -326,7 +284,7 @@ export class Scheduler {
 
   /** Room came free somewhere: every model with waiting requests may now be placed. */
   private pumpAll(): void {
-    for (const name of [...this.waiting.keys()]) this.pump(name);
+    for (const name of this.waiting.models()) this.pump(name);
   }
 
   async stopModel(name: string, reason: string): Promise<void> {
@@ -396,7 +354,7 @@ export class Scheduler {
 
   /** Requests waiting for a slot, per model (for /status). */
   queues(): { model: string; waiting: number }[] {
-    return [...this.waiting].map(([model, q]) => ({ model, waiting: q.length }));
+    return this.waiting.counts();
   }
 
   private all(): Placement[] {
@@ -422,7 +380,7 @@ export class Scheduler {
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
-    for (const q of [...this.waiting.values()]) for (const w of [...q]) w.reject(new RelayError(ErrorCode.MODEL_UNAVAILABLE, 'the hub is shutting down'));
+    this.waiting.rejectAll(new RelayError(ErrorCode.MODEL_UNAVAILABLE, 'the hub is shutting down'));
     await Promise.all([...this.placements.values()].map((p) => this.stop(p, 'hub shutting down')));
   }
 }

@@ -1,0 +1,88 @@
+import { ErrorCode, RelayError } from '../../../shared/errors.js';
+import type { ModelRecord } from '../store/store.js';
+import type { Lease } from './placement.js';
+
+/**
+ * The per-model wait queue: requests that found no free slot wait here in arrival order, bounded in length
+ * (a full queue answers 429 pool_busy) and in time (503 pool_busy), and leave when their client goes away.
+ * The scheduler hands them leases; the queue only keeps them, their timers and their abort listeners.
+ */
+
+/** One request's history across attempts: placements that failed it, and the errors. */
+export interface Attempts {
+  readonly exclude: Set<string>;
+  readonly errors: RelayError[];
+}
+
+export function newAttempts(): Attempts {
+  return { exclude: new Set(), errors: [] };
+}
+
+export interface Waiter {
+  readonly model: ModelRecord;
+  readonly attempts: Attempts;
+  resolve(lease: Lease): void;
+  reject(err: RelayError): void;
+}
+
+export class WaitQueue {
+  private readonly byModel = new Map<string, Waiter[]>();
+
+  constructor(private readonly limits: { readonly max: number; readonly timeoutMs: number }) {}
+
+  /** Waiting requests for a model, oldest first (a copy: settling one changes the queue). */
+  of(model: string): Waiter[] {
+    return [...(this.byModel.get(model) ?? [])];
+  }
+
+  size(model: string): number {
+    return this.byModel.get(model)?.length ?? 0;
+  }
+
+  models(): string[] {
+    return [...this.byModel.keys()];
+  }
+
+  counts(): { model: string; waiting: number }[] {
+    return [...this.byModel].map(([model, q]) => ({ model, waiting: q.length }));
+  }
+
+  /** Throws 429 pool_busy when the model's queue is full. */
+  checkRoom(model: string): void {
+    const n = this.size(model);
+    if (n >= this.limits.max) {
+      throw new RelayError(ErrorCode.POOL_BUSY, `${n} requests are already waiting for "${model}" (RELAY_QUEUE_MAX=${this.limits.max})`,
+        { model, retry_after_s: 5 }, { status: 429 });
+    }
+  }
+
+  /** Queue a request; the promise settles when the scheduler resolves it, it times out or `signal` aborts. */
+  add(model: ModelRecord, attempts: Attempts, signal?: AbortSignal): { waiter: Waiter; lease: Promise<Lease> } {
+    let waiter!: Waiter;
+    const lease = new Promise<Lease>((resolve, reject) => {
+      const onAbort = (): void => waiter.reject(new RelayError(ErrorCode.INVALID_REQUEST, 'the client went away while waiting'));
+      const timer = setTimeout(() => waiter.reject(new RelayError(ErrorCode.POOL_BUSY,
+        `no slot of "${model.name}" came free within ${this.limits.timeoutMs} ms (RELAY_QUEUE_TIMEOUT_MS)`, { model: model.name, retry_after_s: 10 })), this.limits.timeoutMs);
+      const settle = (): void => {
+        clearTimeout(timer);
+        signal?.removeEventListener('abort', onAbort);
+        const q = this.byModel.get(model.name);
+        const i = q?.indexOf(waiter) ?? -1;
+        if (i >= 0) q!.splice(i, 1);
+        if (q?.length === 0) this.byModel.delete(model.name);
+      };
+      waiter = {
+        model, attempts,
+        resolve: (l) => { settle(); resolve(l); },
+        reject: (err) => { settle(); reject(err); },
+      };
+      this.byModel.set(model.name, [...(this.byModel.get(model.name) ?? []), waiter]);
+      signal?.addEventListener('abort', onAbort, { once: true });
+    });
+    return { waiter, lease };
+  }
+
+  rejectAll(err: RelayError): void {
+    for (const q of [...this.byModel.values()]) for (const w of [...q]) w.reject(err);
+  }
+}
