@@ -57,6 +57,10 @@ export const ErrorCode = {
   INVALID_API_KEY: 'INVALID_API_KEY',
   FORBIDDEN: 'FORBIDDEN',
   NOT_FOUND: 'NOT_FOUND',
+  /** The Host header does not name this hub (DNS rebinding). */
+  MISDIRECTED_REQUEST: 'MISDIRECTED_REQUEST',
+  /** A JSON endpoint got a body of another type. */
+  UNSUPPORTED_MEDIA_TYPE: 'UNSUPPORTED_MEDIA_TYPE',
   HUB_UNREACHABLE: 'HUB_UNREACHABLE',
   // generic
   INVALID_ARGUMENT: 'INVALID_ARGUMENT',
@@ -83,6 +87,22 @@ export class RelayError extends Error {
   toJSON(): { code: ErrorCode; message: string; details: Readonly<Record<string, unknown>> } {
     return { code: this.code, message: this.message, details: this.details };
   }
+}
+
+/**
+ * One spelling on every wire: HTTP bodies and node↔hub replies carry the code in lower case; a peer's code is
+ * read back through `fromWireCode`, so a node's model_unavailable is the hub's MODEL_UNAVAILABLE (and reaches a
+ * client as 503 model_unavailable). An unknown code (a newer peer) reads as UPSTREAM_ERROR.
+ */
+export function wireCode(code: ErrorCode): string {
+  return code.toLowerCase();
+}
+
+const KNOWN_CODES = new Set<string>(Object.values(ErrorCode));
+
+export function fromWireCode(code: string | undefined): ErrorCode {
+  const up = (code ?? '').toUpperCase();
+  return KNOWN_CODES.has(up) ? (up as ErrorCode) : ErrorCode.UPSTREAM_ERROR;
 }
 
 export function isRelayError(err: unknown, code?: ErrorCode): err is RelayError {
@@ -121,6 +141,8 @@ export const HTTP_ERRORS: Readonly<Partial<Record<ErrorCode, { status: number; t
   INVALID_API_KEY: { status: 401, type: 'authentication_error' },
   FORBIDDEN: { status: 403, type: 'permission_error' },
   NOT_FOUND: { status: 404, type: 'invalid_request_error' },
+  MISDIRECTED_REQUEST: { status: 421, type: 'invalid_request_error' },
+  UNSUPPORTED_MEDIA_TYPE: { status: 415, type: 'invalid_request_error' },
   IO_ERROR: { status: 422, type: 'invalid_request_error' },
 };
 
@@ -131,5 +153,5 @@ export interface HttpErrorBody {
 export function httpError(err: RelayError): { status: number; body: HttpErrorBody } {
   const m = HTTP_ERRORS[err.code] ?? { status: 500, type: 'server_error' };
   const details = Object.keys(err.details).length > 0 ? { details: err.details } : {};
-  return { status: err.httpStatus ?? m.status, body: { error: { code: err.code.toLowerCase(), message: err.message, type: m.type, ...details } } };
+  return { status: err.httpStatus ?? m.status, body: { error: { code: wireCode(err.code), message: err.message, type: m.type, ...details } } };
 }

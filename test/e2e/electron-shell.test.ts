@@ -64,6 +64,20 @@ describe('the Electron shell on a stand-in for Electron\'s API', { timeout: 180_
     // "Open dashboard" in the menu loads the hub's page.
     s.send({ click: 'Open dashboard' });
     await s.wait((l) => l.loadURL === url);
+    // The window goes nowhere but the dashboard's origin and the app's own pages; new windows go to the
+    // user's browser, http(s) only.
+    for (const [to, prevented] of [[`${url}/status`, false], ['https://evil.example/', true], [`${pagesUrl}setup.html`, false], ['file:///etc/passwd', true]] as const) {
+      s.send({ navigate: to });
+      const r = await s.wait((l) => l.navigated === to);
+      assert.deepEqual([r.prevented, r.handled], [prevented, true], to);
+    }
+    for (const [to, external] of [['https://github.com/ggml-org/llama.cpp', true], ['file:///etc/passwd', false], ['javascript:alert(1)', false]] as const) {
+      s.send({ windowOpen: to });
+      const r = await s.wait((l) => l.windowOpen === to);
+      assert.equal(r.action, 'deny');
+      if (external) await s.wait((l) => l.openExternal === to);
+      else assert.ok(!s.lines.some((l) => l.openExternal === to), `${to} never reaches the browser`);
+    }
     // A request places a replica; the tray turns to "serving" on its next refresh.
     await addModel({ url }, { path: fixture('dense'), name: 'small', required_vram_mb: 300 });
     const res = await fetch(`${url}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: 'small', prompt: 'hi', max_tokens: 2 }) });

@@ -4,7 +4,7 @@
  * payload checked). src/main/electron/main.ts is a thin shell around it (Tray, Menu, BrowserWindow,
  * ipcMain); this file is tested in plain Node with the real hub, node agent and llama.cpp processes.
  */
-import { existsSync, mkdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
+import { mkdirSync } from 'node:fs';
 import { hostname } from 'node:os';
 import { join } from 'node:path';
 import type { Logger } from 'pino';
@@ -16,6 +16,8 @@ import { ensureLlama } from '../core/llama/build.js';
 import { terminateAll } from '../core/llama/supervisor.js';
 import { inPauseWindow, parseSchedule } from '../core/node/availability.js';
 import { NodeAgent, joinHub, readSettings, writeSettings } from '../core/node/agent.js';
+import { readDurable, writeDurable } from '../core/durable.js';
+import { navigationAllowed } from './navigation.js';
 import type { TrayAction } from './tray-menu.js';
 
 export interface AppSettings {
@@ -84,9 +86,11 @@ export class AppController {
 
   private loadSettings(): AppSettings {
     const d: AppSettings = { ...DEFAULT_SETTINGS, ...this.o.defaults };
-    if (!existsSync(this.settingsFile)) return d;
     try {
-      const saved = JSON.parse(readFileSync(this.settingsFile, 'utf8')) as Partial<AppSettings>;
+      const read = readDurable(this.settingsFile, (text) => JSON.parse(text) as Partial<AppSettings>);
+      if (!read) return d;
+      if (read.recovered) this.o.log.warn({ why: read.recovered }, 'settings.json was unreadable: started from its last good copy');
+      const saved = read.value;
       return { ...d, ...saved, mode: saved.mode === 'hub' || saved.mode === 'node' ? saved.mode : null };
     } catch (err) {
       // A damaged settings file: start as a first run, and say so; the file is left for the user.
@@ -97,8 +101,7 @@ export class AppController {
 
   private saveSettings(): void {
     mkdirSync(this.o.userData, { recursive: true });
-    writeFileSync(`${this.settingsFile}.tmp`, `${JSON.stringify(this.settings, null, 2)}\n`);
-    renameSync(`${this.settingsFile}.tmp`, this.settingsFile);
+    writeDurable(this.settingsFile, `${JSON.stringify(this.settings, null, 2)}\n`);
   }
 
   /** The app started: the setup page on a first run, otherwise the chosen mode. */
@@ -116,6 +119,11 @@ export class AppController {
     } finally {
       this.starting = null;
     }
+  }
+
+  /** Whether the window may navigate to `url`: the app's own pages or the dashboard's origin (see navigation.ts). */
+  navigationAllowed(url: string): boolean {
+    return navigationAllowed(url, this.o.pagesUrl, this.dashboardUrl());
   }
 
   /** The dashboard this app shows: its own hub's, or (node mode) the hub it joined. */

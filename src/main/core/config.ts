@@ -42,6 +42,12 @@ export interface HubConfig {
   readonly hubSchedule?: string;
   /** Opt-in auto-pause of the hub's own devices (`relay hub --auto-pause`, RELAY_HUB_AUTO_PAUSE=1); unset = as stored. */
   readonly hubAutoPause?: boolean;
+  /** More names this hub answers to, besides loopback, its addresses and its machine name (RELAY_ALLOWED_HOSTS, comma-separated). */
+  readonly allowedHosts: readonly string[];
+  /** A request's headers and body must arrive within this (RELAY_REQUEST_TIMEOUT_MS); the response is not limited. */
+  readonly requestTimeoutMs: number;
+  /** Open connections the hub accepts at once, nodes included (RELAY_MAX_CONNECTIONS). */
+  readonly maxConnections: number;
   /** Readiness limit for a llama-server load. */
   readonly loadTimeoutMs: number;
   /** CPU threads per llama-server (RELAY_THREADS); undefined = llama.cpp's choice. */
@@ -73,6 +79,8 @@ export const HUB_DEFAULTS = {
   maxBodyBytes: 8 * 1024 * 1024,
   loadTimeoutMs: 10 * 60_000,
   queueMax: 64,
+  requestTimeoutMs: 60_000,
+  maxConnections: 1024,
   // A waiting request may be waiting for a load: it waits as long as a load may take.
   queueTimeoutMs: 10 * 60_000,
   maxPlacementsPerModel: 0,
@@ -105,10 +113,13 @@ export function hubConfigFromEnv(env: NodeJS.ProcessEnv = process.env, overrides
     maxBodyBytes: int(env, 'RELAY_MAX_BODY_BYTES', HUB_DEFAULTS.maxBodyBytes),
     loadTimeoutMs: int(env, 'RELAY_LOAD_TIMEOUT_MS', HUB_DEFAULTS.loadTimeoutMs),
     queueMax: int(env, 'RELAY_QUEUE_MAX', HUB_DEFAULTS.queueMax),
+    requestTimeoutMs: int(env, 'RELAY_REQUEST_TIMEOUT_MS', HUB_DEFAULTS.requestTimeoutMs),
+    maxConnections: int(env, 'RELAY_MAX_CONNECTIONS', HUB_DEFAULTS.maxConnections),
     queueTimeoutMs: int(env, 'RELAY_QUEUE_TIMEOUT_MS', HUB_DEFAULTS.queueTimeoutMs),
     maxPlacementsPerModel: int(env, 'RELAY_MAX_PLACEMENTS_PER_MODEL', HUB_DEFAULTS.maxPlacementsPerModel),
     threads: env.RELAY_THREADS ? int(env, 'RELAY_THREADS', 0) : undefined,
     pushMaxMbps: int(env, 'RELAY_PUSH_MAX_MBPS', 0),
+    allowedHosts: (env.RELAY_ALLOWED_HOSTS ?? '').split(',').map((h) => h.trim()).filter(Boolean),
     hubSchedule: env.RELAY_HUB_SCHEDULE,
     hubAutoPause: env.RELAY_HUB_AUTO_PAUSE === undefined || env.RELAY_HUB_AUTO_PAUSE === '' ? undefined : env.RELAY_HUB_AUTO_PAUSE === '1',
     tlsCertPath: env.RELAY_TLS_CERT || undefined,
@@ -132,6 +143,8 @@ export function verifyConfig(c: HubConfig): void {
   if (c.port < 0 || c.port > 65535) bad(`port ${c.port} is out of range`);
   if (c.keepAliveMs < 0) bad(`keep-alive must be >= 0 ms, got ${c.keepAliveMs}`);
   if (Boolean(c.tlsCertPath) !== Boolean(c.tlsKeyPath)) bad('TLS needs both a certificate and a key (--tls-cert and --tls-key)');
+  if (c.requestTimeoutMs < 1000) bad(`RELAY_REQUEST_TIMEOUT_MS must be at least 1000, got ${c.requestTimeoutMs}`);
+  if (c.maxConnections < 8) bad(`RELAY_MAX_CONNECTIONS must be at least 8, got ${c.maxConnections}`);
   if (c.queueMax < 0) bad(`RELAY_QUEUE_MAX must be >= 0, got ${c.queueMax}`);
   if (c.queueTimeoutMs < 1) bad(`RELAY_QUEUE_TIMEOUT_MS must be >= 1, got ${c.queueTimeoutMs}`);
   if (c.maxPlacementsPerModel < 0) bad(`RELAY_MAX_PLACEMENTS_PER_MODEL must be >= 0 (0 = no bound), got ${c.maxPlacementsPerModel}`);

@@ -6,9 +6,10 @@
  */
 import { join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
-import { app, BrowserWindow, ipcMain, Menu, nativeImage, Tray, type MenuItemConstructorOptions } from 'electron';
+import { app, BrowserWindow, ipcMain, Menu, nativeImage, shell as electronShell, Tray, type MenuItemConstructorOptions } from 'electron';
 import { IPC_CHANNELS, STATE_EVENT, type AppState } from '../../shared/ipc.js';
 import { AppController, type AppShell } from '../app/controller.js';
+import { externalAllowed } from '../app/navigation.js';
 import { buildTrayMenu, trayIcon } from '../app/tray-menu.js';
 import { createLogger } from '../core/log.js';
 
@@ -29,6 +30,15 @@ if (!app.requestSingleInstanceLock()) {
         win = new BrowserWindow({
           width: 1100, height: 800, title: 'relay', icon: asset('icon.png'),
           webPreferences: { preload: join(root, 'dist', 'src', 'main', 'electron', 'preload.cjs'), contextIsolation: true, nodeIntegration: false, sandbox: true },
+        });
+        // The window (which holds the IPC bridge) shows the app's pages and the hub's dashboard, nothing else;
+        // a link that opens a new window goes to the user's browser when it is http(s).
+        win.webContents.on('will-navigate', (e, url) => {
+          if (!controller.navigationAllowed(url)) e.preventDefault();
+        });
+        win.webContents.setWindowOpenHandler(({ url }) => {
+          if (externalAllowed(url)) void electronShell.openExternal(url);
+          return { action: 'deny' };
         });
       }
       if ('page' in target) void win.loadFile(join(pages, 'setup.html'));

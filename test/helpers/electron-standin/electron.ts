@@ -2,7 +2,8 @@
  * A stand-in for the parts of Electron's API that src/main/electron/main.ts uses, for checking relay's
  * wiring (lock, tray, menu clicks, window, ipcMain, quit) where Electron's binary cannot be installed. It
  * checks relay's code, not Electron: every call is printed as a JSON line on stdout, and JSON lines on stdin
- * drive it ({click: label}, {ipc, payload, sender}, {secondInstance: true}, {quit: true}).
+ * drive it ({click: label}, {ipc, payload, sender}, {secondInstance: true}, {quit: true}, {navigate: url},
+ * {windowOpen: url}).
  */
 import { EventEmitter } from 'node:events';
 import { existsSync } from 'node:fs';
@@ -64,8 +65,19 @@ export class Tray {
 
 export const Menu = { buildFromTemplate: (t: Item[]) => t };
 
+let navigate: ((e: { preventDefault(): void }, url: string) => void) | null = null;
+let openHandler: ((d: { url: string }) => { action: string }) | null = null;
+
+export const shell = { openExternal: async (url: string) => say({ openExternal: url }) };
+
 export class BrowserWindow {
-  readonly webContents = { send: (channel: string) => say({ send: channel }) };
+  readonly webContents = {
+    send: (channel: string) => say({ send: channel }),
+    on: (ev: string, fn: (e: { preventDefault(): void }, url: string) => void) => {
+      if (ev === 'will-navigate') navigate = fn;
+    },
+    setWindowOpenHandler: (fn: (d: { url: string }) => { action: string }) => void (openHandler = fn),
+  };
   constructor(opts: Record<string, unknown>) {
     say({ window: opts });
   }
@@ -91,7 +103,7 @@ export const contextBridge = {};
 export const ipcRenderer = {};
 
 createInterface({ input: process.stdin }).on('line', (line) => {
-  const cmd = JSON.parse(line) as { click?: string; ipc?: string; payload?: unknown; sender?: string; secondInstance?: boolean; quit?: boolean };
+  const cmd = JSON.parse(line) as { click?: string; ipc?: string; payload?: unknown; sender?: string; secondInstance?: boolean; quit?: boolean; navigate?: string; windowOpen?: string };
   if (cmd.click !== undefined) {
     const item = menu.find((i) => i.label === cmd.click);
     if (!item?.click) return say({ error: `no clickable menu item ${cmd.click}` });
@@ -100,6 +112,12 @@ createInterface({ input: process.stdin }).on('line', (line) => {
     const h = handlers.get(cmd.ipc);
     if (!h) return say({ error: `no ipc handler ${cmd.ipc}` });
     void Promise.resolve(h({ senderFrame: { url: cmd.sender } }, cmd.payload)).then((r) => say({ ipcResult: r }));
+  } else if (cmd.navigate !== undefined) {
+    let prevented = false;
+    navigate?.({ preventDefault: () => (prevented = true) }, cmd.navigate);
+    say({ navigated: cmd.navigate, prevented, handled: navigate !== null });
+  } else if (cmd.windowOpen !== undefined) {
+    say({ windowOpen: cmd.windowOpen, action: openHandler?.({ url: cmd.windowOpen }).action ?? null });
   } else if (cmd.secondInstance) {
     app.emit('second-instance');
   } else if (cmd.quit) {

@@ -29,7 +29,9 @@ export const DEFAULT_GGUF_LIMITS: GgufLimits = {
   maxTensorDims: 4, // GGML_MAX_DIMS
   maxTensors: 1 << 20,
   maxKeys: 1 << 20,
-  maxArrayItems: 1 << 30, // GGUF_MAX_ARRAY_ELEMENTS in ggml's reader
+  // ggml's reader allows 2^30; relay materialises arrays as JS values, so it stops at 2^24 (16.7M items: ten
+  // times the largest tokenizer arrays of real models) instead of letting a crafted header take gigabytes.
+  maxArrayItems: 1 << 24,
 };
 
 export interface GgufTensorInfo {

@@ -13,6 +13,7 @@ import type { HubMetrics } from './metrics.js';
 import type { NodeManager } from '../pool/manager.js';
 import { proxyToReplica } from './proxy.js';
 import type { HubAvailability } from './availability.js';
+import { browserGuard, ownHostNames, pageCsp, requireJson } from './guard.js';
 
 export interface AppDeps {
   readonly config: HubConfig;
@@ -113,8 +114,11 @@ export function createApp(d: AppDeps): express.Express {
   const app = express();
   app.disable('x-powered-by');
   app.set('trust proxy', false);
+  app.use(browserGuard(ownHostNames(config.host, config.allowedHosts)));
 
-  const raw = express.raw({ type: () => true, limit: config.maxBodyBytes });
+  const body = express.raw({ type: () => true, limit: config.maxBodyBytes });
+  /** A JSON body: application/json only (415 otherwise), read up to the size limit. */
+  const raw = (req: Request, res: Response, next: NextFunction): void => requireJson(req, res, (err?: unknown) => (err ? next(err) : body(req, res, next)));
 
   /** The last requests through /v1, for the dashboard. */
   const recent: { at: string; model: string; endpoint: string; status: number; prompt_tokens: number | null; completion_tokens: number | null; tokens_per_second: number | null; ms: number }[] = [];
@@ -372,13 +376,19 @@ export function createApp(d: AppDeps): express.Express {
     res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache', 'x-accel-buffering': 'no' });
     let last = '';
     const tick = (): void => {
+      // A reader that stopped reading is dropped before its backlog grows past 1 MiB.
+      if (res.writableLength > 1024 * 1024) {
+        clearInterval(timer);
+        res.destroy();
+        return;
+      }
       const json = JSON.stringify(buildStatus());
       if (json !== last) res.write(`data: ${json}\n\n`);
       else res.write(': keep-alive\n\n');
       last = json;
     };
-    tick();
     const timer = setInterval(tick, 1000);
+    tick();
     req.on('close', () => clearInterval(timer));
   });
 
@@ -388,7 +398,9 @@ export function createApp(d: AppDeps): express.Express {
 
   const dashboard = new URL('../../../../../src/renderer/index.html', import.meta.url);
   app.get('/', (_req, res) => {
-    res.type('html').send(readFileSync(dashboard, 'utf8'));
+    const html = readFileSync(dashboard, 'utf8');
+    res.setHeader('content-security-policy', pageCsp(html));
+    res.type('html').send(html);
   });
 
   app.use((_req, _res, next) => next(new RelayError(ErrorCode.NOT_FOUND, 'no such endpoint')));

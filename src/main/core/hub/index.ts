@@ -40,6 +40,7 @@ export async function startHub(config: HubConfig, deps: { log: Logger; install?:
   const log = deps.log;
   const install = deps.install ?? (await ensureLlama({ progress: (l) => log.info(`[llama build] ${l}`) }));
   const store = await Store.open(config.home);
+  if (store.recovered !== null) log.warn({ path: store.path, why: store.recovered }, 'the store was unreadable: started from its last good copy (relay.json.bak)');
   if (store.migratedFrom !== null) log.warn({ path: store.path, from: store.migratedFrom }, 'store migrated to the current schema (backup kept beside it)');
   const registry = new ModelRegistry(store, log.child({ c: 'registry' }));
   const inventory = new HostInventory(install, config.cpuBudgetMb);
@@ -89,14 +90,19 @@ export async function startHub(config: HubConfig, deps: { log: Logger; install?:
 
   const tls = config.tlsCertPath && config.tlsKeyPath ? { cert: readFileSync(config.tlsCertPath), key: readFileSync(config.tlsKeyPath) } : null;
   const server: Server = await new Promise((resolve, reject) => {
-    const s = tls ? createHttpsServer(tls, app) : createHttpServer(app);
+    // requestTimeout is checked every connectionsCheckingInterval (Node's default: 30 s).
+    const opts = { connectionsCheckingInterval: 1000 };
+    const s = tls ? createHttpsServer({ ...tls, ...opts }, app) : createHttpServer(opts, app);
     s.once('error', reject);
     s.listen(config.port, config.host, () => resolve(s));
   });
   nodes.attach(server);
-  // Generations can be long: no server-side timeout on requests; idle keep-alive sockets still close.
-  server.requestTimeout = 0;
-  server.headersTimeout = 60_000;
+  // Slow clients: the whole request (headers and body) must arrive within requestTimeout (408 otherwise; a
+  // trickled body cannot hold a socket for ever). It does not limit the response: a 10-minute generation
+  // still completes. Connections are capped, beyond which new ones are refused.
+  server.requestTimeout = config.requestTimeoutMs;
+  server.headersTimeout = Math.min(30_000, config.requestTimeoutMs);
+  server.maxConnections = config.maxConnections;
   const port = (server.address() as AddressInfo).port;
   const host = config.host === '0.0.0.0' || config.host === '::' ? '127.0.0.1' : config.host;
   const url = `${tls ? 'https' : 'http'}://${host.includes(':') ? `[${host}]` : host}:${port}`;

@@ -1,13 +1,14 @@
 import { randomBytes } from 'node:crypto';
 import { EventEmitter } from 'node:events';
-import { chmodSync, existsSync, mkdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
+import { chmodSync, mkdirSync, writeFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { connect } from 'node:net';
 import { join } from 'node:path';
 import type { Logger } from 'pino';
 import { WebSocket } from 'ws';
-import { ErrorCode, RelayError, isRelayError } from '../../../shared/errors.js';
+import { ErrorCode, RelayError, isRelayError, wireCode } from '../../../shared/errors.js';
+import { readDurable, writeDurable } from '../durable.js';
 import {
   PROTOCOL_VERSION, TUNNEL_PATH, TUNNEL_STREAM_WINDOW, WS_SUBPROTOCOL, parseHubMessage,
   type Availability, type Command, type DeviceInfo, type HubToNode, type NodeToHub, type RunningReplica, type StageInfo, type StartReplica,
@@ -46,18 +47,16 @@ export function settingsPath(home: string): string {
   return join(home, 'node.json');
 }
 
+/** The node's settings (null before it joined); an unreadable node.json falls back to its last good copy. */
 export function readSettings(home: string): NodeSettings | null {
-  const p = settingsPath(home);
-  if (!existsSync(p)) return null;
-  return JSON.parse(readFileSync(p, 'utf8')) as NodeSettings;
+  return readDurable(settingsPath(home), (text) => JSON.parse(text) as NodeSettings)?.value ?? null;
 }
 
 export function writeSettings(home: string, s: NodeSettings): void {
   mkdirSync(home, { recursive: true });
   const p = settingsPath(home);
-  writeFileSync(`${p}.tmp`, `${JSON.stringify(s, null, 2)}\n`, { mode: 0o600 });
-  // rename is atomic: a crash leaves the old or the new settings, never half of them
-  renameSync(`${p}.tmp`, p);
+  // fsynced temp file, last good copy kept as node.json.bak, atomic rename (see durable.ts)
+  writeDurable(p, `${JSON.stringify(s, null, 2)}\n`, 0o600);
   chmodSync(p, 0o600);
 }
 
@@ -343,7 +342,7 @@ export class NodeAgent extends EventEmitter {
         }
       }
     } catch (err) {
-      const code = isRelayError(err) ? err.code.toLowerCase() : 'internal';
+      const code = wireCode(isRelayError(err) ? err.code : ErrorCode.INTERNAL);
       control.send(replyErr(c.id, code, (err as Error).message.split('\n')[0] ?? 'failed'));
     }
   }
@@ -468,7 +467,7 @@ export class NodeAgent extends EventEmitter {
       st.end(`${JSON.stringify({ ok: true })}\n`);
       if (this.connected) this.heartbeat();
     } catch (err) {
-      const code = isRelayError(err) ? err.code.toLowerCase() : 'internal';
+      const code = wireCode(isRelayError(err) ? err.code : ErrorCode.INTERNAL);
       this.d.log.warn({ sha256, code, message: (err as Error).message }, 'weight push failed');
       if (!st.destroyed && !st.writableEnded) st.end(`${JSON.stringify({ ok: false, code, message: (err as Error).message })}\n`);
     }

@@ -6,7 +6,7 @@ import { Transform } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import type { Logger } from 'pino';
 import { WebSocketServer, type WebSocket } from 'ws';
-import { ErrorCode, RelayError } from '../../../shared/errors.js';
+import { ErrorCode, RelayError, fromWireCode } from '../../../shared/errors.js';
 import {
   PROTOCOL_VERSION, TUNNEL_PATH, TUNNEL_STREAM_WINDOW, WS_SUBPROTOCOL, parseNodeMessage,
   type Availability, type CachedFile, type CommandBody, type DeviceInfo, type Hello, type HubToNode, type NodeToHub, type Reply, type RunningReplica, type StreamHeader,
@@ -67,7 +67,7 @@ export class NodeConn extends EventEmitter {
 
   async command(msg: CommandBody, timeoutMs = 60_000): Promise<Reply> {
     const r = await this.control.request(msg as never, timeoutMs);
-    if (!r.ok) throw new RelayError((r.code as ErrorCode | undefined) ?? ErrorCode.UPSTREAM_ERROR, `node ${this.name}: ${r.message ?? 'command failed'}`, { node: this.name });
+    if (!r.ok) throw new RelayError(fromWireCode(r.code), `node ${this.name}: ${r.message ?? 'command failed'}`, { node: this.name });
     return r;
   }
 

@@ -1,7 +1,7 @@
-import { copyFileSync, existsSync, mkdirSync, readFileSync } from 'node:fs';
+import { copyFileSync, existsSync, mkdirSync } from 'node:fs';
 import { join } from 'node:path';
-import { Low } from 'lowdb';
-import { JSONFile } from 'lowdb/node';
+import { Low, type Adapter } from 'lowdb';
+import { readDurable, writeDurable } from '../durable.js';
 import { ErrorCode, RelayError } from '../../../shared/errors.js';
 
 /**
@@ -92,6 +92,19 @@ export function loadStoreData(text: string, path: string): { data: StoreData; mi
   return { data: d as unknown as StoreData, migratedFrom: from === SCHEMA_VERSION ? null : from };
 }
 
+/** lowdb's file adapter, made durable: fsync, last good copy (see durable.ts). Writes only; Store.open reads. */
+class DurableJsonFile implements Adapter<StoreData> {
+  constructor(private readonly path: string) {}
+
+  async read(): Promise<StoreData | null> {
+    return null;
+  }
+
+  async write(data: StoreData): Promise<void> {
+    writeDurable(this.path, JSON.stringify(data, null, 2));
+  }
+}
+
 export class Store {
   private queue: Promise<unknown> = Promise.resolve();
 
@@ -99,6 +112,8 @@ export class Store {
     private readonly db: Low<StoreData>,
     readonly path: string,
     readonly migratedFrom: number | null,
+    /** Set when relay.json was unreadable and the hub started from its last good copy: why. */
+    readonly recovered: string | null,
   ) {}
 
   static async open(home: string): Promise<Store> {
@@ -106,15 +121,16 @@ export class Store {
     const path = join(home, 'relay.json');
     let data = emptyStore();
     let migratedFrom: number | null = null;
-    if (existsSync(path)) {
-      ({ data, migratedFrom } = loadStoreData(readFileSync(path, 'utf8'), path));
+    const read = readDurable(path, (text) => loadStoreData(text, path));
+    if (read) {
+      ({ data, migratedFrom } = read.value);
       // Keep the pre-migration file: a migration is the one write that cannot be undone by the next one.
-      if (migratedFrom !== null) copyFileSync(path, `${path}.v${migratedFrom}.bak`);
+      if (migratedFrom !== null && existsSync(path)) copyFileSync(path, `${path}.v${migratedFrom}.bak`);
     }
-    const db = new Low<StoreData>(new JSONFile<StoreData>(path), data);
+    const db = new Low<StoreData>(new DurableJsonFile(path), data);
     db.data = data;
-    const store = new Store(db, path, migratedFrom);
-    if (migratedFrom !== null || !existsSync(path)) await db.write();
+    const store = new Store(db, path, migratedFrom, read?.recovered ?? null);
+    if (migratedFrom !== null || read === null || read.recovered !== null) await db.write();
     return store;
   }
 

@@ -1,0 +1,93 @@
+import { createHash } from 'node:crypto';
+import { hostname as osHostname, networkInterfaces } from 'node:os';
+import type { NextFunction, Request, Response } from 'express';
+import { ErrorCode, RelayError } from '../../../shared/errors.js';
+
+/**
+ * Browser defences for the hub's HTTP surface. A web page the hub's owner visits can send requests to
+ * 127.0.0.1:7070 (a "simple" cross-origin POST needs no preflight) and, through DNS rebinding, even read the
+ * answers under its own name. So: a Host header that is not one of the hub's own names is refused (421); a
+ * state-changing request from another origin (Origin, Sec-Fetch-Site) is refused (403); a JSON endpoint only
+ * takes application/json (415: a text/plain "simple" request cannot pass); pages may not be framed and run
+ * only their own script (CSP). Clients that are not browsers (the CLI, the openai SDK, nodes) send no Origin
+ * and are unaffected. Pure checks first, then the middleware that applies them.
+ */
+
+/** The names and addresses this hub answers to: loopback, the listen address, the machine's name (with any domain), its interfaces, extra. */
+export function ownHostNames(listenHost: string, extra: readonly string[] = [], machine = osHostname(), interfaces = networkInterfaces()): Set<string> {
+  const names = new Set(['localhost', '127.0.0.1', '::1', listenHost.toLowerCase(), machine.toLowerCase()]);
+  for (const list of Object.values(interfaces)) for (const a of list ?? []) names.add(a.address.toLowerCase());
+  for (const e of extra) if (e.trim()) names.add(e.trim().toLowerCase());
+  return names;
+}
+
+/** The host part of a Host header (`[::1]:7070` → `::1`, `Desktop.lan:7070` → `desktop.lan`); null when malformed. */
+export function hostOf(header: string): string | null {
+  const h = header.trim().toLowerCase();
+  const m = /^\[([0-9a-f:.]+)\](?::\d{1,5})?$/.exec(h) ?? /^([a-z0-9.-]+)(?::\d{1,5})?$/.exec(h);
+  return m ? m[1]! : null;
+}
+
+/**
+ * Whether a Host header names this hub: one of `names`, any address 127.x, or the machine's name under a local
+ * domain (`desktop.lan`, `desktop.local`, `desktop.fritz.box`). A request without Host (HTTP/1.0) passes.
+ */
+export function hostAllowed(header: string | undefined, names: ReadonlySet<string>, machine = osHostname()): boolean {
+  if (header === undefined) return true;
+  const h = hostOf(header);
+  if (h === null) return false;
+  if (names.has(h) || /^127\.\d+\.\d+\.\d+$/.test(h)) return true;
+  const m = machine.toLowerCase();
+  return m !== '' && h.startsWith(`${m}.`);
+}
+
+/** Whether a state-changing request comes from this hub's own pages (or from no browser at all). */
+export function sameOrigin(origin: string | undefined, secFetchSite: string | undefined, host: string | undefined): boolean {
+  if (secFetchSite !== undefined && secFetchSite !== 'same-origin' && secFetchSite !== 'none') return false;
+  if (origin === undefined) return true;
+  if (origin === 'null') return false; // sandboxed frames, file:// pages, some redirects
+  try {
+    return host !== undefined && new URL(origin).host.toLowerCase() === host.trim().toLowerCase();
+  } catch {
+    return false;
+  }
+}
+
+const SAFE_METHODS = new Set(['GET', 'HEAD', 'OPTIONS']);
+
+export function browserGuard(names: ReadonlySet<string>) {
+  return (req: Request, res: Response, next: NextFunction): void => {
+    res.setHeader('x-frame-options', 'DENY');
+    res.setHeader('x-content-type-options', 'nosniff');
+    res.setHeader('referrer-policy', 'no-referrer');
+    if (!hostAllowed(req.headers.host, names)) {
+      return next(new RelayError(ErrorCode.MISDIRECTED_REQUEST,
+        `this hub does not answer to the name "${req.headers.host}" (add it with RELAY_ALLOWED_HOSTS if it is really this machine)`));
+    }
+    if (!SAFE_METHODS.has(req.method) && !sameOrigin(req.get('origin'), req.get('sec-fetch-site'), req.headers.host)) {
+      return next(new RelayError(ErrorCode.FORBIDDEN, 'a request from another site\'s page is refused (Origin / Sec-Fetch-Site)'));
+    }
+    next();
+  };
+}
+
+/** JSON endpoints take application/json only (a browser's "simple" text/plain POST is refused). */
+export function requireJson(req: Request, _res: Response, next: NextFunction): void {
+  if (req.is('application/json')) return next();
+  next(new RelayError(ErrorCode.UNSUPPORTED_MEDIA_TYPE, `send the body as application/json (got ${req.get('content-type') ?? 'no content-type'})`));
+}
+
+/** The dashboard's Content-Security-Policy: its own inline script (by hash) and nothing else; never framed. */
+export function pageCsp(html: string): string {
+  const scripts = [...html.matchAll(/<script>([\s\S]*?)<\/script>/g)].map((m) => `'sha256-${createHash('sha256').update(m[1]!).digest('base64')}'`);
+  return [
+    "default-src 'none'",
+    `script-src ${scripts.join(' ') || "'none'"}`,
+    "style-src 'unsafe-inline'",
+    "connect-src 'self'",
+    "img-src 'self' data:",
+    "base-uri 'none'",
+    "form-action 'none'",
+    "frame-ancestors 'none'",
+  ].join('; ');
+}

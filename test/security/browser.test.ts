@@ -1,0 +1,89 @@
+import assert from 'node:assert/strict';
+import http from 'node:http';
+import { after, before, describe, it } from 'node:test';
+import { addModel, startHub, type HubProcess } from '../helpers/hub.js';
+import { fixture } from '../helpers/llama.js';
+
+/**
+ * What a web page the hub's owner visits can do to the hub: nothing. Each attack runs against a real `relay hub`
+ * process on 127.0.0.1 and the test checks the refusal and that the registry did not change. (The dashboard's own
+ * buttons, which these defences must not break, are exercised in test/e2e/dashboard.test.ts in chromium.)
+ */
+function raw(url: string, o: { method?: string; path: string; headers?: Record<string, string>; body?: string }): Promise<{ status: number; headers: http.IncomingHttpHeaders; body: string }> {
+  return new Promise((resolve, reject) => {
+    const u = new URL(url);
+    const req = http.request({ host: u.hostname, port: u.port, method: o.method ?? 'GET', path: o.path, headers: o.headers }, (res) => {
+      let body = '';
+      res.on('data', (c: Buffer) => (body += c.toString()));
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, headers: res.headers, body }));
+    });
+    req.on('error', reject);
+    req.end(o.body);
+  });
+}
+
+describe('the admin API against browsers', { timeout: 120_000 }, () => {
+  let hub: HubProcess;
+  const host = (): string => new URL(hub.url).host;
+  const models = async (): Promise<string[]> => ((await hub.api<{ models: { name: string }[] }>('/api/models')).body.models).map((m) => m.name);
+  before(async () => {
+    hub = await startHub({ args: ['--cpu-budget-mb', '1000'] });
+    await addModel(hub, { path: fixture('dense'), name: 'dense' });
+  });
+  after(async () => {
+    await hub?.stop();
+  });
+
+  const evilAdd = JSON.stringify({ path: fixture('dense'), name: 'evil' });
+
+  it('a cross-origin text/plain POST (no preflight) is refused with 403 and registers nothing', async () => {
+    const r = await raw(hub.url, { method: 'POST', path: '/api/models', headers: { origin: 'http://evil.example', 'content-type': 'text/plain' }, body: evilAdd });
+    assert.equal(r.status, 403);
+    assert.equal((JSON.parse(r.body) as { error: { code: string } }).error.code, 'forbidden');
+    assert.deepEqual(await models(), ['dense']);
+  });
+
+  it('Sec-Fetch-Site cross-site or same-site is refused even without Origin; an opaque "null" origin too', async () => {
+    for (const headers of [{ 'sec-fetch-site': 'cross-site' }, { 'sec-fetch-site': 'same-site' }, { origin: 'null' }] as Record<string, string>[]) {
+      const r = await raw(hub.url, { method: 'POST', path: '/api/models', headers: { ...headers, 'content-type': 'application/json' }, body: evilAdd });
+      assert.equal(r.status, 403, JSON.stringify(headers));
+    }
+    const revoke = await raw(hub.url, { method: 'POST', path: '/api/nodes/garage/revoke', headers: { origin: 'http://evil.example' } });
+    assert.equal(revoke.status, 403);
+    const pause = await raw(hub.url, { method: 'POST', path: '/api/hub/availability', headers: { origin: 'http://evil.example', 'content-type': 'application/json' }, body: '{"paused":true}' });
+    assert.equal(pause.status, 403);
+    assert.equal(((await hub.status()) as unknown as { hub: { paused: boolean } }).hub.paused, false);
+    assert.deepEqual(await models(), ['dense']);
+  });
+
+  it('a JSON endpoint refuses any other content type with 415, even from the same origin; /v1 too', async () => {
+    const same = await raw(hub.url, { method: 'POST', path: '/api/models', headers: { origin: hub.url, 'content-type': 'text/plain' }, body: evilAdd });
+    assert.equal(same.status, 415);
+    assert.equal((JSON.parse(same.body) as { error: { code: string } }).error.code, 'unsupported_media_type');
+    const v1 = await raw(hub.url, { method: 'POST', path: '/v1/completions', headers: { 'content-type': 'text/plain' }, body: JSON.stringify({ model: 'dense', prompt: 'x' }) });
+    assert.equal(v1.status, 415);
+    assert.deepEqual(await models(), ['dense']);
+  });
+
+  it('a Host that is not the hub\'s own name (DNS rebinding) gets 421, reads included', async () => {
+    for (const path of ['/api/models', '/status', '/', '/v1/models']) {
+      const r = await raw(hub.url, { path, headers: { host: 'evil.example:7070' } });
+      assert.equal(r.status, 421, path);
+      assert.doesNotMatch(r.body, /dense/);
+    }
+    const ok = await raw(hub.url, { path: '/api/models', headers: { host: `localhost:${new URL(hub.url).port}` } });
+    assert.equal(ok.status, 200);
+  });
+
+  it('the same-origin dashboard may post; the page cannot be framed and runs only its own script', async () => {
+    const same = await raw(hub.url, { method: 'POST', path: '/api/hub/availability', headers: { origin: hub.url, 'sec-fetch-site': 'same-origin', 'content-type': 'application/json', host: host() }, body: '{"paused":false}' });
+    assert.equal(same.status, 200);
+    const page = await raw(hub.url, { path: '/' });
+    assert.equal(page.headers['x-frame-options'], 'DENY');
+    const csp = String(page.headers['content-security-policy']);
+    assert.match(csp, /frame-ancestors 'none'/);
+    assert.match(csp, /default-src 'none'/);
+    assert.match(csp, /script-src 'sha256-[A-Za-z0-9+/=]+'/);
+    assert.doesNotMatch(csp, /unsafe-inline'[^;]*script|script-src[^;]*unsafe/);
+  });
+});
