@@ -25,6 +25,8 @@ Usage:
   relay models ls [--hub URL]
   relay models rm NAME [--hub URL]
                          manage the running hub's registry (it hashes and reads the GGUF header)
+  relay keys create NAME | ls | revoke NAME [--hub URL]
+                         API keys for /v1 (a hub listening beyond loopback requires one); the key is printed once
   relay nodes token [--home HUB_DIR]
                          mint a join token for a new node (printed as the last line)
   relay nodes ls | revoke NAME [--hub URL]
@@ -289,6 +291,39 @@ async function cmdUp(args: string[]): Promise<number> {
   return code;
 }
 
+async function cmdKeys(sub: string | undefined, args: string[]): Promise<number> {
+  const { values, positionals } = parseArgs({ args, allowPositionals: true, options: { hub: { type: 'string' }, json: { type: 'boolean' } } });
+  const base = hubUrl(values.hub);
+  if (sub === 'create' && positionals[0]) {
+    const res = await api(base, '/api/keys', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ name: positionals[0] }) });
+    const j = (await res.json()) as { name: string; key: string; error?: { code?: string; message?: string } };
+    if (!res.ok) return apiFailure(j);
+    console.error(`API key "${j.name}" (shown once; the hub keeps only its SHA-256). Use it as the bearer key for ${base}/v1:`);
+    console.log(j.key);
+    return 0;
+  }
+  if (sub === 'ls') {
+    const res = await api(base, '/api/keys');
+    const j = (await res.json()) as { keys: { name: string; prefix: string; created_at: string; last_used_at: string | null }[]; required: boolean; error?: { code?: string; message?: string } };
+    if (!res.ok) return apiFailure(j);
+    if (values.json) console.log(JSON.stringify(j, null, 2));
+    else {
+      console.log(`/v1 ${j.required ? 'requires' : 'does not require'} a key`);
+      for (const k of j.keys) console.log(`${k.name.padEnd(24)} ${k.prefix}…  made ${k.created_at}  last used ${k.last_used_at ?? 'never'}`);
+    }
+    return 0;
+  }
+  if ((sub === 'revoke' || sub === 'rm') && positionals[0]) {
+    const res = await api(base, `/api/keys/${encodeURIComponent(positionals[0])}`, { method: 'DELETE' });
+    const j = (await res.json()) as { error?: { code?: string; message?: string } };
+    if (!res.ok) return apiFailure(j);
+    console.log(`revoked: ${positionals[0]}`);
+    return 0;
+  }
+  console.error('usage: relay keys create NAME | ls | revoke NAME [--hub URL]');
+  return 2;
+}
+
 async function cmdPause(paused: boolean, args: string[]): Promise<number> {
   const { values } = parseArgs({ args, options: { home: { type: 'string' }, hub: { type: 'boolean' }, 'hub-url': { type: 'string' } } });
   if (values.hub) {
@@ -327,6 +362,7 @@ export async function main(argv: string[]): Promise<number> {
   if (cmd === 'hub') return cmdHub(sub === undefined ? rest : [sub, ...rest]);
   if (cmd === 'models') return cmdModels(sub, rest);
   if (cmd === 'nodes') return cmdNodes(sub, rest);
+  if (cmd === 'keys') return cmdKeys(sub, rest);
   if (cmd === 'up') return cmdUp(sub === undefined ? rest : [sub, ...rest]);
   if (cmd === 'pause' || cmd === 'resume') return cmdPause(cmd === 'pause', sub === undefined ? rest : [sub, ...rest]);
   if (cmd === 'llama' && sub === 'build') return cmdLlamaBuild(rest);

@@ -55,6 +55,8 @@ export const ErrorCode = {
   INVALID_JSON: 'INVALID_JSON',
   PAYLOAD_TOO_LARGE: 'PAYLOAD_TOO_LARGE',
   INVALID_API_KEY: 'INVALID_API_KEY',
+  KEY_EXISTS: 'KEY_EXISTS',
+  KEY_NOT_FOUND: 'KEY_NOT_FOUND',
   FORBIDDEN: 'FORBIDDEN',
   NOT_FOUND: 'NOT_FOUND',
   /** The Host header does not name this hub (DNS rebinding). */
@@ -139,6 +141,8 @@ export const HTTP_ERRORS: Readonly<Partial<Record<ErrorCode, { status: number; t
   INVALID_ARGUMENT: { status: 400, type: 'invalid_request_error' },
   PAYLOAD_TOO_LARGE: { status: 413, type: 'invalid_request_error' },
   INVALID_API_KEY: { status: 401, type: 'authentication_error' },
+  KEY_EXISTS: { status: 409, type: 'invalid_request_error' },
+  KEY_NOT_FOUND: { status: 404, type: 'invalid_request_error' },
   FORBIDDEN: { status: 403, type: 'permission_error' },
   NOT_FOUND: { status: 404, type: 'invalid_request_error' },
   MISDIRECTED_REQUEST: { status: 421, type: 'invalid_request_error' },

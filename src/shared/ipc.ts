@@ -27,6 +27,11 @@ export interface HubView {
   readonly paused: boolean;
   readonly availability: 'idle' | 'busy' | 'paused';
   readonly reason: string | null;
+  /** The /v1 URL chat clients on the network use. */
+  readonly v1Url: string;
+  readonly apiKeyRequired: boolean;
+  /** The key the app made at setup for a LAN hub, shown (with a copy button) until the app restarts; the hub keeps only its hash. */
+  readonly apiKey: string | null;
 }
 
 export interface AppState {

@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { homedir, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
@@ -54,8 +54,8 @@ function rpcServerPids(): number[] {
   });
 }
 
-const completion = (url: string, model: string) =>
-  fetch(`${url}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model, prompt: 'hi', max_tokens: 2 }) });
+const completion = (url: string, model: string, key?: string) =>
+  fetch(`${url}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json', ...(key ? { authorization: `Bearer ${key}` } : {}) }, body: JSON.stringify({ model, prompt: 'hi', max_tokens: 2 }) });
 
 describe('tray app, hub mode (embedded hub in the app process)', { timeout: 240_000 }, () => {
   const userData = mkdtempSync(join(tmpdir(), 'relay-app-hub-'));
@@ -101,12 +101,21 @@ describe('tray app, hub mode (embedded hub in the app process)', { timeout: 240_
     assert.ok(existsSync(join(userData, 'hub')), 'the hub\'s store lives in the app\'s data dir');
     const health = await fetch(`${s.hub!.url}/status`);
     assert.equal(health.status, 200);
+    // A hub the network can reach answers /v1 only with a key: the app made one and shows it once.
+    assert.match(s.hub!.apiKey ?? '', /^relay-[A-Za-z0-9_-]{32}$/);
+    assert.equal(s.hub!.apiKeyRequired, true);
+    assert.match(s.hub!.v1Url, /^http:\/\/[\d.]+:\d+\/v1$/);
+    const store = readFileSync(join(userData, 'hub', 'relay.json'), 'utf8');
+    assert.ok(!store.includes(s.hub!.apiKey!), 'the store holds the key\'s hash, not the key');
   });
 
   it('serving a model turns the tray to "serving" with a status line naming the replica', async () => {
     const url = app.hub!.url;
     await addModel({ url }, { path: fixture('dense'), name: 'small', required_vram_mb: 300 });
-    const res = await completion(url, 'small');
+    const guest = await completion(url, 'small');
+    assert.equal(guest.status, 401, 'no key, no GPUs');
+    assert.equal(((await guest.json()) as { error: { code: string } }).error.code, 'invalid_api_key');
+    const res = await completion(url, 'small', app.state().hub!.apiKey!);
     assert.equal(res.status, 200, await res.text());
     const s = app.state();
     assert.equal(trayIcon(s), 'hub-serving');
@@ -154,9 +163,16 @@ describe('tray app, hub mode (embedded hub in the app process)', { timeout: 240_
     assert.deepEqual(models.models.map((m) => m.name), ['small'], 'the registry survived the restart');
   });
 
-  it('a damaged settings file starts as a first run and says so, leaving the file alone', async () => {
+  it('a damaged settings file starts from its last good copy; with none, as a first run that says so, leaving the file alone', async () => {
     await app.stop();
-    writeFileSync(join(userData, 'settings.json'), '{"mode": "hub",');
+    writeFileSync(join(userData, 'settings.json'), '{"mode": "hub",'); // torn by a crash
+    assert.ok(existsSync(join(userData, 'settings.json.bak')), 'every save keeps the previous file');
+    const shell2b = new RecordingShell();
+    app = new AppController({ userData, shell: shell2b, log: quiet(), pagesUrl, defaults: { hubPort: 0 } });
+    await app.start();
+    assert.equal(app.state().mode, 'hub', 'the last good copy');
+    await app.stop();
+    rmSync(join(userData, 'settings.json.bak'));
     const shell3 = new RecordingShell();
     app = new AppController({ userData, shell: shell3, log: quiet(), pagesUrl, defaults: { hubPort: 0 } });
     await app.start();

@@ -11,7 +11,7 @@ const node = (o: Partial<NodeView> = {}): NodeView => ({
 });
 const nodeState = (o: Partial<NodeView> = {}): AppState => ({ mode: 'node', hub: null, node: node(o), startAtLogin: false, error: null });
 const hubState = (replicas: { model: string; where: string }[] = [], shards: { model: string; stages: number }[] = [], paused = false): AppState =>
-  ({ mode: 'hub', hub: { url: 'http://127.0.0.1:7070', serving: true, replicas, shards, nodes: 2, paused, availability: paused ? 'paused' : 'idle', reason: paused ? 'paused by the owner' : null }, node: null, startAtLogin: true, error: null });
+  ({ mode: 'hub', hub: { url: 'http://127.0.0.1:7070', serving: true, replicas, shards, nodes: 2, paused, availability: paused ? 'paused' : 'idle', reason: paused ? 'paused by the owner' : null, v1Url: 'http://192.168.1.20:7070/v1', apiKeyRequired: true, apiKey: null }, node: null, startAtLogin: true, error: null });
 
 describe('tray', () => {
   it('the icon reflects the state', () => {

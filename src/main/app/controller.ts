@@ -5,7 +5,7 @@
  * ipcMain); this file is tested in plain Node with the real hub, node agent and llama.cpp processes.
  */
 import { mkdirSync } from 'node:fs';
-import { hostname } from 'node:os';
+import { hostname, networkInterfaces } from 'node:os';
 import { join } from 'node:path';
 import type { Logger } from 'pino';
 import { isRelayError } from '../../shared/errors.js';
@@ -18,6 +18,7 @@ import { inPauseWindow, parseSchedule } from '../core/node/availability.js';
 import { NodeAgent, joinHub, readSettings, writeSettings } from '../core/node/agent.js';
 import { readDurable, writeDurable } from '../core/durable.js';
 import { navigationAllowed } from './navigation.js';
+import { beyondLoopback } from '../core/hub/keys.js';
 import type { TrayAction } from './tray-menu.js';
 
 export interface AppSettings {
@@ -59,6 +60,13 @@ export interface AppControllerOptions {
 }
 
 /** A hub listening on every interface is opened from this machine through loopback. */
+/** The hub's URL as other machines reach it: its first non-internal IPv4 address when it listens on every interface. */
+export function lanUrl(url: string, listen: string, interfaces = networkInterfaces()): string {
+  if (!beyondLoopback(listen)) return loopbackUrl(url);
+  const addr = Object.values(interfaces).flat().find((a) => a && a.family === 'IPv4' && !a.internal)?.address;
+  return addr ? url.replace(/^(https?:\/\/)[^/:]+|^(https?:\/\/)\[[^\]]+\]/, (_m, a: string | undefined, b: string | undefined) => `${a ?? b}${addr}`) : loopbackUrl(url);
+}
+
 export function loopbackUrl(url: string): string {
   return url.replace(/^(https?:\/\/)(0\.0\.0\.0|\[::\])(?=:)/, '$1127.0.0.1');
 }
@@ -68,6 +76,8 @@ export class AppController {
   hub: Hub | null = null;
   agent: NodeAgent | null = null;
   private lastError: string | null = null;
+  /** The API key made at setup for a LAN hub: shown this session, never stored (the hub keeps its hash). */
+  private setupKey: string | null = null;
   private starting: Promise<void> | null = null;
   private setups: Promise<void> = Promise.resolve();
 
@@ -149,6 +159,9 @@ export class AppController {
         shards: hub.scheduler.shardStatus().filter((s) => s.state === 'ready').map((s) => ({ model: s.model, stages: s.stages.length })),
         nodes: hub.nodes.connected().length,
         paused: hub.availability.settings().paused,
+        v1Url: `${lanUrl(hub.url, this.settings.hubListen)}/v1`,
+        apiKeyRequired: beyondLoopback(this.settings.hubListen) || hub.keys.any,
+        apiKey: this.setupKey,
         availability: hub.availability.state().state,
         reason: hub.availability.state().reason,
       } : null,
@@ -318,5 +331,10 @@ export class AppController {
     this.settings.mode = req.mode;
     this.saveSettings();
     await this.launch();
+    // A hub the network can reach answers /v1 only with a key: make the first one now and show it.
+    if (req.mode === 'hub' && this.hub && beyondLoopback(this.settings.hubListen) && !this.hub.keys.any) {
+      this.setupKey = (await this.hub.keys.create('tray')).key;
+      this.render();
+    }
   }
 }

@@ -14,6 +14,7 @@ import type { NodeManager } from '../pool/manager.js';
 import { proxyToReplica } from './proxy.js';
 import type { HubAvailability } from './availability.js';
 import { browserGuard, ownHostNames, pageCsp, requireJson } from './guard.js';
+import { beyondLoopback, type ApiKeys } from './keys.js';
 
 export interface AppDeps {
   readonly config: HubConfig;
@@ -25,6 +26,7 @@ export interface AppDeps {
   readonly version: string;
   readonly llama: { tag: string; version: string; backend: string; backend_reason: string };
   readonly availability: HubAvailability;
+  readonly keys: ApiKeys;
 }
 
 function sendError(res: Response, err: unknown, log: Logger): void {
@@ -65,10 +67,11 @@ export function adminAllowed(
   token: string | undefined,
   c: Pick<HubConfig, 'adminToken' | 'apiKey'>,
   readOnly: boolean,
+  isApiKey: (token: string) => boolean = () => false,
 ): boolean {
   if (isLoopback(remote)) return true;
   if (token && c.adminToken && safeEqual(token, c.adminToken)) return true;
-  return Boolean(readOnly && token && c.apiKey && safeEqual(token, c.apiKey));
+  return Boolean(readOnly && token && ((c.apiKey && safeEqual(token, c.apiKey)) || isApiKey(token)));
 }
 
 /** Parse a raw JSON body; the caller has already enforced the size limit. */
@@ -127,16 +130,20 @@ export function createApp(d: AppDeps): express.Express {
     if (recent.length > 20) recent.pop();
   };
 
-  /** /v1 auth: only when RELAY_API_KEY is set. */
+  /** /v1 needs a key when RELAY_API_KEY is set, when keys were made, and always on a hub that listens beyond loopback. */
+  const keyRequired = (): boolean => Boolean(config.apiKey) || d.keys.any || beyondLoopback(config.host);
+  const isApiKey = (token: string): boolean => Boolean((config.apiKey && safeEqual(token, config.apiKey)) || d.keys.verify(token));
   const requireApiKey = (req: Request, _res: Response, next: NextFunction): void => {
-    if (!config.apiKey) return next();
+    if (!keyRequired()) return next();
     const token = bearer(req);
-    if (token && safeEqual(token, config.apiKey)) return next();
-    next(new RelayError(ErrorCode.INVALID_API_KEY, 'a valid API key is required: send Authorization: Bearer <RELAY_API_KEY>'));
+    if (token && isApiKey(token)) return next();
+    next(new RelayError(ErrorCode.INVALID_API_KEY, !config.apiKey && !d.keys.any
+      ? `this hub listens on ${config.host}, beyond this machine, so /v1 needs an API key: make one with \`relay keys create NAME\` (or on the dashboard) and send Authorization: Bearer <key>`
+      : 'a valid API key is required: send Authorization: Bearer <key>'));
   };
 
   const requireAdmin = (readOnly: boolean) => (req: Request, _res: Response, next: NextFunction): void => {
-    if (adminAllowed(req.socket.remoteAddress, bearer(req), config, readOnly)) return next();
+    if (adminAllowed(req.socket.remoteAddress, bearer(req), config, readOnly, isApiKey)) return next();
     next(new RelayError(ErrorCode.FORBIDDEN, 'the admin API answers loopback clients, or others that present RELAY_ADMIN_TOKEN'));
   };
 
@@ -255,6 +262,29 @@ export function createApp(d: AppDeps): express.Express {
     }
   });
 
+  // ---- API keys for /v1 (the key is in the 201 answer only) ----
+  app.get('/api/keys', requireAdmin(true), (_req, res) => {
+    res.json({ keys: d.keys.list(), required: keyRequired() });
+  });
+
+  app.post('/api/keys', requireAdmin(false), raw, async (req, res, next) => {
+    try {
+      const body = parseJson(req);
+      res.status(201).json(await d.keys.create(String(body.name ?? '')));
+    } catch (err) {
+      next(err);
+    }
+  });
+
+  app.delete('/api/keys/:name', requireAdmin(false), async (req, res, next) => {
+    try {
+      await d.keys.revoke(String(req.params.name));
+      res.json({ revoked: String(req.params.name) });
+    } catch (err) {
+      next(err);
+    }
+  });
+
   // ---- nodes ----
   // Joining is open to the network: the join token is the credential for this one call.
   app.post('/api/nodes/join', raw, async (req, res, next) => {
@@ -319,7 +349,7 @@ export function createApp(d: AppDeps): express.Express {
       flash_attn: config.flashAttn ?? `unset: ${effectiveFlashAttn(config.kvCacheType, undefined)} for a ${config.kvCacheType} cache`,
       cpu_budget_mb: config.cpuBudgetMb,
       keep_alive_ms: config.keepAliveMs,
-      api_key_required: Boolean(config.apiKey),
+      api_key_required: keyRequired(),
       queue_max: config.queueMax,
       queue_timeout_ms: config.queueTimeoutMs,
       max_placements_per_model: config.maxPlacementsPerModel,
@@ -338,6 +368,7 @@ export function createApp(d: AppDeps): express.Express {
     shards: scheduler.shardStatus(),
     backoffs: scheduler.backoffs(),
     queues: scheduler.queues(),
+    api_keys: d.keys.list(),
     nodes: nodes.status().map((n) => ({ ...n, devices: scheduler.nodeDevicesFree(String(n.name), n.devices as never) })),
     pushes: [...nodes.pushes.values()],
     recent,

@@ -13,6 +13,7 @@ import { Scheduler } from '../scheduler/scheduler.js';
 import { Store } from '../store/store.js';
 import { createApp } from './app.js';
 import { HubAvailability } from './availability.js';
+import { ApiKeys, beyondLoopback } from './keys.js';
 import { HubMetrics } from './metrics.js';
 import { NodeManager } from '../pool/manager.js';
 import { joinSecret } from '../pool/tokens.js';
@@ -28,6 +29,7 @@ export interface Hub {
   readonly scheduler: Scheduler;
   readonly nodes: NodeManager;
   readonly availability: HubAvailability;
+  readonly keys: ApiKeys;
   close(): Promise<void>;
 }
 
@@ -83,8 +85,12 @@ export async function startHub(config: HubConfig, deps: { log: Logger; install?:
     void scheduler.reconcile(conn);
     conn.on('heartbeat', () => void scheduler.reconcile(conn));
   });
+  const keys = new ApiKeys(store);
+  if (beyondLoopback(config.host) && !config.apiKey && !keys.any) {
+    log.warn(`the hub listens on ${config.host}: /v1 answers only requests with an API key; make one with \`relay keys create NAME\``);
+  }
   const app = createApp({
-    config, registry, scheduler, nodes, metrics, log, version: packageVersion(), availability,
+    config, registry, scheduler, nodes, metrics, log, version: packageVersion(), availability, keys,
     llama: { tag: install.tag, version: install.version, backend: install.backend, backend_reason: install.backendReason },
   });
 
@@ -115,6 +121,7 @@ export async function startHub(config: HubConfig, deps: { log: Logger; install?:
     scheduler,
     nodes,
     availability,
+    keys,
     close() {
       closing ??= (async () => {
         nodes.close();

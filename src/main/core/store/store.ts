@@ -48,6 +48,8 @@ export interface StoreData {
   nodes: NodeRecord[];
   /** Ids of join tokens already exchanged (each is good once). */
   used_join_tokens?: string[];
+  /** /v1 API keys: names and SHA-256 digests (the keys themselves are shown once, never stored). */
+  api_keys?: { name: string; sha256: string; prefix: string; created_at: string; last_used_at: string | null }[];
   /** The hub's own devices: its owner's pause toggle, schedule and auto-pause (absent = always available). */
   hub_availability?: { paused: boolean; schedule: string; auto_pause: boolean };
 }
