@@ -41,11 +41,15 @@ export const ErrorCode = {
   STREAM_RESET: 'STREAM_RESET',
   KEEPALIVE_TIMEOUT: 'KEEPALIVE_TIMEOUT',
   TUNNEL_PROTOCOL: 'TUNNEL_PROTOCOL',
+  /** The peer does not read (its control-frame queue passed the cap) or floods the session. */
+  TUNNEL_OVERLOAD: 'TUNNEL_OVERLOAD',
   // nodes
   NODE_AUTH: 'NODE_AUTH',
   VERSION_MISMATCH: 'VERSION_MISMATCH',
   NODE_NOT_FOUND: 'NODE_NOT_FOUND',
   NODE_LOST: 'NODE_LOST',
+  /** Another agent with the same credential is connected and alive. */
+  NODE_IN_USE: 'NODE_IN_USE',
   CACHE_FULL: 'CACHE_FULL',
   DISK_FULL: 'DISK_FULL',
   PUSH_INCOMPLETE: 'PUSH_INCOMPLETE',

@@ -7,7 +7,7 @@ import { connect } from 'node:net';
 import { join } from 'node:path';
 import type { Logger } from 'pino';
 import { WebSocket } from 'ws';
-import { ErrorCode, RelayError, isRelayError, wireCode } from '../../../shared/errors.js';
+import { ErrorCode, RelayError, fromWireCode, isRelayError, wireCode } from '../../../shared/errors.js';
 import { readDurable, writeDurable } from '../durable.js';
 import {
   PROTOCOL_VERSION, TUNNEL_PATH, TUNNEL_STREAM_WINDOW, WS_SUBPROTOCOL, parseHubMessage,
@@ -269,6 +269,8 @@ export class NodeAgent extends EventEmitter {
             clearTimeout(welcomeTimer);
             this.d.log.error({ code: m.code }, `hub: ${m.message}`);
             if (m.code === 'version_mismatch') reject(new RelayError(ErrorCode.VERSION_MISMATCH, `the hub refused this node: ${m.message}`));
+            // Another agent holds this credential: keep retrying with backoff (it may be stopping), never evict it.
+            else reject(new RelayError(fromWireCode(m.code), `the hub refused this connection: ${m.message}`));
             return;
           }
           void this.onCommand(m);

@@ -6,7 +6,7 @@ import { Transform } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import type { Logger } from 'pino';
 import { WebSocketServer, type WebSocket } from 'ws';
-import { ErrorCode, RelayError, fromWireCode } from '../../../shared/errors.js';
+import { ErrorCode, RelayError, fromWireCode, wireCode } from '../../../shared/errors.js';
 import {
   PROTOCOL_VERSION, TUNNEL_PATH, TUNNEL_STREAM_WINDOW, WS_SUBPROTOCOL, parseNodeMessage,
   type Availability, type CachedFile, type CommandBody, type DeviceInfo, type Hello, type HubToNode, type NodeToHub, type Reply, type RunningReplica, type StreamHeader,
@@ -174,7 +174,11 @@ export class NodeManager extends EventEmitter {
 
   private async onConnection(ws: WebSocket, name: string): Promise<void> {
     const log = this.d.log.child({ node: name });
-    const session = new Session(webSocketDuplex(ws), { client: false, keepAliveIntervalMs: 10_000, keepAliveTimeoutMs: 20_000, streamWindow: TUNNEL_STREAM_WINDOW });
+    // Nodes open one stream (control); the hub opens the rest. 1024 streams and 1024 queued control frames bound
+    // what one node can make the hub hold.
+    const session = new Session(webSocketDuplex(ws), {
+      client: false, keepAliveIntervalMs: 10_000, keepAliveTimeoutMs: 20_000, streamWindow: TUNNEL_STREAM_WINDOW, maxStreams: 1024, maxControlFrames: 1024,
+    });
     const first = await new Promise<YamuxStream | null>((resolve) => {
       const t = setTimeout(() => resolve(null), this.d.helloTimeoutMs ?? 10_000);
       session.once('stream', (st: YamuxStream) => {
@@ -222,7 +226,18 @@ export class NodeManager extends EventEmitter {
       session.close();
       return;
     }
+    // One agent per credential: a second one is refused while the first answers a ping (two agents with one
+    // credential would otherwise evict each other in a loop); a first one that is gone (half-open) is replaced.
     const prev = this.conns.get(name);
+    if (prev?.alive) {
+      const answers = await prev.session.ping(2000).then(() => true, () => false);
+      if (answers && prev.alive) {
+        log.warn('a second agent presented this node\'s credential while the first is connected: refused');
+        control.send({ type: 'error', code: wireCode(ErrorCode.NODE_IN_USE), message: `node "${name}" is already connected from another process (one agent per credential: stop the other one first)` });
+        session.close();
+        return;
+      }
+    }
     if (prev) prev.session.destroy(new RelayError(ErrorCode.SESSION_CLOSED, 'replaced by a new connection from the same node'));
 
     const conn = new NodeConn(name, session, control, hello);

@@ -33,6 +33,11 @@ export interface SessionOptions {
   readonly keepAliveTimeoutMs?: number;
   /** Most streams open at once; more SYNs are refused with RST. */
   readonly maxStreams?: number;
+  /**
+   * Control frames (window updates, ping answers, resets) that may wait for a transport that is not draining;
+   * a peer that floods pings or opens streams without reading is disconnected past this (TUNNEL_OVERLOAD).
+   */
+  readonly maxControlFrames?: number;
 }
 
 export const PRIORITY = { control: 0, rpc: 1, http: 2, file: 3 } as const;
@@ -136,6 +141,7 @@ export class Session extends EventEmitter {
   /** Frames coalesced into one transport write (one WebSocket message). */
   private readonly maxBatch: number;
   private readonly maxStreams: number;
+  private readonly maxControlFrames: number;
   private readonly streams = new Map<number, YamuxStream>();
   private nextId: number;
   private readonly control: Frame[] = [];
@@ -162,6 +168,7 @@ export class Session extends EventEmitter {
     this.maxFrame = opts.maxFrameBytes ?? 64 * 1024;
     this.maxBatch = Math.max(this.maxFrame + HEADER_BYTES, opts.maxBatchBytes ?? 256 * 1024);
     this.maxStreams = opts.maxStreams ?? 4096;
+    this.maxControlFrames = opts.maxControlFrames ?? 4096;
     this.nextId = opts.client ? 1 : 2;
     this.decoder = new FrameDecoder((h) => {
       const s = this.streams.get(h.streamId);
@@ -309,7 +316,9 @@ export class Session extends EventEmitter {
     if (h.flags & Flag.SYN) {
       if (s) throw new ProtocolError(`duplicate SYN for stream ${h.streamId}`);
       if ((h.streamId % 2 === 1) === this.opts.client || h.streamId === 0) throw new ProtocolError(`peer opened stream ${h.streamId} with our parity`);
-      if (this.localGoAway || this.streams.size >= this.maxStreams) {
+      // Refused, not buffered: over the cap, going away, or nobody listening for streams yet (a peer that opens
+      // streams before its session is wired up would otherwise park a window of data in each).
+      if (this.localGoAway || this.streams.size >= this.maxStreams || this.listenerCount('stream') === 0) {
         this.sendControl(FrameType.WINDOW_UPDATE, Flag.RST, h.streamId, 0);
         return;
       }
@@ -362,6 +371,10 @@ export class Session extends EventEmitter {
 
   private sendControl(type: number, flags: number, id: number, length: number): void {
     if (this.dead) return;
+    if (this.control.length >= this.maxControlFrames) {
+      this.destroy(new RelayError(ErrorCode.TUNNEL_OVERLOAD, `the tunnel peer does not read: ${this.control.length} control frames queued`));
+      return;
+    }
     this.control.push([encodeHeader(type, flags, id, length)]);
     this.pump();
   }

@@ -1,0 +1,128 @@
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { copyFileSync, mkdtempSync, readFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { createInterface } from 'node:readline';
+import { after, before, describe, it } from 'node:test';
+import { WebSocket } from 'ws';
+import { PROTOCOL_VERSION, TUNNEL_PATH, TUNNEL_STREAM_WINDOW, WS_SUBPROTOCOL } from '../../src/shared/protocol.js';
+import { ControlChannel, openStream } from '../../src/main/core/tunnel/channel.js';
+import { webSocketDuplex } from '../../src/main/core/tunnel/transport.js';
+import { Session } from '../../src/main/core/tunnel/yamux/session.js';
+import { startHub, type HubProcess } from '../helpers/hub.js';
+import { llama } from '../helpers/llama.js';
+import { mintToken, startNode, type NodeProcess } from '../helpers/node.js';
+import { signalIfRunning, until } from '../helpers/proc.js';
+
+/**
+ * A node is authenticated, but not trusted: what one node (or a second agent with its credential) can make
+ * the hub hold is bounded, and the hub keeps serving. The hostile peer here speaks yamux itself, frame by frame.
+ */
+const relayBin = new URL('../../../bin/relay.js', import.meta.url).pathname;
+
+function frame(type: number, flags: number, id: number, length: number, payload?: Buffer): Buffer {
+  const h = Buffer.alloc(12);
+  h.writeUInt8(0, 0);
+  h.writeUInt8(type, 1);
+  h.writeUInt16BE(flags, 2);
+  h.writeUInt32BE(id, 4);
+  h.writeUInt32BE(length, 8);
+  return payload ? Buffer.concat([h, payload]) : h;
+}
+
+function rssMb(pid: number): number {
+  const m = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
+  return Number(m![1]) / 1024;
+}
+
+describe('tunnel limits', { timeout: 180_000 }, () => {
+  let hub: HubProcess;
+  before(async () => {
+    hub = await startHub();
+  });
+  after(async () => {
+    await hub?.stop();
+  });
+
+  async function joinRaw(name: string): Promise<{ ws: WebSocket; session: Session; control: ControlChannel<{ type: string }, object>; hello: () => Promise<void> }> {
+    const token = await mintToken(hub);
+    const res = await fetch(`${hub.url}/api/nodes/join`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ token, name }) });
+    const { credential } = (await res.json()) as { credential: string };
+    const ws = new WebSocket(`${hub.url.replace(/^http/, 'ws')}${TUNNEL_PATH}`, [WS_SUBPROTOCOL], { headers: { authorization: `Bearer ${credential}`, 'x-relay-node': name }, perMessageDeflate: false });
+    await new Promise((resolve, reject) => ws.once('open', resolve).once('error', reject));
+    const session = new Session(webSocketDuplex(ws), { client: true, keepAliveIntervalMs: 0, streamWindow: TUNNEL_STREAM_WINDOW });
+    session.on('stream', (s: { destroy(): void }) => s.destroy());
+    const control = new ControlChannel<{ type: string }, object>(openStream(session, { kind: 'control' }), (line) => ({ ok: true, msg: JSON.parse(line) as { type: string } }));
+    const hello = async (): Promise<void> => {
+      const welcome = new Promise<{ type: string }>((r) => control.once('message', r));
+      control.send({ type: 'hello', protocol: PROTOCOL_VERSION, node: name, llama: llama().version, devices: [], cache: [], partials: [], replicas: [], availability: 'idle', reason: null });
+      assert.equal((await welcome).type, 'welcome');
+    };
+    return { ws, session, control, hello };
+  }
+
+  it('4,096 streams opened with data before the hub is ready for them are refused, not buffered', async () => {
+    const before = rssMb(hub.proc.pid!);
+    const { ws, session, hello } = await joinRaw('flood-streams');
+    const chunk = Buffer.alloc(64 * 1024, 7);
+    for (let i = 0; i < 4096; i++) {
+      const id = 1001 + 2 * i; // odd: the node's side
+      ws.send(Buffer.concat([frame(0, 1, id, chunk.byteLength, chunk)])); // SYN + 64 KiB of data each: 256 MiB offered
+    }
+    await hello(); // the hub still talks to it: nothing was parked
+    const after = rssMb(hub.proc.pid!);
+    assert.ok(after - before < 150, `hub RSS grew ${Math.round(after - before)} MB for 256 MiB of refused stream data`);
+    session.destroy();
+    ws.terminate();
+  });
+
+  it('a peer that floods PINGs and never reads is disconnected (tunnel_overload); the hub keeps serving', async () => {
+    const { ws, hello } = await joinRaw('flood-pings');
+    await hello();
+    await until(() => hub.api<{ nodes: { name: string; connected: boolean }[] }>('/api/nodes'), (r) => r.body.nodes.some((n) => n.name === 'flood-pings' && n.connected));
+    (ws as unknown as { _socket: { pause(): void } })._socket.pause(); // read nothing from now on
+    const pings = Buffer.concat(Array.from({ length: 4096 }, (_, i) => frame(2, 1, 0, i)));
+    const closed = new Promise<void>((r) => ws.once('close', () => r()));
+    const before = rssMb(hub.proc.pid!);
+    let sent = 0;
+    const pump = setInterval(() => {
+      for (let i = 0; i < 16 && ws.readyState === WebSocket.OPEN; i++, sent++) ws.send(pings);
+    }, 5);
+    try {
+      await until(() => hub.logs.some((l) => l.includes('does not read')), (x) => x, 60_000);
+    } finally {
+      clearInterval(pump);
+    }
+    assert.ok(hub.logs.some((l) => l.includes('flood-pings') && l.includes('node disconnected')));
+    assert.ok(rssMb(hub.proc.pid!) - before < 150, 'the hub did not queue the answers without bound');
+    ws.terminate();
+    await closed;
+    assert.equal((await hub.api('/api/models')).status, 200);
+    assert.ok(sent > 0);
+  });
+
+  it('a second agent with the same credential is refused while the first is connected; the first stays', async () => {
+    let first: NodeProcess | null = null;
+    const second = { proc: null as ReturnType<typeof spawn> | null };
+    try {
+      first = await startNode(hub, { name: 'twin' });
+      const home2 = mkdtempSync(join(tmpdir(), 'relay-node-twin2-'));
+      copyFileSync(join(first.home, 'node.json'), join(home2, 'node.json'));
+      second.proc = spawn(process.execPath, [relayBin, 'up', '--home', home2], { env: { ...process.env, RELAY_LOG_LEVEL: 'info' }, stdio: ['ignore', 'pipe', 'pipe'] });
+      const lines: string[] = [];
+      createInterface({ input: second.proc.stdout! }).on('line', (l) => lines.push(l));
+      createInterface({ input: second.proc.stderr! }).on('line', (l) => lines.push(l));
+      await until(() => lines.some((l) => l.includes('already connected from another process')), (x) => x, 30_000);
+      assert.ok(!first.logs.some((l) => l.includes('lost the hub')), 'the first agent was never evicted');
+      const nodes = (await hub.api<{ nodes: { name: string; connected: boolean }[] }>('/api/nodes')).body.nodes;
+      assert.equal(nodes.find((n) => n.name === 'twin')?.connected, true);
+    } finally {
+      if (second.proc) {
+        signalIfRunning(second.proc, 'SIGTERM');
+        await new Promise((r) => (second.proc!.exitCode !== null ? r(null) : second.proc!.once('exit', r)));
+      }
+      await first?.stop();
+    }
+  });
+});
