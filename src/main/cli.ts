@@ -25,6 +25,8 @@ Usage:
   relay models ls [--hub URL]
   relay models rm NAME [--hub URL]
                          manage the running hub's registry (it hashes and reads the GGUF header)
+  relay dashboard [--link [--read-only]] [--hub URL]
+                         the dashboard's URL; --link: a one-time login link for a browser on another machine
   relay keys create NAME | ls | revoke NAME [--hub URL]
                          API keys for /v1 (a hub listening beyond loopback requires one); the key is printed once
   relay nodes token [--home HUB_DIR]
@@ -291,6 +293,21 @@ async function cmdUp(args: string[]): Promise<number> {
   return code;
 }
 
+async function cmdDashboard(args: string[]): Promise<number> {
+  const { values } = parseArgs({ args, options: { hub: { type: 'string' }, link: { type: 'boolean' }, 'read-only': { type: 'boolean' } } });
+  const base = hubUrl(values.hub);
+  if (!values.link) {
+    console.log(`${base}/`);
+    return 0;
+  }
+  const res = await api(base, '/api/dashboard/links', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ read_only: values['read-only'] === true }) });
+  const j = (await res.json()) as { urls: string[]; path: string; expires_at: string; error?: { code?: string; message?: string } };
+  if (!res.ok) return apiFailure(j);
+  console.error(`A one-time ${values['read-only'] ? 'read-only ' : ''}dashboard login, valid until ${j.expires_at}; open it on the other machine (the address its network reaches this hub at):`);
+  for (const u of j.urls) console.log(u);
+  return 0;
+}
+
 async function cmdKeys(sub: string | undefined, args: string[]): Promise<number> {
   const { values, positionals } = parseArgs({ args, allowPositionals: true, options: { hub: { type: 'string' }, json: { type: 'boolean' } } });
   const base = hubUrl(values.hub);
@@ -363,6 +380,7 @@ export async function main(argv: string[]): Promise<number> {
   if (cmd === 'models') return cmdModels(sub, rest);
   if (cmd === 'nodes') return cmdNodes(sub, rest);
   if (cmd === 'keys') return cmdKeys(sub, rest);
+  if (cmd === 'dashboard') return cmdDashboard(sub === undefined ? rest : [sub, ...rest]);
   if (cmd === 'up') return cmdUp(sub === undefined ? rest : [sub, ...rest]);
   if (cmd === 'pause' || cmd === 'resume') return cmdPause(cmd === 'pause', sub === undefined ? rest : [sub, ...rest]);
   if (cmd === 'llama' && sub === 'build') return cmdLlamaBuild(rest);

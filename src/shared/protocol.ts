@@ -108,7 +108,8 @@ export interface StopRpc { type: 'stop-rpc'; id: number; rpc: string }
 export interface Evict { type: 'evict'; id: number; sha256: string }
 export interface PushBegin { type: 'push-begin'; id: number; sha256: string; size: number }
 /** Fill ggml-rpc-server's tensor cache from the node's own copy of a GGUF (a shard's cold load then moves no large tensor). */
-export interface FillRpcCache { type: 'fill-rpc-cache'; id: number; sha256: string }
+/** `layers`: only the tensors of the stage's layers [first, end) (absent: every tensor over the threshold). */
+export interface FillRpcCache { type: 'fill-rpc-cache'; id: number; sha256: string; layers?: [number, number] }
 
 /** The hub's admin pauses or resumes a node's sharing (the dashboard's per-node control). */
 export interface SetPaused { type: 'set-paused'; id: number; paused: boolean }
@@ -170,7 +171,7 @@ const SCHEMAS: Record<string, Check> = {
   'stop-rpc': shape({ id: isInt, rpc: isId }),
   evict: shape({ id: isInt, sha256: isSha }),
   'push-begin': shape({ id: isInt, sha256: isSha, size: isInt }),
-  'fill-rpc-cache': shape({ id: isInt, sha256: isSha }),
+  'fill-rpc-cache': shape({ id: isInt, sha256: isSha, layers: optional((v) => Array.isArray(v) && v.length === 2 && v.every(isInt)) }),
   'set-paused': shape({ id: isInt, paused: isBool }),
 };
 

@@ -9,7 +9,8 @@ import { readGgufFile } from '../../src/main/core/gguf/index.js';
 import { startHub, type Hub } from '../../src/main/core/hub/index.js';
 import { createLogger } from '../../src/main/core/log.js';
 import { NodeAgent, joinHub } from '../../src/main/core/node/agent.js';
-import { FNV_OFFSET, RPC_HASH_THRESHOLD, evictRpcCache, fillRpcCache, fnv1a64Update, fnvHex } from '../../src/main/core/node/rpc-cache.js';
+import fc from 'fast-check';
+import { FNV_OFFSET, RPC_HASH_THRESHOLD, evictRpcCache, fillRpcCache, fillRpcCacheInWorker, fnv1a64Update, fnvHex, rpcFillBytes } from '../../src/main/core/node/rpc-cache.js';
 import { joinSecret, mintJoinToken } from '../../src/main/core/pool/tokens.js';
 import { fixture, llama } from '../helpers/llama.js';
 
@@ -36,6 +37,34 @@ describe('FNV-1a 64 and the rpc cache files', () => {
     assert.deepEqual(fillRpcCache(path, 'a'.repeat(64), dir), idx);
     evictRpcCache(dir, 'a'.repeat(64));
     assert.deepEqual(readdirSync(dir), []);
+  });
+
+  it('FNV-1a 64 in 32-bit integer steps equals a BigInt reference on any bytes', () => {
+    const ref = (data: Uint8Array): string => {
+      let h = 0xcbf29ce484222325n;
+      for (const b of data) h = ((h ^ BigInt(b)) * 0x100000001b3n) & 0xffffffffffffffffn;
+      return h.toString(16).padStart(16, '0');
+    };
+    fc.assert(fc.property(fc.uint8Array({ maxLength: 512 }), (data) => fnvHex(fnv1a64Update(FNV_OFFSET, data)) === ref(data)), { numRuns: 300 });
+  });
+
+  it('a stage\'s fill caches only its layers\' tensors, inside the budget, in a worker while the event loop runs', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'relay-rpc-'));
+    const path = fixture('large');
+    const sha = 'b'.repeat(64);
+    const blk1 = readGgufFile(path).tensors.filter((t) => t.name.startsWith('blk.1.') && t.bytes > RPC_HASH_THRESHOLD);
+    assert.ok(blk1.length > 0);
+    const need = rpcFillBytes(path, sha, dir, [1, 2]);
+    assert.equal(need, blk1.reduce((a, t) => a + t.bytes, 0));
+    assert.throws(() => fillRpcCache(path, sha, dir, [1, 2], () => false), (e: Error & { code?: string }) => e.code === 'CACHE_FULL');
+    assert.deepEqual(readdirSync(dir), [], 'a refused fill writes nothing');
+    let ticks = 0;
+    const t = setInterval(() => ticks++, 5);
+    const idx = await fillRpcCacheInWorker(path, sha, dir, [1, 2]).finally(() => clearInterval(t));
+    assert.ok(ticks > 0, 'the event loop kept running during the fill');
+    assert.deepEqual(idx.files.map((f) => f.tensor).sort(), blk1.map((x) => x.name).sort());
+    assert.equal(rpcFillBytes(path, sha, dir, [1, 2]), 0, 'done: a second fill adds nothing');
+    assert.deepEqual(fillRpcCache(path, sha, dir, [1, 2]), idx);
   });
 });
 

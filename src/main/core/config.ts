@@ -44,6 +44,8 @@ export interface HubConfig {
   readonly hubAutoPause?: boolean;
   /** More names this hub answers to, besides loopback, its addresses and its machine name (RELAY_ALLOWED_HOSTS, comma-separated). */
   readonly allowedHosts: readonly string[];
+  /** Loopback clients are admins without a login (RELAY_LOOPBACK_ADMIN=0: they need one too, for a machine shared with other users). */
+  readonly loopbackAdmin: boolean;
   /** A request's headers and body must arrive within this (RELAY_REQUEST_TIMEOUT_MS); the response is not limited. */
   readonly requestTimeoutMs: number;
   /** Open connections the hub accepts at once, nodes included (RELAY_MAX_CONNECTIONS). */
@@ -119,6 +121,7 @@ export function hubConfigFromEnv(env: NodeJS.ProcessEnv = process.env, overrides
     maxPlacementsPerModel: int(env, 'RELAY_MAX_PLACEMENTS_PER_MODEL', HUB_DEFAULTS.maxPlacementsPerModel),
     threads: env.RELAY_THREADS ? int(env, 'RELAY_THREADS', 0) : undefined,
     pushMaxMbps: int(env, 'RELAY_PUSH_MAX_MBPS', 0),
+    loopbackAdmin: env.RELAY_LOOPBACK_ADMIN !== '0',
     allowedHosts: (env.RELAY_ALLOWED_HOSTS ?? '').split(',').map((h) => h.trim()).filter(Boolean),
     hubSchedule: env.RELAY_HUB_SCHEDULE,
     hubAutoPause: env.RELAY_HUB_AUTO_PAUSE === undefined || env.RELAY_HUB_AUTO_PAUSE === '' ? undefined : env.RELAY_HUB_AUTO_PAUSE === '1',

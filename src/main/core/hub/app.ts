@@ -15,6 +15,9 @@ import { proxyToReplica } from './proxy.js';
 import type { HubAvailability } from './availability.js';
 import { browserGuard, ownHostNames, pageCsp, requireJson } from './guard.js';
 import { beyondLoopback, type ApiKeys } from './keys.js';
+import { cookieValue, DashboardSessions, SESSION_COOKIE, SESSION_TTL_MS } from './sessions.js';
+import { hostname, networkInterfaces } from 'node:os';
+import { TLSSocket } from 'node:tls';
 
 export interface AppDeps {
   readonly config: HubConfig;
@@ -142,10 +145,44 @@ export function createApp(d: AppDeps): express.Express {
       : 'a valid API key is required: send Authorization: Bearer <key>'));
   };
 
+  const logins = new DashboardSessions();
   const requireAdmin = (readOnly: boolean) => (req: Request, _res: Response, next: NextFunction): void => {
-    if (adminAllowed(req.socket.remoteAddress, bearer(req), config, readOnly, isApiKey)) return next();
-    next(new RelayError(ErrorCode.FORBIDDEN, 'the admin API answers loopback clients, or others that present RELAY_ADMIN_TOKEN'));
+    const remote = config.loopbackAdmin ? req.socket.remoteAddress : undefined;
+    if (adminAllowed(remote, bearer(req), config, readOnly, isApiKey)) return next();
+    // A browser logged in through a one-time link (relay dashboard --link): admin, or read-only views only.
+    const role = logins.role(cookieValue(req.get('cookie'), SESSION_COOKIE));
+    if (role === 'admin' || (role === 'read' && readOnly)) return next();
+    next(new RelayError(ErrorCode.FORBIDDEN, role === 'read'
+      ? 'this dashboard login is read-only'
+      : 'the admin API answers loopback clients, a dashboard login (relay dashboard --link on the hub machine), or RELAY_ADMIN_TOKEN'));
   };
+
+  // ---- dashboard logins from other machines ----
+  app.post('/api/dashboard/links', requireAdmin(false), raw, (req, res, next) => {
+    try {
+      const body = parseJson(req);
+      const link = logins.mintLink(body.read_only === true ? 'read' : 'admin');
+      const port = req.socket.localPort;
+      const path = `/login?t=${link.token}`;
+      // The addresses other machines may reach this hub at (the user picks the one their network uses).
+      const hosts = [...new Set([hostname(), ...Object.values(networkInterfaces()).flat().filter((a) => a && a.family === 'IPv4' && !a.internal).map((a) => a!.address)])];
+      const scheme = req.socket instanceof TLSSocket ? 'https' : 'http';
+      res.status(201).json({ path, urls: hosts.map((h) => `${scheme}://${h}:${port}${path}`), expires_at: new Date(link.expiresAt).toISOString(), read_only: body.read_only === true });
+    } catch (err) {
+      next(err);
+    }
+  });
+
+  app.get('/login', (req, res) => {
+    const s = logins.exchange(String(req.query.t ?? ''));
+    if (!s) {
+      res.status(401).type('text').send('This dashboard link is unknown, used or expired: ask for a new one with `relay dashboard --link` on the hub machine.\n');
+      return;
+    }
+    const secure = req.socket instanceof TLSSocket ? '; Secure' : '';
+    res.setHeader('set-cookie', `${SESSION_COOKIE}=${s.sid}; HttpOnly; SameSite=Strict; Path=/; Max-Age=${Math.floor(SESSION_TTL_MS / 1000)}${secure}`);
+    res.redirect(303, '/');
+  });
 
   // ---- OpenAI-compatible /v1 ----
   app.get('/v1/models', requireApiKey, (_req, res) => {

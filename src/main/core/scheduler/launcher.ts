@@ -167,7 +167,7 @@ export class LlamaLauncher implements Launcher {
         // A node that already holds the GGUF fills ggml-rpc-server's cache from it: then the cold load
         // sends hashes, not tensors over 10 MiB (RELAY_RPC_CACHE_FILL=0 turns this off, for measuring).
         if (conn.cache.has(model.sha256) && process.env.RELAY_RPC_CACHE_FILL !== '0') {
-          const filled = await conn.command({ type: 'fill-rpc-cache', sha256: model.sha256 }, 10 * 60_000).catch((err: Error) => {
+          const filled = await conn.command({ type: 'fill-rpc-cache', sha256: model.sha256, layers: [stage.layers[0], stage.layers[1]] }, 10 * 60_000).catch((err: Error) => {
             log.warn({ node: conn.name, err: err.message }, 'rpc cache fill failed: the load sends the tensors instead');
             return null;
           });
