@@ -16,7 +16,7 @@ import { startHub, type Hub } from '../src/main/core/hub/index.js';
 import { startLlamaServer, startRpcServer } from '../src/main/core/llama/index.js';
 import { createLogger } from '../src/main/core/log.js';
 import { NodeAgent, joinHub } from '../src/main/core/node/agent.js';
-import { joinSecret, mintJoinToken } from '../src/main/core/pool/tokens.js';
+import { hubJoinToken } from '../src/main/core/pool/tokens.js';
 import { ensureFixture, type FixtureName } from '../test/fixtures/models.js';
 import { llama } from '../test/helpers/llama.js';
 
@@ -43,8 +43,8 @@ process.env.RELAY_THREADS = '1';
 const home = mkdtempSync(join(tmpdir(), 'relay-bench-hub-'));
 const hub: Hub = await startHub(hubConfigFromEnv({ HOME: tmpdir(), RELAY_CONTEXT_SIZE: '1024', RELAY_PARALLEL_SLOTS: '2', RELAY_THREADS: '1' }, { port: 0, home, cpuBudgetMb: 800 }), { log, install: llama() });
 const nodeHome = mkdtempSync(join(tmpdir(), 'relay-bench-node-'));
-const credential = await joinHub(hub.url, mintJoinToken(joinSecret(home)), 'bench');
-const agent = new NodeAgent(nodeHome, { hub: hub.url, name: 'bench', credential, paused: false, schedule: '', cpuBudgetMb: 800, cacheBudgetMb: 0 }, { log, install: llama() });
+const { credential, hubCert } = await joinHub(hub.url, hubJoinToken(home), 'bench');
+const agent = new NodeAgent(nodeHome, { hub: hub.url, name: 'bench', credential, hubCert, paused: false, schedule: '', cpuBudgetMb: 800, cacheBudgetMb: 0 }, { log, install: llama() });
 await agent.start();
 if (!agent.connected) await once(agent, 'connected');
 

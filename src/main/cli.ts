@@ -7,7 +7,7 @@ import { hostname } from 'node:os';
 import { join } from 'node:path';
 import { existsSync, readFileSync } from 'node:fs';
 import { defaultHome } from './core/config.js';
-import { joinSecret, mintJoinToken } from './core/pool/tokens.js';
+import { hubJoinToken } from './core/pool/tokens.js';
 import { ensureLlama, terminateAll } from './core/llama/index.js';
 import { backendOf, cmdDoctor, cmdLlamaBuild } from './cli-llama.js';
 import { createLogger } from './core/log.js';
@@ -210,7 +210,7 @@ async function cmdNodes(sub: string | undefined, args: string[]): Promise<number
   const { values, positionals } = parseArgs({ args, allowPositionals: true, options: { home: { type: 'string' }, hub: { type: 'string' }, json: { type: 'boolean' } } });
   if (sub === 'token') {
     const home = values.home ? resolve(values.home) : defaultHome();
-    const token = mintJoinToken(joinSecret(home));
+    const token = hubJoinToken(home);
     console.log('Join token (valid 24 h, usable once). On the new node run:');
     console.log('  relay up --hub http://<this hub>:7070 --token <token>');
     console.log(token);
@@ -260,13 +260,15 @@ async function cmdUp(args: string[]): Promise<number> {
   if (!hub) throw new Error('usage: relay up --hub URL --token T (the first time; later runs remember both)');
   const name = values.name ?? saved?.name ?? hostname().replace(/[^A-Za-z0-9._-]/g, '-').slice(0, 64);
   if (values.schedule !== undefined) parseSchedule(values.schedule); // refuse a bad schedule before anything else
-  let credential = saved && saved.hub === hub && saved.name === name ? saved.credential : '';
+  const same = saved && saved.hub === hub && saved.name === name;
+  let credential = same ? saved.credential : '';
+  let hubCert = same ? saved.hubCert ?? null : null;
   if (!credential) {
     if (!values.token) throw new Error(`this node has not joined ${hub} yet: pass --token (from \`relay nodes token\` on the hub)`);
-    credential = await joinHub(hub, values.token, name);
+    ({ credential, hubCert } = await joinHub(hub, values.token, name));
   }
   const settings: NodeSettings = {
-    hub, name, credential,
+    hub, name, credential, hubCert,
     paused: saved?.paused ?? false,
     schedule: values.schedule ?? saved?.schedule ?? '',
     cpuBudgetMb: intFlag(values['cpu-budget-mb'], '--cpu-budget-mb') ?? saved?.cpuBudgetMb ?? 0,

@@ -11,7 +11,7 @@ import { createLogger } from '../../src/main/core/log.js';
 import { NodeAgent, joinHub } from '../../src/main/core/node/agent.js';
 import fc from 'fast-check';
 import { FNV_OFFSET, RPC_HASH_THRESHOLD, evictRpcCache, fillRpcCache, fillRpcCacheInWorker, fnv1a64Update, fnvHex, rpcFillBytes } from '../../src/main/core/node/rpc-cache.js';
-import { joinSecret, mintJoinToken } from '../../src/main/core/pool/tokens.js';
+import { hubJoinToken } from '../../src/main/core/pool/tokens.js';
 import { fixture, llama } from '../helpers/llama.js';
 
 describe('FNV-1a 64 and the rpc cache files', () => {
@@ -78,8 +78,8 @@ describe('cold shard load without moving weights', { timeout: 300_000 }, () => {
     const home = mkdtempSync(join(tmpdir(), 'relay-hub-'));
     hub = await startHub(hubConfigFromEnv({ HOME: tmpdir(), RELAY_CONTEXT_SIZE: '512', RELAY_PARALLEL_SLOTS: '1', RELAY_THREADS: '1' }, { port: 0, home, cpuBudgetMb: 800 }), { log, install: llama() });
     nodeHome = mkdtempSync(join(tmpdir(), 'relay-node-'));
-    const credential = await joinHub(hub.url, mintJoinToken(joinSecret(home)), 'cellar');
-    agent = new NodeAgent(nodeHome, { hub: hub.url, name: 'cellar', credential, paused: false, schedule: '', cpuBudgetMb: 800, cacheBudgetMb: 0 }, { log, install: llama() });
+    const { credential, hubCert } = await joinHub(hub.url, hubJoinToken(home), 'cellar');
+    agent = new NodeAgent(nodeHome, { hub: hub.url, name: 'cellar', credential, hubCert, paused: false, schedule: '', cpuBudgetMb: 800, cacheBudgetMb: 0 }, { log, install: llama() });
     await agent.start();
     if (!agent.connected) await once(agent, 'connected');
   });

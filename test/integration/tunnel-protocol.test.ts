@@ -9,11 +9,11 @@ import { PROTOCOL_VERSION, WS_SUBPROTOCOL } from '../../src/shared/protocol.js';
 import { hubConfigFromEnv } from '../../src/main/core/config.js';
 import { startHub, type Hub } from '../../src/main/core/hub/index.js';
 import { openRpcBridge } from '../../src/main/core/pool/rpc-bridge.js';
-import { joinSecret, mintJoinToken } from '../../src/main/core/pool/tokens.js';
+import { hubJoinToken } from '../../src/main/core/pool/tokens.js';
 import { readGgufFile } from '../../src/main/core/gguf/index.js';
 import { startLlamaServer } from '../../src/main/core/llama/index.js';
 import { createLogger } from '../../src/main/core/log.js';
-import { NodeAgent, joinHub } from '../../src/main/core/node/agent.js';
+import { NodeAgent, joinHub, pinnedTls, tlsUrl } from '../../src/main/core/node/agent.js';
 import { openStream } from '../../src/main/core/tunnel/channel.js';
 import { webSocketDuplex } from '../../src/main/core/tunnel/transport.js';
 import { Session } from '../../src/main/core/tunnel/yamux/session.js';
@@ -35,8 +35,8 @@ after(async () => {
 
 /** A hand-driven node: raw WebSocket + yamux + control stream, to send what a real node never would. */
 async function rawNode(name: string) {
-  const credential = await joinHub(hub.url, mintJoinToken(joinSecret(home)), name);
-  const ws = new WebSocket(`${hub.url.replace('http', 'ws')}/tunnel`, [WS_SUBPROTOCOL], { headers: { authorization: `Bearer ${credential}`, 'x-relay-node': name } });
+  const { credential, hubCert } = await joinHub(hub.url, hubJoinToken(home), name);
+  const ws = new WebSocket(`${tlsUrl(hub.url, 'wss')}/tunnel`, [WS_SUBPROTOCOL], { headers: { authorization: `Bearer ${credential}`, 'x-relay-node': name }, ...pinnedTls(hubCert!) });
   await once(ws, 'open');
   const session = new Session(webSocketDuplex(ws), { client: true, keepAliveIntervalMs: 0 });
   const control = openStream(session, { kind: 'control' });
@@ -100,8 +100,8 @@ describe('control protocol', { timeout: 120_000 }, () => {
 describe('rpc streams', { timeout: 300_000 }, () => {
   it('llama-server on the hub uses a node\'s ggml-rpc-server through the tunnel: same text as one process; the rpc-server listens on 127.0.0.1 only', async () => {
     const nodeHome = mkdtempSync(join(tmpdir(), 'relay-node-'));
-    const credential = await joinHub(hub.url, mintJoinToken(joinSecret(home)), 'rpcnode');
-    const agent = new NodeAgent(nodeHome, { hub: hub.url, name: 'rpcnode', credential, paused: false, schedule: '', cpuBudgetMb: 1000, cacheBudgetMb: 0 }, { log, install: llama() });
+    const { credential, hubCert } = await joinHub(hub.url, hubJoinToken(home), 'rpcnode');
+    const agent = new NodeAgent(nodeHome, { hub: hub.url, name: 'rpcnode', credential, hubCert, paused: false, schedule: '', cpuBudgetMb: 1000, cacheBudgetMb: 0 }, { log, install: llama() });
     await agent.start();
     try {
       if (!agent.connected) await once(agent, 'connected');

@@ -10,6 +10,10 @@ import { PROTOCOL_VERSION, TUNNEL_PATH, TUNNEL_STREAM_WINDOW, WS_SUBPROTOCOL } f
 import { ControlChannel, openStream } from '../../src/main/core/tunnel/channel.js';
 import { webSocketDuplex } from '../../src/main/core/tunnel/transport.js';
 import { Session } from '../../src/main/core/tunnel/yamux/session.js';
+import { joinHub, pinnedTls, tlsUrl, writeSettings } from '../../src/main/core/node/agent.js';
+import { selfSignedCert } from '../../src/main/core/pool/hub-cert.js';
+import { createServer as createTlsServer } from 'node:tls';
+import type { AddressInfo } from 'node:net';
 import { startHub, type HubProcess } from '../helpers/hub.js';
 import { llama } from '../helpers/llama.js';
 import { mintToken, startNode, type NodeProcess } from '../helpers/node.js';
@@ -46,10 +50,8 @@ describe('tunnel limits', { timeout: 180_000 }, () => {
   });
 
   async function joinRaw(name: string): Promise<{ ws: WebSocket; session: Session; control: ControlChannel<{ type: string }, object>; hello: () => Promise<void> }> {
-    const token = await mintToken(hub);
-    const res = await fetch(`${hub.url}/api/nodes/join`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ token, name }) });
-    const { credential } = (await res.json()) as { credential: string };
-    const ws = new WebSocket(`${hub.url.replace(/^http/, 'ws')}${TUNNEL_PATH}`, [WS_SUBPROTOCOL], { headers: { authorization: `Bearer ${credential}`, 'x-relay-node': name }, perMessageDeflate: false });
+    const { credential, hubCert } = await joinHub(hub.url, await mintToken(hub), name);
+    const ws = new WebSocket(`${tlsUrl(hub.url, 'wss')}${TUNNEL_PATH}`, [WS_SUBPROTOCOL], { headers: { authorization: `Bearer ${credential}`, 'x-relay-node': name }, perMessageDeflate: false, ...pinnedTls(hubCert!) });
     await new Promise((resolve, reject) => ws.once('open', resolve).once('error', reject));
     const session = new Session(webSocketDuplex(ws), { client: true, keepAliveIntervalMs: 0, streamWindow: TUNNEL_STREAM_WINDOW });
     session.on('stream', (s: { destroy(): void }) => s.destroy());
@@ -100,6 +102,40 @@ describe('tunnel limits', { timeout: 180_000 }, () => {
     await closed;
     assert.equal((await hub.api('/api/models')).status, 200);
     assert.ok(sent > 0);
+  });
+
+  it('a node refuses a server presenting another certificate before it sends its token or credential', async () => {
+    // The impostor: a TLS server with a certificate of its own, on another port, keeping whatever arrives.
+    const fake = selfSignedCert('impostor');
+    const got: Buffer[] = [];
+    const srv = createTlsServer({ cert: fake.cert, key: fake.key }, (sock) => {
+      sock.on('data', (c: Buffer) => got.push(c));
+      sock.on('error', () => undefined);
+    });
+    await new Promise<void>((r) => srv.listen(0, '127.0.0.1', () => r()));
+    const impostor = `http://127.0.0.1:${(srv.address() as AddressInfo).port}`;
+    let victim: ReturnType<typeof spawn> | null = null;
+    try {
+      // Joining: the token carries the real hub's fingerprint; the handshake alone shows it is not the hub.
+      await assert.rejects(joinHub(impostor, await mintToken(hub), 'victim'), /fingerprint is not the one in the join token/);
+      // A joined node whose hub address now leads to the impostor (a DNS or DHCP change, a rogue machine).
+      const { credential, hubCert } = await joinHub(hub.url, await mintToken(hub), 'victim');
+      const home = mkdtempSync(join(tmpdir(), 'relay-node-victim-'));
+      writeSettings(home, { hub: impostor, name: 'victim', credential, hubCert, paused: false, schedule: '', cpuBudgetMb: 0, cacheBudgetMb: 0 });
+      victim = spawn(process.execPath, [relayBin, 'up', '--home', home], { env: { ...process.env, RELAY_LOG_LEVEL: 'info' }, stdio: ['ignore', 'pipe', 'pipe'] });
+      const lines: string[] = [];
+      createInterface({ input: victim.stderr! }).on('line', (l) => lines.push(l));
+      createInterface({ input: victim.stdout! }).on('line', (l) => lines.push(l));
+      await until(() => lines.some((l) => l.includes('hub connection failed')), (x) => x, 60_000);
+      assert.ok(lines.some((l) => /certificate/.test(l)), lines.join('\n'));
+      assert.equal(Buffer.concat(got).length, 0, 'not one byte (no token, no credential) reached the impostor');
+    } finally {
+      if (victim) {
+        signalIfRunning(victim, 'SIGTERM');
+        await new Promise((r) => (victim!.exitCode !== null ? r(null) : victim!.once('exit', r)));
+      }
+      srv.close();
+    }
   });
 
   it('a second agent with the same credential is refused while the first is connected; the first stays', async () => {

@@ -316,11 +316,11 @@ export class AppController {
     if (req.mode === 'node') {
       const hubUrl = req.hubUrl!.replace(/\/+$/, '');
       const name = req.name ?? hostname().replace(/[^A-Za-z0-9._-]/g, '-').slice(0, 64);
-      const credential = await joinHub(hubUrl, req.token!, name);
+      const { credential, hubCert } = await joinHub(hubUrl, req.token!, name);
       await this.stop();
       const prev = readSettings(this.nodeHome);
       writeSettings(this.nodeHome, {
-        hub: hubUrl, name, credential, paused: false,
+        hub: hubUrl, name, credential, hubCert, paused: false,
         schedule: prev?.schedule ?? '', cpuBudgetMb: prev?.cpuBudgetMb ?? this.settings.cpuBudgetMb, cacheBudgetMb: prev?.cacheBudgetMb ?? 0,
         autoPause: prev?.autoPause ?? false,
       });

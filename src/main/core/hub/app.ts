@@ -30,6 +30,8 @@ export interface AppDeps {
   readonly llama: { tag: string; version: string; backend: string; backend_reason: string };
   readonly availability: HubAvailability;
   readonly keys: ApiKeys;
+  /** Joining is refused on plain HTTP: the token and the credential only cross over TLS. */
+  readonly nodesOverTlsOnly?: boolean;
 }
 
 function sendError(res: Response, err: unknown, log: Logger): void {
@@ -326,6 +328,9 @@ export function createApp(d: AppDeps): express.Express {
   // Joining is open to the network: the join token is the credential for this one call.
   app.post('/api/nodes/join', raw, async (req, res, next) => {
     try {
+      if (d.nodesOverTlsOnly && !(req.socket instanceof TLSSocket)) {
+        throw new RelayError(ErrorCode.FORBIDDEN, 'join over TLS: `relay up --token` does so itself with a token that carries this hub\'s certificate fingerprint');
+      }
       const body = parseJson(req);
       const r = await nodes.join(String(body.token ?? ''), String(body.name ?? ''));
       res.status(201).json(r);

@@ -1,7 +1,9 @@
-import { readFileSync } from 'node:fs';
-import { createServer as createHttpServer, type Server } from 'node:http';
+import { readFileSync, writeFileSync } from 'node:fs';
+import { createServer as createHttpServer, type IncomingMessage } from 'node:http';
 import { createServer as createHttpsServer } from 'node:https';
-import type { AddressInfo } from 'node:net';
+import { createServer as createNetServer, type AddressInfo, type Server as NetServer } from 'node:net';
+import { join } from 'node:path';
+import type { Duplex } from 'node:stream';
 import type { Logger } from 'pino';
 import type { HubConfig } from '../config.js';
 import { HostInventory, type Device } from '../gpu/inventory.js';
@@ -17,6 +19,7 @@ import { ApiKeys, beyondLoopback } from './keys.js';
 import { HubMetrics } from './metrics.js';
 import { NodeManager } from '../pool/manager.js';
 import { joinSecret } from '../pool/tokens.js';
+import { certFingerprint, ensureHubCert } from '../pool/hub-cert.js';
 
 /**
  * The hub's composition root: store, registry, inventory, scheduler and the HTTP surface, wired once.
@@ -90,28 +93,50 @@ export async function startHub(config: HubConfig, deps: { log: Logger; install?:
     log.warn(`the hub listens on ${config.host}: /v1 answers only requests with an API key; make one with \`relay keys create NAME\``);
   }
   const app = createApp({
-    config, registry, scheduler, nodes, metrics, log, version: packageVersion(), availability, keys,
+    config, registry, scheduler, nodes, metrics, log, version: packageVersion(), availability, keys, nodesOverTlsOnly: true,
     llama: { tag: install.tag, version: install.version, backend: install.backend, backend_reason: install.backendReason },
   });
 
-  const tls = config.tlsCertPath && config.tlsKeyPath ? { cert: readFileSync(config.tlsCertPath), key: readFileSync(config.tlsKeyPath) } : null;
-  const server: Server = await new Promise((resolve, reject) => {
-    // requestTimeout is checked every connectionsCheckingInterval (Node's default: 30 s).
-    const opts = { connectionsCheckingInterval: 1000 };
-    const s = tls ? createHttpsServer({ ...tls, ...opts }, app) : createHttpServer(opts, app);
+  // Nodes always reach the hub over TLS. With a certificate of the user's own the whole hub is HTTPS; without
+  // one the hub makes its own (RELAY_HOME/tls/) and speaks both on one port: a connection that starts with a
+  // TLS handshake gets TLS (nodes, pinned by the fingerprint in their join token), any other plain HTTP (/v1
+  // clients, the dashboard), on which the tunnel and joining are refused.
+  const userTls = config.tlsCertPath && config.tlsKeyPath ? { cert: readFileSync(config.tlsCertPath), key: readFileSync(config.tlsKeyPath) } : null;
+  const own = userTls ? null : ensureHubCert(config.home);
+  writeFileSync(join(config.home, 'tls-fingerprint'), `${certFingerprint((userTls?.cert ?? own!.cert).toString())}\n`);
+  // requestTimeout is checked every connectionsCheckingInterval (Node's default: 30 s).
+  const opts = { connectionsCheckingInterval: 1000 };
+  const secure = createHttpsServer({ ...(userTls ?? { cert: own!.cert, key: own!.key }), ...opts }, app);
+  const plain = userTls ? null : createHttpServer(opts, app);
+  const httpServers = plain ? [secure, plain] : [secure];
+  const server: NetServer = await new Promise((resolve, reject) => {
+    const s = plain ? createNetServer((socket) => {
+      socket.once('readable', () => {
+        const first = socket.read(1) as Buffer | null;
+        if (!first) return socket.destroy();
+        socket.unshift(first);
+        (first[0] === 0x16 ? secure : plain).emit('connection', socket); // 0x16: a TLS handshake record
+      });
+    }) : secure;
     s.once('error', reject);
     s.listen(config.port, config.host, () => resolve(s));
   });
-  nodes.attach(server);
+  server.maxConnections = config.maxConnections;
+  nodes.attach(secure);
+  plain?.on('upgrade', (_req: IncomingMessage, socket: Duplex) => {
+    const body = JSON.stringify({ error: { code: 'node_auth', message: 'nodes connect to this hub over TLS (wss://, pinned by the join token): join again with a token from `relay nodes token`' } });
+    socket.end(`HTTP/1.1 426 Upgrade Required\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`);
+  });
   // Slow clients: the whole request (headers and body) must arrive within requestTimeout (408 otherwise; a
   // trickled body cannot hold a socket for ever). It does not limit the response: a 10-minute generation
   // still completes. Connections are capped, beyond which new ones are refused.
-  server.requestTimeout = config.requestTimeoutMs;
-  server.headersTimeout = Math.min(30_000, config.requestTimeoutMs);
-  server.maxConnections = config.maxConnections;
+  for (const h of httpServers) {
+    h.requestTimeout = config.requestTimeoutMs;
+    h.headersTimeout = Math.min(30_000, config.requestTimeoutMs);
+  }
   const port = (server.address() as AddressInfo).port;
   const host = config.host === '0.0.0.0' || config.host === '::' ? '127.0.0.1' : config.host;
-  const url = `${tls ? 'https' : 'http'}://${host.includes(':') ? `[${host}]` : host}:${port}`;
+  const url = `${userTls ? 'https' : 'http'}://${host.includes(':') ? `[${host}]` : host}:${port}`;
 
   let closing: Promise<void> | null = null;
   return {
@@ -125,12 +150,12 @@ export async function startHub(config: HubConfig, deps: { log: Logger; install?:
     close() {
       closing ??= (async () => {
         nodes.close();
-        server.closeIdleConnections();
+        for (const h of httpServers) h.closeIdleConnections();
         const closed = new Promise<void>((r) => server.close(() => r()));
         await availability.close();
         await scheduler.close();
         inventory.close();
-        server.closeAllConnections();
+        for (const h of httpServers) h.closeAllConnections();
         await closed;
         await store.close();
       })();

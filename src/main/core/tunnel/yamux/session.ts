@@ -243,8 +243,16 @@ export class Session extends EventEmitter {
     if (this.dead) return;
     this.goAway(GoAwayCode.NORMAL);
     const finish = (): void => {
-      this.transport.end();
-      this.destroy(new RelayError(ErrorCode.SESSION_CLOSED, 'the tunnel was closed'));
+      // Destroy only once the transport has flushed (a TLS socket destroyed at once drops what it had not yet
+      // encrypted and sent: the peer would never read the GO_AWAY or the last message); a peer that never
+      // reads is cut after 5 s.
+      const done = (): void => this.destroy(new RelayError(ErrorCode.SESSION_CLOSED, 'the tunnel was closed'));
+      const t = setTimeout(done, 5000);
+      t.unref();
+      this.transport.end(() => {
+        clearTimeout(t);
+        done();
+      });
     };
     if (this.control.length === 0 && !this.waitingDrain) finish();
     else this.once('flushed', finish);
