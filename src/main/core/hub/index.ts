@@ -1,7 +1,7 @@
 import { readFileSync, writeFileSync } from 'node:fs';
 import { createServer as createHttpServer, type IncomingMessage } from 'node:http';
 import { createServer as createHttpsServer } from 'node:https';
-import { createServer as createNetServer, type AddressInfo, type Server as NetServer } from 'node:net';
+import { createServer as createNetServer, type AddressInfo, type Server as NetServer, type Socket } from 'node:net';
 import { join } from 'node:path';
 import type { Duplex } from 'node:stream';
 import type { Logger } from 'pino';
@@ -109,9 +109,16 @@ export async function startHub(config: HubConfig, deps: { log: Logger; install?:
   const secure = createHttpsServer({ ...(userTls ?? { cert: own!.cert, key: own!.key }), ...opts }, app);
   const plain = userTls ? null : createHttpServer(opts, app);
   const httpServers = plain ? [secure, plain] : [secure];
+  // Every accepted socket, whichever server it went to (or none yet: a browser's preconnect sends nothing until
+  // it needs the socket): destroyed on close, so closing never waits on one. A socket silent for 30 s is cut.
+  const sockets = new Set<Socket>();
   const server: NetServer = await new Promise((resolve, reject) => {
     const s = plain ? createNetServer((socket) => {
+      sockets.add(socket);
+      socket.setTimeout(30_000, () => socket.destroy());
+      socket.once('close', () => sockets.delete(socket));
       socket.once('readable', () => {
+        socket.setTimeout(0);
         const first = socket.read(1) as Buffer | null;
         if (!first) return socket.destroy();
         socket.unshift(first);
@@ -156,6 +163,7 @@ export async function startHub(config: HubConfig, deps: { log: Logger; install?:
         await scheduler.close();
         inventory.close();
         for (const h of httpServers) h.closeAllConnections();
+        for (const sock of sockets) sock.destroy();
         await closed;
         await store.close();
       })();
