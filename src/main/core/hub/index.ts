@@ -129,6 +129,9 @@ export async function startHub(config: HubConfig, deps: { log: Logger; install?:
     s.listen(config.port, config.host, () => resolve(s));
   });
   server.maxConnections = config.maxConnections;
+  // The HTTP servers get their sockets from the one listener above, never listen themselves: 'listening' is
+  // what starts their connection tracking (requestTimeout → 408, closeAllConnections).
+  if (plain) for (const h of httpServers) h.emit('listening');
   nodes.attach(secure);
   plain?.on('upgrade', (_req: IncomingMessage, socket: Duplex) => {
     const body = JSON.stringify({ error: { code: 'node_auth', message: 'nodes connect to this hub over TLS (wss://, pinned by the join token): join again with a token from `relay nodes token`' } });
