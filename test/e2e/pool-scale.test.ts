@@ -33,18 +33,22 @@ async function streamText(c: OpenAI, prompt: string): Promise<string> {
   return text;
 }
 
+/** A hub whose CPU budget holds one replica of m (694 MB) and not two, m registered, a client, and the oracle. */
+async function hubWithModel(env: Record<string, string> = {}): Promise<{ hub: HubProcess; c: OpenAI; want: string }> {
+  const hub = await startHub({ env: { ...ENV, ...env }, args: ['--cpu-budget-mb', '800'] });
+  await addModel(hub, { path: fixture('dense'), name: 'm', required_vram_mb: 300 });
+  const c = new OpenAI({ baseURL: `${hub.url}/v1`, apiKey: 'x', maxRetries: 0 });
+  return { hub, c, want: (await directTexts(fixture('dense'), [PROMPT]))[0]! };
+}
+
 describe('several placements of one model', { timeout: 600_000 }, () => {
   let hub: HubProcess;
   let nodes: NodeProcess[] = [];
   let c: OpenAI;
   let want: string;
   before(async () => {
-    // Each machine holds one replica of m (694 MB) and not two.
-    hub = await startHub({ env: ENV, args: ['--cpu-budget-mb', '800'] });
+    ({ hub, c, want } = await hubWithModel());
     nodes = [await startNode(hub, { name: 'n1', cpuBudgetMb: 800, env: ENV }), await startNode(hub, { name: 'n2', cpuBudgetMb: 800, env: ENV })];
-    await addModel(hub, { path: fixture('dense'), name: 'm', required_vram_mb: 300 });
-    c = new OpenAI({ baseURL: `${hub.url}/v1`, apiKey: 'x', maxRetries: 0 });
-    want = (await directTexts(fixture('dense'), [PROMPT]))[0]!;
   });
   after(async () => {
     for (const n of nodes) await n.stop();
@@ -104,12 +108,9 @@ describe('failover before the first byte', { timeout: 600_000 }, () => {
   let want: string;
   before(async () => {
     // A push capped at 10 MB/s makes a node's load last seconds: long enough to kill the node during it.
-    hub = await startHub({ env: { ...ENV, RELAY_PUSH_MAX_MBPS: '10' }, args: ['--cpu-budget-mb', '800'] });
+    ({ hub, c, want } = await hubWithModel({ RELAY_PUSH_MAX_MBPS: '10' }));
     const paused = await hub.api('/api/hub/availability', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ paused: true }) });
     assert.equal(paused.status, 200); // the hub's own device joins in only at the end
-    await addModel(hub, { path: fixture('dense'), name: 'm', required_vram_mb: 300 });
-    c = new OpenAI({ baseURL: `${hub.url}/v1`, apiKey: 'x', maxRetries: 0 });
-    want = (await directTexts(fixture('dense'), [PROMPT]))[0]!;
   });
   after(async () => {
     for (const n of nodes) await n.stop();
@@ -158,9 +159,8 @@ describe('failover before the first byte', { timeout: 600_000 }, () => {
 
 describe('the wait queue', { timeout: 300_000 }, () => {
   it('a full queue answers 429 pool_busy with Retry-After; the waiting request and the hub carry on', async () => {
-    const hub = await startHub({ env: { ...ENV, RELAY_QUEUE_MAX: '1', RELAY_MAX_PLACEMENTS_PER_MODEL: '1' }, args: ['--cpu-budget-mb', '800'] });
+    const { hub } = await hubWithModel({ RELAY_QUEUE_MAX: '1', RELAY_MAX_PLACEMENTS_PER_MODEL: '1' });
     try {
-      await addModel(hub, { path: fixture('dense'), name: 'm', required_vram_mb: 300 });
       const body = JSON.stringify({ model: 'm', prompt: PROMPT, max_tokens: 8, ...extra });
       const post = () => fetch(`${hub.url}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body });
       assert.equal((await post()).status, 200);

@@ -19,6 +19,7 @@ import { NodeAgent, joinHub, readSettings, writeSettings } from '../core/node/ag
 import { readDurable, writeDurable } from '../core/durable.js';
 import { navigationAllowed } from './navigation.js';
 import { beyondLoopback } from '../core/hub/keys.js';
+import { lanAddresses } from '../core/hub/guard.js';
 import type { TrayAction } from './tray-menu.js';
 
 export interface AppSettings {
@@ -63,7 +64,7 @@ export interface AppControllerOptions {
 /** The hub's URL as other machines reach it: its first non-internal IPv4 address when it listens on every interface. */
 export function lanUrl(url: string, listen: string, interfaces = networkInterfaces()): string {
   if (!beyondLoopback(listen)) return loopbackUrl(url);
-  const addr = Object.values(interfaces).flat().find((a) => a && a.family === 'IPv4' && !a.internal)?.address;
+  const addr = lanAddresses(interfaces)[0];
   return addr ? url.replace(/^(https?:\/\/)[^/:]+|^(https?:\/\/)\[[^\]]+\]/, (_m, a: string | undefined, b: string | undefined) => `${a ?? b}${addr}`) : loopbackUrl(url);
 }
 

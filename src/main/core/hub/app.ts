@@ -13,10 +13,10 @@ import type { HubMetrics } from './metrics.js';
 import type { NodeManager } from '../pool/manager.js';
 import { proxyToReplica } from './proxy.js';
 import type { HubAvailability } from './availability.js';
-import { browserGuard, ownHostNames, pageCsp, requireJson } from './guard.js';
+import { browserGuard, isLoopback, lanAddresses, ownHostNames, pageCsp, requireJson } from './guard.js';
 import { beyondLoopback, type ApiKeys } from './keys.js';
 import { cookieValue, DashboardSessions, SESSION_COOKIE, SESSION_TTL_MS } from './sessions.js';
-import { hostname, networkInterfaces } from 'node:os';
+import { hostname } from 'node:os';
 import { TLSSocket } from 'node:tls';
 
 export interface AppDeps {
@@ -59,9 +59,7 @@ function bearer(req: Request): string | undefined {
   return m?.[1];
 }
 
-export function isLoopback(addr: string | undefined): boolean {
-  return addr === '127.0.0.1' || addr === '::1' || addr === '::ffff:127.0.0.1' || (addr?.startsWith('127.') ?? false);
-}
+export { isLoopback };
 
 /**
  * Admin API and status views: loopback clients always; others only with RELAY_ADMIN_TOKEN, or, for the
@@ -167,7 +165,7 @@ export function createApp(d: AppDeps): express.Express {
       const port = req.socket.localPort;
       const path = `/login?t=${link.token}`;
       // The addresses other machines may reach this hub at (the user picks the one their network uses).
-      const hosts = [...new Set([hostname(), ...Object.values(networkInterfaces()).flat().filter((a) => a && a.family === 'IPv4' && !a.internal).map((a) => a!.address)])];
+      const hosts = [...new Set([hostname(), ...lanAddresses()])];
       const scheme = req.socket instanceof TLSSocket ? 'https' : 'http';
       res.status(201).json({ path, urls: hosts.map((h) => `${scheme}://${h}:${port}${path}`), expires_at: new Date(link.expiresAt).toISOString(), read_only: body.read_only === true });
     } catch (err) {

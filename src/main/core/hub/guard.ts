@@ -13,6 +13,15 @@ import { ErrorCode, RelayError } from '../../../shared/errors.js';
  * and are unaffected. Pure checks first, then the middleware that applies them.
  */
 
+/** This machine's non-internal IPv4 addresses: where other machines on the network reach it. */
+export function lanAddresses(interfaces = networkInterfaces()): string[] {
+  return Object.values(interfaces).flat().filter((a) => a !== undefined && a.family === 'IPv4' && !a.internal).map((a) => a!.address);
+}
+
+export function isLoopback(addr: string | undefined): boolean {
+  return addr === '127.0.0.1' || addr === '::1' || addr === '::ffff:127.0.0.1' || (addr?.startsWith('127.') ?? false);
+}
+
 /** The names and addresses this hub answers to: loopback, the listen address, the machine's name (with any domain), its interfaces, extra. */
 export function ownHostNames(listenHost: string, extra: readonly string[] = [], machine = osHostname(), interfaces = networkInterfaces()): Set<string> {
   const names = new Set(['localhost', '127.0.0.1', '::1', listenHost.toLowerCase(), machine.toLowerCase()]);

@@ -1,6 +1,7 @@
 import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
 import { ErrorCode, RelayError } from '../../../shared/errors.js';
 import type { Store } from '../store/store.js';
+import { isLoopback } from './guard.js';
 
 /**
  * API keys for /v1, with names so a household can tell them apart and revoke one. Only a key's SHA-256 is
@@ -86,5 +87,5 @@ export class ApiKeys {
 
 /** Whether a listen address reaches beyond this machine. */
 export function beyondLoopback(host: string): boolean {
-  return !(host === 'localhost' || host === '::1' || /^127\./.test(host));
+  return host !== 'localhost' && !isLoopback(host);
 }
