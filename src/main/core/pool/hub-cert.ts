@@ -29,10 +29,15 @@ function oid(dotted: string): Buffer {
   }
   return tlv(0x06, Buffer.from(out));
 }
-function integer(b: Buffer): Buffer {
-  const body = b[0]! & 0x80 ? Buffer.concat([Buffer.from([0]), b]) : b;
+/** A non-negative INTEGER in DER's minimal form: no leading zero byte unless the next byte's top bit is set. */
+export function derInteger(b: Buffer): Buffer {
+  let i = 0;
+  while (i < b.length - 1 && b[i] === 0) i++;
+  const trimmed = b.subarray(i);
+  const body = trimmed[0]! & 0x80 ? Buffer.concat([Buffer.from([0]), trimmed]) : trimmed;
   return tlv(0x02, body);
 }
+const integer = derInteger;
 function utcTime(d: Date): Buffer {
   const p = (n: number): string => String(n).padStart(2, '0');
   const s = `${p(d.getUTCFullYear() % 100)}${p(d.getUTCMonth() + 1)}${p(d.getUTCDate())}${p(d.getUTCHours())}${p(d.getUTCMinutes())}${p(d.getUTCSeconds())}Z`;
@@ -42,10 +47,8 @@ const ECDSA_SHA256 = seq(oid('1.2.840.10045.4.3.2'));
 const name = (cn: string): Buffer => seq(set(seq(oid('2.5.4.3'), tlv(0x0c, Buffer.from(cn, 'utf8')))));
 
 /** A self-signed certificate (PEM) and its key (PKCS#8 PEM), valid from yesterday for `years`. */
-export function selfSignedCert(cn = 'relay hub', years = 10, now = new Date()): { cert: string; key: string } {
+export function selfSignedCert(cn = 'relay hub', years = 10, now = new Date(), serial = randomBytes(16)): { cert: string; key: string } {
   const { publicKey, privateKey } = generateKeyPairSync('ec', { namedCurve: 'P-256' });
-  const serial = randomBytes(16);
-  serial[0] = serial[0]! & 0x7f;
   const from = new Date(now.getTime() - 24 * 3600_000);
   const to = new Date(now.getTime());
   to.setUTCFullYear(Math.min(to.getUTCFullYear() + years, 2049)); // UTCTime ends in 2049
