@@ -13,6 +13,7 @@ export const ErrorCode = {
   GGUF_DUPLICATE: 'GGUF_DUPLICATE',
   GGUF_BAD_ALIGNMENT: 'GGUF_BAD_ALIGNMENT',
   GGUF_BAD_UTF8: 'GGUF_BAD_UTF8',
+  GGUF_NOT_A_MODEL: 'GGUF_NOT_A_MODEL',
   // llama.cpp binaries and child processes
   LLAMA_NOT_FOUND: 'LLAMA_NOT_FOUND',
   LLAMA_BUILD_FAILED: 'LLAMA_BUILD_FAILED',
@@ -129,6 +130,7 @@ export const HTTP_ERRORS: Readonly<Partial<Record<ErrorCode, { status: number; t
   GGUF_DUPLICATE: { status: 422, type: 'invalid_request_error' },
   GGUF_BAD_ALIGNMENT: { status: 422, type: 'invalid_request_error' },
   GGUF_BAD_UTF8: { status: 422, type: 'invalid_request_error' },
+  GGUF_NOT_A_MODEL: { status: 422, type: 'invalid_request_error' },
   MODEL_NOT_FOUND: { status: 404, type: 'invalid_request_error' },
   MODEL_EXISTS: { status: 409, type: 'invalid_request_error' },
   MODEL_FILE_MISSING: { status: 422, type: 'invalid_request_error' },

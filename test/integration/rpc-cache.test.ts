@@ -10,18 +10,42 @@ import { startHub, type Hub } from '../../src/main/core/hub/index.js';
 import { createLogger } from '../../src/main/core/log.js';
 import { NodeAgent, joinHub } from '../../src/main/core/node/agent.js';
 import fc from 'fast-check';
-import { FNV_OFFSET, RPC_HASH_THRESHOLD, evictRpcCache, fillRpcCache, fillRpcCacheInWorker, fnv1a64Update, fnvHex, rpcFillBytes } from '../../src/main/core/node/rpc-cache.js';
+import { FNV_OFFSET, FNV_WASM_BUFFER, WasmFnv, fnv1a64Update, fnvHex } from '../../src/main/core/node/fnv.js';
+import { RPC_HASH_THRESHOLD, evictRpcCache, fillRpcCache, fillRpcCacheOffThread, rpcFillBytes, shareOut } from '../../src/main/core/node/rpc-cache.js';
 import { hubJoinToken } from '../../src/main/core/pool/tokens.js';
 import { fixture, llama } from '../helpers/llama.js';
 
 describe('FNV-1a 64 and the rpc cache files', () => {
-  it('matches the reference vectors', () => {
-    assert.equal(fnvHex(fnv1a64Update(FNV_OFFSET, Buffer.from(''))), 'cbf29ce484222325');
-    assert.equal(fnvHex(fnv1a64Update(FNV_OFFSET, Buffer.from('a'))), 'af63dc4c8601ec8c');
-    assert.equal(fnvHex(fnv1a64Update(FNV_OFFSET, Buffer.from('foobar'))), '85944171f73967e8');
+  it('matches the reference vectors, in JavaScript and in WebAssembly', () => {
+    const vectors: [string, string][] = [['', 'cbf29ce484222325'], ['a', 'af63dc4c8601ec8c'], ['foobar', '85944171f73967e8']];
+    for (const [text, hex] of vectors) {
+      assert.equal(fnvHex(fnv1a64Update(FNV_OFFSET, Buffer.from(text))), hex);
+      assert.equal(new WasmFnv().updateFrom(Buffer.from(text)).hex(), hex);
+    }
     // Incremental = one pass.
     const s = fnv1a64Update(fnv1a64Update(FNV_OFFSET, Buffer.from('foo')), Buffer.from('bar'));
     assert.equal(fnvHex(s), '85944171f73967e8');
+    assert.equal(new WasmFnv().updateFrom(Buffer.from('foo')).updateFrom(Buffer.from('bar')).hex(), '85944171f73967e8');
+  });
+
+  it('the WebAssembly hash equals the JavaScript one on any bytes and any split, across its 4 MiB buffer', () => {
+    const wasm = new WasmFnv();
+    fc.assert(fc.property(fc.uint8Array({ maxLength: 300 }), fc.nat(300), (data, cut) => {
+      const at = Math.min(cut, data.length);
+      return wasm.reset().updateFrom(data.subarray(0, at)).updateFrom(data.subarray(at)).hex() === fnvHex(fnv1a64Update(FNV_OFFSET, data));
+    }), { numRuns: 300 });
+    const big = Buffer.alloc(FNV_WASM_BUFFER + 13);
+    for (let i = 0; i < big.length; i++) big[i] = (i * 131 + (i >> 11)) & 0xff;
+    assert.equal(wasm.reset().updateFrom(big).hex(), fnvHex(fnv1a64Update(FNV_OFFSET, big)));
+    assert.throws(() => wasm.update(FNV_WASM_BUFFER + 1), RangeError);
+  });
+
+  it('shares tensors out to workers by bytes, each tensor once', () => {
+    const spans = [5, 1, 4, 2, 3, 3].map((mb, i) => ({ tensor: `t${i}`, start: i, bytes: mb }));
+    const groups = shareOut(spans, 2);
+    assert.deepEqual(groups.map((g) => g.reduce((a, s) => a + s.bytes, 0)), [9, 9]);
+    assert.deepEqual(groups.flat().map((s) => s.tensor).sort(), spans.map((s) => s.tensor).sort());
+    assert.equal(shareOut(spans.slice(0, 1), 4).length, 1, 'no idle workers for one tensor');
   });
 
   it('writes one file per tensor over 10 MiB, named by its hash, idempotently; eviction removes them', () => {
@@ -48,7 +72,7 @@ describe('FNV-1a 64 and the rpc cache files', () => {
     fc.assert(fc.property(fc.uint8Array({ maxLength: 512 }), (data) => fnvHex(fnv1a64Update(FNV_OFFSET, data)) === ref(data)), { numRuns: 300 });
   });
 
-  it('a stage\'s fill caches only its layers\' tensors, inside the budget, in a worker while the event loop runs', async () => {
+  it('a stage\'s fill caches only its layers\' tensors, inside the budget, in workers while the event loop runs', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'relay-rpc-'));
     const path = fixture('large');
     const sha = 'b'.repeat(64);
@@ -60,11 +84,19 @@ describe('FNV-1a 64 and the rpc cache files', () => {
     assert.deepEqual(readdirSync(dir), [], 'a refused fill writes nothing');
     let ticks = 0;
     const t = setInterval(() => ticks++, 5);
-    const idx = await fillRpcCacheInWorker(path, sha, dir, [1, 2]).finally(() => clearInterval(t));
+    await assert.rejects(fillRpcCacheOffThread(path, sha, dir, [1, 2], () => false), (e: Error & { code?: string }) => e.code === 'CACHE_FULL');
+    const idx = await fillRpcCacheOffThread(path, sha, dir, [1, 2], (bytes) => bytes === need, 2).finally(() => clearInterval(t));
     assert.ok(ticks > 0, 'the event loop kept running during the fill');
     assert.deepEqual(idx.files.map((f) => f.tensor).sort(), blk1.map((x) => x.name).sort());
     assert.equal(rpcFillBytes(path, sha, dir, [1, 2]), 0, 'done: a second fill adds nothing');
     assert.deepEqual(fillRpcCache(path, sha, dir, [1, 2]), idx);
+    // Two workers' files carry the same names as one thread's JavaScript-checked fill of the same tensors.
+    const one = mkdtempSync(join(tmpdir(), 'relay-rpc-'));
+    const direct = fillRpcCache(path, sha, one, [1, 2]);
+    assert.deepEqual(direct.files.map((f) => f.name).sort(), idx.files.map((f) => f.name).sort());
+    // A second stage's fill of the same model keeps the first stage's entries in the index.
+    const both = await fillRpcCacheOffThread(path, sha, dir, [0, 1], () => true, 2);
+    assert.ok(idx.files.every((f) => both.files.some((b) => b.name === f.name)), 'stage 1\'s files stay indexed');
   });
 });
 

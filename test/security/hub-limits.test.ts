@@ -51,4 +51,32 @@ describe('hub limits', { timeout: 120_000 }, () => {
     assert.match(r.body.error.message, /1073741824 exceeds the limit 16777216/);
     assert.deepEqual((await hub.api<{ models: unknown[] }>('/api/models')).body.models, []);
   });
+
+  it('a GGUF header with millions of entries is parsed off the event loop: the API answers meanwhile', async () => {
+    // One metadata array of 2^24 - 1 UINT32 items (64 MiB, inside the reader's limit): seconds of parsing.
+    const items = (1 << 24) - 1;
+    const head = Buffer.alloc(64);
+    let o = head.write('GGUF', 0, 'latin1');
+    o = head.writeUInt32LE(3, o);
+    o = head.writeBigUInt64LE(0n, o);
+    o = head.writeBigUInt64LE(1n, o);
+    o = head.writeBigUInt64LE(1n, o);
+    o += head.write('x', o, 'latin1');
+    o = head.writeUInt32LE(9, o); // ARRAY
+    o = head.writeUInt32LE(4, o); // of UINT32
+    o = head.writeBigUInt64LE(BigInt(items), o);
+    const path = join(mkdtempSync(join(tmpdir(), 'relay-gguf-')), 'long-array.gguf');
+    writeFileSync(path, Buffer.concat([head.subarray(0, o), Buffer.alloc(items * 4)]));
+    const order: string[] = [];
+    const post = hub.api<{ error: { code: string } }>('/api/models', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ path, name: 'long' }) })
+      .then((r) => (order.push('register'), r));
+    await new Promise((r) => setTimeout(r, 100)); // the registration has reached the hub and its parse has begun
+    const list = await hub.api<{ models: unknown[] }>('/api/models').then((r) => (order.push('list'), r));
+    const r = await post;
+    assert.equal(list.status, 200);
+    assert.deepEqual(order, ['list', 'register'], 'the list was answered while the header was still being parsed');
+    assert.equal(r.status, 422, JSON.stringify(r.body));
+    assert.equal(r.body.error.code, 'gguf_not_a_model', 'a header with no architecture and no tensors is no model');
+    assert.deepEqual((await hub.api<{ models: unknown[] }>('/api/models')).body.models, [], 'nothing registered');
+  });
 });

@@ -3,7 +3,7 @@ import { createReadStream, statSync, type Stats } from 'node:fs';
 import { basename, isAbsolute } from 'node:path';
 import type { Logger } from 'pino';
 import { ErrorCode, RelayError } from '../../../shared/errors.js';
-import { deriveModelInfo, readGgufFile } from '../gguf/index.js';
+import { readModelInfoOffThread } from '../gguf/index.js';
 import type { ModelRecord, Store } from '../store/store.js';
 
 /**
@@ -51,7 +51,11 @@ function statFile(path: string): Stats {
 
 async function describe(path: string, progress?: HashProgress): Promise<Omit<ModelRecord, 'name' | 'required_vram_mb' | 'embedding' | 'added_at'>> {
   const st = statFile(path);
-  const info = deriveModelInfo(readGgufFile(path)); // refuses non-GGUF and truncated files before hashing
+  const info = await readModelInfoOffThread(path); // refuses non-GGUF and truncated files before hashing, off the event loop
+  if (!info.architecture || info.tensorCount === 0) {
+    const missing = !info.architecture ? 'no general.architecture' : 'no tensors';
+    throw new RelayError(ErrorCode.GGUF_NOT_A_MODEL, `${path} is a GGUF with ${missing}: not a model llama-server can load (a vocabulary-only file or an adapter?)`, { path });
+  }
   const sha256 = await sha256File(path, progress);
   return {
     path,

@@ -29,7 +29,7 @@ import { Session, type YamuxStream } from '../tunnel/yamux/session.js';
 import { autoPauseSupport, otherProcessesGpuMb } from '../gpu/nvml.js';
 import { AutoPause, availabilityOf, inPauseWindow, parseSchedule, type PauseWindow } from './availability.js';
 import { ModelCache } from './cache.js';
-import { fillRpcCacheInWorker, rpcFillBytes } from './rpc-cache.js';
+import { fillRpcCacheOffThread } from './rpc-cache.js';
 
 /**
  * A node: dials out to the hub, lends its device to the replicas and rpc-servers the hub asks for, and keeps
@@ -405,12 +405,9 @@ export class NodeAgent extends EventEmitter {
           if (!this.cache.has(c.sha256)) throw new RelayError(ErrorCode.MODEL_FILE_MISSING, `node ${this.settings.name} does not hold ${c.sha256.slice(0, 12)}…`);
           this.cache.touch(c.sha256);
           const layers = c.layers ?? null;
-          // Inside the cache budget (evicting least-recently-used models if it must), then off the event loop.
-          const need = rpcFillBytes(this.cache.pathOf(c.sha256), c.sha256, this.cache.rpcCacheDir, layers);
-          if (need > 0 && !this.cache.makeRoom(need, c.sha256)) {
-            throw new RelayError(ErrorCode.CACHE_FULL, `node ${this.settings.name}'s cache budget cannot hold ${Math.round(need / 1048576)} MB of rpc cache`);
-          }
-          const idx = await fillRpcCacheInWorker(this.cache.pathOf(c.sha256), c.sha256, this.cache.rpcCacheDir, layers);
+          // Parsed and hashed off the event loop; inside the cache budget (evicting least-recently-used models if it must).
+          const room = (need: number): boolean => this.cache.makeRoom(need, c.sha256);
+          const idx = await fillRpcCacheOffThread(this.cache.pathOf(c.sha256), c.sha256, this.cache.rpcCacheDir, layers, room);
           control.send(replyOk(c.id, { files: idx.files.length, bytes: idx.files.reduce((a, f) => a + f.size, 0) }));
           return;
         }

@@ -1,11 +1,7 @@
-/** The worker thread of fillRpcCacheInWorker: one fill, one message back. */
-import { parentPort, workerData } from 'node:worker_threads';
-import { ErrorCode, isRelayError } from '../../../shared/errors.js';
-import { fillRpcCache } from './rpc-cache.js';
+/** The worker thread of fillRpcCacheOffThread: parse a GGUF into a fill plan, or write a share of its tensors. */
+import { answerFromWorker } from '../worker.js';
+import { planRpcFill, writeTensorFiles, type TensorSpan } from './rpc-cache.js';
 
-const d = workerData as { ggufPath: string; sha256: string; dir: string; layers: [number, number] | null };
-try {
-  parentPort!.postMessage({ ok: true, index: fillRpcCache(d.ggufPath, d.sha256, d.dir, d.layers) });
-} catch (err) {
-  parentPort!.postMessage({ ok: false, code: isRelayError(err) ? err.code : ErrorCode.IO_ERROR, message: (err as Error).message });
-}
+type Job = { op: 'plan'; ggufPath: string; sha256: string; dir: string; layers: [number, number] | null } | { op: 'write'; ggufPath: string; spans: TensorSpan[]; dir: string };
+
+answerFromWorker((job: Job) => (job.op === 'plan' ? planRpcFill(job.ggufPath, job.sha256, job.dir, job.layers) : writeTensorFiles(job.ggufPath, job.spans, job.dir)));

@@ -1,8 +1,11 @@
 import { closeSync, existsSync, mkdirSync, openSync, readdirSync, readFileSync, readSync, renameSync, rmSync, statSync, writeFileSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
-import { threadId, Worker } from 'node:worker_threads';
+import { availableParallelism } from 'node:os';
+import { threadId } from 'node:worker_threads';
 import { ErrorCode, RelayError } from '../../../shared/errors.js';
 import { readGgufFile } from '../gguf/index.js';
+import { runInWorker } from '../worker.js';
+import { WasmFnv } from './fnv.js';
 
 /**
  * ggml-rpc-server's tensor cache, filled by the node from its own copy of a GGUF. With `-c`, for any tensor
@@ -11,29 +14,6 @@ import { readGgufFile } from '../gguf/index.js';
  * those files itself, so a shard's cold load moves no large tensor over the network.
  */
 export const RPC_HASH_THRESHOLD = 10 * 1024 * 1024;
-
-/**
- * FNV-1a 64 over `data`, continuing from `state` ([hi, lo] 32-bit halves). Prime 2^40 + 0x1b3:
- * state × prime = state × 0x1b3 + (lo << 40). The low half's product is split in 16-bit halves so every step
- * is exact 32-bit integer arithmetic (no floating-point division per byte).
- */
-export function fnv1a64Update(state: [number, number], data: Uint8Array): [number, number] {
-  let [hi, lo] = state;
-  for (let i = 0; i < data.length; i++) {
-    lo = (lo ^ data[i]!) >>> 0;
-    const l0 = (lo & 0xffff) * 0x1b3; // < 2^25
-    const l1 = (lo >>> 16) * 0x1b3 + (l0 >>> 16); // < 2^26
-    hi = (Math.imul(hi, 0x1b3) + (l1 >>> 16) + (lo << 8)) >>> 0;
-    lo = ((l1 << 16) | (l0 & 0xffff)) >>> 0;
-  }
-  return [hi, lo];
-}
-
-export const FNV_OFFSET: [number, number] = [0xcbf29ce4, 0x84222325];
-
-export function fnvHex([hi, lo]: [number, number]): string {
-  return hi.toString(16).padStart(8, '0') + lo.toString(16).padStart(8, '0');
-}
 
 interface CacheIndex {
   sha256: string;
@@ -50,81 +30,137 @@ export function inLayers(name: string, layers: readonly [number, number] | null)
   return m !== null && Number(m[1]) >= layers[0] && Number(m[1]) < layers[1];
 }
 
-/**
- * Write one cache file per tensor over the threshold (of the stage's `layers` only, when given); returns what
- * the index records. Idempotent. `room(bytes)` is asked before anything is written (the node's cache budget):
- * false leaves the cache as it was and throws CACHE_FULL. Synchronous: the node runs it in a worker thread
- * (rpc-cache-worker.ts) so the tunnel's keep-alive never waits on it.
- */
-export function fillRpcCache(ggufPath: string, sha256: string, dir: string, layers: readonly [number, number] | null = null, room: (bytes: number) => boolean = () => true): CacheIndex {
-  mkdirSync(dir, { recursive: true });
+/** A tensor to cache: its name and where its bytes lie in the GGUF file (absolute offset). */
+export interface TensorSpan {
+  tensor: string;
+  start: number;
+  bytes: number;
+}
+
+/** What a fill of `layers` has to do: files already cached (kept), tensors still to write, and their bytes. */
+export interface FillPlan {
+  kept: CacheIndex['files'];
+  todo: TensorSpan[];
+  need: number;
+}
+
+const readIndex = (dir: string, sha256: string): CacheIndex | null => {
   const idx = indexPath(dir, sha256);
+  return existsSync(idx) ? (JSON.parse(readFileSync(idx, 'utf8')) as CacheIndex) : null;
+};
+
+/** Parse the GGUF and compare with the index: what `fillRpcCache` would write. Reads only the header. */
+export function planRpcFill(ggufPath: string, sha256: string, dir: string, layers: readonly [number, number] | null = null): FillPlan {
   const g = readGgufFile(ggufPath);
-  const wanted = g.tensors.filter((t) => t.bytes > RPC_HASH_THRESHOLD && inLayers(t.name, layers));
-  const prev = existsSync(idx) ? (JSON.parse(readFileSync(idx, 'utf8')) as CacheIndex) : null;
   // Files of an earlier fill (another stage's, or this one's) that are still there are kept and not redone.
-  const files: CacheIndex['files'] = (prev?.files ?? []).filter((f) => existsSync(join(dir, f.name)));
-  const done = new Set(files.map((f) => f.tensor));
-  const todo = wanted.filter((t) => !done.has(t.name));
-  const need = todo.reduce((sum, t) => sum + t.bytes, 0);
-  if (todo.length === 0) return { sha256, files };
-  if (!room(need)) {
-    throw new RelayError(ErrorCode.CACHE_FULL, `the node's cache budget cannot hold ${Math.round(need / 1048576)} MB of rpc cache for ${sha256.slice(0, 12)}…`);
-  }
+  const kept = (readIndex(dir, sha256)?.files ?? []).filter((f) => existsSync(join(dir, f.name)));
+  const done = new Set(kept.map((f) => f.tensor));
+  const todo = g.tensors
+    .filter((t) => t.bytes > RPC_HASH_THRESHOLD && inLayers(t.name, layers) && !done.has(t.name))
+    .map((t) => ({ tensor: t.name, start: g.dataOffset + t.offset, bytes: t.bytes }));
+  return { kept, todo, need: todo.reduce((sum, t) => sum + t.bytes, 0) };
+}
+
+/**
+ * Copy each tensor into the cache dir under its FNV-1a 64 name, reading straight into the WASM hasher's buffer
+ * (one read, one hash, one write per 4 MiB). Synchronous: run from a worker thread (rpc-cache-worker.ts).
+ */
+export function writeTensorFiles(ggufPath: string, spans: readonly TensorSpan[], dir: string): CacheIndex['files'] {
+  mkdirSync(dir, { recursive: true });
+  const fnv = new WasmFnv();
+  const buf = fnv.buffer;
+  const files: CacheIndex['files'] = [];
   const fd = openSync(ggufPath, 'r');
-  const buf = Buffer.allocUnsafe(4 * 1024 * 1024);
   try {
-    for (const t of todo) {
+    for (const t of spans) {
       const tmp = join(dir, `.relay-${process.pid}-${threadId}.tmp`);
       const out = openSync(tmp, 'w');
-      let state = FNV_OFFSET;
+      fnv.reset();
       try {
         for (let done = 0; done < t.bytes;) {
-          const n = readSync(fd, buf, 0, Math.min(buf.length, t.bytes - done), g.dataOffset + t.offset + done);
-          if (n <= 0) throw new Error(`${ggufPath} ends inside tensor ${t.name}`);
-          const chunk = buf.subarray(0, n);
-          state = fnv1a64Update(state, chunk);
-          writeSync(out, chunk);
+          const n = readSync(fd, buf, 0, Math.min(buf.length, t.bytes - done), t.start + done);
+          if (n <= 0) throw new RelayError(ErrorCode.IO_ERROR, `${ggufPath} ends inside tensor ${t.tensor}`);
+          fnv.update(n);
+          for (let w = 0; w < n;) w += writeSync(out, buf, w, n - w);
           done += n;
         }
       } finally {
         closeSync(out);
       }
-      const name = fnvHex(state);
+      const name = fnv.hex();
       renameSync(tmp, join(dir, name));
-      files.push({ name, size: t.bytes, tensor: t.name });
+      files.push({ name, size: t.bytes, tensor: t.tensor });
     }
   } finally {
     closeSync(fd);
   }
-  const index = { sha256, files };
-  writeFileSync(idx, JSON.stringify(index));
+  return files;
+}
+
+/**
+ * Record the files of `sha256` in its index, merged with what the index holds now (two stages of one model may
+ * fill at once on a node: neither loses the other's entries).
+ */
+export function recordFiles(dir: string, sha256: string, files: CacheIndex['files']): CacheIndex {
+  const merged = new Map<string, CacheIndex['files'][number]>();
+  for (const f of [...(readIndex(dir, sha256)?.files ?? []), ...files]) if (existsSync(join(dir, f.name))) merged.set(f.tensor ?? f.name, f);
+  const index = { sha256, files: [...merged.values()] };
+  writeFileSync(indexPath(dir, sha256), JSON.stringify(index));
   return index;
 }
 
-/** Bytes a fill of `layers` would add (tensors not cached yet): what the node's budget is asked for first. */
-export function rpcFillBytes(ggufPath: string, sha256: string, dir: string, layers: readonly [number, number] | null): number {
-  const idx = indexPath(dir, sha256);
-  const prev = existsSync(idx) ? (JSON.parse(readFileSync(idx, 'utf8')) as CacheIndex) : null;
-  const done = new Set((prev?.files ?? []).filter((f) => existsSync(join(dir, f.name))).map((f) => f.tensor));
-  return readGgufFile(ggufPath).tensors
-    .filter((t) => t.bytes > RPC_HASH_THRESHOLD && inLayers(t.name, layers) && !done.has(t.name))
-    .reduce((sum, t) => sum + t.bytes, 0);
+/**
+ * Write one cache file per tensor over the threshold (of the stage's `layers` only, when given); returns what
+ * the index records. Idempotent. `room(bytes)` is asked before anything is written (the node's cache budget):
+ * false leaves the cache as it was and throws CACHE_FULL. Synchronous, in the calling thread: the node uses
+ * `fillRpcCacheOffThread`.
+ */
+export function fillRpcCache(ggufPath: string, sha256: string, dir: string, layers: readonly [number, number] | null = null, room: (bytes: number) => boolean = () => true): CacheIndex {
+  const plan = planRpcFill(ggufPath, sha256, dir, layers);
+  if (plan.todo.length === 0) return { sha256, files: plan.kept };
+  if (!room(plan.need)) throw cacheFull(plan.need, sha256);
+  return recordFiles(dir, sha256, writeTensorFiles(ggufPath, plan.todo, dir));
 }
 
-/** fillRpcCache in a worker thread: gigabytes of reading, hashing and writing never block the node's event loop. */
-export function fillRpcCacheInWorker(ggufPath: string, sha256: string, dir: string, layers: readonly [number, number] | null): Promise<CacheIndex> {
-  return new Promise((resolve, reject) => {
-    const w = new Worker(new URL('./rpc-cache-worker.js', import.meta.url), { workerData: { ggufPath, sha256, dir, layers } });
-    w.once('message', (m: { ok: true; index: CacheIndex } | { ok: false; code: ErrorCode; message: string }) => {
-      if (m.ok) resolve(m.index);
-      else reject(new RelayError(m.code, m.message));
-    });
-    w.once('error', (err) => reject(new RelayError(ErrorCode.IO_ERROR, `rpc cache fill failed: ${err.message}`)));
-    w.once('exit', (code) => {
-      if (code !== 0) reject(new RelayError(ErrorCode.IO_ERROR, `rpc cache fill worker exited with ${code}`));
-    });
-  });
+const cacheFull = (need: number, sha256: string): RelayError =>
+  new RelayError(ErrorCode.CACHE_FULL, `the node's cache budget cannot hold ${Math.round(need / 1048576)} MB of rpc cache for ${sha256.slice(0, 12)}…`, { need_bytes: need });
+
+/** Bytes a fill of `layers` would add (tensors not cached yet). */
+export function rpcFillBytes(ggufPath: string, sha256: string, dir: string, layers: readonly [number, number] | null): number {
+  return planRpcFill(ggufPath, sha256, dir, layers).need;
+}
+
+/** Split spans into `n` groups of near-equal bytes (largest first, each to the lightest group). */
+export function shareOut(spans: readonly TensorSpan[], n: number): TensorSpan[][] {
+  const groups = Array.from({ length: Math.max(1, Math.min(n, spans.length)) }, () => ({ bytes: 0, spans: [] as TensorSpan[] }));
+  for (const s of [...spans].sort((a, b) => b.bytes - a.bytes)) {
+    const g = groups.reduce((min, x) => (x.bytes < min.bytes ? x : min));
+    g.spans.push(s);
+    g.bytes += s.bytes;
+  }
+  return groups.map((g) => g.spans);
+}
+
+const WORKER = new URL('./rpc-cache-worker.js', import.meta.url);
+
+/**
+ * The node's fill: the GGUF is parsed in a worker, `room(need)` is asked on the caller's thread (the budget
+ * may evict), then `threads` workers hash and write their share of the tensors at once (one FNV chain is
+ * ~4 cycles a byte; tensors are independent). The event loop only waits.
+ */
+export async function fillRpcCacheOffThread(
+  ggufPath: string,
+  sha256: string,
+  dir: string,
+  layers: readonly [number, number] | null,
+  room: (bytes: number) => boolean = () => true,
+  threads = Math.min(availableParallelism(), 4),
+): Promise<CacheIndex> {
+  const plan = await runInWorker<FillPlan>(WORKER, { op: 'plan', ggufPath, sha256, dir, layers });
+  if (plan.todo.length === 0) return { sha256, files: plan.kept };
+  if (!room(plan.need)) throw cacheFull(plan.need, sha256);
+  const parts = await Promise.all(shareOut(plan.todo, threads).map((spans) => runInWorker<CacheIndex['files']>(WORKER, { op: 'write', ggufPath, spans, dir })));
+  return recordFiles(dir, sha256, parts.flat());
 }
 
 /** Bytes the cache holds (all files, relay's or ggml-rpc-server's own). */
