@@ -14,6 +14,7 @@ import type { NodeManager } from '../pool/manager.js';
 import { proxyToReplica } from './proxy.js';
 import type { HubAvailability } from './availability.js';
 import { browserGuard, isLoopback, lanAddresses, ownHostNames, pageCsp, requireJson } from './guard.js';
+import { serveEvents } from './events.js';
 import { beyondLoopback, type ApiKeys } from './keys.js';
 import { cookieValue, DashboardSessions, SESSION_COOKIE, SESSION_TTL_MS } from './sessions.js';
 import { hostname } from 'node:os';
@@ -443,25 +444,7 @@ export function createApp(d: AppDeps): express.Express {
   });
 
   // Live updates for the dashboard: the status as server-sent events, once a second while it changes.
-  app.get('/events', requireAdmin(true), (req, res) => {
-    res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache', 'x-accel-buffering': 'no' });
-    let last = '';
-    const tick = (): void => {
-      // A reader that stopped reading is dropped before its backlog grows past 1 MiB.
-      if (res.writableLength > 1024 * 1024) {
-        clearInterval(timer);
-        res.destroy();
-        return;
-      }
-      const json = JSON.stringify(buildStatus());
-      if (json !== last) res.write(`data: ${json}\n\n`);
-      else res.write(': keep-alive\n\n');
-      last = json;
-    };
-    const timer = setInterval(tick, 1000);
-    tick();
-    req.on('close', () => clearInterval(timer));
-  });
+  app.get('/events', requireAdmin(true), (req, res) => serveEvents(req, res, () => JSON.stringify(buildStatus())));
 
   app.get('/metrics', requireAdmin(true), (_req, res) => {
     res.type('text/plain; version=0.0.4').send(metrics.render(scheduler.status().map((r) => r.state)));
