@@ -11,7 +11,8 @@ import { hubJoinToken } from './core/pool/tokens.js';
 import { ensureLlama, terminateAll } from './core/llama/index.js';
 import { backendOf, cmdDoctor, cmdLlamaBuild } from './cli-llama.js';
 import { createLogger } from './core/log.js';
-import { NodeAgent, joinHub, readSettings, writeSettings, type NodeSettings } from './core/node/agent.js';
+import { NodeAgent, readSettings, writeSettings, type NodeSettings } from './core/node/agent.js';
+import { joinHub } from './core/node/hub-client.js';
 import { parseSchedule } from './core/node/availability.js';
 
 const USAGE = `relay — pool a household's GPUs for llama.cpp inference
@@ -281,8 +282,8 @@ async function cmdUp(args: string[]): Promise<number> {
   log.info({ backend: install.backend, module: install.backendModule }, install.backendReason);
   const agent = new NodeAgent(home, settings, { log, install, heartbeatMs: Number(process.env.RELAY_HEARTBEAT_MS ?? 5000) });
   agent.on('connected', () => console.log(`relay node ${name} connected to ${hub}`));
-  await agent.start();
-  const code = await new Promise<number>((done) => {
+  // Listening before start: a refusal can come at once (a node that must join again never dials).
+  const ended = new Promise<number>((done) => {
     agent.once('fatal', (err: Error) => {
       console.error(`relay: ${err.message}`);
       done(2);
@@ -290,6 +291,8 @@ async function cmdUp(args: string[]): Promise<number> {
     process.once('SIGINT', () => done(0));
     process.once('SIGTERM', () => done(0));
   });
+  await agent.start();
+  const code = await ended;
   await agent.stop();
   await terminateAll(5000);
   return code;

@@ -242,7 +242,15 @@ describe('tray app, node mode (set up from the page in chromium, paused from the
     await page.screenshot({ path: join(artifacts, 'setup.png') });
     await page.getByRole('button', { name: 'Start' }).click();
     await until(() => shell.windows.length, (n) => n >= 2, 60_000);
-    assert.deepEqual(shell.windows.at(-1), { url: hub.url });
+    // The hub is another machine to a node: "Open dashboard" opens a one-time read-only login link that the
+    // node asked for with its credential. It logs a browser in once (HttpOnly, SameSite=Strict cookie).
+    const opened = (shell.windows.at(-1) as { url: string }).url;
+    assert.ok(opened.startsWith(`${hub.url}/login?t=`), opened);
+    const login = await fetch(opened, { redirect: 'manual' });
+    assert.equal(login.status, 303);
+    assert.match(login.headers.get('set-cookie') ?? '', /^relay_session=[^;]+; HttpOnly; SameSite=Strict/);
+    assert.equal((await fetch(opened, { redirect: 'manual' })).status, 401, 'the link works once');
+    assert.equal(app.navigationAllowed(opened), true, 'the app window may open it');
     await page.close();
     const s = await until(() => app.state(), (x) => x.node?.connected === true, 20_000);
     assert.equal(s.mode, 'node');

@@ -6,7 +6,9 @@ import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { promisify } from 'node:util';
 import { chromium, type Browser } from 'playwright-core';
+import { joinHub, requestDashboardLink } from '../../src/main/core/node/hub-client.js';
 import { startHub, type HubProcess } from '../helpers/hub.js';
+import { mintToken } from '../helpers/node.js';
 
 /**
  * The dashboard from another machine. "Another machine" is a network namespace this test makes, joined to
@@ -102,5 +104,25 @@ describe('dashboard login from another machine (a network namespace)', { timeout
     assert.equal(status, 403);
     assert.equal(((await hub.status()) as unknown as { hub: { paused: boolean } }).hub.paused, false);
     await ctx.close();
+  });
+
+  it('a node\'s tray asks with its credential over pinned TLS for a read-only link on the address it reaches the hub at', async () => {
+    const node = { hub: base, name: 'attic', ...(await joinHub(base, await mintToken(hub), 'attic')) };
+    assert.ok(node.hubCert, 'the node pinned the hub');
+    const { url } = await requestDashboardLink(node);
+    assert.ok(url.startsWith(`${base}/login?t=`), url);
+    const ctx = await browser.newContext();
+    const page = await ctx.newPage();
+    await page.goto(url);
+    await page.locator('#summary', { hasText: 'llama.cpp' }).waitFor();
+    const status = await page.evaluate(async () => (await fetch('/api/hub/availability', { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"paused":true}' })).status);
+    assert.equal(status, 403, 'a node owner\'s login is read-only');
+    await ctx.close();
+    // A wrong credential gets nothing. The credential never goes over plain HTTP: a node without a pinned
+    // certificate does not send it, and the hub refuses it there anyway.
+    await assert.rejects(requestDashboardLink({ ...node, credential: 'nope' }), (e: Error & { code?: string }) => e.code === 'NODE_AUTH');
+    await assert.rejects(requestDashboardLink({ ...node, hubCert: null }), (e: Error & { code?: string }) => e.code === 'NODE_AUTH' && /join again/.test(e.message));
+    const plain = await fetch(`${hub.url}/api/nodes/dashboard-link`, { method: 'POST', headers: { 'content-type': 'application/json', authorization: 'Bearer x', 'x-relay-node': 'attic' }, body: '{}' });
+    assert.equal(plain.status, 403);
   });
 });

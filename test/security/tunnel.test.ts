@@ -10,10 +10,12 @@ import { PROTOCOL_VERSION, TUNNEL_PATH, TUNNEL_STREAM_WINDOW, WS_SUBPROTOCOL } f
 import { ControlChannel, openStream } from '../../src/main/core/tunnel/channel.js';
 import { webSocketDuplex } from '../../src/main/core/tunnel/transport.js';
 import { Session } from '../../src/main/core/tunnel/yamux/session.js';
-import { joinHub, pinnedTls, tlsUrl, writeSettings } from '../../src/main/core/node/agent.js';
+import { writeSettings } from '../../src/main/core/node/agent.js';
+import { joinHub, pinnedTls, tlsUrl } from '../../src/main/core/node/hub-client.js';
 import { selfSignedCert } from '../../src/main/core/pool/hub-cert.js';
 import { createServer as createTlsServer } from 'node:tls';
-import type { AddressInfo } from 'node:net';
+import { createServer as createNetServer, type AddressInfo } from 'node:net';
+import { once } from 'node:events';
 import { startHub, type HubProcess } from '../helpers/hub.js';
 import { llama } from '../helpers/llama.js';
 import { mintToken, startNode, type NodeProcess } from '../helpers/node.js';
@@ -160,5 +162,32 @@ describe('tunnel limits', { timeout: 180_000 }, () => {
       }
       await first?.stop();
     }
+  });
+
+  it('a node that joined before the hub pinned its certificate sends nothing, says to join again, and stops', async () => {
+    // As an older relay left it: a credential and no hubCert. Its hub address leads to a recorder here: the
+    // node must not dial ws:// with its credential in clear (the real hub would refuse it, but too late).
+    const { credential } = await joinHub(hub.url, await mintToken(hub), 'elder');
+    const got: Buffer[] = [];
+    const recorder = createNetServer((sock) => sock.on('data', (c: Buffer) => got.push(c)));
+    await new Promise<void>((r) => recorder.listen(0, '127.0.0.1', () => r()));
+    const home = mkdtempSync(join(tmpdir(), 'relay-node-elder-'));
+    const at = `http://127.0.0.1:${(recorder.address() as AddressInfo).port}`;
+    writeSettings(home, { hub: at, name: 'elder', credential, hubCert: null, paused: false, schedule: '', cpuBudgetMb: 0, cacheBudgetMb: 0 });
+    const elder = spawn(process.execPath, [relayBin, 'up', '--home', home], { env: { ...process.env, RELAY_LOG_LEVEL: 'info' }, stdio: ['ignore', 'pipe', 'pipe'] });
+    const lines: string[] = [];
+    createInterface({ input: elder.stderr! }).on('line', (l) => lines.push(l));
+    createInterface({ input: elder.stdout! }).on('line', (l) => lines.push(l));
+    const code = await new Promise((r) => elder.once('exit', r));
+    assert.equal(code, 2, lines.join('\n'));
+    assert.ok(lines.some((l) => /join again with a token/.test(l)), lines.join('\n'));
+    assert.equal(Buffer.concat(got).length, 0, 'not one byte left the node');
+    recorder.close();
+    // The hub refuses a plain tunnel from such a node anyway (an older agent would try).
+    const ws = new WebSocket(`${hub.url.replace('http', 'ws')}/tunnel`, ['relay.v1'], { headers: { 'x-relay-node': 'elder', authorization: `Bearer ${credential}` } });
+    ws.on('error', () => undefined);
+    const [, res] = (await once(ws, 'unexpected-response')) as [unknown, { statusCode: number }];
+    assert.equal(res.statusCode, 426);
+    ws.terminate();
   });
 });

@@ -15,7 +15,8 @@ import { startHub, type Hub } from '../core/hub/index.js';
 import { ensureLlama } from '../core/llama/build.js';
 import { terminateAll } from '../core/llama/supervisor.js';
 import { inPauseWindow, parseSchedule } from '../core/node/availability.js';
-import { NodeAgent, joinHub, readSettings, writeSettings } from '../core/node/agent.js';
+import { NodeAgent, readSettings, writeSettings } from '../core/node/agent.js';
+import { joinHub, requestDashboardLink } from '../core/node/hub-client.js';
 import { readDurable, writeDurable } from '../core/durable.js';
 import { navigationAllowed } from './navigation.js';
 import { beyondLoopback } from '../core/hub/keys.js';
@@ -144,6 +145,23 @@ export class AppController {
     return null;
   }
 
+  /**
+   * What "Open dashboard" opens. The hub's own tray: its dashboard (a loopback client is its admin). A node's
+   * tray: the hub is another machine, whose dashboard wants a login, so the node asks the hub (with its
+   * credential, over pinned TLS) for a one-time read-only link; if that fails the plain URL opens and the page
+   * says how to log in.
+   */
+  private async dashboardLogin(url: string): Promise<string> {
+    const ns = this.settings.mode === 'node' ? readSettings(this.nodeHome) : null;
+    if (!ns) return url;
+    try {
+      return (await requestDashboardLink(ns)).url;
+    } catch (err) {
+      this.o.log.warn({ err: (err as Error).message }, 'no dashboard login link from the hub: opening its plain URL');
+      return url;
+    }
+  }
+
   state(): AppState {
     const ns = this.settings.mode === 'node' ? readSettings(this.nodeHome) : null;
     const hub = this.hub;
@@ -241,7 +259,7 @@ export class AppController {
         break;
       case 'open-dashboard': {
         const url = this.dashboardUrl();
-        this.o.shell.openWindow(url ? { url } : { page: 'setup' });
+        this.o.shell.openWindow(url ? { url: await this.dashboardLogin(url) } : { page: 'setup' });
         break;
       }
       case 'open-setup':

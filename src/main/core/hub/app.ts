@@ -338,6 +338,20 @@ export function createApp(d: AppDeps): express.Express {
     }
   });
 
+  // A node's owner opens the pool's dashboard from the node's tray: the node asks with its credential (over TLS,
+  // like its tunnel) for a one-time login link. Read-only: a node's owner is trusted with their machine, not
+  // with the hub's models, keys and nodes.
+  app.post('/api/nodes/dashboard-link', (req, res, next) => {
+    try {
+      if (d.nodesOverTlsOnly && !(req.socket instanceof TLSSocket)) throw new RelayError(ErrorCode.FORBIDDEN, 'nodes ask for dashboard links over TLS (the credential never crosses in clear)');
+      const node = nodes.authenticate(req);
+      const link = logins.mintLink('read');
+      res.status(201).json({ path: `/login?t=${link.token}`, expires_at: new Date(link.expiresAt).toISOString(), read_only: true, node: node.name });
+    } catch (err) {
+      next(err);
+    }
+  });
+
   app.get('/api/nodes', requireAdmin(true), (_req, res) => {
     res.json({ nodes: nodes.status() });
   });

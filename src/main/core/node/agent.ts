@@ -9,11 +9,6 @@ import type { Logger } from 'pino';
 import { WebSocket } from 'ws';
 import { ErrorCode, RelayError, fromWireCode, isRelayError, wireCode } from '../../../shared/errors.js';
 import { readDurable, writeDurable } from '../durable.js';
-import { request as httpsRequest } from 'node:https';
-import { isIP } from 'node:net';
-import { connect as tlsConnect, type PeerCertificate } from 'node:tls';
-import { certFingerprint, derFingerprint } from '../pool/hub-cert.js';
-import { tokenFingerprint } from '../pool/tokens.js';
 import {
   PROTOCOL_VERSION, TUNNEL_PATH, TUNNEL_STREAM_WINDOW, WS_SUBPROTOCOL, parseHubMessage,
   type Availability, type Command, type DeviceInfo, type HubToNode, type NodeToHub, type RunningReplica, type StageInfo, type StartReplica,
@@ -30,6 +25,7 @@ import { autoPauseSupport, otherProcessesGpuMb } from '../gpu/nvml.js';
 import { AutoPause, availabilityOf, inPauseWindow, parseSchedule, type PauseWindow } from './availability.js';
 import { ModelCache } from './cache.js';
 import { fillRpcCacheOffThread } from './rpc-cache.js';
+import { pinnedTls, tlsUrl } from './hub-client.js';
 
 /**
  * A node: dials out to the hub, lends its device to the replicas and rpc-servers the hub asks for, and keeps
@@ -65,77 +61,6 @@ export function writeSettings(home: string, s: NodeSettings): void {
   // fsynced temp file, last good copy kept as node.json.bak, atomic rename (see durable.ts)
   writeDurable(p, `${JSON.stringify(s, null, 2)}\n`, 0o600);
   chmodSync(p, 0o600);
-}
-
-/** TLS options that accept exactly the certificate `pem` (no CA, no hostname: the fingerprint is the identity). */
-export function pinnedTls(pem: string): { ca: string; checkServerIdentity: (host: string, cert: PeerCertificate) => Error | undefined } {
-  const fp = certFingerprint(pem);
-  return {
-    ca: pem,
-    checkServerIdentity: (_host, cert) => (derFingerprint(cert.raw) === fp ? undefined : new RelayError(ErrorCode.NODE_AUTH, 'the hub presented another certificate than the one this node pinned')),
-  };
-}
-
-/**
- * The certificate the server at `hub` presents, if its SHA-256 is `fp` (from the join token). Only a TLS
- * handshake happens: nothing is sent before the fingerprint matched. Another certificate is an impostor.
- */
-export function fetchPinnedCert(hub: string, fp: string): Promise<string> {
-  const u = new URL(hub);
-  const port = Number(u.port || (u.protocol === 'https:' ? 443 : 80));
-  const host = u.hostname.replace(/^\[|\]$/g, '');
-  return new Promise((resolve, reject) => {
-    const sock = tlsConnect({ host, port, rejectUnauthorized: false, ...(isIP(host) ? {} : { servername: host }) }, () => {
-      const raw = sock.getPeerCertificate().raw;
-      sock.destroy();
-      if (!raw || derFingerprint(raw) !== fp) {
-        reject(new RelayError(ErrorCode.NODE_AUTH, `the server at ${hub} presented a certificate whose fingerprint is not the one in the join token: not this hub (nothing was sent)`));
-        return;
-      }
-      resolve(`-----BEGIN CERTIFICATE-----\n${raw.toString('base64').replace(/.{1,64}/g, '$&\n')}-----END CERTIFICATE-----\n`);
-    });
-    sock.setTimeout(10_000, () => sock.destroy(new Error('TLS handshake timed out')));
-    sock.on('error', (err) => reject(new RelayError(ErrorCode.HUB_UNREACHABLE, `cannot reach the hub at ${hub} over TLS: ${err.message}`)));
-  });
-}
-
-/** The hub's address over TLS: same host and port (the hub speaks TLS and plain HTTP on one port). */
-export function tlsUrl(hub: string, scheme: 'https' | 'wss'): string {
-  return hub.replace(/^(https?|wss?):\/\//, `${scheme}://`).replace(/\/+$/, '');
-}
-
-/**
- * Exchange a join token for this node's credential (once). A token that carries the hub's certificate
- * fingerprint (every token of a hub with its own certificate) makes the node pin that certificate and send the
- * token over TLS only; the certificate is returned for the node's settings.
- */
-export async function joinHub(hub: string, token: string, name: string): Promise<{ credential: string; hubCert: string | null }> {
-  const fp = tokenFingerprint(token);
-  const body = JSON.stringify({ token, name });
-  if (fp) {
-    const hubCert = await fetchPinnedCert(hub, fp);
-    const r = await new Promise<{ status: number; text: string }>((resolve, reject) => {
-      const req = httpsRequest(`${tlsUrl(hub, 'https')}/api/nodes/join`, { method: 'POST', headers: { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) }, ...pinnedTls(hubCert) }, (res) => {
-        let text = '';
-        res.on('data', (c: Buffer) => (text += c.toString()));
-        res.on('end', () => resolve({ status: res.statusCode ?? 0, text }));
-      });
-      req.on('error', (err) => reject(new RelayError(ErrorCode.HUB_UNREACHABLE, `cannot reach the hub at ${hub}: ${err.message}`)));
-      req.end(body);
-    });
-    const j = JSON.parse(r.text) as { credential?: string; error?: { code: string; message: string } };
-    if (r.status !== 201 || !j.credential) throw new RelayError(ErrorCode.NODE_AUTH, j.error?.message ?? `join failed (${r.status})`);
-    return { credential: j.credential, hubCert };
-  }
-  let res: Response;
-  try {
-    res = await fetch(`${hub.replace(/\/+$/, '')}/api/nodes/join`, { method: 'POST', headers: { 'content-type': 'application/json' }, body });
-  } catch (err) {
-    throw new RelayError(ErrorCode.HUB_UNREACHABLE, `cannot reach the hub at ${hub}: ${(err as Error).message}`);
-  }
-  const j = (await res.json()) as { credential?: string; error?: { code: string; message: string } };
-  if (!res.ok || !j.credential) throw new RelayError(ErrorCode.NODE_AUTH, j.error?.message ?? `join failed (${res.status})`);
-  return { credential: j.credential, hubCert: null };
 }
 
 interface LocalReplica {
@@ -286,6 +211,11 @@ export class NodeAgent extends EventEmitter {
   private connectOnce(): Promise<void> {
     // A pinned hub: wss:// to the same host and port, that certificate only, checked before the credential is sent.
     const pin = this.settings.hubCert ? pinnedTls(this.settings.hubCert) : null;
+    // Without a pin only an https:// hub (a certificate the system trusts) is dialled: the credential never
+    // crosses in clear. A node that joined before its hub had a certificate has to join again.
+    if (!pin && !this.settings.hub.startsWith('https:')) {
+      return Promise.reject(new RelayError(ErrorCode.NODE_AUTH, `this node has not pinned ${this.settings.hub}'s certificate (it joined before the hub had one), and will not send its credential in clear: join again with a token from \`relay nodes token\``));
+    }
     const url = pin ? `${tlsUrl(this.settings.hub, 'wss')}${TUNNEL_PATH}` : `${this.settings.hub.replace(/^http/, 'ws').replace(/\/+$/, '')}${TUNNEL_PATH}`;
     return new Promise((resolve, reject) => {
       const ws = new WebSocket(url, [WS_SUBPROTOCOL], {

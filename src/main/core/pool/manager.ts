@@ -140,7 +140,8 @@ export class NodeManager extends EventEmitter {
     this.d.log.warn({ node: name }, 'node revoked');
   }
 
-  private authenticate(req: IncomingMessage): NodeRecord {
+  /** The node a request comes from, by its name and credential headers; NODE_AUTH when either is wrong or it was revoked. */
+  authenticate(req: IncomingMessage): NodeRecord {
     const name = req.headers['x-relay-node'];
     const m = /^Bearer\s+(\S+)$/i.exec(req.headers.authorization ?? '');
     const rec = typeof name === 'string' ? this.records().find((n) => n.name === name) : undefined;
