@@ -51,7 +51,8 @@ if (!agent.connected) await once(agent, 'connected');
 
 const add = async (name: string, fx: FixtureName, required?: number) => {
   const path = ensureFixture(fx, { vocabDir: llama().vocabDir });
-  await fetch(`${hub.url}/api/models`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ path, name, required_vram_mb: required }) });
+  const res = await fetch(`${hub.url}/api/models`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ path, name, required_vram_mb: required }) });
+  if (!res.ok) throw new Error(`registering ${name}: ${res.status} ${await res.text()}`);
   return path;
 };
 const shardBytes = (model: string) => hub.scheduler.shardStatus().filter((s) => s.model === model && s.state === 'ready').flatMap((s) => s.stages).reduce((a, st) => a + (st.rpc_bytes ?? 0), 0);

@@ -14,10 +14,12 @@ import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
+import { createServer as createHttpsServer } from 'node:https';
 import { WebSocket, WebSocketServer } from 'ws';
 import { hubConfigFromEnv } from '../src/main/core/config.js';
 import { startHub } from '../src/main/core/hub/index.js';
 import { hubJoinToken } from '../src/main/core/pool/tokens.js';
+import { selfSignedCert } from '../src/main/core/pool/hub-cert.js';
 import { startLlamaServer } from '../src/main/core/llama/index.js';
 import { createLogger } from '../src/main/core/log.js';
 import { NodeAgent } from '../src/main/core/node/agent.js';
@@ -72,19 +74,25 @@ async function bulkYamux(open: () => YamuxStream, bytes: number): Promise<number
   return bytes / 1048576 / ((performance.now() - t0) / 1000);
 }
 
-async function rawWsPair(): Promise<{ client: WebSocket; server: WebSocket; close: () => Promise<void> }> {
-  const wss = new WebSocketServer({ host: '127.0.0.1', port: 0, perMessageDeflate: false });
-  await once(wss, 'listening');
+/** A raw WebSocket pair on loopback; with `tls`, over TLS with a self-signed certificate like the hub's. */
+async function rawWsPair(tls = false): Promise<{ client: WebSocket; server: WebSocket; close: () => Promise<void> }> {
+  const cert = tls ? selfSignedCert('bench') : null;
+  const https = cert ? createHttpsServer({ cert: cert.cert, key: cert.key }) : null;
+  if (https) await new Promise<void>((r) => https.listen(0, '127.0.0.1', () => r()));
+  const wss = https ? new WebSocketServer({ server: https, perMessageDeflate: false }) : new WebSocketServer({ host: '127.0.0.1', port: 0, perMessageDeflate: false });
+  if (!https) await once(wss, 'listening');
+  const port = ((https ?? wss).address() as AddressInfo).port;
   const accepted = once(wss, 'connection') as Promise<[WebSocket]>;
-  const client = new WebSocket(`ws://127.0.0.1:${(wss.address() as AddressInfo).port}`, { perMessageDeflate: false });
+  const url = `${tls ? 'wss' : 'ws'}://127.0.0.1:${port}`;
+  const client = new WebSocket(url, { perMessageDeflate: false, rejectUnauthorized: false }); // loopback, the bench's own certificate
   await once(client, 'open');
   const [server] = await accepted;
-  return { client, server, close: () => new Promise((r) => { client.terminate(); wss.close(() => r()); }) };
+  return { client, server, close: () => new Promise((r) => { client.terminate(); wss.close(() => (https ? https.close(() => r()) : r())); }) };
 }
 
-/** `bytes` over a raw WebSocket as 256 KiB binary messages, sender paced by bufferedAmount; MB/s. */
-async function bulkRawWs(bytes: number): Promise<number> {
-  const p = await rawWsPair();
+/** `bytes` over a raw WebSocket (plain or TLS) as 256 KiB binary messages, sender paced by bufferedAmount; MB/s. */
+async function bulkRawWs(bytes: number, tls = false): Promise<number> {
+  const p = await rawWsPair(tls);
   let got = 0;
   const done = new Promise<void>((r) => p.server.on('message', (m: Buffer) => {
     got += m.byteLength;
@@ -199,10 +207,13 @@ async function hubNodeSection(): Promise<string[]> {
     const size = model.size;
     const shaMbs = size / 1048576 / ((performance.now() - t0) / 1000);
     const rawMbs = await bulkRawWs(size);
+    const tlsMbs = await bulkRawWs(size, true); // nodes dial the hub over TLS (pinned): the push's own ceiling
     const med = pct(pushes, 50);
-    rows.push('| weight push (137 MB fixture, hub → node, sha256-verified) | MB/s |', '| --- | --- |',
+    rows.push('| weight push (137 MB fixture, hub → node over the pinned TLS tunnel, sha256-verified) | MB/s |', '| --- | --- |',
       `| push through the tunnel (median of 3) | ${med.toFixed(0)} |`, `| raw WebSocket, same bytes | ${rawMbs.toFixed(0)} |`,
-      `| sha256 alone (node:crypto) | ${shaMbs.toFixed(0)} |`, `| push ÷ raw WebSocket | ${(med / rawMbs).toFixed(2)} |`, '');
+      `| raw WebSocket over TLS, same bytes | ${tlsMbs.toFixed(0)} |`,
+      `| sha256 alone (node:crypto) | ${shaMbs.toFixed(0)} |`, `| push ÷ raw WebSocket | ${(med / rawMbs).toFixed(2)} |`,
+      `| push ÷ min(raw TLS WebSocket, sha256) | ${(med / Math.min(tlsMbs, shaMbs)).toFixed(2)} |`, '');
 
     // Node replica tok/s vs direct llama-server, interleaved.
     for (const name of ['dense', 'large'] as const) {

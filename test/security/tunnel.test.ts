@@ -190,4 +190,14 @@ describe('tunnel limits', { timeout: 180_000 }, () => {
     assert.equal(res.statusCode, 426);
     ws.terminate();
   });
+
+  it('a join token stolen after its use gets nothing: refused over TLS, and never taken over plain HTTP', async () => {
+    const token = await mintToken(hub);
+    await joinHub(hub.url, token, 'owner');
+    await assert.rejects(joinHub(hub.url, token, 'thief'), (e: Error & { code?: string }) => e.code === 'NODE_AUTH' && /already used/.test(e.message));
+    const plain = await fetch(`${hub.url}/api/nodes/join`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ token: await mintToken(hub), name: 'clear' }) });
+    assert.equal(plain.status, 403, 'a join over plain HTTP is refused before the token is looked at');
+    const names = (await hub.api<{ nodes: { name: string }[] }>('/api/nodes')).body.nodes.map((n) => n.name);
+    assert.ok(names.includes('owner') && !names.includes('thief') && !names.includes('clear'), names.join(', '));
+  });
 });
