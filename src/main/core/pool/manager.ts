@@ -352,7 +352,7 @@ export class NodeManager extends EventEmitter {
           this.d.log.warn({ node: conn.name, model: model.name, message: r.message }, 'pushed weights failed verification: pushing again from zero');
           continue;
         }
-        throw new RelayError((r.code?.toUpperCase() as ErrorCode | undefined) ?? ErrorCode.UPSTREAM_ERROR, `push to node ${conn.name} failed: ${r.message}`, { node: conn.name });
+        throw new RelayError(r.code ? fromWireCode(r.code) : ErrorCode.UPSTREAM_ERROR, `push to node ${conn.name} failed: ${r.message}`, { node: conn.name });
       } finally {
         this.pushes.delete(key);
       }
