@@ -1,11 +1,10 @@
-import { createHash } from 'node:crypto';
-import { once } from 'node:events';
-import { createReadStream, createWriteStream, existsSync, mkdirSync, readdirSync, renameSync, rmSync, statSync, utimesSync } from 'node:fs';
+import { existsSync, mkdirSync, readdirSync, renameSync, rmSync, statSync, utimesSync } from 'node:fs';
 import { join } from 'node:path';
 import { Transform, type Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { ErrorCode, RelayError } from '../../../shared/errors.js';
 import { evictRpcCache, rpcCacheBytes } from './rpc-cache.js';
+import { appendWriter, GrowingFileHash } from './growing-hash.js';
 import type { CachedFile } from '../../../shared/protocol.js';
 
 /**
@@ -144,11 +143,15 @@ export class ModelCache {
         cb(null, chunk);
       },
     });
+    // Written with backpressure (the event loop keeps serving the tunnel while the disk works) and hashed by a
+    // worker that follows the writer, so the file is verified when its last byte lands.
+    const hash = new GrowingFileHash(part);
+    hash.flushed(offset);
     try {
-      // Asynchronous writes with backpressure: the event loop keeps serving the tunnel while the disk works.
       // (A plain for-await on the stream would destroy it at its end, and the node still answers on it.)
-      await pipeline(src.iterator({ destroyOnReturn: false }), guard, createWriteStream(part, { flags: 'a', highWaterMark: 1024 * 1024 }));
+      await pipeline(src.iterator({ destroyOnReturn: false }), guard, appendWriter(part, offset, (n) => hash.flushed(n)));
     } catch (err) {
+      hash.cancel();
       if ((err as NodeJS.ErrnoException).code === 'ENOSPC') {
         rmSync(part, { force: true });
         throw new RelayError(ErrorCode.DISK_FULL, `the node's disk is full while writing ${sha256.slice(0, 12)}…; the partial file was removed`);
@@ -156,12 +159,11 @@ export class ModelCache {
       throw err;
     }
     const onDisk = existsSync(part) ? statSync(part).size : 0;
-    if (onDisk < size) throw new RelayError(ErrorCode.PUSH_INCOMPLETE, `push of ${sha256.slice(0, 12)}… stopped at ${onDisk} of ${size} bytes; it resumes from there`);
-    const h = createHash('sha256');
-    const rs = createReadStream(part, { highWaterMark: 4 * 1024 * 1024 });
-    rs.on('data', (c) => h.update(c as Buffer));
-    await once(rs, 'end');
-    const got = h.digest('hex');
+    if (onDisk < size) {
+      hash.cancel();
+      throw new RelayError(ErrorCode.PUSH_INCOMPLETE, `push of ${sha256.slice(0, 12)}… stopped at ${onDisk} of ${size} bytes; it resumes from there`);
+    }
+    const got = await hash.finish(size);
     if (got !== sha256) {
       rmSync(part, { force: true });
       throw new RelayError(ErrorCode.HASH_MISMATCH, `pushed bytes hash to ${got.slice(0, 12)}…, not ${sha256.slice(0, 12)}…; the partial file was removed`);
