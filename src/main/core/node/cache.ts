@@ -147,9 +147,15 @@ export class ModelCache {
     // worker that follows the writer, so the file is verified when its last byte lands.
     const hash = new GrowingFileHash(part);
     hash.flushed(offset);
+    let told = offset;
+    const onFlushed = (n: number): void => {
+      if (n - told < 4 * 1024 * 1024) return; // a message per 4 MiB; finish() covers the rest
+      hash.flushed(n);
+      told = n;
+    };
     try {
       // (A plain for-await on the stream would destroy it at its end, and the node still answers on it.)
-      await pipeline(src.iterator({ destroyOnReturn: false }), guard, appendWriter(part, offset, (n) => hash.flushed(n)));
+      await pipeline(src.iterator({ destroyOnReturn: false }), guard, appendWriter(part, offset, onFlushed));
     } catch (err) {
       hash.cancel();
       if ((err as NodeJS.ErrnoException).code === 'ENOSPC') {
