@@ -339,7 +339,7 @@ export class NodeManager extends EventEmitter {
             cb(null, chunk);
           },
         });
-        const src = createReadStream(model.path, { start: offset, highWaterMark: 256 * 1024 });
+        const src = createReadStream(model.path, { start: offset, highWaterMark: 1024 * 1024 });
         const limited = this.d.pushMaxBytesPerSec ? [rateLimit(this.d.pushMaxBytesPerSec)] : [];
         await pipeline([src, ...limited, counter, st] as unknown as [NodeJS.ReadableStream, NodeJS.WritableStream], { end: true } as never);
         const r = await result;
