@@ -3,6 +3,7 @@ import { describe, it } from 'node:test';
 import {
   cmakeFlags, effectiveFlashAttn, llamaServerArgv, parseListDevices, rpcServerArgv, type LlamaServerOptions,
 } from '../../src/main/core/llama/index.js';
+import { replicaPlacement } from '../../src/main/core/llama/argv.js';
 
 const base: LlamaServerOptions = { model: '/m.gguf', host: '127.0.0.1', port: 8080, ctx: 4096, slots: 2, cacheType: 'f16' };
 
@@ -60,6 +61,18 @@ describe('llamaServerArgv', () => {
     );
     const plain = llamaServerArgv(base);
     for (const f of ['--rpc', '--device', '--tensor-split', '--override-tensor', '--n-gpu-layers', '--fit']) assert.equal(plain.includes(f), false, f);
+  });
+});
+
+describe('replicaPlacement', () => {
+  it('a GPU placement offloads everything to its device; a CPU budget hides a loaded GPU module and otherwise passes nothing', () => {
+    const argv = (device: string, backend: string): string[] => llamaServerArgv({ ...base, ...replicaPlacement(device, backend) });
+    const gpu = argv('Vulkan0', 'vulkan');
+    assert.deepEqual([flag(gpu, '--device'), flag(gpu, '--n-gpu-layers')], ['Vulkan0', '999']);
+    const cpuNextToGpu = argv('CPU', 'cuda');
+    assert.deepEqual([flag(cpuNextToGpu, '--device'), flag(cpuNextToGpu, '--n-gpu-layers')], ['none', '0']);
+    const cpuBuild = argv('CPU', 'cpu'); // llama.cpp's own CPU path: `--device none` measured ~10% slower there
+    assert.equal(cpuBuild.includes('--device') || cpuBuild.includes('--n-gpu-layers'), false);
   });
 });
 

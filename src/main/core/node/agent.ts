@@ -368,7 +368,7 @@ export class NodeAgent extends EventEmitter {
         pooling: c.pooling ?? undefined,
         metrics: true,
         threads: process.env.RELAY_THREADS ? Number(process.env.RELAY_THREADS) : undefined,
-        ...replicaPlacement(c.device),
+        ...replicaPlacement(c.device, this.d.install.backend),
       });
       const rep: LocalReplica = { id: c.replica, sha256: c.sha256, model: c.alias, server, stopping: false };
       this.replicas.set(c.replica, rep);

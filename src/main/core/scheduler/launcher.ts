@@ -122,7 +122,7 @@ export class LlamaLauncher implements Launcher {
         name: `llama-server[${model.name}]`,
         embedding: model.embedding,
         pooling: poolingFor(model) ?? undefined,
-        ...replicaPlacement(p.device),
+        ...replicaPlacement(p.device, this.deps.install.backend),
       });
       this.hold(p).server = server;
       return this.local(server, 'llama-server');
