@@ -15,6 +15,8 @@ import { proxyToReplica } from './proxy.js';
 import type { HubAvailability } from './availability.js';
 import { browserGuard, isLoopback, lanAddresses, ownHostNames, pageCsp, requireJson } from './guard.js';
 import { serveEvents } from './events.js';
+import { readBody } from './body.js';
+import type { SpareSockets } from './spare-sockets.js';
 import { beyondLoopback, type ApiKeys } from './keys.js';
 import { cookieValue, DashboardSessions, SESSION_COOKIE, SESSION_TTL_MS } from './sessions.js';
 import { hostname } from 'node:os';
@@ -33,6 +35,8 @@ export interface AppDeps {
   readonly keys: ApiKeys;
   /** Joining is refused on plain HTTP: the token and the credential only cross over TLS. */
   readonly nodesOverTlsOnly?: boolean;
+  /** Ready connections to this machine's llama-servers (see spare-sockets.ts); none: a fresh connect each. */
+  readonly spares?: SpareSockets;
 }
 
 function sendError(res: Response, err: unknown, log: Logger): void {
@@ -123,7 +127,7 @@ export function createApp(d: AppDeps): express.Express {
   app.set('trust proxy', false);
   app.use(browserGuard(ownHostNames(config.host, config.allowedHosts)));
 
-  const body = express.raw({ type: () => true, limit: config.maxBodyBytes });
+  const body = readBody(config.maxBodyBytes);
   /** A JSON body: application/json only (415 otherwise), read up to the size limit. */
   const raw = (req: Request, res: Response, next: NextFunction): void => requireJson(req, res, (err?: unknown) => (err ? next(err) : body(req, res, next)));
 
@@ -233,7 +237,7 @@ export function createApp(d: AppDeps): express.Express {
             return;
           }
           const outcome = await proxyToReplica({
-            lease, path: `/v1/${endpoint}`, body: req.body as Buffer, req, res, log: log.child({ model: name }),
+            lease, path: `/v1/${endpoint}`, body: req.body as Buffer, req, res, log, spares: d.spares,
             onDone: (status, usage) => {
               done(status, usage);
               if (usage) {

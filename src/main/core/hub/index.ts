@@ -14,6 +14,7 @@ import { LlamaLauncher } from '../scheduler/launcher.js';
 import { Scheduler } from '../scheduler/scheduler.js';
 import { Store } from '../store/store.js';
 import { createApp } from './app.js';
+import { SpareSockets } from './spare-sockets.js';
 import { HubAvailability } from './availability.js';
 import { ApiKeys, beyondLoopback } from './keys.js';
 import { HubMetrics } from './metrics.js';
@@ -92,8 +93,9 @@ export async function startHub(config: HubConfig, deps: { log: Logger; install?:
   if (beyondLoopback(config.host) && !config.apiKey && !keys.any) {
     log.warn(`the hub listens on ${config.host}: /v1 answers only requests with an API key; make one with \`relay keys create NAME\``);
   }
+  const spares = new SpareSockets();
   const app = createApp({
-    config, registry, scheduler, nodes, metrics, log, version: packageVersion(), availability, keys, nodesOverTlsOnly: true,
+    config, registry, scheduler, nodes, metrics, log, version: packageVersion(), availability, keys, nodesOverTlsOnly: true, spares,
     llama: { tag: install.tag, version: install.version, backend: install.backend, backend_reason: install.backendReason },
   });
 
@@ -164,6 +166,7 @@ export async function startHub(config: HubConfig, deps: { log: Logger; install?:
         const closed = new Promise<void>((r) => server.close(() => r()));
         await availability.close();
         await scheduler.close();
+        spares.close();
         inventory.close();
         for (const h of httpServers) h.closeAllConnections();
         for (const sock of sockets) sock.destroy();

@@ -3,6 +3,7 @@ import type { Request, Response } from 'express';
 import type { Logger } from 'pino';
 import { ErrorCode, httpError, RelayError } from '../../../shared/errors.js';
 import type { Lease } from '../scheduler/placement.js';
+import type { SpareSockets } from './spare-sockets.js';
 
 /**
  * Forward one /v1 request to a placement's llama-server and stream the answer back byte for byte.
@@ -51,9 +52,11 @@ export function proxyToReplica(opts: {
   req: Request;
   res: Response;
   log: Logger;
+  /** Ready sockets to this machine's llama-servers; without, a fresh connection per request. */
+  spares?: SpareSockets;
   onDone: (status: number, usage: Usage | null) => void;
 }): Promise<ProxyOutcome> {
-  const { lease, res, log } = opts;
+  const { lease, res, log, spares } = opts;
   const url = new URL(opts.path, lease.baseUrl);
   // The last chunks, kept by reference and decoded once at the end: nothing per token but a push.
   const tailChunks: Buffer[] = [];
@@ -75,14 +78,16 @@ export function proxyToReplica(opts: {
     settled = true;
     up.destroy();
     lease.release();
-    log.warn({ placement: lease.placementId, why }, 'placement failed before the first byte: trying another');
+    log.warn({ model: lease.model.name, placement: lease.placementId, why }, 'placement failed before the first byte: trying another');
     resolveOutcome({ kind: 'retry', error: new RelayError(ErrorCode.UPSTREAM_ERROR, `the placement of "${lease.model.name}" failed before answering (${why})`, { model: lease.model.name }) });
   };
 
   const up = http.request(url, {
     method: 'POST',
     // A node replica: the request rides a fresh http stream through that node's tunnel.
-    ...(lease.connect ? { createConnection: lease.connect as unknown as http.RequestOptions['createConnection'] } : { agent }),
+    ...(lease.connect
+      ? { createConnection: lease.connect as unknown as http.RequestOptions['createConnection'] }
+      : spares ? { createConnection: () => spares.take(url.hostname, Number(url.port)) } : { agent }),
     headers: {
       'content-type': 'application/json',
       'content-length': String(opts.body.byteLength),
@@ -97,7 +102,7 @@ export function proxyToReplica(opts: {
     if (!started) return retry(why);
     if (res.writableEnded || res.destroyed) return;
     const err = new RelayError(ErrorCode.REPLICA_FAILED, `the replica of "${lease.model.name}" stopped mid-response (${why})`, { model: lease.model.name });
-    log.warn({ placement: lease.placementId, why }, 'upstream broke mid-response');
+    log.warn({ model: lease.model.name, placement: lease.placementId, why }, 'upstream broke mid-response');
     if (isSse) {
       res.end(sseError(err));
       finish(502);
