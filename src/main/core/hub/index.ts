@@ -116,6 +116,9 @@ export async function startHub(config: HubConfig, deps: { log: Logger; install?:
   const sockets = new Set<Socket>();
   const server: NetServer = await new Promise((resolve, reject) => {
     const s = plain ? createNetServer((socket) => {
+      // What http.Server does for the sockets it accepts itself: without it Nagle holds each small SSE chunk
+      // written while the previous one is unacknowledged (a token waits for the client's delayed ACK).
+      socket.setNoDelay(true);
       sockets.add(socket);
       socket.setTimeout(30_000, () => socket.destroy());
       socket.once('close', () => sockets.delete(socket));
