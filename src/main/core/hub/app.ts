@@ -16,7 +16,7 @@ import type { HubAvailability } from './availability.js';
 import { browserGuard, isLoopback, lanAddresses, ownHostNames, pageCsp, requireJson } from './guard.js';
 import { serveEvents } from './events.js';
 import { readBody } from './body.js';
-import type { SpareSockets } from './spare-sockets.js';
+import type { SpareSockets } from '../llama/spare-sockets.js';
 import { beyondLoopback, type ApiKeys } from './keys.js';
 import { cookieValue, DashboardSessions, SESSION_COOKIE, SESSION_TTL_MS } from './sessions.js';
 import { hostname } from 'node:os';

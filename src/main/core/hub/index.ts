@@ -14,7 +14,7 @@ import { LlamaLauncher } from '../scheduler/launcher.js';
 import { Scheduler } from '../scheduler/scheduler.js';
 import { Store } from '../store/store.js';
 import { createApp } from './app.js';
-import { SpareSockets } from './spare-sockets.js';
+import { SpareSockets } from '../llama/spare-sockets.js';
 import { HubAvailability } from './availability.js';
 import { ApiKeys, beyondLoopback } from './keys.js';
 import { HubMetrics } from './metrics.js';

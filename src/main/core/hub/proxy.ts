@@ -3,7 +3,7 @@ import type { Request, Response } from 'express';
 import type { Logger } from 'pino';
 import { ErrorCode, httpError, RelayError } from '../../../shared/errors.js';
 import type { Lease } from '../scheduler/placement.js';
-import type { SpareSockets } from './spare-sockets.js';
+import type { SpareSockets } from '../llama/spare-sockets.js';
 
 /**
  * Forward one /v1 request to a placement's llama-server and stream the answer back byte for byte.

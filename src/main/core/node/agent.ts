@@ -25,6 +25,7 @@ import { autoPauseSupport, otherProcessesGpuMb } from '../gpu/nvml.js';
 import { AutoPause, availabilityOf, inPauseWindow, parseSchedule, type PauseWindow } from './availability.js';
 import { ModelCache } from './cache.js';
 import { fillRpcCacheOffThread } from './rpc-cache.js';
+import { SpareSockets } from '../llama/spare-sockets.js';
 import { pinnedTls, tlsUrl } from './hub-client.js';
 
 /**
@@ -87,6 +88,8 @@ export class NodeAgent extends EventEmitter {
   private backoffMs = 500;
   private timers: NodeJS.Timeout[] = [];
   private localApi: Server | null = null;
+  /** Ready connections to this node's llama-servers (see spare-sockets.ts). */
+  private readonly spares = new SpareSockets();
   private orphanTimer: NodeJS.Timeout | null = null;
   private readonly autoPause = new AutoPause({ thresholdMb: 1024, pauseAfterMs: 30_000, resumeAfterMs: 120_000 });
   private autoPaused = false;
@@ -449,7 +452,9 @@ export class NodeAgent extends EventEmitter {
     // Pipe the stream to the local server on loopback; either side closing closes the other.
     this.activeStreams++;
     void this.availabilityChanged();
-    const sock = connect({ host: '127.0.0.1', port });
+    // An http stream (a /v1 request for a replica here) takes a ready socket to its llama-server; rpc streams
+    // connect fresh (ggml-rpc-server serves one connection at a time).
+    const sock = header.kind === 'http' ? this.spares.take('127.0.0.1', port) : connect({ host: '127.0.0.1', port });
     sock.setNoDelay(true);
     const done = (): void => {
       this.activeStreams--;
@@ -519,6 +524,7 @@ export class NodeAgent extends EventEmitter {
     this.inventory.close();
     this.session?.close();
     await this.stopEverything('node shutting down');
+    this.spares.close();
     await new Promise<void>((r) => (this.localApi ? this.localApi.close(() => r()) : r()));
   }
 }

@@ -1,9 +1,10 @@
 import { connect, type Socket } from 'node:net';
 
 /**
- * One connected, never-used socket kept ready per upstream llama-server on this machine, so a /v1 request does
- * not wait for a TCP handshake and llama-server's accept on its path (~0.7 ms of the hub's added
- * time-to-first-token, measured). A spare is made when one is taken (never when one closes: a stopped
+ * One connected, never-used socket kept ready per llama-server on this machine (the hub's replicas, and a
+ * node's for the http streams the hub sends it), so a /v1 request does not wait for a TCP handshake and
+ * llama-server's accept on its path (~0.7 ms of the hub's added time-to-first-token, measured). Not for
+ * ggml-rpc-server, which serves one connection at a time. A spare is made when one is taken (never when one closes: a stopped
  * llama-server does not cause reconnect loops) and replaced off the request's path. Used sockets are not
  * reused: llama-server closes a connection after a streamed answer, and a request written onto it resets.
  * A spare holds one of llama-server's HTTP threads (it has slots + 2) while it waits.
