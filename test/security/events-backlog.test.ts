@@ -40,11 +40,17 @@ describe('/events and a stalled reader', { timeout: 60_000 }, () => {
     };
   }
 
-  it('a reader that never reads is dropped once its backlog passes the cap: the hub holds at most the cap plus one event', async () => {
+  /** A server and one raw client that has asked it for /events. */
+  async function reader() {
     const s = await server();
     const sock = connect(s.port, '127.0.0.1');
     await once(sock, 'connect');
     sock.write(`GET /events HTTP/1.1\r\nHost: 127.0.0.1:${s.port}\r\n\r\n`);
+    return { s, sock };
+  }
+
+  it('a reader that never reads is dropped once its backlog passes the cap: the hub holds at most the cap plus one event', async () => {
+    const { s, sock } = await reader();
     sock.pause(); // reads nothing, ever
     await s.dropped;
     const peak = s.peak();
@@ -55,10 +61,7 @@ describe('/events and a stalled reader', { timeout: 60_000 }, () => {
   });
 
   it('a reader that reads is never dropped', async () => {
-    const s = await server();
-    const sock = connect(s.port, '127.0.0.1');
-    await once(sock, 'connect');
-    sock.write(`GET /events HTTP/1.1\r\nHost: 127.0.0.1:${s.port}\r\n\r\n`);
+    const { s, sock } = await reader();
     let events = 0;
     let dropped = false;
     void s.dropped.then(() => (dropped = true));

@@ -5,7 +5,7 @@
  * ipcMain); this file is tested in plain Node with the real hub, node agent and llama.cpp processes.
  */
 import { mkdirSync } from 'node:fs';
-import { hostname, networkInterfaces } from 'node:os';
+import { hostname } from 'node:os';
 import { join } from 'node:path';
 import type { Logger } from 'pino';
 import { isRelayError } from '../../shared/errors.js';
@@ -16,11 +16,11 @@ import { ensureLlama } from '../core/llama/build.js';
 import { terminateAll } from '../core/llama/supervisor.js';
 import { inPauseWindow, parseSchedule } from '../core/node/availability.js';
 import { NodeAgent, readSettings, writeSettings } from '../core/node/agent.js';
-import { joinHub, requestDashboardLink } from '../core/node/hub-client.js';
+import { joinHub } from '../core/node/hub-client.js';
 import { readDurable, writeDurable } from '../core/durable.js';
 import { navigationAllowed } from './navigation.js';
+import { dashboardOpenUrl, lanUrl, loopbackUrl } from './hub-urls.js';
 import { beyondLoopback } from '../core/hub/keys.js';
-import { lanAddresses } from '../core/hub/guard.js';
 import type { TrayAction } from './tray-menu.js';
 
 export interface AppSettings {
@@ -59,18 +59,6 @@ export interface AppControllerOptions {
   /** A packaged app's llama binaries (extraResources): used instead of building or the user's cache. */
   readonly llamaBinDir?: string;
   readonly heartbeatMs?: number;
-}
-
-/** A hub listening on every interface is opened from this machine through loopback. */
-/** The hub's URL as other machines reach it: its first non-internal IPv4 address when it listens on every interface. */
-export function lanUrl(url: string, listen: string, interfaces = networkInterfaces()): string {
-  if (!beyondLoopback(listen)) return loopbackUrl(url);
-  const addr = lanAddresses(interfaces)[0];
-  return addr ? url.replace(/^(https?:\/\/)[^/:]+|^(https?:\/\/)\[[^\]]+\]/, (_m, a: string | undefined, b: string | undefined) => `${a ?? b}${addr}`) : loopbackUrl(url);
-}
-
-export function loopbackUrl(url: string): string {
-  return url.replace(/^(https?:\/\/)(0\.0\.0\.0|\[::\])(?=:)/, '$1127.0.0.1');
 }
 
 export class AppController {
@@ -143,23 +131,6 @@ export class AppController {
     if (this.settings.mode === 'hub') return this.hub ? loopbackUrl(this.hub.url) : null;
     if (this.settings.mode === 'node') return readSettings(this.nodeHome)?.hub ?? null;
     return null;
-  }
-
-  /**
-   * What "Open dashboard" opens. The hub's own tray: its dashboard (a loopback client is its admin). A node's
-   * tray: the hub is another machine, whose dashboard wants a login, so the node asks the hub (with its
-   * credential, over pinned TLS) for a one-time read-only link; if that fails the plain URL opens and the page
-   * says how to log in.
-   */
-  private async dashboardLogin(url: string): Promise<string> {
-    const ns = this.settings.mode === 'node' ? readSettings(this.nodeHome) : null;
-    if (!ns) return url;
-    try {
-      return (await requestDashboardLink(ns)).url;
-    } catch (err) {
-      this.o.log.warn({ err: (err as Error).message }, 'no dashboard login link from the hub: opening its plain URL');
-      return url;
-    }
   }
 
   state(): AppState {
@@ -259,7 +230,8 @@ export class AppController {
         break;
       case 'open-dashboard': {
         const url = this.dashboardUrl();
-        this.o.shell.openWindow(url ? { url: await this.dashboardLogin(url) } : { page: 'setup' });
+        const node = this.settings.mode === 'node' ? readSettings(this.nodeHome) : null;
+        this.o.shell.openWindow(url ? { url: await dashboardOpenUrl(url, node, this.o.log) } : { page: 'setup' });
         break;
       }
       case 'open-setup':
