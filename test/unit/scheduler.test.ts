@@ -30,7 +30,7 @@ function model(name: string, requiredMb: number): ModelRecord {
 interface Start {
   readonly p: Placement;
   ok(): void;
-  fail(code?: ErrorCode): void;
+  fail(code?: ErrorCode, details?: Record<string, unknown>): void;
   crash(): void;
 }
 
@@ -47,7 +47,7 @@ class ManualLauncher implements Launcher {
       this.starts.push({
         p,
         ok: () => resolve({ baseUrl: `http://fake/${p.id}`, port: null, pid: null, buffers: [], exited, tail: () => '' }),
-        fail: (code = ErrorCode.REPLICA_FAILED) => reject(new RelayError(code, `load of ${p.model} failed on ${p.node?.name ?? 'hub'}`)),
+        fail: (code = ErrorCode.REPLICA_FAILED, details = {}) => reject(new RelayError(code, `load of ${p.model} failed on ${p.node?.name ?? 'hub'}`, details)),
         crash: () => crash('llama-server exited unexpectedly (SIGKILL)'),
       });
       for (const w of this.waiters.splice(0)) w();
@@ -200,6 +200,24 @@ describe('scheduler with a manual launcher', () => {
     assert.equal(where(await req, launcher), 'n2');
     assert.deepEqual(scheduler.backoffs().map((b) => [b.node, b.model, b.failures]), [['n1', 'm', 1]]);
     assert.match(scheduler.backoffs()[0]!.reason, /^load failed: /);
+  });
+
+  it('a shard whose stage fails on a node keeps that node (not the hub) off the model; the re-plan uses another', async () => {
+    const need = setup({ models: [m] }).scheduler.need(m).needMb;
+    const half = Math.floor(need) - 50; // each stage carries its own overhead: alone no, half of the layers yes
+    const { scheduler, launcher } = setup({ hubMb: half, nodes: [fakeNode('n1', half), fakeNode('n2', half)], models: [m] });
+    const req = scheduler.acquire('m');
+    const first = await launcher.nth(0);
+    assert.equal(first.p.kind, 'shard', 'no machine holds m alone');
+    const remote = first.p.shardPlan!.stages.find((st) => st.node !== null)!.node!;
+    first.fail(ErrorCode.REPLICA_FAILED, { node: remote });
+    const second = await launcher.nth(1);
+    assert.equal(second.p.kind, 'shard');
+    const members = second.p.shardPlan!.stages.map((st) => st.node ?? 'hub');
+    assert.ok(!members.includes(remote), `the re-plan avoids ${remote}: ${members.join(', ')}`);
+    second.ok();
+    await req;
+    assert.deepEqual(scheduler.backoffs().map((b) => [b.node, b.model]), [[remote, 'm']]);
   });
 
   it('three failed attempts answer the last error; a paused node or a lost link is no failure of the node', async () => {

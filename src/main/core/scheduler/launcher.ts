@@ -174,8 +174,14 @@ export class LlamaLauncher implements Launcher {
           if (filled) log.info({ node: conn.name, files: filled.data?.files }, 'rpc cache filled from the node\'s copy');
         }
         const info = { model: model.name, index: plan.stages.indexOf(stage), of: plan.stages.length, layers: [stage.layers[0], stage.layers[1]] as [number, number] };
-        await conn.command({ type: 'start-rpc', rpc: member.rpcId, cache: true, stage: info, device: stage.device }, 60_000);
-        member.bridge = await openRpcBridge(conn, member.rpcId);
+        try {
+          await conn.command({ type: 'start-rpc', rpc: member.rpcId, cache: true, stage: info, device: stage.device }, 60_000);
+          member.bridge = await openRpcBridge(conn, member.rpcId);
+        } catch (err) {
+          // The stage's node itself failed (not the head): name it, so failure memory keeps M off it a while.
+          if (isRelayError(err, ErrorCode.NODE_LOST)) throw err;
+          throw new RelayError(ErrorCode.REPLICA_FAILED, `stage ${info.index + 1} of ${info.of} on node ${conn.name}: ${(err as Error).message}`, { node: conn.name });
+        }
       }
       const sm = shardModel(model)!;
       const flags = shardFlags(plan, sm, h.members.map((m) => m.bridge?.endpoint), { outputRemote: process.env.RELAY_EXPERIMENT_OUTPUT_REMOTE === '1' });
@@ -198,7 +204,7 @@ export class LlamaLauncher implements Launcher {
     } catch (err) {
       const tail = ((err as RelayError).details?.tail as string | undefined) ?? '';
       throw new RelayError(isRelayError(err, ErrorCode.NODE_LOST) ? ErrorCode.NODE_LOST : ErrorCode.REPLICA_FAILED,
-        `could not start a shard of "${model.name}": ${(err as Error).message}`, { model: model.name, tail });
+        `could not start a shard of "${model.name}": ${(err as Error).message}`, { model: model.name, tail, node: (err as RelayError).details?.node });
     }
   }
 

@@ -241,8 +241,10 @@ export class Scheduler {
       this.markFailed(p, e.message.split('\n')[0] ?? 'load failed', (e.details.tail as string | undefined) ?? '');
       void this.d.launcher.stop(p);
       // The machine's own failure (not its owner pausing it, not the link dropping) keeps M off it a while.
-      const machine = p.kind === 'node' ? p.node!.name : p.kind === 'host' ? HUB : null;
-      const excused = e.code === ErrorCode.MODEL_UNAVAILABLE || e.code === ErrorCode.NODE_LOST || (p.node !== null && (!p.node.alive || p.node.availability === 'paused'));
+      // A shard names the node whose stage failed; a head that fails (a lost RPC link aborts it) names nobody.
+      const machine = p.kind === 'node' ? p.node!.name : p.kind === 'host' ? HUB : typeof e.details.node === 'string' ? e.details.node : null;
+      const conn = p.node ?? (machine !== null && machine !== HUB ? this.d.nodes?.get(machine) : undefined);
+      const excused = e.code === ErrorCode.MODEL_UNAVAILABLE || e.code === ErrorCode.NODE_LOST || (conn != null && (!conn.alive || conn.availability === 'paused'));
       if (machine && !excused) this.noteFailure(machine, model.name, `load failed: ${e.message.split('\n')[0]}`);
       this.placementFailed(model.name, e);
     });
