@@ -24,7 +24,10 @@ export interface SessionOptions {
   readonly streamWindow?: number;
   /** Bytes the writer lets sit in the transport's own queue before it waits for 'drain'. */
   readonly maxQueuedBytes?: number;
-  /** Largest DATA payload this side sends in one frame (smaller frames: finer interleaving). */
+  /**
+   * Largest DATA payload this side sends in one frame (256 KiB: each payload goes to the transport uncopied,
+   * so bigger frames mean fewer WebSocket messages; an rpc frame still waits behind at most one of them).
+   */
   readonly maxFrameBytes?: number;
   /** Most bytes of frames coalesced into one transport write. */
   readonly maxBatchBytes?: number;
@@ -39,6 +42,9 @@ export interface SessionOptions {
    */
   readonly maxControlFrames?: number;
 }
+
+/** Payloads at least this big are written to the transport as they are, not copied into a batch. */
+const ZERO_COPY_BYTES = 16 * 1024;
 
 export const PRIORITY = { control: 0, rpc: 1, http: 2, file: 3 } as const;
 const LEVELS = 4;
@@ -165,7 +171,7 @@ export class Session extends EventEmitter {
     super();
     this.streamWindow = Math.max(INITIAL_WINDOW, opts.streamWindow ?? 1024 * 1024);
     this.maxQueued = opts.maxQueuedBytes ?? 128 * 1024;
-    this.maxFrame = opts.maxFrameBytes ?? 64 * 1024;
+    this.maxFrame = opts.maxFrameBytes ?? 256 * 1024;
     this.maxBatch = Math.max(this.maxFrame + HEADER_BYTES, opts.maxBatchBytes ?? 256 * 1024);
     this.maxStreams = opts.maxStreams ?? 4096;
     this.maxControlFrames = opts.maxControlFrames ?? 4096;
@@ -456,24 +462,41 @@ export class Session extends EventEmitter {
           this.waitingDrain = true;
           return;
         }
-        // Coalesce control frames and data frames into one transport write (one WebSocket message).
+        // Coalesce headers, control frames and small payloads into one transport write (one WebSocket
+        // message); a large payload goes out as its own write, uncopied (yamux is a byte stream: where the
+        // transport cuts it does not matter).
         const batch: Buffer[] = [];
+        let small = 0;
         let bytes = 0;
+        let ok = true;
+        const flushSmall = (): void => {
+          if (batch.length === 0) return;
+          ok = this.transport.write(batch.length === 1 ? batch[0] : Buffer.concat(batch, small)) && ok;
+          batch.length = 0;
+          small = 0;
+        };
         while (bytes < this.maxBatch) {
           const f = this.control.shift() ?? this.nextDataFrame();
           if (!f) break;
           for (const b of f) {
-            batch.push(b);
+            if (b.byteLength >= ZERO_COPY_BYTES) {
+              flushSmall();
+              ok = this.transport.write(b) && ok;
+            } else {
+              batch.push(b);
+              small += b.byteLength;
+            }
             bytes += b.byteLength;
           }
           this.stats.framesOut++;
         }
-        if (batch.length === 0) {
+        flushSmall();
+        if (bytes === 0) {
           this.emit('flushed');
           return;
         }
         this.stats.bytesOut += bytes;
-        if (!this.transport.write(batch.length === 1 ? batch[0] : Buffer.concat(batch, bytes))) {
+        if (!ok) {
           this.waitingDrain = true;
           return;
         }
