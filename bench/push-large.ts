@@ -3,7 +3,8 @@
  * (every byte is still read, sent and hashed), is pushed by a `relay hub` process to two `relay up` processes
  * at once, as two concurrent requests for it place a replica on each node. Prints the hub's peak RSS during
  * the pushes (target ≤ 150 MB) and each push's MB/s. The model only has to be pushed: its llama-server load
- * fails afterwards (the file is not a whole model), which is expected here.
+ * fails afterwards (the file is not a whole model), which is expected here. Then the same file is pushed to
+ * one node alternately with a raw TLS WebSocket and sha256 (bench/push-ratio.ts): push ÷ min of the two.
  * `npm run bench -- push-large`.
  */
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
@@ -14,8 +15,12 @@ import { GGML_TYPE_F32 } from '../src/main/core/gguf/index.js';
 import { str, u32, writeSparseGguf } from '../test/fixtures/gguf-writer.js';
 import { addModel, startHub } from '../test/helpers/hub.js';
 import { startNode } from '../test/helpers/node.js';
+import { createLogger } from '../src/main/core/log.js';
+import { hubWithNode, pushRatio } from './push-ratio.js';
+import { reportRatio, reportTarget } from './targets.js';
 
 const GB = Number(process.env.BENCH_PUSH_GB ?? 4);
+const ROUNDS = Number(process.env.BENCH_PUSH_ROUNDS ?? 3);
 const rssMb = (pid: number): number => Number(/VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))![1]) / 1024;
 
 const dir = mkdtempSync(join(tmpdir(), 'relay-bench-push-'));
@@ -51,11 +56,31 @@ try {
   console.log('| --- | --- |');
   console.log(`| register (GGUF header in a worker + sha256 of every byte) | ${registerS.toFixed(1)} s, ${(size / 1e6 / registerS).toFixed(0)} MB/s |`);
   console.log(`| hub RSS before / peak during the two pushes | ${before.toFixed(0)} MB / ${peak.toFixed(0)} MB (target ≤ 150) |`);
+  reportTarget(`hub RSS while pushing ${(size / 1024 ** 3).toFixed(1)} GiB to two nodes (peak)`, `${peak.toFixed(0)} MB`, '≤ 150 MB', peak <= 150);
   console.log(`| both pushes, wall (until both requests answered) | ${wall.toFixed(1)} s, ${((2 * size) / 1e6 / wall).toFixed(0)} MB/s together |`);
   console.log(`| node caches holding the file after | ${cached.join(', ')} | requests answered ${statuses.join(', ')} (the load fails: not a whole model) |`);
 } finally {
   await Promise.all(nodes.map((n) => n.stop()));
   await hub.stop();
   for (const n of nodes) rmSync(n.home, { recursive: true, force: true });
+}
+
+// The same file pushed to one node, against its ceilings side by side (as bench/tunnel does at 137 MB).
+try {
+  const pair = await hubWithNode(createLogger({ level: 'warn', pretty: false }));
+  try {
+    const p = await pushRatio(pair, path, 'big', ROUNDS);
+    reportRatio(`push (${(size / 1024 ** 3).toFixed(1)} GiB) ÷ min(raw TLS WebSocket, sha256)`, p.ratio, 0.9);
+    console.log(`\none push of the same file, hub and node in one process, median of ${ROUNDS} rounds alternating with its ceilings\n`);
+    console.log('| figure | MB/s |');
+    console.log('| --- | --- |');
+    console.log(`| push through the tunnel | ${p.push.toFixed(0)} |`);
+    console.log(`| raw WebSocket over TLS, same bytes | ${p.tls.toFixed(0)} |`);
+    console.log(`| sha256 of the file (read + hash) | ${p.sha.toFixed(0)} |`);
+    console.log(`| push ÷ min(raw TLS WebSocket, sha256) | ${p.ratio.toFixed(2)} |`);
+  } finally {
+    await pair.close();
+  }
+} finally {
   rmSync(dir, { recursive: true, force: true });
 }

@@ -1,8 +1,20 @@
-/** `npm run bench [-- NAME…]`: runs the named benchmarks (default: all), each printing its own table. */
+/**
+ * `npm run bench [-- NAME…]`: runs the named benchmarks (default: all), each printing its own tables, then
+ * the performance targets they measured in one table.
+ */
+import { availableParallelism, cpus, totalmem } from 'node:os';
+import { targetTable } from './targets.js';
+
 const ALL = ['hub-overhead', 'tunnel', 'shard', 'scale', 'rpc-fill', 'push-large'];
 const names = process.argv.slice(2).length > 0 ? process.argv.slice(2) : ALL;
 for (const n of names) {
   if (!ALL.includes(n)) throw new Error(`unknown benchmark "${n}" (${ALL.join(', ')})`);
   console.log(`\n=== bench/${n} (${new Date().toISOString()}) ===`);
   await import(`./${n}.js`);
+}
+
+const table = targetTable();
+if (table.length > 0) {
+  console.log(`\n=== targets (${new Date().toISOString().slice(0, 10)}, ${availableParallelism()} cores, ${cpus()[0]?.model.trim() ?? 'cpu'}, ${Math.round(totalmem() / 2 ** 30)} GiB) ===\n`);
+  for (const l of table) console.log(l);
 }
