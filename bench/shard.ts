@@ -56,6 +56,7 @@ const add = async (name: string, fx: FixtureName, required?: number) => {
   if (!res.ok) throw new Error(`registering ${name}: ${res.status} ${await res.text()}`);
   return path;
 };
+const shardRoundTrips = (model: string) => hub.scheduler.shardStatus().filter((s) => s.model === model && s.state === 'ready').flatMap((s) => s.stages).reduce((a, st) => a + (st.rpc_round_trips ?? 0), 0);
 const shardBytes = (model: string) => hub.scheduler.shardStatus().filter((s) => s.model === model && s.state === 'ready').flatMap((s) => s.stages).reduce((a, st) => a + (st.rpc_bytes ?? 0), 0);
 const rows: string[] = [];
 try {
@@ -73,10 +74,14 @@ try {
   });
   const viaTunnel: number[] = [];
   const viaTcp: number[] = [];
+  const rt0 = shardRoundTrips('dense');
   for (let i = 0; i < ROUNDS; i++) {
     viaTcp.push((await gen(direct.baseUrl, 'dense')).tps);
     viaTunnel.push((await gen(hub.url, 'dense')).tps);
   }
+  // Where the gap comes from: ggml-rpc waits for the remote stage's answer several times per token, and each
+  // wait crosses the tunnel (bridge, yamux, WebSocket, TLS, both ways) instead of one loopback TCP hop.
+  const roundTripsPerToken = (shardRoundTrips('dense') - rt0) / (ROUNDS * TOKENS);
   await direct.child.terminate(5000);
   await rpc.child.terminate(3000);
   // Each round ran TCP then tunnel back to back: the median of the rounds' ratios pairs the machine's drifts out.
@@ -84,6 +89,11 @@ try {
   reportRatio('shard tok/s, rpc through the tunnel ÷ direct TCP (paired rounds)', shardRatio, 0.97);
   rows.push('| 2-stage shard of the 137 MB fixture | RPC over direct TCP | RPC through the tunnel | ratio (paired) |', '| --- | --- | --- | --- |',
     `| generation tok/s (median of ${ROUNDS}) | ${median(viaTcp).toFixed(1)} | ${median(viaTunnel).toFixed(1)} | ${shardRatio.toFixed(3)} |`, '');
+  const addedMs = 1000 / median(viaTunnel) - 1000 / median(viaTcp);
+  rows.push('| why | value |', '| --- | --- |',
+    `| rpc round trips per generated token | ${roundTripsPerToken.toFixed(1)} |`,
+    `| time added per token through the tunnel | ${addedMs.toFixed(2)} ms |`,
+    `| = per round trip | ${roundTripsPerToken > 0 ? ((addedMs * 1000) / roundTripsPerToken).toFixed(0) : '-'} µs |`, '');
 
   // 2. Bytes per token: output on the hub vs on the remote stage, two vocabulary sizes.
   await hub.scheduler.stopModel('dense', 'bench');

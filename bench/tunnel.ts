@@ -2,7 +2,7 @@
  * bench/tunnel: the tunnel against the direct path, in one run on loopback.
  *  - 8 KiB round trips on an rpc stream: idle; while a 1 GiB push runs on the same tunnel; while the same
  *    push runs on a separate raw WebSocket (goal: tunnel p99 ≤ 1.5× the separate-socket p99);
- *  - bulk MB/s through the tunnel vs a raw WebSocket (goal ≥ 0.8×);
+ *  - bulk MB/s through the tunnel vs a raw WebSocket, paired rounds (target ≥ 0.9×);
  *  - a real weight push (hub → node, sha256-verified) vs raw WebSocket and vs sha256 alone;
  *  - node-replica tok/s through the tunnel vs direct llama-server (goal ≥ 0.95).
  * `npm run bench -- tunnel` (BENCH_BULK_MB, BENCH_RTT_N adjust it).
@@ -21,7 +21,9 @@ import { reportRatio } from './targets.js';
 const BULK = Number(process.env.BENCH_BULK_MB ?? 1024) * 1024 * 1024;
 const RTT_N = Number(process.env.BENCH_RTT_N ?? 300);
 const PUSH_ROUNDS = Number(process.env.BENCH_PUSH_ROUNDS ?? 5);
-const BULK_ROUNDS = Number(process.env.BENCH_BULK_ROUNDS ?? 5);
+const BULK_ROUNDS = Number(process.env.BENCH_BULK_ROUNDS ?? 10);
+/** Each bulk round's size: many short paired rounds resist this machine's noise better than a few long ones. */
+const ROUND_BYTES = Number(process.env.BENCH_ROUND_MB ?? 256) * 1024 * 1024;
 const CHUNK = Buffer.alloc(256 * 1024, 7);
 const PING = Buffer.alloc(8 * 1024, 1);
 
@@ -95,13 +97,19 @@ async function tunnelSection(): Promise<string[]> {
   };
 
   const idle = await rtts(openRpc, RTT_N);
-  // Bulk: tunnel and raw WebSocket alternately, BULK_ROUNDS times each; medians, and the median of each
+  // Bulk: tunnel and raw WebSocket alternately, BULK_ROUNDS rounds of ROUND_BYTES; medians, and the median of each
   // round's ratio (the pair ran back to back: the machine's slow drifts cancel).
   const tun: number[] = [];
   const raw: number[] = [];
   for (let i = 0; i < BULK_ROUNDS; i++) {
-    tun.push(await bulkYamux(openFile, BULK));
-    raw.push(await bulkRawWs(BULK));
+    // Alternate which goes first, so a drift within a round does not always favour the same side.
+    if (i % 2 === 0) {
+      tun.push(await bulkYamux(openFile, ROUND_BYTES));
+      raw.push(await bulkRawWs(ROUND_BYTES));
+    } else {
+      raw.push(await bulkRawWs(ROUND_BYTES));
+      tun.push(await bulkYamux(openFile, ROUND_BYTES));
+    }
   }
   const tunnelMbs = pct(tun, 50);
   const rawMbs = pct(raw, 50);
@@ -183,5 +191,5 @@ async function hubNodeSection(): Promise<string[]> {
 }
 
 const out = [...(await tunnelSection()), ...(await hubNodeSection())];
-console.log(`\ntunnel: loopback, both ends in one process, ${BULK >> 20} MiB bulk, ${RTT_N} round trips per row\n`);
+console.log(`\ntunnel: loopback, both ends in one process, ${BULK >> 20} MiB push under the round trips, bulk ${BULK_ROUNDS} paired rounds of ${ROUND_BYTES >> 20} MiB, ${RTT_N} round trips per row\n`);
 for (const l of out) console.log(l);

@@ -10,13 +10,16 @@ import type { NodeConn } from './manager.js';
 export interface RpcBridge {
   readonly endpoint: string;
   readonly port: number;
-  /** Bytes each way through this bridge (the shard bench's per-token measure). */
-  readonly bytes: { toNode: number; fromNode: number };
+  /**
+   * Bytes each way through this bridge, and round trips (a reply after a request: each costs the tunnel's
+   * latency once; the shard bench's per-token measures).
+   */
+  readonly bytes: { toNode: number; fromNode: number; roundTrips: number };
   close(): Promise<void>;
 }
 
 export async function openRpcBridge(conn: NodeConn, rpcId: string): Promise<RpcBridge> {
-  const bytes = { toNode: 0, fromNode: 0 };
+  const bytes = { toNode: 0, fromNode: 0, roundTrips: 0 };
   const sockets = new Set<Socket>();
   const server: Server = createServer((sock) => {
     sockets.add(sock);
@@ -28,11 +31,15 @@ export async function openRpcBridge(conn: NodeConn, rpcId: string): Promise<RpcB
       sock.destroy();
       return;
     }
+    let asked = false;
     sock.on('data', (c: Buffer) => {
+      asked = true;
       bytes.toNode += c.byteLength;
       conn.bytes.rpc += c.byteLength;
     });
     st.on('data', (c: Buffer) => {
+      if (asked) bytes.roundTrips++;
+      asked = false;
       bytes.fromNode += c.byteLength;
       conn.bytes.rpc += c.byteLength;
     });

@@ -29,7 +29,7 @@ export interface Launcher {
 }
 
 export interface ShardInfo {
-  readonly members: readonly { node: string; endpoint: string | null; bytes: number | null }[];
+  readonly members: readonly { node: string; endpoint: string | null; bytes: number | null; roundTrips: number | null }[];
   readonly warnings: readonly string[];
   readonly buffers: readonly string[];
 }
@@ -227,7 +227,8 @@ export class LlamaLauncher implements Launcher {
     const h = this.held.get(p.id);
     if (!h || p.kind !== 'shard') return null;
     return {
-      members: h.members.map((m) => ({ node: m.conn.name, endpoint: m.bridge?.endpoint ?? null, bytes: m.bridge ? m.bridge.bytes.toNode + m.bridge.bytes.fromNode : null })),
+      members: h.members.map((m) => ({ node: m.conn.name, endpoint: m.bridge?.endpoint ?? null, bytes: m.bridge ? m.bridge.bytes.toNode + m.bridge.bytes.fromNode : null,
+        roundTrips: m.bridge?.bytes.roundTrips ?? null })),
       warnings: h.warnings,
       buffers: h.buffers,
     };

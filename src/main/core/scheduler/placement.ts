@@ -113,7 +113,7 @@ export interface ReplicaStatus extends PlacementStatus {
 }
 
 export interface ShardStatus extends PlacementStatus {
-  readonly stages: { index: number; node: string | null; device: string; layers: [number, number]; need_mb: number; free_mb: number; output: boolean; rpc_endpoint: string | null; rpc_bytes: number | null }[];
+  readonly stages: { index: number; node: string | null; device: string; layers: [number, number]; need_mb: number; free_mb: number; output: boolean; rpc_endpoint: string | null; rpc_bytes: number | null; rpc_round_trips: number | null }[];
   readonly warnings: readonly string[];
   /** llama-server's own report of where the weights went (its "model buffer size" lines). */
   readonly buffers: readonly string[];

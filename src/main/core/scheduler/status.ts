@@ -50,6 +50,7 @@ export function shardStatus(p: Placement, c: HubConfig, info: ShardInfo | null):
         need_mb: Math.ceil(st.needMb), free_mb: Math.floor(st.freeMb), output: st.output,
         rpc_endpoint: m?.endpoint ?? null,
         rpc_bytes: m?.bytes ?? null,
+        rpc_round_trips: m?.roundTrips ?? null,
       };
     }),
     warnings: info?.warnings ?? [],
