@@ -78,6 +78,7 @@ try {
     console.log(`| raw WebSocket over TLS, same bytes | ${p.tls.toFixed(0)} |`);
     console.log(`| sha256 of the file (read + hash) | ${p.sha.toFixed(0)} |`);
     console.log(`| push ÷ min(raw TLS WebSocket, sha256) | ${p.ratio.toFixed(2)} |`);
+    console.log(`| CPU µs per MiB: push / raw TLS WebSocket / sha256 | ${p.cpu.push.toFixed(0)} / ${p.cpu.tls.toFixed(0)} / ${p.cpu.sha.toFixed(0)} |`);
   } finally {
     await pair.close();
   }

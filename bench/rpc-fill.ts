@@ -117,9 +117,11 @@ try {
   console.log(`| read the file, first time | ${cold.toFixed(2)} s | ${(size / MB / cold).toFixed(0)} MB/s |`);
   console.log(`| read the file again (page cache, as the fills read it) | ${read.toFixed(2)} s | ${(size / MB / read).toFixed(0)} MB/s |`);
   console.log(`| write the same bytes once (4 MiB writes, no fsync) | ${write.toFixed(2)} s | ${(size / MB / write).toFixed(0)} MB/s |`);
-  console.log(`| fill, 1 worker | ${one.toFixed(2)} s | ${(one / read).toFixed(2)}× read |`);
-  console.log(`| fill, ${threads} workers | ${many.toFixed(2)} s | ${(many / read).toFixed(2)}× read, ${(many / (read + write)).toFixed(2)}× (read + write), ${(size / MB / many).toFixed(0)} MB/s |`);
-  reportTarget(`rpc-cache fill of ${gb} GiB, wall ÷ reading the file`, `${(many / read).toFixed(2)}× (${many.toFixed(1)} s)`, '≤ 1.2×', many / read <= 1.2);
+  console.log(`| fill, 1 worker | ${one.toFixed(2)} s | ${(one / cold).toFixed(2)}× first read, ${(one / read).toFixed(2)}× page-cache read |`);
+  console.log(`| fill, ${threads} workers | ${many.toFixed(2)} s | ${(many / cold).toFixed(2)}× first read, ${(many / read).toFixed(2)}× page-cache read, ${(size / MB / many).toFixed(0)} MB/s |`);
+  // "Disk read time": reading the file when it is not in the page cache (the first read). For this sparse file
+  // that is the kernel filling pages with zeros, faster than many disks: a strict stand-in.
+  reportTarget(`rpc-cache fill of ${gb} GiB (wall) ÷ first read of the file`, `${(many / cold).toFixed(2)}× (${many.toFixed(1)} s; ${(many / read).toFixed(1)}× a page-cache read)`, '≤ 1.2×', many / cold <= 1.2);
 } finally {
   rmSync(dir, { recursive: true, force: true });
 }

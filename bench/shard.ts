@@ -20,6 +20,8 @@ import { joinHub } from '../src/main/core/node/hub-client.js';
 import { hubJoinToken } from '../src/main/core/pool/tokens.js';
 import { ensureFixture, type FixtureName } from '../test/fixtures/models.js';
 import { llama } from '../test/helpers/llama.js';
+import { openRpcBridge } from '../src/main/core/pool/rpc-bridge.js';
+import { rpcRoundTrips } from './rpc-probe.js';
 import { reportRatio } from './targets.js';
 
 const TOKENS = 64;
@@ -83,7 +85,16 @@ try {
   // wait crosses the tunnel (bridge, yamux, WebSocket, TLS, both ways) instead of one loopback TCP hop.
   const roundTripsPerToken = (shardRoundTrips('dense') - rt0) / (ROUNDS * TOKENS);
   await direct.child.terminate(5000);
+  // The smallest exchange, straight to a ggml-rpc-server and through a stage's bridge (a fresh rpc server on
+  // the node: ggml-rpc-server serves one connection at a time).
+  const probeDirect = await rpcRoundTrips(rpc.port);
   await rpc.child.terminate(3000);
+  const conn = hub.nodes.get('bench')!;
+  await conn.command({ type: 'start-rpc', rpc: 'probe', cache: false }, 60_000);
+  const bridge = await openRpcBridge(conn, 'probe');
+  const probeTunnel = await rpcRoundTrips(bridge.port);
+  await bridge.close();
+  await conn.command({ type: 'stop-rpc', rpc: 'probe' }, 30_000);
   // Each round ran TCP then tunnel back to back: the median of the rounds' ratios pairs the machine's drifts out.
   const shardRatio = median(viaTunnel.map((t, i) => t / viaTcp[i]!));
   reportRatio('shard tok/s, rpc through the tunnel ÷ direct TCP (paired rounds)', shardRatio, 0.97);
@@ -93,7 +104,8 @@ try {
   rows.push('| why | value |', '| --- | --- |',
     `| rpc round trips per generated token | ${roundTripsPerToken.toFixed(1)} |`,
     `| time added per token through the tunnel | ${addedMs.toFixed(2)} ms |`,
-    `| = per round trip | ${roundTripsPerToken > 0 ? ((addedMs * 1000) / roundTripsPerToken).toFixed(0) : '-'} µs |`, '');
+    `| = per round trip | ${roundTripsPerToken > 0 ? ((addedMs * 1000) / roundTripsPerToken).toFixed(0) : '-'} µs |`,
+    `| smallest ggml-rpc round trip (DEVICE_COUNT), p50: direct TCP / through the tunnel | ${(median(probeDirect) * 1000).toFixed(0)} µs / ${(median(probeTunnel) * 1000).toFixed(0)} µs |`, '');
 
   // 2. Bytes per token: output on the hub vs on the remote stage, two vocabulary sizes.
   await hub.scheduler.stopModel('dense', 'bench');

@@ -158,7 +158,10 @@ async function hubNodeSection(): Promise<string[]> {
       `| push through the tunnel (median of ${PUSH_ROUNDS}) | ${p.push.toFixed(0)} |`, `| raw WebSocket, same bytes | ${p.raw.toFixed(0)} |`,
       `| raw WebSocket over TLS, same bytes | ${p.tls.toFixed(0)} |`,
       `| sha256 of the file (read + hash) | ${p.sha.toFixed(0)} |`, `| push ÷ raw WebSocket | ${(p.push / p.raw).toFixed(2)} |`,
-      `| push ÷ min(raw TLS WebSocket, sha256) | ${p.ratio.toFixed(2)} |`, '');
+      `| push ÷ min(raw TLS WebSocket, sha256) | ${p.ratio.toFixed(2)} |`, '',
+      '| CPU time per MiB (all threads of the process) | µs |', '| --- | --- |',
+      `| push | ${p.cpu.push.toFixed(0)} |`, `| raw TLS WebSocket | ${p.cpu.tls.toFixed(0)} |`, `| sha256 of the file | ${p.cpu.sha.toFixed(0)} |`,
+      `| push − (raw TLS WebSocket + sha256): the tunnel's own work and the file write | ${(p.cpu.push - p.cpu.tls - p.cpu.sha).toFixed(0)} |`, '');
 
     // Node replica tok/s vs direct llama-server, interleaved.
     for (const name of ['dense', 'large'] as const) {
