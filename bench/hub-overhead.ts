@@ -3,6 +3,7 @@
  * Same model, prompts and settings; requests interleaved (direct, hub, hub, direct, …) in one run so machine
  * noise hits both paths alike; medians. Not part of `npm test`: run `npm run bench -- hub-overhead`.
  */
+import { readFileSync } from 'node:fs';
 import { performance } from 'node:perf_hooks';
 import { startLlamaServer } from '../src/main/core/llama/index.js';
 import { ensureFixture, type FixtureName } from '../test/fixtures/models.js';
@@ -56,6 +57,12 @@ const median = (xs: number[]): number => {
   const m = Math.floor(s.length / 2);
   return s.length % 2 ? s[m]! : (s[m - 1]! + s[m]!) / 2;
 };
+/** CPU time (user + system) a process has used so far, from /proc: ms. */
+function cpuMs(pid: number): number {
+  const f = readFileSync(`/proc/${pid}/stat`, 'utf8');
+  const fields = f.slice(f.lastIndexOf(')') + 2).split(' ');
+  return ((Number(fields[11]) + Number(fields[12])) * 1000) / 100; // utime, stime in clock ticks (USER_HZ = 100)
+}
 const pct = (xs: number[], p: number): number => [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.floor((p / 100) * xs.length))]!;
 
 async function benchModel(name: FixtureName, THREADS: string): Promise<string[]> {
@@ -71,12 +78,17 @@ async function benchModel(name: FixtureName, THREADS: string): Promise<string[]>
     await sample(direct.baseUrl, name, 'warm up');
     const d: Sample[] = [];
     const h: Sample[] = [];
+    let hubCpuMs = 0;
     for (let r = 0; r < ROUNDS; r++) {
       const p = prompts[r % prompts.length]!;
       const order = r % 2 === 0 ? (['d', 'h'] as const) : (['h', 'd'] as const);
       for (const which of order) {
         if (which === 'd') d.push(await sample(direct.baseUrl, name, p));
-        else h.push(await sample(hub.url, name, p));
+        else {
+          const c0 = cpuMs(hub.proc.pid!);
+          h.push(await sample(hub.url, name, p));
+          hubCpuMs += cpuMs(hub.proc.pid!) - c0;
+        }
       }
     }
     const dTok = median(d.map((s) => s.tokPerS));
@@ -93,6 +105,7 @@ async function benchModel(name: FixtureName, THREADS: string): Promise<string[]>
     return [
       `| ${name} | ${THREADS} | generation tok/s (median) | ${dTok.toFixed(1)} | ${hTok.toFixed(1)} | ${(hTok / dTok).toFixed(3)} |`,
       `| ${name} | ${THREADS} | TTFT p50 ms | ${dTtft.toFixed(2)} | ${hTtft.toFixed(2)} | ${sign(added)} ms (paired) |`,
+      `| ${name} | ${THREADS} | hub process CPU per relayed token | | ${((hubCpuMs * 1000) / h.reduce((a, x) => a + x.tokens, 0)).toFixed(0)} µs | |`,
       `| ${name} | ${THREADS} | TTFT p90 ms | ${pct(d.map((s) => s.ttftMs), 90).toFixed(2)} | ${pct(h.map((s) => s.ttftMs), 90).toFixed(2)} | |`,
     ];
   } finally {
