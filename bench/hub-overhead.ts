@@ -3,7 +3,10 @@
  * Same model, prompts and settings; requests interleaved (direct, hub, hub, direct, …) in one run so machine
  * noise hits both paths alike; medians. Not part of `npm test`: run `npm run bench -- hub-overhead`.
  */
+import { spawn } from 'node:child_process';
+import { once } from 'node:events';
 import { readFileSync } from 'node:fs';
+import { createInterface } from 'node:readline';
 import { performance } from 'node:perf_hooks';
 import { startLlamaServer } from '../src/main/core/llama/index.js';
 import { ensureFixture, type FixtureName } from '../test/fixtures/models.js';
@@ -16,6 +19,7 @@ const MAX_TOKENS = Number(process.env.BENCH_MAX_TOKENS ?? 128);
 /** llama.cpp threads per run: 1 leaves the hub a core of its own; 2 has every core generating. */
 const THREAD_COUNTS = (process.env.BENCH_THREADS ?? '1,2').split(',');
 const CTX = 1024;
+const BARE_ROUNDS = 6;
 
 interface Sample { ttftMs: number; tokPerS: number; tokens: number }
 
@@ -65,6 +69,29 @@ function cpuMs(pid: number): number {
 }
 const pct = (xs: number[], p: number): number => [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.floor((p / 100) * xs.length))]!;
 
+/**
+ * The least any Node.js HTTP relay pays: a child process that forwards each request to llama-server and writes
+ * the response's chunks back as they come (no auth, no routing, no failover). Its CPU per token beside the
+ * hub's says how much of the hub's cost is relay's own code and how much Node's HTTP machinery.
+ */
+const BARE_RELAY = `const http = require('node:http');
+const up = Number(process.argv[1]);
+const s = http.createServer((req, res) => {
+  const body = []; req.on('data', (c) => body.push(c)); req.on('end', () => {
+    const u = http.request({ host: '127.0.0.1', port: up, agent: false, method: req.method, path: req.url, headers: { 'content-type': 'application/json' } }, (ur) => {
+      res.writeHead(ur.statusCode, { 'content-type': ur.headers['content-type'] });
+      ur.on('data', (c) => res.write(c)); ur.on('end', () => res.end());
+    });
+    u.end(Buffer.concat(body));
+  });
+}).listen(0, '127.0.0.1', () => process.stdout.write(String(s.address().port) + '\\n'));`;
+
+async function bareRelay(upstreamPort: number): Promise<{ url: string; pid: number; stop: () => void }> {
+  const child = spawn(process.execPath, ['-e', BARE_RELAY, String(upstreamPort)], { stdio: ['ignore', 'pipe', 'inherit'] });
+  const [line] = (await once(createInterface({ input: child.stdout! }), 'line')) as [string];
+  return { url: `http://127.0.0.1:${line.trim()}`, pid: child.pid!, stop: () => child.kill() };
+}
+
 async function benchModel(name: FixtureName, THREADS: string): Promise<string[]> {
   const path = ensureFixture(name, { vocabDir: llama().vocabDir });
   const env = { RELAY_CONTEXT_SIZE: String(CTX), RELAY_PARALLEL_SLOTS: '1', RELAY_THREADS: THREADS, RELAY_LOG_LEVEL: 'warn' };
@@ -91,6 +118,23 @@ async function benchModel(name: FixtureName, THREADS: string): Promise<string[]>
         }
       }
     }
+    // The bare relay: a few requests, for its CPU per token only.
+    const bare = await bareRelay(direct.port);
+    let bareCpuMs = 0;
+    let bareTokens = 0;
+    const bareTtft: number[] = [];
+    try {
+      await sample(bare.url, name, 'warm up');
+      for (let r = 0; r < BARE_ROUNDS; r++) {
+        const c0 = cpuMs(bare.pid);
+        const b = await sample(bare.url, name, prompts[r % prompts.length]!);
+        bareTokens += b.tokens;
+        bareTtft.push(b.ttftMs);
+        bareCpuMs += cpuMs(bare.pid) - c0;
+      }
+    } finally {
+      bare.stop();
+    }
     const dTok = median(d.map((s) => s.tokPerS));
     const hTok = median(h.map((s) => s.tokPerS));
     const dTtft = median(d.map((s) => s.ttftMs));
@@ -105,7 +149,8 @@ async function benchModel(name: FixtureName, THREADS: string): Promise<string[]>
     return [
       `| ${name} | ${THREADS} | generation tok/s (median) | ${dTok.toFixed(1)} | ${hTok.toFixed(1)} | ${(hTok / dTok).toFixed(3)} |`,
       `| ${name} | ${THREADS} | TTFT p50 ms | ${dTtft.toFixed(2)} | ${hTtft.toFixed(2)} | ${sign(added)} ms (paired) |`,
-      `| ${name} | ${THREADS} | hub process CPU per relayed token | | ${((hubCpuMs * 1000) / h.reduce((a, x) => a + x.tokens, 0)).toFixed(0)} µs | |`,
+      `| ${name} | ${THREADS} | TTFT p50 ms through a bare Node.js HTTP relay (${BARE_ROUNDS} requests) | | ${median(bareTtft).toFixed(2)} | ${sign(median(bareTtft) - dTtft)} ms vs direct's median |`,
+      `| ${name} | ${THREADS} | relay process CPU per token: the hub / a bare Node.js HTTP relay | | ${((hubCpuMs * 1000) / h.reduce((a, x) => a + x.tokens, 0)).toFixed(0)} µs / ${((bareCpuMs * 1000) / bareTokens).toFixed(0)} µs | |`,
       `| ${name} | ${THREADS} | TTFT p90 ms | ${pct(d.map((s) => s.ttftMs), 90).toFixed(2)} | ${pct(h.map((s) => s.ttftMs), 90).toFixed(2)} | |`,
     ];
   } finally {
