@@ -298,6 +298,8 @@ export function createApp(d: AppDeps): express.Express {
       registry.require(name);
       await scheduler.stopModel(name, 'model removed from the registry');
       const m = await registry.remove(name);
+      // Every node's copy goes too (unless another registered name uses the same file).
+      await nodes.evictUnregistered();
       res.json({ removed: modelView(m) });
     } catch (err) {
       next(err);

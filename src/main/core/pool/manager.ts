@@ -126,6 +126,32 @@ export class NodeManager extends EventEmitter {
     return { name, credential };
   }
 
+  // ---- node caches ----
+
+  /**
+   * A copy in a node's cache of a file no registered model has (the model was removed, perhaps while the node
+   * was away) is evicted: nodes never serve what the hub no longer owns, and the disk comes back. Called when
+   * a node connects and when a model is removed. Returns the nodes told to evict.
+   */
+  async evictUnregistered(conn?: NodeConn): Promise<string[]> {
+    const known = new Set(this.d.store.data.models.map((m) => m.sha256));
+    const told: string[] = [];
+    await Promise.all((conn ? [conn] : this.connected()).map(async (c) => {
+      for (const sha256 of [...c.cache.keys()]) {
+        if (known.has(sha256)) continue;
+        c.cache.delete(sha256);
+        told.push(c.name);
+        try {
+          const r = await c.command({ type: 'evict', sha256 }, 30_000);
+          this.d.log.info({ node: c.name, sha256, removed: (r.data as { removed?: boolean } | undefined)?.removed }, 'evicted a file no registered model uses from the node\'s cache');
+        } catch (err) {
+          this.d.log.warn({ node: c.name, sha256, err: (err as Error).message }, 'could not evict a removed model from the node\'s cache');
+        }
+      }
+    }));
+    return told;
+  }
+
   async revoke(name: string): Promise<void> {
     await this.d.store.update((data) => {
       const n = data.nodes.find((x) => x.name === name);
@@ -244,6 +270,7 @@ export class NodeManager extends EventEmitter {
     const conn = new NodeConn(name, session, control, hello);
     this.conns.set(name, conn);
     control.send({ type: 'welcome', protocol: PROTOCOL_VERSION, hub: this.d.hubVersion });
+    void this.evictUnregistered(conn);
     log.info({ devices: hello.devices.map((d) => `${d.id}:${d.freeMb}/${d.totalMb}MB`), availability: hello.availability, replicas: hello.replicas.length }, 'node connected');
     void this.d.store.update((data) => {
       const r = data.nodes.find((n) => n.name === name);
