@@ -10,6 +10,7 @@ import { defaultHome } from './core/config.js';
 import { hubJoinToken } from './core/pool/tokens.js';
 import { ensureLlama, terminateAll } from './core/llama/index.js';
 import { backendOf, cmdDoctor, cmdLlamaBuild } from './cli-llama.js';
+import { cacheBudgetFlag, cmdCache } from './cli-cache.js';
 import { createLogger } from './core/log.js';
 import { NodeAgent, readSettings, writeSettings, type NodeSettings } from './core/node/agent.js';
 import { joinHub } from './core/node/hub-client.js';
@@ -33,9 +34,11 @@ Usage:
   relay nodes token [--home HUB_DIR]
                          mint a join token for a new node (printed as the last line)
   relay nodes ls | revoke NAME [--hub URL]
-  relay up --hub URL --token T [--name N] [--home DIR] [--cpu-budget-mb N] [--cache-budget-mb N]
+  relay up --hub URL --token T [--name N] [--home DIR] [--cpu-budget-mb N] [--cache-budget-mb N|auto]
          [--schedule "mon-fri 09:00-17:30"] [--auto-pause] [--backend auto|cpu|cuda|vulkan|metal]
                          run a node: dial out to the hub and lend this machine's device
+  relay cache ls | prune [--home NODE_DIR] [--json]
+                         a node's weights cache: files, sizes, last use, budget / remove what no replica uses
   relay pause | resume [--home NODE_DIR]
                          stop sharing (the hub releases this machine's GPU within 30 s) / share again
   relay pause | resume --hub [--hub-url URL]
@@ -273,7 +276,7 @@ async function cmdUp(args: string[]): Promise<number> {
     paused: saved?.paused ?? false,
     schedule: values.schedule ?? saved?.schedule ?? '',
     cpuBudgetMb: intFlag(values['cpu-budget-mb'], '--cpu-budget-mb') ?? saved?.cpuBudgetMb ?? 0,
-    cacheBudgetMb: intFlag(values['cache-budget-mb'], '--cache-budget-mb') ?? saved?.cacheBudgetMb ?? 0,
+    cacheBudgetMb: cacheBudgetFlag(values['cache-budget-mb']) ?? saved?.cacheBudgetMb ?? 'auto',
     autoPause: values['auto-pause'] ?? saved?.autoPause ?? false,
   };
   writeSettings(home, settings);
@@ -389,6 +392,7 @@ export async function main(argv: string[]): Promise<number> {
   if (cmd === 'up') return cmdUp(sub === undefined ? rest : [sub, ...rest]);
   if (cmd === 'pause' || cmd === 'resume') return cmdPause(cmd === 'pause', sub === undefined ? rest : [sub, ...rest]);
   if (cmd === 'llama' && sub === 'build') return cmdLlamaBuild(rest);
+  if (cmd === 'cache') return cmdCache(sub, rest, nodeHome);
   if (cmd === 'doctor') return cmdDoctor(sub === undefined ? rest : [sub, ...rest]);
   console.error(`relay: unknown command "${argv.join(' ')}"\n`);
   process.stderr.write(USAGE);

@@ -1,11 +1,17 @@
 import assert from 'node:assert/strict';
+import { execFile } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
+import { promisify } from 'node:util';
 import { addModel, startHub } from '../helpers/hub.js';
 import { fixture } from '../helpers/llama.js';
 import { startNode, type NodeProcess } from '../helpers/node.js';
 import { until } from '../helpers/proc.js';
+
+const run = promisify(execFile);
+const relay = new URL('../../../bin/relay.js', import.meta.url).pathname;
+const cacheCli = (n: NodeProcess, ...args: string[]) => run(process.execPath, [relay, 'cache', ...args, '--home', n.home]);
 
 /**
  * Node disk hygiene with real hub and node processes: a model removed from the hub leaves every node's cache
@@ -49,6 +55,21 @@ describe('node caches follow the hub\'s models', { timeout: 300_000 }, () => {
       north = await startNode(hub, { name: 'north', home: north.home, token: null, cpuBudgetMb: 1000, env: ENV });
       assert.deepEqual(await until(() => cached(north), (c) => c.length === 0, 30_000), [], 'evicted once the node is back');
       assert.ok(!onDisk(north, b.sha256));
+
+      // relay cache ls / prune on the node: a file a replica uses is kept, the rest goes; offline too.
+      const c = await addModel(hub, { path: fixture('dense', 3), name: 'c' });
+      assert.equal((await ask('c')).status, 200);
+      const ls = await cacheCli(north, 'ls');
+      assert.match(ls.stdout, new RegExp(`${c.sha256.slice(0, 12)}\\s+34\\.2 MB\\s+\\S+\\s+yes`), ls.stdout);
+      assert.match(ls.stdout, /budget auto \(half of the free disk and the cache\)/);
+      const busy = JSON.parse((await cacheCli(north, 'prune', '--json')).stdout) as { removed: unknown[]; kept: { sha256: string; why: string }[] };
+      assert.deepEqual([busy.removed, busy.kept.map((k) => [k.sha256, k.why])], [[], [[c.sha256, 'in use']]]);
+      await north.stop(); // its replica stops with it; the cache stays
+      const offline = JSON.parse((await cacheCli(north, 'ls', '--json')).stdout) as { files: { sha256: string; in_use: boolean }[] };
+      assert.deepEqual(offline.files.map((f) => [f.sha256, f.in_use]), [[c.sha256, false]]);
+      const pruned = await cacheCli(north, 'prune');
+      assert.match(pruned.stdout, /removed 1 model file\(s\) and 0 partial push\(es\): 34\.2 MB freed/);
+      assert.ok(!onDisk(north, c.sha256));
     } finally {
       await north.stop();
       await hub.stop();

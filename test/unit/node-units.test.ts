@@ -10,6 +10,7 @@ import { parseHubMessage, parseNodeMessage, parseStreamHeader } from '../../src/
 import { checkJoinToken, mintJoinToken } from '../../src/main/core/pool/tokens.js';
 import { AutoPause, availabilityOf, inPauseWindow, parseSchedule } from '../../src/main/core/node/availability.js';
 import { ModelCache } from '../../src/main/core/node/cache.js';
+import { cacheBudgetFlag } from '../../src/main/cli-cache.js';
 
 const sha = (b: Buffer) => createHash('sha256').update(b).digest('hex');
 const tmp = () => mkdtempSync(join(tmpdir(), 'relay-cache-'));
@@ -156,5 +157,65 @@ describe('model cache', () => {
     await assert.rejects(c.receive(Readable.from([huge]), sha(huge), 0, huge.length), (e: unknown) => isRelayError(e, 'CACHE_FULL'));
     writeFileSync(join(dir, 'models', 'notes.txt'), 'ignored'); // foreign files are not inventory
     assert.equal(c.inventory().length, 3);
+  });
+
+  it('the default budget is half of the free disk plus the cache: it follows the disk, and says so when full', async () => {
+    let free = 6 * 1024;
+    const c = new ModelCache(tmp(), 'auto', () => free);
+    assert.equal(c.budgetBytes, 3 * 1024, 'an empty cache on a disk with 6 KiB free: 3 KiB');
+    const a = Buffer.alloc(2 * 1024, 1);
+    await c.receive(Readable.from([a]), sha(a), 0, a.length);
+    free -= a.length; // the file came out of the free space: the budget does not move
+    assert.equal(c.budgetBytes, 3 * 1024);
+    c.inUse.add(sha(a));
+    const b = Buffer.alloc(2 * 1024, 2);
+    const err = await c.receive(Readable.from([b]), sha(b), 0, b.length).then(() => null, (e: unknown) => e);
+    assert.ok(isRelayError(err, 'CACHE_FULL'), String(err));
+    assert.match(err.message, /auto: 50% of the free disk and the cache; set --cache-budget-mb/);
+    free -= 2 * 1024; // something else filled the disk: the budget shrinks with it
+    assert.equal(c.budgetBytes, 2 * 1024);
+  });
+
+  it('prune removes every model no replica uses (and its rpc cache) and stale partial pushes; keeps what is in use', async () => {
+    const c = new ModelCache(tmp(), 0);
+    const [used, idle] = [Buffer.alloc(1024, 1), Buffer.alloc(1024, 2)];
+    for (const f of [used, idle]) await c.receive(Readable.from([f]), sha(f), 0, f.length);
+    c.inUse.add(sha(used));
+    const stale = Buffer.alloc(4096, 3);
+    await assert.rejects(c.receive(Readable.from([stale.subarray(0, 1000)]), sha(stale), 0, stale.length), (e: unknown) => isRelayError(e, 'PUSH_INCOMPLETE'));
+    const r = c.prune();
+    assert.deepEqual(r.removed, [{ sha256: sha(idle), size: 1024 }]);
+    assert.deepEqual(r.kept, [{ sha256: sha(used), size: 1024, why: 'in use' }]);
+    assert.deepEqual(r.partials, [{ sha256: sha(stale), size: 1000 }]);
+    assert.deepEqual(c.inventory(), [{ sha256: sha(used), size: 1024 }]);
+    assert.deepEqual(c.partials(), []);
+  });
+
+  it('prune leaves the partial file of a push being received', async () => {
+    const c = new ModelCache(tmp(), 0);
+    const f = Buffer.alloc(4096, 4);
+    let release!: () => void;
+    const gate = new Promise<void>((r) => (release = r));
+    const src = Readable.from((async function* () {
+      yield f.subarray(0, 1024);
+      await gate;
+      yield f.subarray(1024);
+    })());
+    const receiving = c.receive(src, sha(f), 0, f.length);
+    while (c.partials().length === 0 || c.partials()[0]!.size < 1024) await new Promise((r) => setTimeout(r, 5));
+    assert.deepEqual(c.prune().partials, []);
+    release();
+    await receiving;
+    assert.equal(c.has(sha(f)), true);
+  });
+});
+
+describe('--cache-budget-mb', () => {
+  it('takes MiB (0: no cap) or auto; anything else is a clear error', () => {
+    assert.equal(cacheBudgetFlag(undefined), undefined);
+    assert.equal(cacheBudgetFlag('auto'), 'auto');
+    assert.equal(cacheBudgetFlag('0'), 0);
+    assert.equal(cacheBudgetFlag('2048'), 2048);
+    for (const bad of ['-1', '1.5', 'lots', '']) assert.throws(() => cacheBudgetFlag(bad), /--cache-budget-mb must be/);
   });
 });

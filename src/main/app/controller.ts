@@ -312,7 +312,7 @@ export class AppController {
       const prev = readSettings(this.nodeHome);
       writeSettings(this.nodeHome, {
         hub: hubUrl, name, credential, hubCert, paused: false,
-        schedule: prev?.schedule ?? '', cpuBudgetMb: prev?.cpuBudgetMb ?? this.settings.cpuBudgetMb, cacheBudgetMb: prev?.cacheBudgetMb ?? 0,
+        schedule: prev?.schedule ?? '', cpuBudgetMb: prev?.cpuBudgetMb ?? this.settings.cpuBudgetMb, cacheBudgetMb: prev?.cacheBudgetMb ?? 'auto',
         autoPause: prev?.autoPause ?? false,
       });
     } else {

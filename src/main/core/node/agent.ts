@@ -23,7 +23,7 @@ import { webSocketDuplex } from '../tunnel/transport.js';
 import { Session, type YamuxStream } from '../tunnel/yamux/session.js';
 import { autoPauseSupport, otherProcessesGpuMb } from '../gpu/nvml.js';
 import { AutoPause, availabilityOf, inPauseWindow, parseSchedule, type PauseWindow } from './availability.js';
-import { ModelCache } from './cache.js';
+import { cacheReport, ModelCache } from './cache.js';
 import { fillRpcCacheOffThread } from './rpc-cache.js';
 import { SpareSockets } from '../llama/spare-sockets.js';
 import { pinnedTls, tlsUrl } from './hub-client.js';
@@ -40,7 +40,8 @@ export interface NodeSettings {
   paused: boolean;
   schedule: string;
   cpuBudgetMb: number;
-  cacheBudgetMb: number;
+  /** MiB for models (0: no cap), or 'auto' (the default: half of the free disk plus the cache). */
+  cacheBudgetMb: number | 'auto';
   /** Opt-in: pause while other programs use the GPU (NVML), with hysteresis. */
   autoPause?: boolean;
   /** The hub's certificate (PEM), pinned at join: the tunnel is wss:// and accepts this certificate only. */
@@ -103,7 +104,7 @@ export class NodeAgent extends EventEmitter {
     private readonly d: { log: Logger; install: LlamaInstall; heartbeatMs?: number },
   ) {
     super();
-    this.cache = new ModelCache(join(home, 'cache'), settings.cacheBudgetMb * 1024 * 1024);
+    this.cache = new ModelCache(join(home, 'cache'), settings.cacheBudgetMb === 'auto' ? 'auto' : settings.cacheBudgetMb * 1024 * 1024);
     this.inventory = new HostInventory(d.install, settings.cpuBudgetMb);
     this.schedule = parseSchedule(settings.schedule);
   }
@@ -479,7 +480,7 @@ export class NodeAgent extends EventEmitter {
     }
   }
 
-  // ---- local control (relay pause / resume / the tray) ----
+  // ---- local control (relay pause / resume / cache, the tray) ----
 
   private async startLocalApi(): Promise<void> {
     const token = randomBytes(24).toString('base64url');
@@ -495,6 +496,13 @@ export class NodeAgent extends EventEmitter {
         return;
       }
       if (route === 'GET /status') return send(200, this.statusJson());
+      if (route === 'GET /cache') return send(200, cacheReport(this.cache));
+      if (route === 'POST /cache/prune') {
+        const r = this.cache.prune();
+        this.d.log.info({ removed: r.removed.length, partials: r.partials.length, kept: r.kept.length }, 'cache pruned (relay cache prune)');
+        if (this.connected) this.heartbeat(); // the hub learns at once that the files are gone
+        return send(200, r);
+      }
       send(404, { error: { code: 'not_found', message: 'no such endpoint' } });
     });
     await new Promise<void>((r) => this.localApi!.listen(0, '127.0.0.1', () => r()));

@@ -1,4 +1,4 @@
-import { existsSync, mkdirSync, readdirSync, renameSync, rmSync, statSync, utimesSync } from 'node:fs';
+import { existsSync, mkdirSync, readdirSync, renameSync, rmSync, statfsSync, statSync, utimesSync } from 'node:fs';
 import { join } from 'node:path';
 import { Transform, type Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
@@ -14,6 +14,18 @@ import type { CachedFile } from '../../../shared/protocol.js';
  */
 const SHA_RE = /^[0-9a-f]{64}$/;
 
+/** The default budget: this share of what the cache could grow to (its own files plus the disk's free space). */
+export const AUTO_CACHE_SHARE = 0.5;
+
+/** How the budget is set: a number of bytes (0: no cap), or 'auto' (AUTO_CACHE_SHARE of free disk + the cache). */
+export type CacheBudget = number | 'auto';
+
+/** Free bytes for an unprivileged writer on the filesystem holding `dir`. */
+export function diskFreeBytes(dir: string): number {
+  const s = statfsSync(dir);
+  return s.bavail * s.bsize;
+}
+
 export class ModelCache {
   readonly modelsDir: string;
   readonly partialDir: string;
@@ -22,9 +34,13 @@ export class ModelCache {
   /** Files a replica or rpc-server uses now: never evicted. */
   readonly inUse = new Set<string>();
 
+  /** Pushes being received now: their partial files are not pruned. */
+  private readonly receiving = new Set<string>();
+
   constructor(
     readonly root: string,
-    readonly budgetBytes: number,
+    readonly budget: CacheBudget,
+    private readonly freeBytes: () => number = () => diskFreeBytes(root),
   ) {
     this.modelsDir = join(root, 'models');
     this.partialDir = join(root, 'partial');
@@ -72,6 +88,32 @@ export class ModelCache {
     return this.list(this.partialDir, '.part');
   }
 
+  /** The budget in bytes now (0: no cap); 'auto' follows the disk: files written elsewhere shrink it. */
+  get budgetBytes(): number {
+    if (this.budget !== 'auto') return this.budget;
+    return Math.floor(AUTO_CACHE_SHARE * (this.freeBytes() + this.usedBytes()));
+  }
+
+  /**
+   * Free the disk now: every cached model no replica or rpc-server uses (with its rpc-cache files) and every
+   * partial push not being received. The hub pushes a model again when it needs it here.
+   */
+  prune(): { removed: CachedFile[]; kept: { sha256: string; size: number; why: string }[]; partials: CachedFile[] } {
+    const removed: CachedFile[] = [];
+    const kept: { sha256: string; size: number; why: string }[] = [];
+    for (const f of this.inventory()) {
+      if (this.inUse.has(f.sha256)) {
+        kept.push({ ...f, why: 'in use' });
+        continue;
+      }
+      this.evict(f.sha256);
+      removed.push(f);
+    }
+    const partials = this.partials().filter((f) => !this.receiving.has(f.sha256));
+    for (const f of partials) rmSync(this.partialOf(f.sha256), { force: true });
+    return { removed, kept, partials };
+  }
+
   usedBytes(): number {
     return [...this.inventory(), ...this.partials()].reduce((s, f) => s + f.size, 0) + rpcCacheBytes(this.rpcCacheDir);
   }
@@ -94,23 +136,24 @@ export class ModelCache {
    * Returns false when even that cannot make room.
    */
   makeRoom(bytes: number, keep: string | null = null): boolean {
-    if (this.budgetBytes <= 0) return true;
+    const budget = this.budgetBytes;
+    if (budget <= 0) return true;
     let used = this.usedBytes();
-    if (used + bytes <= this.budgetBytes) return true;
+    if (used + bytes <= budget) return true;
     const candidates = this.inventory()
       .filter((f) => !this.inUse.has(f.sha256) && f.sha256 !== keep)
       .map((f) => ({ ...f, mtime: statSync(this.pathOf(f.sha256)).mtimeMs }))
       .sort((a, b) => a.mtime - b.mtime);
     // Evict nothing when even evicting everything would not make room: a refused push should cost nothing.
-    if (used - candidates.reduce((s, f) => s + f.size, 0) + bytes > this.budgetBytes) return false;
+    if (used - candidates.reduce((s, f) => s + f.size, 0) + bytes > budget) return false;
     for (const f of candidates) {
-      if (used + bytes <= this.budgetBytes) break;
+      if (used + bytes <= budget) break;
       const before = rpcCacheBytes(this.rpcCacheDir);
       rmSync(this.pathOf(f.sha256), { force: true });
       evictRpcCache(this.rpcCacheDir, f.sha256);
       used -= f.size + (before - rpcCacheBytes(this.rpcCacheDir));
     }
-    return used + bytes <= this.budgetBytes;
+    return used + bytes <= budget;
   }
 
   evict(sha256: string): boolean {
@@ -132,8 +175,19 @@ export class ModelCache {
     const have = existsSync(part) ? statSync(part).size : 0;
     if (have !== offset) throw new RelayError(ErrorCode.INVALID_REQUEST, `push of ${sha256.slice(0, 12)}… starts at ${offset} but the partial file has ${have} bytes`);
     if (!this.makeRoom(size - offset, sha256)) {
-      throw new RelayError(ErrorCode.CACHE_FULL, `the node's cache budget (${Math.round(this.budgetBytes / 1048576)} MB) cannot hold ${Math.round(size / 1048576)} MB`);
+      const how = this.budget === 'auto' ? `auto: ${AUTO_CACHE_SHARE * 100}% of the free disk and the cache; set --cache-budget-mb to change it` : 'set with --cache-budget-mb';
+      throw new RelayError(ErrorCode.CACHE_FULL, `the node's cache budget (${Math.round(this.budgetBytes / 1048576)} MB, ${how}) cannot hold ${Math.round(size / 1048576)} MB`);
     }
+    this.receiving.add(sha256);
+    try {
+      await this.receiveInto(src, sha256, offset, size, onProgress);
+    } finally {
+      this.receiving.delete(sha256);
+    }
+  }
+
+  private async receiveInto(src: Readable, sha256: string, offset: number, size: number, onProgress?: (done: number) => void): Promise<void> {
+    const part = this.partialOf(sha256);
     let written = offset;
     const guard = new Transform({
       transform(chunk: Buffer, _e, cb) {
@@ -176,4 +230,29 @@ export class ModelCache {
     }
     renameSync(part, this.pathOf(sha256));
   }
+}
+
+/** What `relay cache ls` shows: the budget, the files (newest use first), partial pushes, rpc-cache bytes. */
+export interface CacheReport {
+  readonly dir: string;
+  readonly budget: { readonly setting: CacheBudget; readonly bytes: number };
+  readonly used_bytes: number;
+  readonly disk_free_bytes: number;
+  readonly files: readonly { sha256: string; size: number; last_used: string; in_use: boolean }[];
+  readonly partials: readonly CachedFile[];
+  readonly rpc_cache_bytes: number;
+}
+
+export function cacheReport(c: ModelCache): CacheReport {
+  return {
+    dir: c.root,
+    budget: { setting: c.budget, bytes: c.budgetBytes },
+    used_bytes: c.usedBytes(),
+    disk_free_bytes: diskFreeBytes(c.root),
+    files: c.inventory()
+      .map((f) => ({ ...f, last_used: statSync(c.pathOf(f.sha256)).mtime.toISOString(), in_use: c.inUse.has(f.sha256) }))
+      .sort((a, b) => b.last_used.localeCompare(a.last_used)),
+    partials: c.partials(),
+    rpc_cache_bytes: rpcCacheBytes(c.rpcCacheDir),
+  };
 }
