@@ -11,6 +11,7 @@ import { hubJoinToken } from './core/pool/tokens.js';
 import { ensureLlama, terminateAll } from './core/llama/index.js';
 import { backendOf, cmdDoctor, cmdLlamaBuild } from './cli-llama.js';
 import { cacheBudgetFlag, cmdCache } from './cli-cache.js';
+import { statusLines, type StatusJson } from './cli-status.js';
 import { createLogger } from './core/log.js';
 import { NodeAgent, readSettings, writeSettings, type NodeSettings } from './core/node/agent.js';
 import { joinHub } from './core/node/hub-client.js';
@@ -27,6 +28,8 @@ Usage:
   relay models ls [--hub URL]
   relay models rm NAME [--hub URL]
                          manage the running hub's registry (it hashes and reads the GGUF header)
+  relay status [--hub URL] [--json]
+                         the pool at a glance: the hub, nodes, devices, placements, models, pushes, backoffs
   relay dashboard [--link [--read-only]] [--hub URL]
                          the dashboard's URL; --link: a one-time login link for a browser on another machine
   relay keys create NAME | ls | revoke NAME [--hub URL]
@@ -374,6 +377,16 @@ async function cmdPause(paused: boolean, args: string[]): Promise<number> {
   return res.ok ? 0 : 1;
 }
 
+async function cmdStatus(args: string[]): Promise<number> {
+  const { values } = parseArgs({ args, options: { hub: { type: 'string' }, json: { type: 'boolean' } } });
+  const res = await api(hubUrl(values.hub), '/status');
+  const j = (await res.json()) as StatusJson & { error?: { code?: string; message?: string } };
+  if (!res.ok) return apiFailure(j);
+  if (values.json) console.log(JSON.stringify(j, null, 2));
+  else for (const l of statusLines(j)) console.log(l);
+  return 0;
+}
+
 export async function main(argv: string[]): Promise<number> {
   const [cmd, sub, ...rest] = argv;
   if (cmd === undefined || cmd === '--help' || cmd === '-h' || cmd === 'help') {
@@ -393,6 +406,7 @@ export async function main(argv: string[]): Promise<number> {
   if (cmd === 'pause' || cmd === 'resume') return cmdPause(cmd === 'pause', sub === undefined ? rest : [sub, ...rest]);
   if (cmd === 'llama' && sub === 'build') return cmdLlamaBuild(rest);
   if (cmd === 'cache') return cmdCache(sub, rest, nodeHome);
+  if (cmd === 'status') return cmdStatus(sub === undefined ? rest : [sub, ...rest]);
   if (cmd === 'doctor') return cmdDoctor(sub === undefined ? rest : [sub, ...rest]);
   console.error(`relay: unknown command "${argv.join(' ')}"\n`);
   process.stderr.write(USAGE);

@@ -16,7 +16,7 @@ const cacheCli = (n: NodeProcess, ...args: string[]) => run(process.execPath, [r
 /**
  * Node disk hygiene with real hub and node processes: a model removed from the hub leaves every node's cache
  * (at once when the node is connected, on its next connection when it is away), unless another registered name
- * still uses the same file.
+ * still uses the same file; `relay cache ls|prune` on the node; `relay status` reading the pool like a person.
  */
 const ENV = { RELAY_CONTEXT_SIZE: '512', RELAY_PARALLEL_SLOTS: '1', RELAY_THREADS: '1' };
 
@@ -59,6 +59,12 @@ describe('node caches follow the hub\'s models', { timeout: 300_000 }, () => {
       // relay cache ls / prune on the node: a file a replica uses is kept, the rest goes; offline too.
       const c = await addModel(hub, { path: fixture('dense', 3), name: 'c' });
       assert.equal((await ask('c')).status, 200);
+      // relay status reads the same pool as a person would.
+      const st = (await run(process.execPath, [relay, 'status', '--hub', hub.url])).stdout;
+      assert.match(st, /MACHINES\n\s+NODE\s+STATE\s+REASON\n\s+north\s+(idle|busy)/, st);
+      assert.match(st, /north\s+CPU\s+.*\d+ of 1000 MB free/, st);
+      assert.match(st, /\n\s+c\s+replica\s+north\s+CPU\s+ready\s+0\/1\s+512/, st);
+      assert.match(st, /MODELS\n\s+MODEL\s+SIZE\s+NEEDS\s+NOW\n\s+c\s+34\.2 MB\s+\d+ MB\s+available/, st);
       const ls = await cacheCli(north, 'ls');
       assert.match(ls.stdout, new RegExp(`${c.sha256.slice(0, 12)}\\s+34\\.2 MB\\s+\\S+\\s+yes`), ls.stdout);
       assert.match(ls.stdout, /budget auto \(half of the free disk and the cache\)/);
