@@ -6,6 +6,7 @@ import {
   type BackendChoice, type GpuBackend,
 } from './core/llama/index.js';
 import { doctorLines } from './core/llama/doctor.js';
+import { llamaBuildProgress, TerminalProgress } from './terminal-progress.js';
 
 /** `relay llama build` and `relay doctor`: the binaries, the GPU backend and what the machine has. */
 
@@ -17,7 +18,7 @@ export function backendOf(v: string | undefined): BackendChoice | undefined {
 
 export async function cmdLlamaBuild(args: string[]): Promise<number> {
   const { values } = parseArgs({ args, options: { backend: { type: 'string' } } });
-  const progress = (l: string): void => console.error(`[llama] ${l}`);
+  const progress = llamaBuildProgress(new TerminalProgress(process.stderr, (l) => console.error(l)));
   const gpu = values.backend === undefined || values.backend === 'cpu' ? null : values.backend;
   if (gpu !== null && !(GPU_BACKENDS as readonly string[]).includes(gpu)) throw new Error(`unknown backend "${gpu}" (one of cpu, ${GPU_BACKENDS.join(', ')})`);
   if (gpu) console.log(`${gpu} module      ${await buildBackendModule(gpu as GpuBackend, { progress })}`);

@@ -12,6 +12,7 @@ import { ensureLlama, terminateAll } from './core/llama/index.js';
 import { backendOf, cmdDoctor, cmdLlamaBuild } from './cli-llama.js';
 import { cacheBudgetFlag, cmdCache } from './cli-cache.js';
 import { statusLines, type StatusJson } from './cli-status.js';
+import { llamaBuildProgress, showHubPushes, showNodePushes, TerminalProgress } from './terminal-progress.js';
 import { createLogger } from './core/log.js';
 import { NodeAgent, readSettings, writeSettings, type NodeSettings } from './core/node/agent.js';
 import { joinHub } from './core/node/hub-client.js';
@@ -98,9 +99,11 @@ async function cmdHub(args: string[]): Promise<number> {
   };
   const config = hubConfigFromEnv(process.env, overrides);
   const log = createLogger({ name: 'hub' });
-  const install = await ensureLlama({ backend: backendOf(values.backend), progress: (l) => log.info(`[llama] ${l}`) });
+  const terminal = new TerminalProgress(process.stderr, (l) => log.info(l));
+  const install = await ensureLlama({ backend: backendOf(values.backend), progress: llamaBuildProgress(terminal) });
   log.info({ backend: install.backend, module: install.backendModule }, install.backendReason);
   const hub = await startHub(config, { log, install });
+  if (terminal.tty) showHubPushes(terminal, () => hub.nodes.pushes.values());
   console.log(`relay hub ${packageVersion()} is serving`);
   console.log(`  /v1        ${hub.url}/v1`);
   console.log(`  dashboard  ${hub.url}/`);
@@ -284,9 +287,11 @@ async function cmdUp(args: string[]): Promise<number> {
   };
   writeSettings(home, settings);
   const log = createLogger({ name: `node:${name}` });
-  const install = await ensureLlama({ backend, progress: (l) => log.info(`[llama] ${l}`) });
+  const terminal = new TerminalProgress(process.stderr, (l) => log.info(l));
+  const install = await ensureLlama({ backend, progress: llamaBuildProgress(terminal) });
   log.info({ backend: install.backend, module: install.backendModule }, install.backendReason);
   const agent = new NodeAgent(home, settings, { log, install, heartbeatMs: Number(process.env.RELAY_HEARTBEAT_MS ?? 5000) });
+  if (terminal.tty) showNodePushes(terminal, agent);
   agent.on('connected', () => console.log(`relay node ${name} connected to ${hub}`));
   // Listening before start: a refusal can come at once (a node that must join again never dials).
   const ended = new Promise<number>((done) => {

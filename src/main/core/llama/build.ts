@@ -127,7 +127,8 @@ async function buildTargets(gpu: GpuBackend | null, env: NodeJS.ProcessEnv, prog
       const m = /^\[\s*(\d+)%\]/.exec(l);
       if (m) {
         const pct = Number(m[1]);
-        if (pct >= lastPct + 10 || (pct === 100 && lastPct !== 100)) { lastPct = pct; return true; }
+        // Every new percent: a terminal shows it as a bar; logs keep one line in ten (TerminalProgress).
+        if (pct > lastPct) { lastPct = pct; return true; }
         return false;
       }
       return /error/i.test(l);

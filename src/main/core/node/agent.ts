@@ -468,15 +468,20 @@ export class NodeAgent extends EventEmitter {
     sock.pipe(st);
   }
 
+  /** Emits 'push-progress' {sha256, done, total} while a push is received and 'push-end' {sha256, ok} after. */
   private async onFile(st: YamuxStream, sha256: string, offset: number, size: number): Promise<void> {
+    let ok = false;
     try {
-      await this.cache.receive(st, sha256, offset, size);
+      await this.cache.receive(st, sha256, offset, size, (done) => this.emit('push-progress', { sha256, done, total: size }));
+      ok = true;
       st.end(`${JSON.stringify({ ok: true })}\n`);
       if (this.connected) this.heartbeat();
     } catch (err) {
       const code = wireCode(isRelayError(err) ? err.code : ErrorCode.INTERNAL);
       this.d.log.warn({ sha256, code, message: (err as Error).message }, 'weight push failed');
       if (!st.destroyed && !st.writableEnded) st.end(`${JSON.stringify({ ok: false, code, message: (err as Error).message })}\n`);
+    } finally {
+      this.emit('push-end', { sha256, ok });
     }
   }
 
