@@ -27,6 +27,9 @@ Usage:
                          run the hub: OpenAI-compatible /v1, dashboard at /, admin API at /api
   relay models add FILE [--name NAME] [--required-vram-mb N] [--embedding] [--hub URL]
   relay models ls [--hub URL]
+  relay models import ollama|lmstudio|DIR [--hub URL] [--json]
+                         register the GGUFs already on the hub machine (Ollama's store: OLLAMA_MODELS or
+                         its default; LM Studio's models folder; any folder), under readable names
   relay models rm NAME [--hub URL]
                          manage the running hub's registry (it hashes and reads the GGUF header)
   relay status [--hub URL] [--json]
@@ -200,6 +203,22 @@ async function cmdModels(sub: string | undefined, args: string[]): Promise<numbe
     }
     return 0;
   }
+  if (sub === 'import') {
+    const from = positionals[0];
+    if (!from) throw new Error('usage: relay models import ollama|lmstudio|DIR');
+    const source = from === 'ollama' || from === 'lmstudio' ? from : resolve(from);
+    const res = await api(base, '/api/models/import', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ source }) });
+    const j = (await res.json()) as { root?: string; registered?: { name: string; created: boolean }[]; skipped?: { path: string; why: string }[]; error?: { code: string; message: string } };
+    if (!res.ok || !j.registered) return apiFailure(j);
+    if (values.json) {
+      console.log(JSON.stringify(j, null, 2));
+      return 0;
+    }
+    console.log(`imported from ${j.root}: ${j.registered.filter((r) => r.created).length} new, ${j.registered.filter((r) => !r.created).length} already registered`);
+    for (const r of j.registered) console.log(`  ${r.created ? 'added  ' : 'had    '} ${r.name}`);
+    for (const s of j.skipped ?? []) console.log(`  skipped ${s.path}: ${s.why}`);
+    return 0;
+  }
   if (sub === 'rm') {
     const name = positionals[0];
     if (!name) throw new Error('usage: relay models rm NAME');
@@ -209,7 +228,7 @@ async function cmdModels(sub: string | undefined, args: string[]): Promise<numbe
     console.log(`removed: ${j.removed.name}`);
     return 0;
   }
-  throw new Error('usage: relay models add|ls|rm');
+  throw new Error('usage: relay models add|import|ls|rm');
 }
 
 function nodeHome(v: string | undefined): string {

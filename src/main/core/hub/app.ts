@@ -1,11 +1,13 @@
 import { timingSafeEqual } from 'node:crypto';
-import { readFileSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
+import { isAbsolute } from 'node:path';
 import express, { type NextFunction, type Request, type Response } from 'express';
 import type { Logger } from 'pino';
 import { ErrorCode, httpError, isRelayError, RelayError } from '../../../shared/errors.js';
 import type { HubConfig } from '../config.js';
 import { effectiveFlashAttn } from '../llama/argv.js';
 import type { ModelRegistry } from '../models/registry.js';
+import { discover } from '../models/import.js';
 import { MAX_ATTEMPTS, newAttempts, type Scheduler } from '../scheduler/scheduler.js';
 import { fmtMb } from '../scheduler/fit.js';
 import type { ModelRecord } from '../store/store.js';
@@ -292,6 +294,24 @@ export function createApp(d: AppDeps): express.Express {
     }
   });
 
+  // Import the GGUFs already on this machine: Ollama's store, LM Studio's folder, or any folder.
+  app.post('/api/models/import', requireAdmin(false), raw, async (req, res, next) => {
+    try {
+      const body = parseJson(req);
+      const source = body.source;
+      if (typeof source !== 'string' || !(source === 'ollama' || source === 'lmstudio' || isAbsolute(source))) {
+        throw new RelayError(ErrorCode.INVALID_REQUEST, '"source" must be "ollama", "lmstudio" or an absolute folder on the hub');
+      }
+      const found = discover(source);
+      if (found.found.length === 0 && found.skipped.length === 0 && !existsSync(found.root)) {
+        throw new RelayError(ErrorCode.MODEL_FILE_MISSING, `nothing to import: ${found.root} does not exist`, { path: found.root });
+      }
+      res.json({ source: found.source, root: found.root, ...(await registry.importAll(found)) });
+    } catch (err) {
+      next(err);
+    }
+  });
+
   app.delete('/api/models/:name', requireAdmin(false), async (req, res, next) => {
     try {
       const name = String(req.params.name);
@@ -388,12 +408,15 @@ export function createApp(d: AppDeps): express.Express {
   const modelView = (m: ModelRecord) => {
     const need = scheduler.need(m);
     const a = scheduler.availability(m);
+    // A file that is gone is shown as such (and a request for it gets model_file_missing, never stale bytes).
+    const file = registry.fileState(m);
     return {
       ...m,
+      file,
       need_mb: Math.ceil(need.needMb),
       need: { weights_mb: Math.ceil(need.weightsMb), kv_mb: Math.ceil(need.kvMb), overhead_mb: Math.ceil(need.overheadMb), ctx: need.ctx, slots: need.slots, kv_scale: need.kvScale },
-      fits_now: a.available,
-      shortfall: a.reason,
+      fits_now: a.available && file !== 'missing',
+      shortfall: file === 'missing' ? `the file is gone from ${m.path} (register it again, or remove the model)` : a.reason,
     };
   };
 
@@ -423,7 +446,7 @@ export function createApp(d: AppDeps): express.Express {
     devices: scheduler.deviceStatus(),
     models: registry.list().map((m) => {
       const v = modelView(m);
-      return { name: m.name, size: m.size, sha256: m.sha256, need_mb: v.need_mb, need: v.need, fits_now: v.fits_now, shortfall: v.shortfall, embedding: m.embedding };
+      return { name: m.name, size: m.size, sha256: m.sha256, path: m.path, file: v.file, need_mb: v.need_mb, need: v.need, fits_now: v.fits_now, shortfall: v.shortfall, embedding: m.embedding };
     }),
     replicas: scheduler.status(),
     shards: scheduler.shardStatus(),

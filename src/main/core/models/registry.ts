@@ -5,6 +5,7 @@ import type { Logger } from 'pino';
 import { ErrorCode, RelayError } from '../../../shared/errors.js';
 import { readModelInfoOffThread } from '../gguf/index.js';
 import type { ModelRecord, Store } from '../store/store.js';
+import type { Discovery, Skipped } from './import.js';
 
 /**
  * The models the hub owns. A record is bound to the bytes it was hashed from: when the file's size or mtime
@@ -49,14 +50,14 @@ function statFile(path: string): Stats {
   return st;
 }
 
-async function describe(path: string, progress?: HashProgress): Promise<Omit<ModelRecord, 'name' | 'required_vram_mb' | 'embedding' | 'added_at'>> {
+async function describe(path: string, progress?: HashProgress, knownSha256?: string): Promise<Omit<ModelRecord, 'name' | 'required_vram_mb' | 'embedding' | 'added_at'>> {
   const st = statFile(path);
   const info = await readModelInfoOffThread(path); // refuses non-GGUF and truncated files before hashing, off the event loop
   if (!info.architecture || info.tensorCount === 0) {
     const missing = !info.architecture ? 'no general.architecture' : 'no tensors';
     throw new RelayError(ErrorCode.GGUF_NOT_A_MODEL, `${path} is a GGUF with ${missing}: not a model llama-server can load (a vocabulary-only file or an adapter?)`, { path });
   }
-  const sha256 = await sha256File(path, progress);
+  const sha256 = knownSha256 ?? (await sha256File(path, progress));
   return {
     path,
     sha256,
@@ -95,7 +96,8 @@ export class ModelRegistry {
   }
 
   /** Register a GGUF. The same file again is idempotent; another file under a taken name is refused. */
-  async add(input: AddModelInput, progress?: HashProgress): Promise<{ model: ModelRecord; created: boolean }> {
+  /** `knownSha256`: the file's hash from a store that names files by it (an import from Ollama): not re-hashed. */
+  async add(input: AddModelInput, progress?: HashProgress, knownSha256?: string): Promise<{ model: ModelRecord; created: boolean }> {
     if (typeof input.path !== 'string' || !isAbsolute(input.path)) {
       throw new RelayError(ErrorCode.INVALID_REQUEST, `path must be an absolute path to a GGUF file on the hub, got ${JSON.stringify(input.path)}`);
     }
@@ -107,7 +109,7 @@ export class ModelRegistry {
     if (req !== undefined && req !== null && !(Number.isFinite(req) && req > 0)) {
       throw new RelayError(ErrorCode.INVALID_REQUEST, `required_vram_mb must be a positive number, got ${JSON.stringify(req)}`);
     }
-    const d = await describe(input.path, progress);
+    const d = await describe(input.path, progress, knownSha256);
     return this.store.update((data) => {
       const existing = data.models.find((m) => m.name === name);
       if (existing) {
@@ -125,6 +127,37 @@ export class ModelRegistry {
       this.log.info({ model: name, sha256: d.sha256, size: d.size }, 'model registered');
       return { model, created: true };
     });
+  }
+
+  /**
+   * Register what an import found (see import.ts), one at a time; a file that cannot be registered (not a
+   * model, a name another file holds) is reported with its reason, the rest go on.
+   */
+  async importAll(d: Discovery): Promise<{ registered: { name: string; path: string; created: boolean }[]; skipped: Skipped[] }> {
+    const registered: { name: string; path: string; created: boolean }[] = [];
+    const skipped: Skipped[] = [...d.skipped];
+    for (const f of d.found) {
+      try {
+        const r = await this.add({ path: f.path, name: f.name }, undefined, f.sha256);
+        registered.push({ name: r.model.name, path: f.path, created: r.created });
+      } catch (err) {
+        skipped.push({ path: f.path, why: `${f.name}: ${(err as Error).message}` });
+      }
+    }
+    this.log.info({ source: d.source, root: d.root, registered: registered.length, skipped: skipped.length }, 'models imported');
+    return { registered, skipped };
+  }
+
+  /** Whether a record's file is still what was registered: gone, changed (re-hashed before it is served), or ok. */
+  fileState(m: ModelRecord): 'ok' | 'missing' | 'changed' {
+    let st: Stats;
+    try {
+      st = statSync(m.path);
+    } catch {
+      return 'missing';
+    }
+    if (!st.isFile()) return 'missing';
+    return st.size === m.size && st.mtimeMs === m.mtimeMs ? 'ok' : 'changed';
   }
 
   async remove(name: string): Promise<ModelRecord> {

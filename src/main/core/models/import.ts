@@ -1,0 +1,136 @@
+import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
+import { homedir } from 'node:os';
+import { basename, join, relative, sep } from 'node:path';
+
+/**
+ * Finding the GGUFs a household already has on the hub machine: Ollama's store (manifests name a model layer,
+ * a blob named by its sha256), LM Studio's models folder, or any folder. Discovery only: the registry
+ * registers what is found. Names are readable (`qwen3:8b`, `Qwen3-8B-Q4_K_M`) and fit the registry's rule.
+ */
+
+export interface Found {
+  readonly name: string;
+  readonly path: string;
+  /** Known without hashing (Ollama names blobs by their sha256 and verifies them itself). */
+  readonly sha256?: string;
+}
+
+export interface Skipped {
+  readonly path: string;
+  readonly why: string;
+}
+
+export interface Discovery {
+  readonly source: string;
+  readonly root: string;
+  readonly found: Found[];
+  readonly skipped: Skipped[];
+}
+
+const OLLAMA_MODEL = 'application/vnd.ollama.image.model';
+const OLLAMA_NOT_MODELS: Record<string, string> = {
+  'application/vnd.ollama.image.projector': 'a vision projector (not a model llama-server loads on its own)',
+  'application/vnd.ollama.image.adapter': 'a LoRA adapter (not a model on its own)',
+};
+const SPLIT_RE = /-(\d{5})-of-(\d{5})\.gguf$/i;
+
+/** A name the registry accepts: letters, digits and . _ : - ; anything else becomes '-'. */
+export function importName(s: string): string {
+  const n = s.replace(/[^A-Za-z0-9._:-]+/g, '-').replace(/^[^A-Za-z0-9]+/, '').slice(0, 128);
+  return n.length > 0 ? n : 'model';
+}
+
+/** Where Ollama keeps models: OLLAMA_MODELS as Ollama reads it, else the user's, else the Linux service's. */
+export function ollamaRoot(env: NodeJS.ProcessEnv = process.env): string {
+  if (env.OLLAMA_MODELS) return env.OLLAMA_MODELS;
+  const user = join(homedir(), '.ollama', 'models');
+  const service = '/usr/share/ollama/.ollama/models';
+  return !existsSync(user) && existsSync(service) ? service : user;
+}
+
+/** LM Studio's models folder: ~/.lmstudio/models (current), else ~/.cache/lm-studio/models (older versions). */
+export function lmStudioRoot(): string {
+  const current = join(homedir(), '.lmstudio', 'models');
+  const older = join(homedir(), '.cache', 'lm-studio', 'models');
+  return !existsSync(current) && existsSync(older) ? older : current;
+}
+
+function walk(dir: string, out: string[] = []): string[] {
+  let entries;
+  try {
+    entries = readdirSync(dir, { withFileTypes: true });
+  } catch {
+    return out;
+  }
+  for (const e of entries) {
+    const p = join(dir, e.name);
+    if (e.isDirectory()) walk(p, out);
+    else if (e.isFile()) out.push(p);
+  }
+  return out;
+}
+
+/** Ollama: manifests/<registry>/<namespace>/<model>/<tag> → the model layer's blob. */
+export function discoverOllama(root: string): Discovery {
+  const found: Found[] = [];
+  const skipped: Skipped[] = [];
+  const manifests = join(root, 'manifests');
+  for (const file of walk(manifests)) {
+    const parts = relative(manifests, file).split(sep);
+    if (parts.length < 4) continue;
+    const [registry, namespace, ...rest] = parts;
+    const tag = rest.pop()!;
+    const model = rest.join('-');
+    const label = registry === 'registry.ollama.ai' && namespace === 'library' ? `${model}:${tag}` : `${namespace}-${model}:${tag}`;
+    let layers: { mediaType?: string; digest?: string }[];
+    try {
+      layers = (JSON.parse(readFileSync(file, 'utf8')) as { layers?: typeof layers }).layers ?? [];
+    } catch {
+      skipped.push({ path: file, why: 'not a readable Ollama manifest' });
+      continue;
+    }
+    for (const l of layers) {
+      const blob = l.digest && /^sha256:[0-9a-f]{64}$/.test(l.digest) ? join(root, 'blobs', l.digest.replace(':', '-')) : null;
+      if (l.mediaType && OLLAMA_NOT_MODELS[l.mediaType]) skipped.push({ path: blob ?? file, why: `${label}: ${OLLAMA_NOT_MODELS[l.mediaType]}` });
+      if (l.mediaType !== OLLAMA_MODEL) continue;
+      if (!blob || !existsSync(blob)) {
+        skipped.push({ path: blob ?? file, why: `${label}: the model blob is missing (pull it again with ollama)` });
+        continue;
+      }
+      found.push({ name: importName(label), path: blob, sha256: l.digest!.slice('sha256:'.length) });
+    }
+  }
+  return { source: 'ollama', root, found, skipped };
+}
+
+/** Any folder (LM Studio's too): every *.gguf below it, named after its file. */
+export function discoverFolder(root: string, source = 'folder'): Discovery {
+  const found: Found[] = [];
+  const skipped: Skipped[] = [];
+  for (const path of walk(root)) {
+    if (!/\.gguf$/i.test(path)) continue;
+    const file = basename(path);
+    if (/^mmproj/i.test(file)) {
+      skipped.push({ path, why: 'a vision projector (mmproj: not a model llama-server loads on its own)' });
+      continue;
+    }
+    const split = SPLIT_RE.exec(file);
+    if (split) {
+      skipped.push({ path, why: `part ${Number(split[1])} of ${Number(split[2])} of a split GGUF: relay does not load split models yet` });
+      continue;
+    }
+    if (statSync(path).size === 0) {
+      skipped.push({ path, why: 'an empty file' });
+      continue;
+    }
+    found.push({ name: importName(file.replace(/\.gguf$/i, '')), path });
+  }
+  return { source, root, found, skipped };
+}
+
+/** `ollama`, `lmstudio` or an absolute folder. */
+export function discover(source: string, env: NodeJS.ProcessEnv = process.env): Discovery {
+  if (source === 'ollama') return discoverOllama(ollamaRoot(env));
+  if (source === 'lmstudio') return discoverFolder(lmStudioRoot(), 'lmstudio');
+  return discoverFolder(source);
+}
