@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
-import { mkdirSync } from 'node:fs';
-import { homedir } from 'node:os';
+import { copyFileSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { homedir, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { chromium, type Browser, type Page } from 'playwright-core';
@@ -95,6 +95,27 @@ describe('dashboard in chromium', { timeout: 300_000 }, () => {
     assert.match(text, /node (north|south) · CPU · layers \d–3/);
     assert.match(text, /f16/);
     await page.screenshot({ path: join(artifacts, 'dashboard-shard.png'), fullPage: true });
+  });
+
+  it('imports the GGUFs of a folder on the hub from the page: added, skipped with why, listed in Models', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'relay-dash-import-'));
+    try {
+      copyFileSync(fixture('dense', 4), join(dir, 'Imported-Q8.gguf'));
+      writeFileSync(join(dir, 'mmproj-Imported-f16.gguf'), 'GGUF');
+      await page.goto(hub.url);
+      await page.getByLabel(/Import the GGUFs already on the hub machine/).selectOption('folder');
+      await page.getByLabel('Folder on the hub').fill(dir);
+      await page.getByRole('button', { name: 'Import' }).click();
+      const result = page.locator('#import-result');
+      await result.getByText(/1 added, 0 already registered/).waitFor();
+      assert.match(await result.innerText(), /added Imported-Q8[\s\S]*mmproj-Imported-f16\.gguf: a vision projector/);
+      await page.getByRole('table', { name: 'Models' }).getByText('Imported-Q8').waitFor(); // the next live update lists it
+      const m = (await hub.api<{ models: { name: string; path: string }[] }>('/api/models')).body.models.find((x) => x.name === 'Imported-Q8');
+      assert.equal(m?.path, join(dir, 'Imported-Q8.gguf'));
+    } finally {
+      await hub.api('/api/models/Imported-Q8', { method: 'DELETE' });
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 
   it('says so clearly when the hub is unreachable', async () => {
