@@ -97,6 +97,27 @@ describe('dashboard in chromium', { timeout: 300_000 }, () => {
     await page.screenshot({ path: join(artifacts, 'dashboard-shard.png'), fullPage: true });
   });
 
+  it('charts tok/s per placement and memory per device over the last minutes; the request log filters by model', async () => {
+    for (let i = 0; i < 2; i++) assert.equal((await post('/v1/completions', { model: 'small', prompt: `hi ${i}`, max_tokens: 4 })).status, 200);
+    await page.goto(hub.url);
+    const tps = page.getByRole('table', { name: 'Replicas' }).getByRole('img', { name: /^tok\/s of small on (north|south), last 5 minutes: now [\d.]+ tok\/s/ });
+    await tps.first().waitFor();
+    assert.ok(((await tps.first().locator('polyline').getAttribute('points')) ?? '').split(' ').length >= 2, 'a line, not a dot');
+    await page.getByRole('table', { name: 'Nodes' }).getByRole('img', { name: /^memory used on north CPU, last 5 minutes: now \d+\.\d MB/ }).waitFor();
+    await page.getByRole('table', { name: 'Hub devices' }).getByRole('img', { name: /^memory used on the hub's CPU/ }).waitFor();
+
+    const recent = page.getByRole('table', { name: 'Recent requests' });
+    const models = async () => (await recent.locator('tbody tr td:nth-child(2)').allInnerTexts()).filter(Boolean);
+    await page.getByLabel('Show requests for').selectOption('small');
+    const shown = await models();
+    assert.ok(shown.length >= 2 && shown.every((m) => m === 'small'), shown.join(','));
+    await page.getByLabel('Show requests for').selectOption('big'); // the shard test's request
+    const big = await models();
+    assert.ok(big.length >= 1 && big.every((m) => m === 'big'), big.join(','));
+    await page.getByLabel('Show requests for').selectOption('');
+    assert.ok((await models()).includes('small'));
+  });
+
   it('imports the GGUFs of a folder on the hub from the page: added, skipped with why, listed in Models', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'relay-dash-import-'));
     try {
