@@ -26,8 +26,11 @@ Usage:
             [--schedule "mon-fri 09:00-17:30"] [--auto-pause]   (when the hub's own devices are paused)
                          run the hub: OpenAI-compatible /v1, dashboard at /, admin API at /api
   relay models add FILE [--name NAME] [--required-vram-mb N] [--embedding] [--hub URL]
+                   [--ctx N] [--slots N] [--kv f16|q8_0|q4_0] [--flash-attn on|off|auto]
+  relay models set NAME [--ctx N] [--slots N] [--kv …] [--flash-attn …]   ("default": the pool's value)
+                         a model's own context per slot, parallel slots, KV cache type, flash attention
   relay models ls [--hub URL]
-  relay models import ollama|lmstudio|DIR [--hub URL] [--json]
+  relay models import ollama|lmstudio|DIR [--hub URL] [--json] [--ctx N] [--slots N] [--kv …] [--flash-attn …]
                          register the GGUFs already on the hub machine (Ollama's store: OLLAMA_MODELS or
                          its default; LM Studio's models folder; any folder), under readable names
   relay models rm NAME [--hub URL]
@@ -147,8 +150,21 @@ async function cmdModels(sub: string | undefined, args: string[]): Promise<numbe
   const { values, positionals } = parseArgs({
     args,
     allowPositionals: true,
-    options: { hub: { type: 'string' }, name: { type: 'string' }, 'required-vram-mb': { type: 'string' }, embedding: { type: 'boolean' }, json: { type: 'boolean' } },
+    options: {
+      hub: { type: 'string' }, name: { type: 'string' }, 'required-vram-mb': { type: 'string' }, embedding: { type: 'boolean' }, json: { type: 'boolean' },
+      ctx: { type: 'string' }, slots: { type: 'string' }, kv: { type: 'string' }, 'flash-attn': { type: 'string' },
+    },
   });
+  // A model's own settings: a value, or "default" to go back to the pool's (null on the wire).
+  const setting = (v: string | undefined, name: string, int: boolean): number | string | null | undefined => {
+    if (v === undefined) return undefined;
+    if (v === 'default') return null;
+    return int ? intFlag(v, name) : v;
+  };
+  const settings = {
+    context_size: setting(values.ctx, '--ctx', true), parallel_slots: setting(values.slots, '--slots', true),
+    kv_cache_type: setting(values.kv, '--kv', false), flash_attn: setting(values['flash-attn'], '--flash-attn', false),
+  };
   const base = hubUrl(values.hub);
   if (sub === 'add') {
     const file = positionals[0];
@@ -158,6 +174,7 @@ async function cmdModels(sub: string | undefined, args: string[]): Promise<numbe
       name: values.name,
       required_vram_mb: intFlag(values['required-vram-mb'], '--required-vram-mb'),
       embedding: values.embedding,
+      ...settings,
     });
     const tty = Boolean(process.stderr.isTTY);
     const res = await api(base, `/api/models${tty ? '?progress=1' : ''}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body });
@@ -191,7 +208,7 @@ async function cmdModels(sub: string | undefined, args: string[]): Promise<numbe
   }
   if (sub === 'ls') {
     const res = await api(base, '/api/models');
-    const j = (await res.json()) as { models?: { name: string; size: number; need_mb: number; fits_now: boolean; shortfall: string | null; arch: string | null; sha256: string }[]; error?: { code: string; message: string } };
+    const j = (await res.json()) as { models?: { name: string; size: number; need_mb: number; fits_now: boolean; shortfall: string | null; arch: string | null; sha256: string; settings?: { ctx?: number; slots?: number; kv_cache_type?: string; flash_attn?: string } }[]; error?: { code: string; message: string } };
     if (!res.ok || !j.models) return apiFailure(j);
     if (values.json) {
       console.log(JSON.stringify(j.models, null, 2));
@@ -199,15 +216,26 @@ async function cmdModels(sub: string | undefined, args: string[]): Promise<numbe
     }
     if (j.models.length === 0) console.log('no models registered (relay models add FILE.gguf)');
     for (const m of j.models) {
-      console.log(`${m.name.padEnd(24)} ${String(m.arch).padEnd(10)} ${((m.size / 1048576).toFixed(1) + ' MB').padStart(10)}  needs ${m.need_mb} MB  ${m.fits_now ? 'available' : `unavailable: ${m.shortfall}`}`);
+      const own = m.settings ? Object.entries({ ctx: m.settings.ctx, slots: m.settings.slots, kv: m.settings.kv_cache_type, 'flash-attn': m.settings.flash_attn }).filter(([, v]) => v !== undefined).map(([k, v]) => `${k} ${v}`).join(', ') : '';
+      console.log(`${m.name.padEnd(24)} ${String(m.arch).padEnd(10)} ${((m.size / 1048576).toFixed(1) + ' MB').padStart(10)}  needs ${m.need_mb} MB  ${m.fits_now ? 'available' : `unavailable: ${m.shortfall}`}${own ? `  (own settings: ${own})` : ''}`);
     }
+    return 0;
+  }
+  if (sub === 'set') {
+    const name = positionals[0];
+    if (!name || Object.values(settings).every((v) => v === undefined)) throw new Error('usage: relay models set NAME [--ctx N] [--slots N] [--kv f16|q8_0|q4_0] [--flash-attn on|off|auto] (a value, or "default")');
+    const res = await api(base, `/api/models/${encodeURIComponent(name)}`, { method: 'PATCH', headers: { 'content-type': 'application/json' }, body: JSON.stringify(settings) });
+    const j = (await res.json()) as { model?: { name: string; need_mb: number; need: { ctx: number; slots: number }; settings?: Record<string, unknown> }; error?: { code: string; message: string } };
+    if (!res.ok || !j.model) return apiFailure(j);
+    const m = j.model;
+    console.log(`${m.name}: ctx ${m.need.ctx} × ${m.need.slots} slots, needs ${m.need_mb} MB; own settings ${JSON.stringify(m.settings ?? {})} (running placements restart on the next request)`);
     return 0;
   }
   if (sub === 'import') {
     const from = positionals[0];
     if (!from) throw new Error('usage: relay models import ollama|lmstudio|DIR');
     const source = from === 'ollama' || from === 'lmstudio' ? from : resolve(from);
-    const res = await api(base, '/api/models/import', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ source }) });
+    const res = await api(base, '/api/models/import', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ source, ...settings }) });
     const j = (await res.json()) as { root?: string; registered?: { name: string; created: boolean }[]; skipped?: { path: string; why: string }[]; error?: { code: string; message: string } };
     if (!res.ok || !j.registered) return apiFailure(j);
     if (values.json) {
@@ -228,7 +256,7 @@ async function cmdModels(sub: string | undefined, args: string[]): Promise<numbe
     console.log(`removed: ${j.removed.name}`);
     return 0;
   }
-  throw new Error('usage: relay models add|import|ls|rm');
+  throw new Error('usage: relay models add|set|import|ls|rm');
 }
 
 function nodeHome(v: string | undefined): string {

@@ -118,6 +118,28 @@ describe('dashboard in chromium', { timeout: 300_000 }, () => {
     assert.ok((await models()).includes('small'));
   });
 
+  it('a model\'s settings are shown and changed from the page; the next placement uses them', async () => {
+    await page.goto(hub.url);
+    const models = page.getByRole('table', { name: 'Models' });
+    await models.getByText('ctx 512 × 1').first().waitFor();
+    await page.getByRole('button', { name: 'Settings of small' }).click();
+    await page.getByLabel('Context per slot (tokens)').fill('1024');
+    await page.getByLabel('KV cache type').selectOption('q8_0');
+    await page.getByRole('button', { name: 'Save' }).click();
+    await models.getByRole('row', { name: /^small .*ctx 1024 × 1 · q8_0 \(own\)/ }).waitFor();
+    const m = (await hub.api<{ models: { name: string; settings: unknown }[] }>('/api/models')).body.models.find((x) => x.name === 'small');
+    assert.deepEqual(m?.settings, { ctx: 1024, kv_cache_type: 'q8_0' });
+    assert.equal((await post('/v1/completions', { model: 'small', prompt: 'hi', max_tokens: 2 })).status, 200);
+    const rep = (await hub.status()).replicas.find((r) => r.model === 'small' && r.state === 'ready');
+    assert.deepEqual([rep?.ctx, rep?.kv_cache_type], [1024, 'q8_0']);
+    // Back to the pool's defaults from the page.
+    await page.getByRole('button', { name: 'Settings of small' }).click();
+    await page.getByLabel('Context per slot (tokens)').fill('');
+    await page.getByLabel('KV cache type').selectOption('');
+    await page.getByRole('button', { name: 'Save' }).click();
+    await models.getByRole('row', { name: /^small .*ctx 512 × 1 · f16 / }).waitFor();
+  });
+
   it('imports the GGUFs of a folder on the hub from the page: added, skipped with why, listed in Models', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'relay-dash-import-'));
     try {

@@ -19,7 +19,7 @@ export interface HubProcess {
 
 export interface ReplicaStatusJson {
   id: string; model: string; state: string; pid: number | null; port: number | null; ctx: number; slots: number;
-  kv_cache_type: string; flash_attn: string; in_flight: number; failure: { message: string; tail: string } | null;
+  kv_cache_type: string; flash_attn: string; in_flight: number; failure: { message: string; tail: string } | null; node?: string | null;
 }
 export interface HubStatus {
   kv_cache_type: string;

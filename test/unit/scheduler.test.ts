@@ -82,7 +82,7 @@ function setup(o: { hubMb?: number; nodes?: NodeConn[]; models: ModelRecord[]; e
   const config = hubConfigFromEnv({ HOME: '/tmp', RELAY_CONTEXT_SIZE: '512', RELAY_PARALLEL_SLOTS: '1', ...o.env }, { port: 0, ...o.config });
   const devices: Device[] = o.hubMb ? [{ id: 'CPU', kind: 'cpu', description: 'cpu budget', totalMb: o.hubMb, reportedFreeMb: o.hubMb, utilizationPct: null, source: 'cpu-budget', busId: null, readAt: 0 }] : [];
   const byName = new Map(o.models.map((m) => [m.name, m]));
-  const registry = { verify: async (n: string) => ({ model: byName.get(n)!, changed: false }) } as unknown as ModelRegistry;
+  const registry = { verify: async (n: string) => ({ model: byName.get(n)!, changed: false }), get: (n: string) => byName.get(n) } as unknown as ModelRegistry;
   const nodes = o.nodes ?? [];
   const manager = {
     connected: () => nodes.filter((n) => n.alive),

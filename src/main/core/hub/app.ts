@@ -8,6 +8,7 @@ import type { HubConfig } from '../config.js';
 import { effectiveFlashAttn } from '../llama/argv.js';
 import type { ModelRegistry } from '../models/registry.js';
 import { discover } from '../models/import.js';
+import { applySettings } from '../scheduler/model-settings.js';
 import { MAX_ATTEMPTS, newAttempts, type Scheduler } from '../scheduler/scheduler.js';
 import { fmtMb } from '../scheduler/fit.js';
 import type { ModelRecord } from '../store/store.js';
@@ -273,6 +274,7 @@ export function createApp(d: AppDeps): express.Express {
         name: body.name === undefined || body.name === null ? undefined : String(body.name),
         required_vram_mb: body.required_vram_mb as number | null | undefined,
         embedding: body.embedding === undefined ? undefined : Boolean(body.embedding),
+        settings: ['context_size', 'parallel_slots', 'kv_cache_type', 'flash_attn'].some((k) => body[k] !== undefined) ? applySettings(undefined, body) : undefined,
       };
       if (req.query.progress === '1') {
         // NDJSON: progress lines while hashing, then the result (the CLI draws a progress bar from them).
@@ -294,6 +296,20 @@ export function createApp(d: AppDeps): express.Express {
     }
   });
 
+  // A model's own settings: context, slots, KV cache type, flash attention (null: back to the pool's default).
+  // Its running placements stop, so the next request loads it with the new settings.
+  app.patch('/api/models/:name', requireAdmin(false), raw, async (req, res, next) => {
+    try {
+      const name = String(req.params.name);
+      const settings = applySettings(registry.require(name).settings, parseJson(req));
+      const m = await registry.setSettings(name, settings);
+      await scheduler.stopModel(name, 'its settings changed');
+      res.json({ model: modelView(m) });
+    } catch (err) {
+      next(err);
+    }
+  });
+
   // Import the GGUFs already on this machine: Ollama's store, LM Studio's folder, or any folder.
   app.post('/api/models/import', requireAdmin(false), raw, async (req, res, next) => {
     try {
@@ -306,7 +322,8 @@ export function createApp(d: AppDeps): express.Express {
       if (found.found.length === 0 && found.skipped.length === 0 && !existsSync(found.root)) {
         throw new RelayError(ErrorCode.MODEL_FILE_MISSING, `nothing to import: ${found.root} does not exist`, { path: found.root });
       }
-      res.json({ source: found.source, root: found.root, ...(await registry.importAll(found)) });
+      const settings = ['context_size', 'parallel_slots', 'kv_cache_type', 'flash_attn'].some((k) => body[k] !== undefined) ? applySettings(undefined, body) : undefined;
+      res.json({ source: found.source, root: found.root, ...(await registry.importAll(found, settings)) });
     } catch (err) {
       next(err);
     }
@@ -414,7 +431,7 @@ export function createApp(d: AppDeps): express.Express {
       ...m,
       file,
       need_mb: Math.ceil(need.needMb),
-      need: { weights_mb: Math.ceil(need.weightsMb), kv_mb: Math.ceil(need.kvMb), overhead_mb: Math.ceil(need.overheadMb), ctx: need.ctx, slots: need.slots, kv_scale: need.kvScale },
+      need: { weights_mb: Math.ceil(need.weightsMb), kv_mb: Math.ceil(need.kvMb), overhead_mb: Math.ceil(need.overheadMb), ctx: need.ctx, slots: need.slots, kv_scale: need.kvScale, kv_cache_type: need.kvCacheType },
       fits_now: a.available && file !== 'missing',
       shortfall: file === 'missing' ? `the file is gone from ${m.path} (register it again, or remove the model)` : a.reason,
     };
@@ -446,7 +463,7 @@ export function createApp(d: AppDeps): express.Express {
     devices: scheduler.deviceStatus(),
     models: registry.list().map((m) => {
       const v = modelView(m);
-      return { name: m.name, size: m.size, sha256: m.sha256, path: m.path, file: v.file, need_mb: v.need_mb, need: v.need, fits_now: v.fits_now, shortfall: v.shortfall, embedding: m.embedding };
+      return { name: m.name, size: m.size, sha256: m.sha256, path: m.path, file: v.file, settings: m.settings ?? null, need_mb: v.need_mb, need: v.need, fits_now: v.fits_now, shortfall: v.shortfall, embedding: m.embedding };
     }),
     replicas: scheduler.status(),
     shards: scheduler.shardStatus(),

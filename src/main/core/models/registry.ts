@@ -6,6 +6,7 @@ import { ErrorCode, RelayError } from '../../../shared/errors.js';
 import { readModelInfoOffThread } from '../gguf/index.js';
 import type { ModelRecord, Store } from '../store/store.js';
 import type { Discovery, Skipped } from './import.js';
+import type { ModelSettings } from '../scheduler/model-settings.js';
 
 /**
  * The models the hub owns. A record is bound to the bytes it was hashed from: when the file's size or mtime
@@ -37,6 +38,8 @@ export interface AddModelInput {
   readonly name?: string | undefined;
   readonly required_vram_mb?: number | null | undefined;
   readonly embedding?: boolean | undefined;
+  /** The model's own context, slots, KV cache type, flash attention (validated by applySettings). */
+  readonly settings?: ModelSettings | undefined;
 }
 
 function statFile(path: string): Stats {
@@ -73,6 +76,12 @@ async function describe(path: string, progress?: HashProgress, knownSha256?: str
     tensor_bytes: info.tensorBytes,
     expert_bytes: info.expertBytes,
   };
+}
+
+/** An empty settings object is no settings: the record says "pool defaults" by having none. */
+function setOrClear(m: ModelRecord, s: ModelSettings): void {
+  if (Object.keys(s).length > 0) m.settings = { ...s };
+  else delete m.settings;
 }
 
 export class ModelRegistry {
@@ -117,12 +126,14 @@ export class ModelRegistry {
           // Same file: idempotent. An explicit required_vram_mb or embedding flag updates the record.
           if (req !== undefined) existing.required_vram_mb = req;
           if (input.embedding !== undefined) existing.embedding = input.embedding;
+          if (input.settings !== undefined) setOrClear(existing, input.settings);
           Object.assign(existing, { size: d.size, mtimeMs: d.mtimeMs });
           return { model: existing, created: false };
         }
         throw new RelayError(ErrorCode.MODEL_EXISTS, `a model named "${name}" is already registered for ${existing.path}; remove it first or choose another --name`, { model: name });
       }
       const model: ModelRecord = { name, ...d, required_vram_mb: req ?? null, embedding: input.embedding ?? false, added_at: new Date().toISOString() };
+      if (input.settings) setOrClear(model, input.settings);
       data.models.push(model);
       this.log.info({ model: name, sha256: d.sha256, size: d.size }, 'model registered');
       return { model, created: true };
@@ -133,12 +144,12 @@ export class ModelRegistry {
    * Register what an import found (see import.ts), one at a time; a file that cannot be registered (not a
    * model, a name another file holds) is reported with its reason, the rest go on.
    */
-  async importAll(d: Discovery): Promise<{ registered: { name: string; path: string; created: boolean }[]; skipped: Skipped[] }> {
+  async importAll(d: Discovery, settings?: ModelSettings): Promise<{ registered: { name: string; path: string; created: boolean }[]; skipped: Skipped[] }> {
     const registered: { name: string; path: string; created: boolean }[] = [];
     const skipped: Skipped[] = [...d.skipped];
     for (const f of d.found) {
       try {
-        const r = await this.add({ path: f.path, name: f.name }, undefined, f.sha256);
+        const r = await this.add({ path: f.path, name: f.name, settings }, undefined, f.sha256);
         registered.push({ name: r.model.name, path: f.path, created: r.created });
       } catch (err) {
         skipped.push({ path: f.path, why: `${f.name}: ${(err as Error).message}` });
@@ -158,6 +169,17 @@ export class ModelRegistry {
     }
     if (!st.isFile()) return 'missing';
     return st.size === m.size && st.mtimeMs === m.mtimeMs ? 'ok' : 'changed';
+  }
+
+  /** Change a model's own settings (see model-settings.ts); the caller restarts its placements. */
+  async setSettings(name: string, settings: ModelSettings): Promise<ModelRecord> {
+    return this.store.update((data) => {
+      const m = data.models.find((x) => x.name === name);
+      if (!m) throw new RelayError(ErrorCode.MODEL_NOT_FOUND, `the model "${name}" does not exist`, { model: name });
+      setOrClear(m, settings);
+      this.log.info({ model: name, settings: m.settings ?? 'pool defaults' }, 'model settings changed');
+      return m;
+    });
   }
 
   async remove(name: string): Promise<ModelRecord> {

@@ -11,6 +11,7 @@ import type { ModelRecord } from '../store/store.js';
 import { describeNeed } from './plan.js';
 import type { Placement, Running } from './placement.js';
 import { shardFlags, type ShardModel, type Stage } from './shard.js';
+import { settingsFor } from './model-settings.js';
 
 /**
  * The launcher makes a planned placement real and takes it down again: a host replica is a local
@@ -95,7 +96,7 @@ export class LlamaLauncher implements Launcher {
    * values through start-replica): one place, so the KV-cache and flash-attention flags cannot drift.
    */
   private serverOptions(model: ModelRecord, p: Placement) {
-    const c = this.deps.config;
+    const c = settingsFor(this.deps.config, model);
     return {
       model: model.path, ctx: p.fit.ctx, slots: p.fit.slots, cacheType: c.kvCacheType, flashAttn: c.flashAttn,
       alias: model.name, threads: c.threads, metrics: true, readyTimeoutMs: c.loadTimeoutMs,
@@ -134,7 +135,7 @@ export class LlamaLauncher implements Launcher {
 
   private async startNode(p: Placement, model: ModelRecord): Promise<Running> {
     const conn = p.node!;
-    const c = this.deps.config;
+    const c = settingsFor(this.deps.config, model);
     const log = this.deps.log.child({ placement: p.id, model: model.name, node: conn.name });
     try {
       if (!conn.cache.has(model.sha256)) await this.deps.nodes!.push(conn, model);

@@ -9,6 +9,7 @@ import { shardModel } from './launcher.js';
 import type { Placement } from './placement.js';
 import { chooseEvictions, freeAfterReservations, planHostReplica, shortfallMessage, type HostPlan, type ReplicaView } from './plan.js';
 import { planShard, type ShardDevice, type ShardPlan } from './shard.js';
+import { settingsFor } from './model-settings.js';
 
 /**
  * Where a new placement of a model goes, in the spec's order, as a plan the scheduler then carries out:
@@ -55,7 +56,7 @@ export class Placer {
   constructor(private readonly d: PlacerDeps) {}
 
   need(model: ModelRecord): FitBreakdown {
-    const need = fitNeed({ requiredVramMb: model.required_vram_mb, sizeBytes: model.size, kvBytesPerToken: model.kv_bytes_per_token }, this.d.config);
+    const need = fitNeed({ requiredVramMb: model.required_vram_mb, sizeBytes: model.size, kvBytesPerToken: model.kv_bytes_per_token }, settingsFor(this.d.config, model));
     this.d.log.debug({ model: model.name, fit: need }, 'fit-check');
     return need;
   }
@@ -123,7 +124,7 @@ export class Placer {
       const free = freeAfterReservations(nodeDevices(conn), this.views(conn.name, w.evicting));
       for (const dv of free) devices.push({ node: conn.name, device: dv.id, kind: dv.kind, freeMb: dv.freeMb, totalMb: dv.totalMb });
     }
-    return planShard(devices, sm, this.d.config);
+    return planShard(devices, sm, settingsFor(this.d.config, model));
   }
 
   /** One try in the spec's order with the given what-ifs; no evictions beyond `w.evicting`. */

@@ -15,6 +15,7 @@ import { HUB, Placer, type NewPlacement } from './placer.js';
 import { newAttempts, WaitQueue, type Attempts, type Waiter } from './queue.js';
 import { nextMsPerToken, pickPlacement, wantsAnother } from './routing.js';
 import { deviceStatus, nodeDevicesFree, replicaStatus, shardStatus } from './status.js';
+import { settingsFor } from './model-settings.js';
 
 /**
  * The scheduler: for a request naming model M, lease a slot of a placement of M — the ready one with the
@@ -364,11 +365,11 @@ export class Scheduler {
   }
 
   status() {
-    return this.all().filter((p) => p.kind !== 'shard').map((p) => replicaStatus(p, this.d.config));
+    return this.all().filter((p) => p.kind !== 'shard').map((p) => replicaStatus(p, settingsFor(this.d.config, this.d.registry.get(p.model))));
   }
 
   shardStatus() {
-    return this.all().filter((p) => p.kind === 'shard').map((p) => shardStatus(p, this.d.config, this.d.launcher.shardInfo(p)));
+    return this.all().filter((p) => p.kind === 'shard').map((p) => shardStatus(p, settingsFor(this.d.config, this.d.registry.get(p.model)), this.d.launcher.shardInfo(p)));
   }
 
   nodeDevicesFree(node: string, devices: readonly { id: string; kind: 'gpu' | 'cpu'; description: string; totalMb: number; freeMb: number }[]) {

@@ -3,6 +3,7 @@ import { join } from 'node:path';
 import { Low, type Adapter } from 'lowdb';
 import { readDurable, writeDurable } from '../durable.js';
 import { ErrorCode, RelayError } from '../../../shared/errors.js';
+import type { ModelSettings } from '../scheduler/model-settings.js';
 
 /**
  * The hub's embedded JSON store (lowdb). lowdb's file adapter writes a temp file and renames it, so a killed
@@ -30,6 +31,8 @@ export interface ModelRecord {
   /** Bytes of all tensors, and of the MoE expert tensors (ffn_{gate,up,down}_exps) among them; absent on older records. */
   tensor_bytes?: number | null;
   expert_bytes?: number | null;
+  /** The model's own context, slots, KV cache type, flash attention (absent: the pool's defaults). */
+  settings?: ModelSettings;
   added_at: string;
 }
 

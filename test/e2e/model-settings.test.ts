@@ -1,0 +1,71 @@
+import assert from 'node:assert/strict';
+import { execFile } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+import { describe, it } from 'node:test';
+import { promisify } from 'node:util';
+import { startHub, type HubProcess } from '../helpers/hub.js';
+import { fixture } from '../helpers/llama.js';
+import { startNode } from '../helpers/node.js';
+import { until, waitGone } from '../helpers/proc.js';
+
+/**
+ * A model's own settings with a real hub, a real node and llama-server: set at `relay models add`, they reach
+ * the host replica's and the node replica's argv, /status and the fit; a 503 names them; `relay models set`
+ * changes them and the next request runs a llama-server with the new ones.
+ */
+const run = promisify(execFile);
+const relay = new URL('../../../bin/relay.js', import.meta.url).pathname;
+const ENV = { RELAY_CONTEXT_SIZE: '512', RELAY_PARALLEL_SLOTS: '1', RELAY_THREADS: '1' };
+
+const argvOf = (pid: number): string[] => readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0');
+const flag = (argv: string[], name: string): string | undefined => argv[argv.indexOf(name) + 1];
+
+async function replicaOf(hub: HubProcess, model: string) {
+  const reps = await until(async () => (await hub.status()).replicas.filter((r) => r.model === model && r.state === 'ready'), (r) => r.length > 0, 30_000);
+  return reps[0]!;
+}
+
+describe('per-model settings', { timeout: 300_000 }, () => {
+  it('add with --ctx/--slots/--kv: host and node replicas run with them, /status shows them; a 503 names them; set changes them', async () => {
+    const hub = await startHub({ env: ENV, args: ['--cpu-budget-mb', '900'] });
+    const node = await startNode(hub, { name: 'north', cpuBudgetMb: 2000, env: ENV });
+    const cli = (...args: string[]) => run(process.execPath, [relay, 'models', ...args, '--hub', hub.url]);
+    const ask = (model: string) => fetch(`${hub.url}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model, prompt: 'hi', max_tokens: 2 }) });
+    try {
+      await cli('add', fixture('dense'), '--name', 'long', '--ctx', '2048', '--slots', '2', '--kv', 'q8_0');
+      // Too big for the hub's 900 MB: only the node holds it (its own settings travel in start-replica).
+      await cli('add', fixture('dense'), '--name', 'long-node', '--required-vram-mb', '600', '--ctx', '1024', '--kv', 'q4_0', '--flash-attn', 'on');
+      assert.match((await cli('ls')).stdout, /long-node .*\(own settings: ctx 1024, kv q4_0, flash-attn on\)/);
+
+      assert.equal((await ask('long')).status, 200);
+      const host = await replicaOf(hub, 'long');
+      assert.deepEqual([host.node, host.ctx, host.slots, host.kv_cache_type], [null, 2048, 2, 'q8_0']);
+      const ha = argvOf(host.pid!);
+      assert.deepEqual([flag(ha, '--ctx-size'), flag(ha, '--parallel'), flag(ha, '--cache-type-k'), flag(ha, '--cache-type-v')], ['4096', '2', 'q8_0', 'q8_0']);
+
+      assert.equal((await ask('long-node')).status, 200);
+      const onNode = await replicaOf(hub, 'long-node');
+      assert.deepEqual([onNode.node, onNode.ctx, onNode.slots, onNode.kv_cache_type], ['north', 1024, 1, 'q4_0']);
+      const na = argvOf(onNode.pid!);
+      assert.deepEqual([flag(na, '--ctx-size'), flag(na, '--cache-type-k'), flag(na, '--flash-attn')], ['1024', 'q4_0', 'on']);
+
+      // The fit uses them too: a context no device can hold is a 503 that says which settings it needed.
+      const big = await cli('set', 'long', '--ctx', '1048576', '--slots', '4');
+      assert.match(big.stdout, /long: ctx 1048576 × 4 slots/);
+      assert.ok(await waitGone(host.pid!, 30_000), 'the running replica stopped for the new settings');
+      const refused = await ask('long');
+      assert.equal(refused.status, 503);
+      assert.match(((await refused.json()) as { error: { message: string } }).error.message, /ctx 1048576 × 4 slots, q8_0 cache/);
+
+      // Back to the pool's ctx and slots (the KV type stays the model's own).
+      await cli('set', 'long', '--ctx', 'default', '--slots', 'default');
+      assert.equal((await ask('long')).status, 200);
+      const again = await replicaOf(hub, 'long');
+      assert.deepEqual([again.ctx, again.slots, again.kv_cache_type], [512, 1, 'q8_0']);
+      assert.equal(flag(argvOf(again.pid!), '--ctx-size'), '512');
+    } finally {
+      await node.stop();
+      await hub.stop();
+    }
+  });
+});

@@ -1,0 +1,37 @@
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import { isRelayError } from '../../src/shared/errors.js';
+import { hubConfigFromEnv } from '../../src/main/core/config.js';
+import { fitNeed } from '../../src/main/core/scheduler/fit.js';
+import { applySettings, settingsFor } from '../../src/main/core/scheduler/model-settings.js';
+
+describe('per-model settings', () => {
+  const pool = hubConfigFromEnv({ HOME: '/tmp', RELAY_CONTEXT_SIZE: '4096', RELAY_REPLICA_CTX: '2048', RELAY_PARALLEL_SLOTS: '2', RELAY_KV_CACHE_TYPE: 'f16' }, { port: 0 });
+
+  it('a model without settings gets the pool\'s; its own override each one, and its ctx is not capped by RELAY_REPLICA_CTX', () => {
+    assert.equal(settingsFor(pool, { settings: undefined }), pool);
+    const own = settingsFor(pool, { settings: { ctx: 32768, slots: 1, kv_cache_type: 'q8_0', flash_attn: 'on' } });
+    assert.deepEqual([own.contextSize, own.replicaCtx, own.parallelSlots, own.kvCacheType, own.flashAttn], [32768, 0, 1, 'q8_0', 'on']);
+    const onlyKv = settingsFor(pool, { settings: { kv_cache_type: 'q4_0' } });
+    assert.deepEqual([onlyKv.contextSize, onlyKv.replicaCtx, onlyKv.parallelSlots, onlyKv.kvCacheType], [4096, 2048, 2, 'q4_0']);
+  });
+
+  it('the fit follows the formula with the model\'s own ctx, slots and KV type', () => {
+    const m = { requiredVramMb: 1000, sizeBytes: 0, kvBytesPerToken: 131072 };
+    const n = fitNeed(m, settingsFor(pool, { settings: { ctx: 32768, slots: 1, kv_cache_type: 'q8_0' } }));
+    assert.deepEqual([n.ctx, n.slots, n.kvCacheType], [32768, 1, 'q8_0']);
+    assert.equal(n.kvMb, (131072 * 32768 * 1 * 0.5) / 1048576); // KV = bytes/token × ctx × slots × kv_scale
+    const d = fitNeed(m, pool);
+    assert.deepEqual([d.ctx, d.slots, d.kvMb], [2048, 2, (131072 * 2048 * 2 * 1.0) / 1048576]);
+  });
+
+  it('the API body: fields left out stay, null goes back to the pool default, bad values are coded errors', () => {
+    let s = applySettings(undefined, { context_size: 8192, kv_cache_type: 'q4_0' });
+    assert.deepEqual(s, { ctx: 8192, kv_cache_type: 'q4_0' });
+    s = applySettings(s, { parallel_slots: 3, context_size: null, flash_attn: 'off' });
+    assert.deepEqual(s, { kv_cache_type: 'q4_0', slots: 3, flash_attn: 'off' });
+    for (const bad of [{ context_size: 100 }, { context_size: 1.5 }, { parallel_slots: 0 }, { parallel_slots: '2' }, { kv_cache_type: 'q5_1' }, { flash_attn: true }]) {
+      assert.throws(() => applySettings(undefined, bad), (e: unknown) => isRelayError(e, 'INVALID_REQUEST'), JSON.stringify(bad));
+    }
+  });
+});
