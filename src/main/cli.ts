@@ -7,7 +7,7 @@ import { hostname } from 'node:os';
 import { join } from 'node:path';
 import { existsSync, readFileSync } from 'node:fs';
 import { defaultHome } from './core/config.js';
-import { hubJoinToken } from './core/pool/tokens.js';
+import { hubJoinToken, tokenHubUrl } from './core/pool/tokens.js';
 import { ensureLlama, terminateAll } from './core/llama/index.js';
 import { backendOf, cmdDoctor, cmdLlamaBuild } from './cli-llama.js';
 import { cacheBudgetFlag, cmdCache } from './cli-cache.js';
@@ -44,7 +44,7 @@ Usage:
   relay nodes token [--home HUB_DIR]
                          mint a join token for a new node (printed as the last line)
   relay nodes ls | revoke NAME [--hub URL]
-  relay up --hub URL --token T [--name N] [--home DIR] [--cpu-budget-mb N] [--cache-budget-mb N|auto]
+  relay up [--hub URL] --token T [--name N] [--home DIR] [--cpu-budget-mb N] [--cache-budget-mb N|auto]
          [--schedule "mon-fri 09:00-17:30"] [--auto-pause] [--backend auto|cpu|cuda|vulkan|metal]
                          run a node: dial out to the hub and lend this machine's device
   relay cache ls | prune [--home NODE_DIR] [--json]
@@ -313,7 +313,8 @@ async function cmdUp(args: string[]): Promise<number> {
   const backend = backendOf(values.backend);
   const home = nodeHome(values.home);
   const saved = readSettings(home);
-  const hub = (values.hub ?? saved?.hub)?.replace(/\/+$/, '');
+  // A token from the dashboard's "Add a node" carries the hub's address: --hub may be left out.
+  const hub = (values.hub ?? (values.token ? tokenHubUrl(values.token) : null) ?? saved?.hub)?.replace(/\/+$/, '');
   if (!hub) throw new Error('usage: relay up --hub URL --token T (the first time; later runs remember both)');
   const name = values.name ?? saved?.name ?? hostname().replace(/[^A-Za-z0-9._-]/g, '-').slice(0, 64);
   if (values.schedule !== undefined) parseSchedule(values.schedule); // refuse a bad schedule before anything else

@@ -7,7 +7,7 @@ import { chromium, type Browser, type Page } from 'playwright-core';
 import { addModel, startHub, type HubProcess } from '../helpers/hub.js';
 import { fixture } from '../helpers/llama.js';
 import { startNode, type NodeProcess } from '../helpers/node.js';
-import { waitGone } from '../helpers/proc.js';
+import { until, waitGone } from '../helpers/proc.js';
 
 /**
  * The dashboard in a real browser (Debian's chromium driven by playwright-core) against a real hub with two
@@ -138,6 +138,27 @@ describe('dashboard in chromium', { timeout: 300_000 }, () => {
     await page.getByLabel('KV cache type').selectOption('');
     await page.getByRole('button', { name: 'Save' }).click();
     await models.getByRole('row', { name: /^small .*ctx 512 × 1 · f16 / }).waitFor();
+  });
+
+  it('"Add a node…" shows a one-time token that carries the hub\'s address and the command; relay up needs only the token', async () => {
+    await page.goto(`${hub.url}/#add-node`); // what the hub tray's "Add a node…" opens: the panel, no click needed
+    const panel = page.getByRole('region', { name: 'Add a node' });
+    await panel.waitFor();
+    const first = await panel.locator('#add-node-token').innerText();
+    await page.getByRole('button', { name: 'Add a node…' }).click(); // another token each time
+    await until(() => panel.locator('#add-node-token').innerText(), (t) => t !== first, 10_000);
+    const command = await panel.locator('#add-node-command').innerText();
+    const token = await panel.locator('#add-node-token').innerText();
+    assert.equal(command, `npx relay up --hub ${hub.url} --token ${token}`);
+    assert.match(await panel.innerText(), /listens on 127\.0\.0\.1 only: a node on another machine cannot reach it/);
+    const home = mkdtempSync(join(tmpdir(), 'relay-node-paired-'));
+    const paired = await startNode({ url: 'http://unused.invalid', home: hub.home }, { name: 'paired', home, token, env: ENV, hubFromToken: true });
+    try {
+      await page.getByRole('table', { name: 'Nodes' }).getByText('paired').waitFor();
+    } finally {
+      await paired.stop();
+      rmSync(home, { recursive: true, force: true });
+    }
   });
 
   it('imports the GGUFs of a folder on the hub from the page: added, skipped with why, listed in Models', async () => {

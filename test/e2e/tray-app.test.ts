@@ -14,6 +14,7 @@ import { addModel, startHub, type HubProcess } from '../helpers/hub.js';
 import { fixture } from '../helpers/llama.js';
 import { listeningSockets, mintToken } from '../helpers/node.js';
 import { alive, killAllJsonLineProcesses, startJsonLineProcess, until, waitGone } from '../helpers/proc.js';
+import { tokenHubUrl } from '../../src/main/core/pool/tokens.js';
 
 /**
  * The tray app without Electron's binary (it cannot be downloaded on these machines): the same controller
@@ -139,6 +140,13 @@ describe('tray app, hub mode (embedded hub in the app process)', { timeout: 240_
   it('tray actions: open dashboard, start at login (persisted), quit asks the shell', async () => {
     await app.onTray('open-dashboard');
     assert.deepEqual(shell.windows.at(-1), { url: app.hub!.url });
+    // "Add a node…": the dashboard opens on its add-node panel (a fresh token with this hub's address).
+    await app.onTray('add-node');
+    assert.deepEqual(shell.windows.at(-1), { url: `${app.hub!.url}/#add-node` });
+    const made = (await (await fetch(`${app.hub!.url}/api/nodes/token`, { method: 'POST' })).json()) as { token: string; hub_url: string; command: string };
+    assert.equal(made.command, `npx relay up --hub ${made.hub_url} --token ${made.token}`);
+    assert.equal(tokenHubUrl(made.token), made.hub_url, 'the token carries the address nodes reach this hub at');
+    assert.equal(new URL(made.hub_url).port, new URL(app.hub!.url).port);
     await app.onTray('toggle-start-at-login');
     assert.equal(shell.loginItem, true);
     assert.equal(JSON.parse(readFileSync(join(userData, 'settings.json'), 'utf8')).startAtLogin, true);
@@ -236,8 +244,12 @@ describe('tray app, node mode (set up from the page in chromium, paused from the
     assert.deepEqual([refused.ok, !refused.ok && refused.code], [false, 'NODE_AUTH']);
     const away = await app.handleIpc('relay:setup', { mode: 'node', hubUrl: 'http://127.0.0.1:9', token: token }, `${pagesUrl}setup.html`);
     assert.deepEqual([away.ok, !away.ok && away.code], [false, 'HUB_UNREACHABLE']);
-    // The right one: the agent joins and connects, and the page asks for the dashboard.
-    await page.getByLabel(/Join token/).fill(token);
+    // The right one, as the dashboard's "Add a node…" makes it: it carries the hub's address, so pasting it
+    // fills the hub URL. The agent joins and connects, and the page asks for the dashboard.
+    const paired = ((await (await fetch(`${hub.url}/api/nodes/token`, { method: 'POST' })).json()) as { token: string }).token;
+    await page.getByLabel('Hub URL').fill('');
+    await page.getByLabel(/Join token/).fill(paired);
+    assert.equal(await page.getByLabel('Hub URL').inputValue(), hub.url);
     mkdirSync(artifacts, { recursive: true });
     await page.screenshot({ path: join(artifacts, 'setup.png') });
     await page.getByRole('button', { name: 'Start' }).click();

@@ -29,10 +29,11 @@ export function mintToken(hub: HubProcess): Promise<string> {
   });
 }
 
-export async function startNode(hub: HubProcess | { url: string; home: string }, opts: { name: string; cpuBudgetMb?: number; home?: string; env?: Record<string, string>; args?: string[]; token?: string | null }): Promise<NodeProcess> {
+export async function startNode(hub: HubProcess | { url: string; home: string }, opts: { name: string; cpuBudgetMb?: number; home?: string; env?: Record<string, string>; args?: string[]; token?: string | null; hubFromToken?: boolean }): Promise<NodeProcess> {
   const home = opts.home ?? mkdtempSync(join(tmpdir(), `relay-node-${opts.name}-`));
   const token = opts.token === undefined ? await mintToken(hub as HubProcess) : opts.token;
-  const args = [relayBin, 'up', '--hub', hub.url, '--name', opts.name, '--home', home, ...(token ? ['--token', token] : []),
+  // hubFromToken: no --hub, as a user pasting the dashboard's "Add a node" token would run it.
+  const args = [relayBin, 'up', ...(opts.hubFromToken ? [] : ['--hub', hub.url]), '--name', opts.name, '--home', home, ...(token ? ['--token', token] : []),
     ...(opts.cpuBudgetMb !== undefined ? ['--cpu-budget-mb', String(opts.cpuBudgetMb)] : []), ...(opts.args ?? [])];
   const proc = spawn(process.execPath, args, { env: { ...process.env, RELAY_LOG_LEVEL: 'info', RELAY_HEARTBEAT_MS: '500', ...opts.env }, stdio: ['ignore', 'pipe', 'pipe'] });
   const logs: string[] = [];

@@ -54,6 +54,8 @@ describe('tray', () => {
     const fresh = buildTrayMenu({ mode: null, hub: null, node: null, startAtLogin: false, error: null });
     assert.equal(fresh.find((i) => i.action === 'open-setup')!.label, 'Set up: hub or node…');
     assert.equal(fresh.some((i) => i.action === 'open-dashboard'), false);
+    assert.equal(m.find((i) => i.action === 'add-node')?.label, 'Add a node…', 'a hub adds nodes from its tray');
+    assert.equal(fresh.some((i) => i.action === 'add-node'), false);
   });
 });
 

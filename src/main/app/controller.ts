@@ -234,6 +234,11 @@ export class AppController {
         this.o.shell.openWindow(url ? { url: await dashboardOpenUrl(url, node, this.o.log) } : { page: 'setup' });
         break;
       }
+      case 'add-node': {
+        const url = this.dashboardUrl();
+        if (url && this.settings.mode === 'hub') this.o.shell.openWindow({ url: `${url}/#add-node` });
+        break;
+      }
       case 'open-setup':
         this.o.shell.openWindow({ page: 'setup' });
         break;

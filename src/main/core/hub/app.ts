@@ -9,6 +9,7 @@ import { effectiveFlashAttn } from '../llama/argv.js';
 import type { ModelRegistry } from '../models/registry.js';
 import { discover } from '../models/import.js';
 import { applySettings } from '../scheduler/model-settings.js';
+import { hubJoinToken, JOIN_TOKEN_TTL_MS } from '../pool/tokens.js';
 import { MAX_ATTEMPTS, newAttempts, type Scheduler } from '../scheduler/scheduler.js';
 import { fmtMb } from '../scheduler/fit.js';
 import type { ModelRecord } from '../store/store.js';
@@ -390,6 +391,22 @@ export function createApp(d: AppDeps): express.Express {
       const node = nodes.authenticate(req);
       const link = logins.mintLink('read');
       res.status(201).json({ path: `/login?t=${link.token}`, expires_at: new Date(link.expiresAt).toISOString(), read_only: true, node: node.name });
+    } catch (err) {
+      next(err);
+    }
+  });
+
+  // "Add a node": a fresh join token that carries this hub's address for nodes, and the command that uses it.
+  app.post('/api/nodes/token', requireAdmin(false), (req, res, next) => {
+    try {
+      const lan = beyondLoopback(config.host) ? lanAddresses()[0] : undefined;
+      const hubUrl = `http://${lan ?? '127.0.0.1'}:${req.socket.localPort}`;
+      const token = hubJoinToken(config.home, hubUrl);
+      res.status(201).json({
+        token, hub_url: hubUrl, command: `npx relay up --hub ${hubUrl} --token ${token}`,
+        expires_at: new Date(Date.now() + JOIN_TOKEN_TTL_MS).toISOString(),
+        note: lan ? null : 'this hub listens on 127.0.0.1 only: a node on another machine cannot reach it (start it with --listen 0.0.0.0, or tick "other machines" in the tray\'s setup)',
+      });
     } catch (err) {
       next(err);
     }

@@ -27,32 +27,46 @@ const b64 = (b: Buffer | string): string => Buffer.from(b).toString('base64url')
  * `fp`: the SHA-256 fingerprint of the hub's certificate (hub-cert.ts). The node reads it from the token (it has
  * no secret to check the MAC with; it trusts the token it was handed) and accepts that certificate only.
  */
-export function mintJoinToken(secret: Buffer, nowMs = Date.now(), ttlMs = JOIN_TOKEN_TTL_MS, fp?: string): string {
-  const payload = b64(JSON.stringify({ id: randomBytes(9).toString('hex'), exp: nowMs + ttlMs, ...(fp ? { fp } : {}) }));
+export function mintJoinToken(secret: Buffer, nowMs = Date.now(), ttlMs = JOIN_TOKEN_TTL_MS, fp?: string, hub?: string): string {
+  const payload = b64(JSON.stringify({ id: randomBytes(9).toString('hex'), exp: nowMs + ttlMs, ...(fp ? { fp } : {}), ...(hub ? { hub } : {}) }));
   const mac = b64(createHmac('sha256', secret).update(payload).digest());
   return `rly1.${payload}.${mac}`;
 }
 
-/** The hub certificate fingerprint a token carries (null: a hub with a certificate of the user's own, or an older token). */
-export function tokenFingerprint(token: string): string | null {
+function tokenPayload(token: string): Record<string, unknown> | null {
   const parts = token.split('.');
   if (parts.length !== 3 || parts[0] !== 'rly1') return null;
   try {
-    const p = JSON.parse(Buffer.from(parts[1]!, 'base64url').toString('utf8')) as { fp?: unknown };
-    return typeof p.fp === 'string' && /^[0-9a-f]{64}$/.test(p.fp) ? p.fp : null;
+    const p: unknown = JSON.parse(Buffer.from(parts[1]!, 'base64url').toString('utf8'));
+    return typeof p === 'object' && p !== null ? (p as Record<string, unknown>) : null;
   } catch {
     return null;
   }
+}
+
+/** The hub certificate fingerprint a token carries (null: a hub with a certificate of the user's own, or an older token). */
+export function tokenFingerprint(token: string): string | null {
+  const fp = tokenPayload(token)?.fp;
+  return typeof fp === 'string' && /^[0-9a-f]{64}$/.test(fp) ? fp : null;
+}
+
+/**
+ * The hub URL a token carries (minted by "Add a node" on the dashboard: one paste sets a node up), or null.
+ * (setup.html reads it the same way to fill its hub field.)
+ */
+export function tokenHubUrl(token: string): string | null {
+  const hub = tokenPayload(token)?.hub;
+  return typeof hub === 'string' && /^https?:\/\/[^\s/]+$/.test(hub) ? hub : null;
 }
 
 /**
  * A join token for the hub whose data dir is `home`, carrying the fingerprint of the certificate it serves
  * nodes (written at each start; before the first start, the certificate it will make).
  */
-export function hubJoinToken(home: string): string {
+export function hubJoinToken(home: string, hubUrl?: string): string {
   const p = join(home, 'tls-fingerprint');
   const fp = existsSync(p) ? readFileSync(p, 'utf8').trim() : ensureHubCert(home).fingerprint;
-  return mintJoinToken(joinSecret(home), Date.now(), JOIN_TOKEN_TTL_MS, fp);
+  return mintJoinToken(joinSecret(home), Date.now(), JOIN_TOKEN_TTL_MS, fp, hubUrl);
 }
 
 export type TokenCheck = { ok: true; id: string } | { ok: false; why: string };
