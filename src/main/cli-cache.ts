@@ -27,12 +27,15 @@ async function agentApi(home: string, path: string, method: string): Promise<unk
   const p = join(home, 'agent.json');
   if (!existsSync(p)) return null;
   const { port, token } = JSON.parse(readFileSync(p, 'utf8')) as { port: number; token: string };
+  let res: Response;
   try {
-    const res = await fetch(`http://127.0.0.1:${port}${path}`, { method, headers: { authorization: `Bearer ${token}` } });
-    return res.ok ? await res.json() : null;
+    res = await fetch(`http://127.0.0.1:${port}${path}`, { method, headers: { authorization: `Bearer ${token}` } });
   } catch {
-    return null; // agent.json left by a node that stopped
+    return null; // agent.json left by a node that stopped: work on the folder itself
   }
+  // A running node that refuses is an error, never a reason to touch its files behind its back.
+  if (!res.ok) throw new Error(`the node running in ${home} answered ${res.status}: ${await res.text()}`);
+  return res.json();
 }
 
 function offlineCache(home: string): ModelCache {
