@@ -15,6 +15,8 @@ export interface BarInput {
   /** 'bytes': show MB/s; 'percent': `done`/`total` are percents (a build), no rate. */
   readonly unit: 'bytes' | 'percent';
   readonly width?: number;
+  /** Where the task started (a resumed push): the rate and the time left count only what moved since. */
+  readonly base?: number;
 }
 
 const clock = (s: number): string => {
@@ -32,8 +34,9 @@ export function formatBar(b: BarInput): string {
   const filled = Math.floor(frac * width);
   const parts = [`${b.label} [${'#'.repeat(filled)}${'.'.repeat(width - filled)}] ${Math.floor(frac * 100)}%`];
   const seconds = b.elapsedMs / 1000;
-  if (b.unit === 'bytes' && seconds > 0) parts.push(`${(b.done / 1048576 / seconds).toFixed(1)} MB/s`);
-  if (frac > 0 && frac < 1 && seconds > 0) parts.push(`ETA ${clock((seconds * (1 - frac)) / frac)}`);
+  const moved = b.done - (b.base ?? 0);
+  if (b.unit === 'bytes' && seconds > 0) parts.push(`${(moved / 1048576 / seconds).toFixed(1)} MB/s`);
+  if (frac > 0 && frac < 1 && seconds > 0 && moved > 0) parts.push(`ETA ${clock(((b.total - b.done) * seconds) / moved)}`);
   if (frac >= 1) parts.push(`done in ${clock(seconds)}`);
   return parts.join('  ');
 }
@@ -44,7 +47,7 @@ export interface ProgressStream {
   write(s: string): unknown;
 }
 
-interface Task { label: string; unit: 'bytes' | 'percent'; done: number; total: number; started: number; logged: number }
+interface Task { label: string; unit: 'bytes' | 'percent'; done: number; total: number; started: number; logged: number; base: number; drawnAt: number }
 
 export class TerminalProgress {
   private readonly tasks = new Map<string, Task>();
@@ -72,11 +75,17 @@ export class TerminalProgress {
   update(key: string, label: string, done: number, total: number, unit: 'bytes' | 'percent'): void {
     let t = this.tasks.get(key);
     if (!t) {
-      t = { label, unit, done, total, started: this.now(), logged: -1 };
+      // `base`: where a resumed push started, so its rate counts only what moved since.
+      t = { label, unit, done, total, started: this.now(), logged: -1, base: done, drawnAt: -Infinity };
       this.tasks.set(key, t);
     }
     Object.assign(t, { label, done, total });
-    if (this.tty) return this.draw();
+    if (this.tty) {
+      // At most ~10 redraws a second: a push reports every chunk.
+      if (this.now() - t.drawnAt < 100 && done < total) return;
+      t.drawnAt = this.now();
+      return this.draw();
+    }
     const decile = total > 0 ? Math.floor((10 * done) / total) : 0;
     if (decile > t.logged) {
       t.logged = decile;

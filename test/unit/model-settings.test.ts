@@ -28,10 +28,20 @@ describe('per-model settings', () => {
   it('the API body: fields left out stay, null goes back to the pool default, bad values are coded errors', () => {
     let s = applySettings(undefined, { context_size: 8192, kv_cache_type: 'q4_0' });
     assert.deepEqual(s, { ctx: 8192, kv_cache_type: 'q4_0' });
-    s = applySettings(s, { parallel_slots: 3, context_size: null, flash_attn: 'off' });
-    assert.deepEqual(s, { kv_cache_type: 'q4_0', slots: 3, flash_attn: 'off' });
+    s = applySettings(s, { parallel_slots: 3, context_size: null, flash_attn: 'auto' });
+    assert.deepEqual(s, { kv_cache_type: 'q4_0', slots: 3, flash_attn: 'auto' });
     for (const bad of [{ context_size: 100 }, { context_size: 1.5 }, { parallel_slots: 0 }, { parallel_slots: '2' }, { kv_cache_type: 'q5_1' }, { flash_attn: true }]) {
       assert.throws(() => applySettings(undefined, bad), (e: unknown) => isRelayError(e, 'INVALID_REQUEST'), JSON.stringify(bad));
     }
+  });
+});
+
+describe('per-model settings: the combinations llama-server refuses', () => {
+  const pool = hubConfigFromEnv({ HOME: '/tmp', RELAY_FLASH_ATTN: 'off' }, { port: 0 });
+  it('a quantized cache with flash attention off is refused; a pool-wide off does not reach a model\'s own quantized cache', () => {
+    assert.throws(() => applySettings(undefined, { kv_cache_type: 'q8_0', flash_attn: 'off' }), (e: unknown) => isRelayError(e, 'INVALID_REQUEST'));
+    assert.throws(() => applySettings({ flash_attn: 'off' }, { kv_cache_type: 'q4_0' }), (e: unknown) => isRelayError(e, 'INVALID_REQUEST'));
+    assert.equal(settingsFor(pool, { settings: { kv_cache_type: 'q8_0' } }).flashAttn, undefined, 'unset: forced on for a quantized cache');
+    assert.equal(settingsFor(pool, { settings: { ctx: 1024 } }).flashAttn, 'off', 'an f16 model keeps the pool\'s choice');
   });
 });

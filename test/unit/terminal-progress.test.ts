@@ -19,6 +19,8 @@ describe('terminal progress', () => {
     assert.equal(formatBar({ label: 'build', done: 50, total: 100, elapsedMs: 3_700_000, unit: 'percent', width: 4 }), 'build [##..] 50%  ETA 1:01:40');
     assert.equal(formatBar({ label: 'x', done: 10, total: 10, elapsedMs: 65_000, unit: 'percent', width: 2 }), 'x [##] 100%  done in 1:05');
     assert.equal(formatBar({ label: 'x', done: 5, total: 0, elapsedMs: 0, unit: 'bytes', width: 2 }), 'x [..] 0%', 'an unknown total: no share, no ETA');
+    // A push resumed at 60 MiB: the rate and the time left count what moved since.
+    assert.equal(formatBar({ label: 'push', done: 80 * mib, total: 100 * mib, base: 60 * mib, elapsedMs: 2000, unit: 'bytes', width: 4 }), 'push [###.] 80%  10.0 MB/s  ETA 0:02');
   });
 
   it('on a terminal: one line redrawn in place, plain lines above it, a finished line kept', () => {
@@ -52,7 +54,8 @@ describe('terminal progress', () => {
 
   it('the llama.cpp build: cmake percent lines drive the bar, other lines are plain, 100% ends it', () => {
     const s = new FakeStream(true);
-    const p = new TerminalProgress(s, () => undefined, () => 0);
+    let t = 0;
+    const p = new TerminalProgress(s, () => undefined, () => (t += 200)); // redraws are at most ~10 a second
     const feed = llamaBuildProgress(p);
     feed('configuring llama.cpp b1 (cpu + rpc, shared)');
     feed('[  7%] Building C object ggml/src/CMakeFiles/ggml-base.dir/ggml.c.o');
@@ -62,6 +65,19 @@ describe('terminal progress', () => {
     assert.match(s.out, /\[llama\] building \[#+\.+\] 7%/);
     assert.match(s.out, /\[llama\] building \[#+\.+\] 55%/);
     assert.match(s.out, /\[llama\] built \(Built target llama-server\)\n$/);
+  });
+
+  it('redraws at most about ten times a second, but always the last one', () => {
+    let t = 0;
+    const s = new FakeStream(true);
+    const p = new TerminalProgress(s, () => undefined, () => t);
+    for (let i = 1; i <= 50; i++) {
+      t += 10; // a chunk every 10 ms
+      p.update('k', 'push', i, 50, 'bytes');
+    }
+    const frames = s.out.split('\r\x1b[K').filter(Boolean);
+    assert.ok(frames.length <= 7, `${frames.length} redraws in 0.5 s`);
+    assert.match(frames[frames.length - 1]!, /100%/);
   });
 
   it('the hub shows each push in progress (polled) and a finished line when it leaves the list', () => {

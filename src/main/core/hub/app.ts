@@ -8,7 +8,7 @@ import type { HubConfig } from '../config.js';
 import { effectiveFlashAttn } from '../llama/argv.js';
 import type { ModelRegistry } from '../models/registry.js';
 import { discover } from '../models/import.js';
-import { applySettings } from '../scheduler/model-settings.js';
+import { applySettings, sameSettings } from '../scheduler/model-settings.js';
 import { hubJoinToken, JOIN_TOKEN_TTL_MS } from '../pool/tokens.js';
 import { MAX_ATTEMPTS, newAttempts, type Scheduler } from '../scheduler/scheduler.js';
 import { fmtMb } from '../scheduler/fit.js';
@@ -283,6 +283,7 @@ export function createApp(d: AppDeps): express.Express {
         res.flushHeaders();
         try {
           const r = await registry.add(input, (done, total) => res.write(`${JSON.stringify({ progress: { done, total } })}\n`));
+          if (r.settingsChanged) await scheduler.stopModel(r.model.name, 'its settings changed');
           res.end(`${JSON.stringify({ model: modelView(r.model), created: r.created })}\n`);
         } catch (err) {
           const e = isRelayError(err) ? err : new RelayError(ErrorCode.INTERNAL, String(err));
@@ -291,6 +292,7 @@ export function createApp(d: AppDeps): express.Express {
         return;
       }
       const r = await registry.add(input);
+      if (r.settingsChanged) await scheduler.stopModel(r.model.name, 'its settings changed');
       res.status(r.created ? 201 : 200).json({ model: modelView(r.model), created: r.created });
     } catch (err) {
       next(err);
@@ -302,9 +304,10 @@ export function createApp(d: AppDeps): express.Express {
   app.patch('/api/models/:name', requireAdmin(false), raw, async (req, res, next) => {
     try {
       const name = String(req.params.name);
-      const settings = applySettings(registry.require(name).settings, parseJson(req));
+      const before = registry.require(name).settings;
+      const settings = applySettings(before, parseJson(req));
       const m = await registry.setSettings(name, settings);
-      await scheduler.stopModel(name, 'its settings changed');
+      if (!sameSettings(before, m.settings)) await scheduler.stopModel(name, 'its settings changed');
       res.json({ model: modelView(m) });
     } catch (err) {
       next(err);
@@ -324,7 +327,10 @@ export function createApp(d: AppDeps): express.Express {
         throw new RelayError(ErrorCode.MODEL_FILE_MISSING, `nothing to import: ${found.root} does not exist`, { path: found.root });
       }
       const settings = ['context_size', 'parallel_slots', 'kv_cache_type', 'flash_attn'].some((k) => body[k] !== undefined) ? applySettings(undefined, body) : undefined;
-      res.json({ source: found.source, root: found.root, ...(await registry.importAll(found, settings)) });
+      const r = await registry.importAll(found, settings);
+      // Models already registered whose settings this import changed: their placements restart with them.
+      await Promise.all(r.registered.filter((x) => x.settingsChanged).map((x) => scheduler.stopModel(x.name, 'its settings changed')));
+      res.json({ source: found.source, root: found.root, ...r });
     } catch (err) {
       next(err);
     }
@@ -399,8 +405,14 @@ export function createApp(d: AppDeps): express.Express {
   // "Add a node": a fresh join token that carries this hub's address for nodes, and the command that uses it.
   app.post('/api/nodes/token', requireAdmin(false), (req, res, next) => {
     try {
-      const lan = beyondLoopback(config.host) ? lanAddresses()[0] : undefined;
-      const hubUrl = `http://${lan ?? '127.0.0.1'}:${req.socket.localPort}`;
+      // The address nodes reach this hub at: the one it listens on, else the one this request came in on (the
+      // dashboard opened from another machine), else the first LAN address; loopback when it listens on nothing else.
+      const local = (req.socket.localAddress ?? '').replace(/^::ffff:/, '');
+      const lan = !beyondLoopback(config.host) ? undefined
+        : config.host !== '0.0.0.0' && config.host !== '::' ? config.host
+          : local && !isLoopback(local) ? local : lanAddresses()[0];
+      const host = lan ?? '127.0.0.1';
+      const hubUrl = `http://${host.includes(':') ? `[${host}]` : host}:${req.socket.localPort}`;
       const token = hubJoinToken(config.home, hubUrl);
       res.status(201).json({
         token, hub_url: hubUrl, command: `npx relay up --hub ${hubUrl} --token ${token}`,

@@ -55,7 +55,8 @@ export function lmStudioRoot(): string {
   return !existsSync(current) && existsSync(older) ? older : current;
 }
 
-function walk(dir: string, out: string[] = []): string[] {
+/** Files below `dir` (symlinked files too: the Hugging Face cache's snapshots are links), at most 8 levels deep. */
+function walk(dir: string, out: string[] = [], depth = 0): string[] {
   let entries;
   try {
     entries = readdirSync(dir, { withFileTypes: true });
@@ -64,8 +65,14 @@ function walk(dir: string, out: string[] = []): string[] {
   }
   for (const e of entries) {
     const p = join(dir, e.name);
-    if (e.isDirectory()) walk(p, out);
-    else if (e.isFile()) out.push(p);
+    if (e.isDirectory()) {
+      if (depth < 8) walk(p, out, depth + 1);
+    } else if (e.isFile()) out.push(p);
+    else if (e.isSymbolicLink()) {
+      try {
+        if (statSync(p).isFile()) out.push(p);
+      } catch { /* a dangling link */ }
+    }
   }
   return out;
 }
@@ -119,7 +126,14 @@ export function discoverFolder(root: string, source = 'folder'): Discovery {
       skipped.push({ path, why: `part ${Number(split[1])} of ${Number(split[2])} of a split GGUF: relay does not load split models yet` });
       continue;
     }
-    if (statSync(path).size === 0) {
+    let size: number;
+    try {
+      size = statSync(path).size;
+    } catch (err) {
+      skipped.push({ path, why: `cannot read it: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}` });
+      continue;
+    }
+    if (size === 0) {
       skipped.push({ path, why: 'an empty file' });
       continue;
     }

@@ -106,7 +106,7 @@ export class ModelRegistry {
 
   /** Register a GGUF. The same file again is idempotent; another file under a taken name is refused. */
   /** `knownSha256`: the file's hash from a store that names files by it (an import from Ollama): not re-hashed. */
-  async add(input: AddModelInput, progress?: HashProgress, knownSha256?: string): Promise<{ model: ModelRecord; created: boolean }> {
+  async add(input: AddModelInput, progress?: HashProgress, knownSha256?: string): Promise<{ model: ModelRecord; created: boolean; settingsChanged: boolean }> {
     if (typeof input.path !== 'string' || !isAbsolute(input.path)) {
       throw new RelayError(ErrorCode.INVALID_REQUEST, `path must be an absolute path to a GGUF file on the hub, got ${JSON.stringify(input.path)}`);
     }
@@ -118,7 +118,16 @@ export class ModelRegistry {
     if (req !== undefined && req !== null && !(Number.isFinite(req) && req > 0)) {
       throw new RelayError(ErrorCode.INVALID_REQUEST, `required_vram_mb must be a positive number, got ${JSON.stringify(req)}`);
     }
-    const d = await describe(input.path, progress, knownSha256);
+    // The same file, unchanged since it was registered: no second hash (an import run again is quick).
+    const prior = this.get(name);
+    const st = prior && prior.path === input.path ? statFile(input.path) : null;
+    let d: Awaited<ReturnType<typeof describe>>;
+    if (prior && st && st.size === prior.size && st.mtimeMs === prior.mtimeMs) {
+      const { name: _name, required_vram_mb: _req, embedding: _emb, added_at: _at, settings: _settings, ...described } = prior;
+      d = described;
+    } else {
+      d = await describe(input.path, progress, knownSha256);
+    }
     return this.store.update((data) => {
       const existing = data.models.find((m) => m.name === name);
       if (existing) {
@@ -126,9 +135,10 @@ export class ModelRegistry {
           // Same file: idempotent. An explicit required_vram_mb or embedding flag updates the record.
           if (req !== undefined) existing.required_vram_mb = req;
           if (input.embedding !== undefined) existing.embedding = input.embedding;
-          if (input.settings !== undefined) setOrClear(existing, input.settings);
+          const before = JSON.stringify(existing.settings ?? {});
+          if (input.settings !== undefined) setOrClear(existing, { ...existing.settings, ...input.settings });
           Object.assign(existing, { size: d.size, mtimeMs: d.mtimeMs });
-          return { model: existing, created: false };
+          return { model: existing, created: false, settingsChanged: JSON.stringify(existing.settings ?? {}) !== before };
         }
         throw new RelayError(ErrorCode.MODEL_EXISTS, `a model named "${name}" is already registered for ${existing.path}; remove it first or choose another --name`, { model: name });
       }
@@ -136,7 +146,7 @@ export class ModelRegistry {
       if (input.settings) setOrClear(model, input.settings);
       data.models.push(model);
       this.log.info({ model: name, sha256: d.sha256, size: d.size }, 'model registered');
-      return { model, created: true };
+      return { model, created: true, settingsChanged: false };
     });
   }
 
@@ -144,13 +154,13 @@ export class ModelRegistry {
    * Register what an import found (see import.ts), one at a time; a file that cannot be registered (not a
    * model, a name another file holds) is reported with its reason, the rest go on.
    */
-  async importAll(d: Discovery, settings?: ModelSettings): Promise<{ registered: { name: string; path: string; created: boolean }[]; skipped: Skipped[] }> {
-    const registered: { name: string; path: string; created: boolean }[] = [];
+  async importAll(d: Discovery, settings?: ModelSettings): Promise<{ registered: { name: string; path: string; created: boolean; settingsChanged: boolean }[]; skipped: Skipped[] }> {
+    const registered: { name: string; path: string; created: boolean; settingsChanged: boolean }[] = [];
     const skipped: Skipped[] = [...d.skipped];
     for (const f of d.found) {
       try {
         const r = await this.add({ path: f.path, name: f.name, settings }, undefined, f.sha256);
-        registered.push({ name: r.model.name, path: f.path, created: r.created });
+        registered.push({ name: r.model.name, path: f.path, created: r.created, settingsChanged: r.settingsChanged });
       } catch (err) {
         skipped.push({ path: f.path, why: `${f.name}: ${(err as Error).message}` });
       }

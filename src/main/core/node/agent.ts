@@ -341,7 +341,9 @@ export class NodeAgent extends EventEmitter {
           const layers = c.layers ?? null;
           // Parsed and hashed off the event loop; inside the cache budget (evicting least-recently-used models if it must).
           const room = (need: number): boolean => this.cache.makeRoom(need, c.sha256);
-          const idx = await fillRpcCacheOffThread(this.cache.pathOf(c.sha256), c.sha256, this.cache.rpcCacheDir, layers, room);
+          this.cache.filling.add(c.sha256); // not pruned while a shard stage's cache is filled from it
+          const idx = await fillRpcCacheOffThread(this.cache.pathOf(c.sha256), c.sha256, this.cache.rpcCacheDir, layers, room)
+            .finally(() => this.cache.filling.delete(c.sha256));
           control.send(replyOk(c.id, { files: idx.files.length, bytes: idx.files.reduce((a, f) => a + f.size, 0) }));
           return;
         }
@@ -501,12 +503,17 @@ export class NodeAgent extends EventEmitter {
         return;
       }
       if (route === 'GET /status') return send(200, this.statusJson());
-      if (route === 'GET /cache') return send(200, cacheReport(this.cache));
-      if (route === 'POST /cache/prune') {
-        const r = this.cache.prune();
-        this.d.log.info({ removed: r.removed.length, partials: r.partials.length, kept: r.kept.length }, 'cache pruned (relay cache prune)');
-        if (this.connected) this.heartbeat(); // the hub learns at once that the files are gone
-        return send(200, r);
+      try {
+        if (route === 'GET /cache') return send(200, cacheReport(this.cache));
+        if (route === 'POST /cache/prune') {
+          const r = this.cache.prune();
+          this.d.log.info({ removed: r.removed.length, partials: r.partials.length, kept: r.kept.length }, 'cache pruned (relay cache prune)');
+          if (this.connected) this.heartbeat(); // the hub learns at once that the files are gone
+          return send(200, r);
+        }
+      } catch (err) {
+        // A file that changed under us (a fill writing, a file in use elsewhere): an answer, never a crash.
+        return send(500, { error: { code: 'internal', message: (err as Error).message } });
       }
       send(404, { error: { code: 'not_found', message: 'no such endpoint' } });
     });

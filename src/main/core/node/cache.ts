@@ -34,6 +34,8 @@ export class ModelCache {
   /** Files a replica or rpc-server uses now: never evicted. */
   readonly inUse = new Set<string>();
 
+  /** Models a shard stage's rpc cache is being filled from: not pruned meanwhile. */
+  readonly filling = new Set<string>();
   /** Pushes being received now: their partial files are not pruned. */
   private readonly receiving = new Set<string>();
 
@@ -102,8 +104,8 @@ export class ModelCache {
     const removed: CachedFile[] = [];
     const kept: { sha256: string; size: number; why: string }[] = [];
     for (const f of this.inventory()) {
-      if (this.inUse.has(f.sha256)) {
-        kept.push({ ...f, why: 'in use' });
+      if (this.inUse.has(f.sha256) || this.filling.has(f.sha256)) {
+        kept.push({ ...f, why: this.inUse.has(f.sha256) ? 'in use' : 'a shard stage is being prepared from it' });
         continue;
       }
       this.evict(f.sha256);

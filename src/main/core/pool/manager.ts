@@ -134,11 +134,11 @@ export class NodeManager extends EventEmitter {
    * a node connects and when a model is removed. Returns the nodes told to evict.
    */
   async evictUnregistered(conn?: NodeConn): Promise<string[]> {
-    const known = new Set(this.d.store.data.models.map((m) => m.sha256));
     const told: string[] = [];
     await Promise.all((conn ? [conn] : this.connected()).map(async (c) => {
       for (const sha256 of [...c.cache.keys()]) {
-        if (known.has(sha256)) continue;
+        // Read the registry afresh for each file: a model registered while earlier evictions ran is kept.
+        if (this.d.store.data.models.some((m) => m.sha256 === sha256)) continue;
         c.cache.delete(sha256);
         told.push(c.name);
         try {

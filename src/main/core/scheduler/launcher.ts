@@ -180,7 +180,7 @@ export class LlamaLauncher implements Launcher {
           member.bridge = await openRpcBridge(conn, member.rpcId);
         } catch (err) {
           // The stage's node itself failed (not the head): name it, so failure memory keeps M off it a while.
-          if (isRelayError(err, ErrorCode.NODE_LOST)) throw err;
+          if (isRelayError(err, ErrorCode.NODE_LOST) || isRelayError(err, ErrorCode.MODEL_UNAVAILABLE)) throw err;
           throw new RelayError(ErrorCode.REPLICA_FAILED, `stage ${info.index + 1} of ${info.of} on node ${conn.name}: ${(err as Error).message}`, { node: conn.name });
         }
       }

@@ -25,8 +25,15 @@ export function settingsFor<C extends FitSettings & { readonly flashAttn?: Flash
     ...(s.ctx !== undefined ? { contextSize: s.ctx, replicaCtx: 0 } : {}),
     ...(s.slots !== undefined ? { parallelSlots: s.slots } : {}),
     ...(s.kv_cache_type !== undefined ? { kvCacheType: s.kv_cache_type } : {}),
-    ...(s.flash_attn !== undefined ? { flashAttn: s.flash_attn } : {}),
+    ...(s.flash_attn !== undefined ? { flashAttn: s.flash_attn }
+      // A model's own quantized cache needs flash attention: a pool-wide "off" does not carry over to it.
+      : s.kv_cache_type !== undefined && s.kv_cache_type !== 'f16' && c.flashAttn === 'off' ? { flashAttn: undefined } : {}),
   };
+}
+
+export function sameSettings(a: ModelSettings | undefined, b: ModelSettings | undefined): boolean {
+  const k = (s: ModelSettings | undefined) => JSON.stringify([s?.ctx, s?.slots, s?.kv_cache_type, s?.flash_attn]);
+  return k(a) === k(b);
 }
 
 /**
@@ -57,6 +64,9 @@ export function applySettings(prev: ModelSettings | undefined, body: Record<stri
   else if (fa !== undefined) {
     if (fa !== 'on' && fa !== 'off' && fa !== 'auto') throw new RelayError(ErrorCode.INVALID_REQUEST, `flash_attn must be on, off or auto, or null; got ${JSON.stringify(fa)}`);
     out.flash_attn = fa;
+  }
+  if (out.flash_attn === 'off' && out.kv_cache_type !== undefined && out.kv_cache_type !== 'f16') {
+    throw new RelayError(ErrorCode.INVALID_REQUEST, `a ${out.kv_cache_type} KV cache needs flash attention: llama-server refuses a quantized V cache with flash_attn off`);
   }
   return out;
 }
