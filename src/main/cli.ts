@@ -11,6 +11,8 @@ import { hubJoinToken, tokenHubUrl } from './core/pool/tokens.js';
 import { ensureLlama, terminateAll } from './core/llama/index.js';
 import { backendOf, cmdDoctor, cmdLlamaBuild } from './cli-llama.js';
 import { cacheBudgetFlag, cmdCache } from './cli-cache.js';
+import { api, apiFailure, hubUrl, intFlag } from './cli-api.js';
+import { cmdModels } from './cli-models.js';
 import { statusLines, type StatusJson } from './cli-status.js';
 import { llamaBuildProgress, showHubPushes, showNodePushes, TerminalProgress } from './terminal-progress.js';
 import { createLogger } from './core/log.js';
@@ -74,12 +76,6 @@ Environment (see README for all):
   RELAY_MAX_PLACEMENTS_PER_MODEL   placements one model may have at once (0 = as many as the devices hold)
 `;
 
-function intFlag(v: string | undefined, name: string): number | undefined {
-  if (v === undefined) return undefined;
-  const n = Number(v);
-  if (!Number.isInteger(n)) throw new Error(`${name} must be an integer, got "${v}"`);
-  return n;
-}
 
 async function cmdHub(args: string[]): Promise<number> {
   const { values } = parseArgs({
@@ -127,137 +123,6 @@ async function cmdHub(args: string[]): Promise<number> {
   return 0;
 }
 
-function hubUrl(v: string | undefined): string {
-  return (v ?? process.env.RELAY_HUB_URL ?? 'http://127.0.0.1:7070').replace(/\/+$/, '');
-}
-
-async function api(base: string, path: string, init: RequestInit = {}): Promise<Response> {
-  const headers = new Headers(init.headers);
-  if (process.env.RELAY_ADMIN_TOKEN) headers.set('authorization', `Bearer ${process.env.RELAY_ADMIN_TOKEN}`);
-  try {
-    return await fetch(`${base}${path}`, { ...init, headers });
-  } catch (err) {
-    throw new Error(`cannot reach the hub at ${base} (${(err as Error).cause ? String((err as { cause: Error }).cause.message) : (err as Error).message}); is \`relay hub\` running? (--hub URL)`);
-  }
-}
-
-function apiFailure(j: { error?: { code?: string; message?: string } }): number {
-  console.error(`relay: ${j.error?.code ?? 'error'}: ${j.error?.message ?? JSON.stringify(j)}`);
-  return 1;
-}
-
-async function cmdModels(sub: string | undefined, args: string[]): Promise<number> {
-  const { values, positionals } = parseArgs({
-    args,
-    allowPositionals: true,
-    options: {
-      hub: { type: 'string' }, name: { type: 'string' }, 'required-vram-mb': { type: 'string' }, embedding: { type: 'boolean' }, json: { type: 'boolean' },
-      ctx: { type: 'string' }, slots: { type: 'string' }, kv: { type: 'string' }, 'flash-attn': { type: 'string' },
-    },
-  });
-  // A model's own settings: a value, or "default" to go back to the pool's (null on the wire).
-  const setting = (v: string | undefined, name: string, int: boolean): number | string | null | undefined => {
-    if (v === undefined) return undefined;
-    if (v === 'default') return null;
-    return int ? intFlag(v, name) : v;
-  };
-  const settings = {
-    context_size: setting(values.ctx, '--ctx', true), parallel_slots: setting(values.slots, '--slots', true),
-    kv_cache_type: setting(values.kv, '--kv', false), flash_attn: setting(values['flash-attn'], '--flash-attn', false),
-  };
-  const base = hubUrl(values.hub);
-  if (sub === 'add') {
-    const file = positionals[0];
-    if (!file) throw new Error('usage: relay models add FILE [--name NAME] [--required-vram-mb N] [--embedding]');
-    const body = JSON.stringify({
-      path: resolve(file),
-      name: values.name,
-      required_vram_mb: intFlag(values['required-vram-mb'], '--required-vram-mb'),
-      embedding: values.embedding,
-      ...settings,
-    });
-    const tty = Boolean(process.stderr.isTTY);
-    const res = await api(base, `/api/models${tty ? '?progress=1' : ''}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body });
-    let result: { model?: { name: string; sha256: string; size: number; need_mb: number }; created?: boolean; error?: { code: string; message: string } };
-    if (tty && res.status === 200) {
-      // NDJSON progress lines, then the result line.
-      let buf = '';
-      let last: typeof result = {};
-      for await (const chunk of res.body as unknown as AsyncIterable<Uint8Array>) {
-        buf += Buffer.from(chunk).toString('utf8');
-        let nl: number;
-        while ((nl = buf.indexOf('\n')) >= 0) {
-          const line = JSON.parse(buf.slice(0, nl)) as { progress?: { done: number; total: number } } & typeof result;
-          buf = buf.slice(nl + 1);
-          if (line.progress) {
-            const pct = line.progress.total ? Math.floor((100 * line.progress.done) / line.progress.total) : 100;
-            const bar = '#'.repeat(Math.floor(pct / 4)).padEnd(25, '.');
-            process.stderr.write(`\rhashing [${bar}] ${pct}%`);
-          } else last = line;
-        }
-      }
-      process.stderr.write('\n');
-      result = last;
-    } else {
-      result = (await res.json()) as typeof result;
-    }
-    if (result.error || !result.model) return apiFailure(result);
-    const m = result.model;
-    console.log(`${result.created ? 'added' : 'already registered'}: ${m.name}  sha256 ${m.sha256}  ${(m.size / 1048576).toFixed(1)} MB, needs ${m.need_mb} MB`);
-    return 0;
-  }
-  if (sub === 'ls') {
-    const res = await api(base, '/api/models');
-    const j = (await res.json()) as { models?: { name: string; size: number; need_mb: number; fits_now: boolean; shortfall: string | null; arch: string | null; sha256: string; settings?: { ctx?: number; slots?: number; kv_cache_type?: string; flash_attn?: string } }[]; error?: { code: string; message: string } };
-    if (!res.ok || !j.models) return apiFailure(j);
-    if (values.json) {
-      console.log(JSON.stringify(j.models, null, 2));
-      return 0;
-    }
-    if (j.models.length === 0) console.log('no models registered (relay models add FILE.gguf)');
-    for (const m of j.models) {
-      const own = m.settings ? Object.entries({ ctx: m.settings.ctx, slots: m.settings.slots, kv: m.settings.kv_cache_type, 'flash-attn': m.settings.flash_attn }).filter(([, v]) => v !== undefined).map(([k, v]) => `${k} ${v}`).join(', ') : '';
-      console.log(`${m.name.padEnd(24)} ${String(m.arch).padEnd(10)} ${((m.size / 1048576).toFixed(1) + ' MB').padStart(10)}  needs ${m.need_mb} MB  ${m.fits_now ? 'available' : `unavailable: ${m.shortfall}`}${own ? `  (own settings: ${own})` : ''}`);
-    }
-    return 0;
-  }
-  if (sub === 'set') {
-    const name = positionals[0];
-    if (!name || Object.values(settings).every((v) => v === undefined)) throw new Error('usage: relay models set NAME [--ctx N] [--slots N] [--kv f16|q8_0|q4_0] [--flash-attn on|off|auto] (a value, or "default")');
-    const res = await api(base, `/api/models/${encodeURIComponent(name)}`, { method: 'PATCH', headers: { 'content-type': 'application/json' }, body: JSON.stringify(settings) });
-    const j = (await res.json()) as { model?: { name: string; need_mb: number; need: { ctx: number; slots: number }; settings?: Record<string, unknown> }; error?: { code: string; message: string } };
-    if (!res.ok || !j.model) return apiFailure(j);
-    const m = j.model;
-    console.log(`${m.name}: ctx ${m.need.ctx} × ${m.need.slots} slots, needs ${m.need_mb} MB; own settings ${JSON.stringify(m.settings ?? {})} (running placements restart on the next request)`);
-    return 0;
-  }
-  if (sub === 'import') {
-    const from = positionals[0];
-    if (!from) throw new Error('usage: relay models import ollama|lmstudio|DIR');
-    const source = from === 'ollama' || from === 'lmstudio' ? from : resolve(from);
-    const res = await api(base, '/api/models/import', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ source, ...settings }) });
-    const j = (await res.json()) as { root?: string; registered?: { name: string; created: boolean }[]; skipped?: { path: string; why: string }[]; error?: { code: string; message: string } };
-    if (!res.ok || !j.registered) return apiFailure(j);
-    if (values.json) {
-      console.log(JSON.stringify(j, null, 2));
-      return 0;
-    }
-    console.log(`imported from ${j.root}: ${j.registered.filter((r) => r.created).length} new, ${j.registered.filter((r) => !r.created).length} already registered`);
-    for (const r of j.registered) console.log(`  ${r.created ? 'added  ' : 'had    '} ${r.name}`);
-    for (const s of j.skipped ?? []) console.log(`  skipped ${s.path}: ${s.why}`);
-    return 0;
-  }
-  if (sub === 'rm') {
-    const name = positionals[0];
-    if (!name) throw new Error('usage: relay models rm NAME');
-    const res = await api(base, `/api/models/${encodeURIComponent(name)}`, { method: 'DELETE' });
-    const j = (await res.json()) as { removed?: { name: string }; error?: { code: string; message: string } };
-    if (!res.ok || !j.removed) return apiFailure(j);
-    console.log(`removed: ${j.removed.name}`);
-    return 0;
-  }
-  throw new Error('usage: relay models add|set|import|ls|rm');
-}
 
 function nodeHome(v: string | undefined): string {
   return v ? resolve(v) : process.env.RELAY_NODE_HOME ?? join(defaultHome(), 'node');

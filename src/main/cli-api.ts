@@ -1,0 +1,27 @@
+/** What the CLI's commands share: flags and the hub's admin API. */
+
+export function intFlag(v: string | undefined, name: string): number | undefined {
+  if (v === undefined) return undefined;
+  const n = Number(v);
+  if (!Number.isInteger(n)) throw new Error(`${name} must be an integer, got "${v}"`);
+  return n;
+}
+
+export function hubUrl(v: string | undefined): string {
+  return (v ?? process.env.RELAY_HUB_URL ?? 'http://127.0.0.1:7070').replace(/\/+$/, '');
+}
+
+export async function api(base: string, path: string, init: RequestInit = {}): Promise<Response> {
+  const headers = new Headers(init.headers);
+  if (process.env.RELAY_ADMIN_TOKEN) headers.set('authorization', `Bearer ${process.env.RELAY_ADMIN_TOKEN}`);
+  try {
+    return await fetch(`${base}${path}`, { ...init, headers });
+  } catch (err) {
+    throw new Error(`cannot reach the hub at ${base} (${(err as Error).cause ? String((err as { cause: Error }).cause.message) : (err as Error).message}); is \`relay hub\` running? (--hub URL)`);
+  }
+}
+
+export function apiFailure(j: { error?: { code?: string; message?: string } }): number {
+  console.error(`relay: ${j.error?.code ?? 'error'}: ${j.error?.message ?? JSON.stringify(j)}`);
+  return 1;
+}
