@@ -87,7 +87,10 @@ export interface StartReplica {
   type: 'start-replica';
   id: number;
   replica: string;
+  /** The model's sha256 (a split model's split id). */
   sha256: string;
+  /** A split model's parts, by sha256 in load order (each a file in the node's cache); absent for one file. */
+  parts?: string[];
   ctx: number;
   slots: number;
   cacheType: 'f16' | 'q8_0' | 'q4_0';
@@ -163,7 +166,7 @@ const SCHEMAS: Record<string, Check> = {
   error: shape({ code: isStr, message: isStr }),
   welcome: shape({ protocol: isInt, hub: isStr }),
   'start-replica': shape({
-    id: isInt, replica: isId, sha256: isSha, ctx: isInt, slots: isInt, cacheType: oneOf('f16', 'q8_0', 'q4_0'),
+    id: isInt, replica: isId, sha256: isSha, parts: optional((v) => Array.isArray(v) && v.length >= 2 && v.length <= 256 && v.every(isSha)), ctx: isInt, slots: isInt, cacheType: oneOf('f16', 'q8_0', 'q4_0'),
     flashAttn: oneOf('on', 'off', 'auto', null), embedding: isBool, pooling: oneOf('mean', null), alias: isId, device: isId,
   }),
   'stop-replica': shape({ id: isInt, replica: isId }),

@@ -5,9 +5,9 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
 import { promisify } from 'node:util';
-import { sha256File } from '../fixtures/models.js';
+import { ensureSplitFixture, sha256File } from '../fixtures/models.js';
 import { startHub } from '../helpers/hub.js';
-import { fixture } from '../helpers/llama.js';
+import { fixture, llama } from '../helpers/llama.js';
 
 /**
  * `relay models import` with a real hub: an Ollama store (manifests + blobs named by sha256, made from the
@@ -35,12 +35,13 @@ describe('relay models import', { timeout: 180_000 }, () => {
         { mediaType: 'application/vnd.ollama.image.projector', digest: `sha256:${'b'.repeat(64)}`, size: 1 },
       ],
     }));
-    // An LM Studio folder: publisher/repo/file.gguf, with a projector and a split part beside it.
+    // An LM Studio folder: publisher/repo/file.gguf, with a projector and a model split in 3 parts beside it.
     const lm = join(dir, 'lmstudio', 'models', 'lmstudio-community', 'Dense-GGUF');
     mkdirSync(lm, { recursive: true });
     copyFileSync(fixture('dense', 2), join(lm, 'Dense-Q8_0.gguf'));
     writeFileSync(join(lm, 'mmproj-Dense-f16.gguf'), 'GGUF');
-    writeFileSync(join(lm, 'Huge-00001-of-00002.gguf'), 'GGUF');
+    const split = ensureSplitFixture('dense', 3, { vocabDir: llama().vocabDir, seed: 3 });
+    for (const i of [1, 2, 3]) copyFileSync(split.replace('-00001-of-', `-0000${i}-of-`), join(lm, `Huge-0000${i}-of-00003.gguf`));
 
     const hub = await startHub({ env: { ...ENV, OLLAMA_MODELS: ollama }, args: ['--cpu-budget-mb', '1000'] });
     const cli = (...args: string[]) => run(process.execPath, [relay, 'models', ...args, '--hub', hub.url]);
@@ -58,8 +59,10 @@ describe('relay models import', { timeout: 180_000 }, () => {
       const fromLm = (await cli('import', join(dir, 'lmstudio', 'models'))).stdout;
       assert.match(fromLm, /added {3}Dense-Q8_0/);
       assert.match(fromLm, /skipped .*mmproj-Dense-f16\.gguf: a vision projector/);
-      assert.match(fromLm, /skipped .*Huge-00001-of-00002\.gguf: part 1 of 2 of a split GGUF/);
+      assert.match(fromLm, /added {3}Huge\n/);
+      assert.match(fromLm, /skipped .*Huge-00002-of-00003\.gguf: part 2 of 3 of the split model Huge: comes with its first part/);
       assert.equal((await ask('Dense-Q8_0')).status, 200);
+      assert.equal((await ask('Huge')).status, 200, 'the split model loads in llama-server from its first part');
 
       // The LM Studio file goes away: listed as gone, and a request is refused with its code.
       rmSync(join(lm, 'Dense-Q8_0.gguf'));

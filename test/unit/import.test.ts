@@ -45,18 +45,18 @@ describe('import: finding the GGUFs already on the machine', () => {
     assert.match(why.join('\n'), /qwen3:8b: a vision projector/);
   });
 
-  it('a folder (LM Studio\'s): every .gguf below it, named after its file; projectors and split parts are notes', () => {
+  it('a folder (LM Studio\'s): every .gguf below it, named after its file; projectors and later split parts are notes', () => {
     const root = tmp();
     const dir = join(root, 'lmstudio-community', 'Qwen3-8B-GGUF');
     mkdirSync(dir, { recursive: true });
-    for (const f of ['Qwen3-8B-Q4_K_M.gguf', 'mmproj-Qwen3-8B-f16.gguf', 'Big-00001-of-00003.gguf', 'README.md']) writeFileSync(join(dir, f), 'GGUF…');
+    for (const f of ['Qwen3-8B-Q4_K_M.gguf', 'mmproj-Qwen3-8B-f16.gguf', 'Big-00002-of-00003.gguf', 'README.md']) writeFileSync(join(dir, f), 'GGUF…');
     writeFileSync(join(dir, 'empty.gguf'), '');
     const d = discoverFolder(root, 'lmstudio');
     assert.deepEqual(d.found.map((f) => [f.name, f.sha256]), [['Qwen3-8B-Q4_K_M', undefined]]);
     assert.deepEqual(d.skipped.map((s) => s.why).sort(), [
       'a vision projector (mmproj: not a model llama-server loads on its own)',
       'an empty file',
-      'part 1 of 3 of a split GGUF: relay does not load split models yet',
+      'part 2 of 3 of the split model Big: comes with its first part',
     ]);
   });
 

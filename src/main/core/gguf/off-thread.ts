@@ -1,12 +1,13 @@
 import { runInWorker } from '../worker.js';
-import type { ModelInfo } from './derive.js';
+import type { ModelFiles } from './split.js';
 
 const WORKER = new URL('./worker.js', import.meta.url);
 
 /**
- * readModelInfo in a worker thread: a GGUF the hub has not seen (a user's path, possibly hostile, its header up
- * to the reader's limits) is parsed without stalling the hub's API and tunnels. Errors keep their codes.
+ * readModelFiles in a worker thread: a GGUF the hub has not seen (a user's path, possibly hostile, its header up
+ * to the reader's limits; every part of a split model) is parsed without stalling the hub's API and tunnels.
+ * Errors keep their codes.
  */
-export function readModelInfoOffThread(path: string): Promise<ModelInfo> {
-  return runInWorker<ModelInfo>(WORKER, { path });
+export function readModelFilesOffThread(path: string): Promise<ModelFiles> {
+  return runInWorker<ModelFiles>(WORKER, { path });
 }

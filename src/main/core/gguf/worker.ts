@@ -1,5 +1,5 @@
-/** The worker thread of readModelInfoOffThread: parse one GGUF header, answer its ModelInfo. */
+/** The worker thread of readModelFilesOffThread: parse a model's GGUF header(s) (every part of a split one), answer its ModelFiles. */
 import { answerFromWorker } from '../worker.js';
-import { readModelInfo } from './derive.js';
+import { readModelFiles } from './split.js';
 
-answerFromWorker((job: { path: string }) => readModelInfo(job.path));
+answerFromWorker((job: { path: string }) => readModelFiles(job.path));

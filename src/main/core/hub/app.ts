@@ -8,6 +8,7 @@ import type { HubConfig } from '../config.js';
 import { effectiveFlashAttn } from '../llama/argv.js';
 import type { ModelRegistry } from '../models/registry.js';
 import { discover } from '../models/import.js';
+import { modelFiles } from '../models/files.js';
 import { applySettings, sameSettings } from '../scheduler/model-settings.js';
 import { hubJoinToken, JOIN_TOKEN_TTL_MS } from '../pool/tokens.js';
 import { MAX_ATTEMPTS, newAttempts, type Scheduler } from '../scheduler/scheduler.js';
@@ -462,7 +463,7 @@ export function createApp(d: AppDeps): express.Express {
       need_mb: Math.ceil(need.needMb),
       need: { weights_mb: Math.ceil(need.weightsMb), kv_mb: Math.ceil(need.kvMb), overhead_mb: Math.ceil(need.overheadMb), ctx: need.ctx, slots: need.slots, kv_scale: need.kvScale, kv_cache_type: need.kvCacheType },
       fits_now: a.available && file !== 'missing',
-      shortfall: file === 'missing' ? `the file is gone from ${m.path} (register it again, or remove the model)` : a.reason,
+      shortfall: file === 'missing' ? `the file is gone from ${modelFiles(m).find((f) => !existsSync(f.path))?.path ?? m.path} (register it again, or remove the model)` : a.reason,
     };
   };
 
@@ -492,7 +493,7 @@ export function createApp(d: AppDeps): express.Express {
     devices: scheduler.deviceStatus(),
     models: registry.list().map((m) => {
       const v = modelView(m);
-      return { name: m.name, size: m.size, sha256: m.sha256, path: m.path, file: v.file, settings: m.settings ?? null, need_mb: v.need_mb, need: v.need, fits_now: v.fits_now, shortfall: v.shortfall, embedding: m.embedding };
+      return { name: m.name, size: m.size, sha256: m.sha256, path: m.path, parts: modelFiles(m).length, file: v.file, settings: m.settings ?? null, need_mb: v.need_mb, need: v.need, fits_now: v.fits_now, shortfall: v.shortfall, embedding: m.embedding };
     }),
     replicas: scheduler.status(),
     shards: scheduler.shardStatus(),

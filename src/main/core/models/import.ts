@@ -1,6 +1,7 @@
 import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import { homedir } from 'node:os';
 import { basename, join, relative, sep } from 'node:path';
+import { splitName } from '../gguf/split.js';
 
 /**
  * Finding the GGUFs a household already has on the hub machine: Ollama's store (manifests name a model layer,
@@ -32,7 +33,6 @@ const OLLAMA_NOT_MODELS: Record<string, string> = {
   'application/vnd.ollama.image.projector': 'a vision projector (not a model llama-server loads on its own)',
   'application/vnd.ollama.image.adapter': 'a LoRA adapter (not a model on its own)',
 };
-const SPLIT_RE = /-(\d{5})-of-(\d{5})\.gguf$/i;
 
 /** A name the registry accepts: letters, digits and . _ : - ; anything else becomes '-'. */
 export function importName(s: string): string {
@@ -121,9 +121,10 @@ export function discoverFolder(root: string, source = 'folder'): Discovery {
       skipped.push({ path, why: 'a vision projector (mmproj: not a model llama-server loads on its own)' });
       continue;
     }
-    const split = SPLIT_RE.exec(file);
-    if (split) {
-      skipped.push({ path, why: `part ${Number(split[1])} of ${Number(split[2])} of a split GGUF: relay does not load split models yet` });
+    // A split GGUF is one model, registered by its first part (the registry reads and hashes every part).
+    const split = splitName(file);
+    if (split && split.no > 1) {
+      skipped.push({ path, why: `part ${split.no} of ${split.count} of the split model ${split.prefix}: comes with its first part` });
       continue;
     }
     let size: number;
@@ -137,7 +138,7 @@ export function discoverFolder(root: string, source = 'folder'): Discovery {
       skipped.push({ path, why: 'an empty file' });
       continue;
     }
-    found.push({ name: importName(file.replace(/\.gguf$/i, '')), path });
+    found.push({ name: importName(split ? split.prefix : file.replace(/\.gguf$/i, '')), path });
   }
   return { source, root, found, skipped };
 }

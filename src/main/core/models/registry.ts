@@ -3,8 +3,9 @@ import { createReadStream, statSync, type Stats } from 'node:fs';
 import { basename, isAbsolute } from 'node:path';
 import type { Logger } from 'pino';
 import { ErrorCode, RelayError } from '../../../shared/errors.js';
-import { readModelInfoOffThread } from '../gguf/index.js';
-import type { ModelRecord, Store } from '../store/store.js';
+import { readModelFilesOffThread, splitName } from '../gguf/index.js';
+import type { ModelPart, ModelRecord, Store } from '../store/store.js';
+import { modelFiles, splitId } from './files.js';
 import type { Discovery, Skipped } from './import.js';
 import type { ModelSettings } from '../scheduler/model-settings.js';
 
@@ -53,19 +54,15 @@ function statFile(path: string): Stats {
   return st;
 }
 
+/** What a model's file(s) say: read (every part of a split model), checked to be a model, hashed. */
 async function describe(path: string, progress?: HashProgress, knownSha256?: string): Promise<Omit<ModelRecord, 'name' | 'required_vram_mb' | 'embedding' | 'added_at'>> {
   const st = statFile(path);
-  const info = await readModelInfoOffThread(path); // refuses non-GGUF and truncated files before hashing, off the event loop
+  const { info, paths } = await readModelFilesOffThread(path); // refuses non-GGUF, truncated and incomplete split files before hashing, off the event loop
   if (!info.architecture || info.tensorCount === 0) {
     const missing = !info.architecture ? 'no general.architecture' : 'no tensors';
     throw new RelayError(ErrorCode.GGUF_NOT_A_MODEL, `${path} is a GGUF with ${missing}: not a model llama-server can load (a vocabulary-only file or an adapter?)`, { path });
   }
-  const sha256 = knownSha256 ?? (await sha256File(path, progress));
-  return {
-    path,
-    sha256,
-    size: st.size,
-    mtimeMs: st.mtimeMs,
+  const header = {
     arch: info.architecture,
     block_count: info.blockCount,
     kv_bytes_per_token: info.kvBytesPerToken,
@@ -76,6 +73,37 @@ async function describe(path: string, progress?: HashProgress, knownSha256?: str
     tensor_bytes: info.tensorBytes,
     expert_bytes: info.expertBytes,
   };
+  if (paths.length === 1) {
+    const sha256 = knownSha256 ?? (await sha256File(path, progress));
+    return { path, sha256, size: st.size, mtimeMs: st.mtimeMs, ...header };
+  }
+  // A split model: every part hashed (one progress over the parts' total), the model named by its split id.
+  const stats = paths.map(statFile);
+  const total = stats.reduce((a, x) => a + x.size, 0);
+  const parts: ModelPart[] = [];
+  let before = 0;
+  for (const [i, p] of paths.entries()) {
+    const sha256 = await sha256File(p, progress && ((done) => progress(before + done, total)));
+    parts.push({ path: p, sha256, size: stats[i]!.size, mtimeMs: stats[i]!.mtimeMs });
+    before += stats[i]!.size;
+  }
+  return { path, sha256: splitId(parts.map((x) => x.sha256)), size: total, mtimeMs: st.mtimeMs, parts, ...header };
+}
+
+/** Each file of a record as it is now: gone, changed since it was hashed, or ok. */
+function filesState(m: ModelRecord): 'ok' | 'missing' | 'changed' {
+  let state: 'ok' | 'changed' = 'ok';
+  for (const f of modelFiles(m)) {
+    let st: Stats;
+    try {
+      st = statSync(f.path);
+    } catch {
+      return 'missing';
+    }
+    if (!st.isFile()) return 'missing';
+    if (st.size !== f.size || st.mtimeMs !== f.mtimeMs) state = 'changed';
+  }
+  return state;
 }
 
 /** An empty settings object is no settings: the record says "pool defaults" by having none. */
@@ -110,7 +138,7 @@ export class ModelRegistry {
     if (typeof input.path !== 'string' || !isAbsolute(input.path)) {
       throw new RelayError(ErrorCode.INVALID_REQUEST, `path must be an absolute path to a GGUF file on the hub, got ${JSON.stringify(input.path)}`);
     }
-    const name = input.name ?? basename(input.path).replace(/\.gguf$/i, '');
+    const name = input.name ?? splitName(input.path)?.prefix ?? basename(input.path).replace(/\.gguf$/i, '');
     if (!NAME_RE.test(name)) {
       throw new RelayError(ErrorCode.INVALID_REQUEST, `model name ${JSON.stringify(name)} must be 1-128 letters, digits, or . _ : - (not starting with a symbol)`);
     }
@@ -120,9 +148,8 @@ export class ModelRegistry {
     }
     // The same file, unchanged since it was registered: no second hash (an import run again is quick).
     const prior = this.get(name);
-    const st = prior && prior.path === input.path ? statFile(input.path) : null;
     let d: Awaited<ReturnType<typeof describe>>;
-    if (prior && st && st.size === prior.size && st.mtimeMs === prior.mtimeMs) {
+    if (prior && prior.path === input.path && filesState(prior) === 'ok') {
       const { name: _name, required_vram_mb: _req, embedding: _emb, added_at: _at, settings: _settings, ...described } = prior;
       d = described;
     } else {
@@ -137,7 +164,7 @@ export class ModelRegistry {
           if (input.embedding !== undefined) existing.embedding = input.embedding;
           const before = JSON.stringify(existing.settings ?? {});
           if (input.settings !== undefined) setOrClear(existing, { ...existing.settings, ...input.settings });
-          Object.assign(existing, { size: d.size, mtimeMs: d.mtimeMs });
+          Object.assign(existing, { size: d.size, mtimeMs: d.mtimeMs, ...(d.parts ? { parts: d.parts } : {}) });
           return { model: existing, created: false, settingsChanged: JSON.stringify(existing.settings ?? {}) !== before };
         }
         throw new RelayError(ErrorCode.MODEL_EXISTS, `a model named "${name}" is already registered for ${existing.path}; remove it first or choose another --name`, { model: name });
@@ -171,14 +198,7 @@ export class ModelRegistry {
 
   /** Whether a record's file is still what was registered: gone, changed (re-hashed before it is served), or ok. */
   fileState(m: ModelRecord): 'ok' | 'missing' | 'changed' {
-    let st: Stats;
-    try {
-      st = statSync(m.path);
-    } catch {
-      return 'missing';
-    }
-    if (!st.isFile()) return 'missing';
-    return st.size === m.size && st.mtimeMs === m.mtimeMs ? 'ok' : 'changed';
+    return filesState(m);
   }
 
   /** Change a model's own settings (see model-settings.ts); the caller restarts its placements. */
@@ -207,14 +227,15 @@ export class ModelRegistry {
    */
   async verify(name: string): Promise<{ model: ModelRecord; changed: boolean }> {
     const m = this.require(name);
-    const st = statFile(m.path);
-    if (st.size === m.size && st.mtimeMs === m.mtimeMs) return { model: m, changed: false };
+    for (const f of modelFiles(m)) statFile(f.path); // a missing part is refused with model_file_missing
+    if (filesState(m) === 'ok') return { model: m, changed: false };
     this.log.warn({ model: name, path: m.path }, 'model file changed on disk since it was registered: re-hashing');
     const d = await describe(m.path);
     const model = await this.store.update((data) => {
       const rec = data.models.find((x) => x.name === name);
       if (!rec) throw new RelayError(ErrorCode.MODEL_NOT_FOUND, `the model "${name}" does not exist`, { model: name });
       Object.assign(rec, d);
+      if (!d.parts) delete rec.parts; // a split model re-written as one file
       return rec;
     });
     return { model, changed: true };

@@ -68,6 +68,8 @@ export function writeSettings(home: string, s: NodeSettings): void {
 interface LocalReplica {
   id: string;
   sha256: string;
+  /** The cached files it reads (the model's one file, or each part of a split model): in use while it runs. */
+  files: readonly string[];
   /** The model's name on the hub (the alias it was started with), for the tray's status line. */
   model: string;
   server: RunningLlamaServer;
@@ -358,13 +360,18 @@ export class NodeAgent extends EventEmitter {
     if (this.availability().state === 'paused') throw new RelayError(ErrorCode.MODEL_UNAVAILABLE, `node ${this.settings.name} is paused`);
     const existing = this.replicas.get(c.replica);
     if (existing && !existing.stopping) return { pid: existing.server.child.pid, port: existing.server.port };
-    if (!this.cache.has(c.sha256)) throw new RelayError(ErrorCode.MODEL_FILE_MISSING, `node ${this.settings.name} does not hold ${c.sha256.slice(0, 12)}…`);
-    this.cache.inUse.add(c.sha256);
-    this.cache.touch(c.sha256);
+    const files = c.parts ?? [c.sha256];
+    for (const f of files) {
+      if (!this.cache.has(f)) throw new RelayError(ErrorCode.MODEL_FILE_MISSING, `node ${this.settings.name} does not hold ${f.slice(0, 12)}…`);
+    }
+    for (const f of files) {
+      this.cache.inUse.add(f);
+      this.cache.touch(f);
+    }
     try {
       const server = await startLlamaServer(this.d.install, {
         name: `llama-server[${c.alias}]`,
-        model: this.cache.pathOf(c.sha256),
+        model: c.parts ? this.cache.splitView(c.sha256, c.parts) : this.cache.pathOf(c.sha256),
         ctx: c.ctx,
         slots: c.slots,
         cacheType: c.cacheType,
@@ -376,7 +383,7 @@ export class NodeAgent extends EventEmitter {
         threads: process.env.RELAY_THREADS ? Number(process.env.RELAY_THREADS) : undefined,
         ...replicaPlacement(c.device, this.d.install.backend),
       });
-      const rep: LocalReplica = { id: c.replica, sha256: c.sha256, model: c.alias, server, stopping: false };
+      const rep: LocalReplica = { id: c.replica, sha256: c.sha256, files, model: c.alias, server, stopping: false };
       this.replicas.set(c.replica, rep);
       this.emit('running');
       void server.child.exited.then((info) => {
@@ -384,16 +391,22 @@ export class NodeAgent extends EventEmitter {
           this.replicas.delete(c.replica);
           this.emit('running');
         }
-        if (!this.runningReplicas().some((r) => r.sha256 === c.sha256)) this.cache.inUse.delete(c.sha256);
+        this.release(files);
         if (!rep.stopping) this.d.log.warn({ replica: c.replica, exit: describeExit(info) }, 'replica exited');
         if (this.connected) this.heartbeat(); // the hub learns at once
       });
       this.d.log.info({ replica: c.replica, model: c.alias, port: server.port, pid: server.child.pid }, 'replica started');
       return { pid: server.child.pid, port: server.port };
     } catch (err) {
-      if (!this.runningReplicas().some((r) => r.sha256 === c.sha256)) this.cache.inUse.delete(c.sha256);
+      this.release(files);
       throw err;
     }
+  }
+
+  /** Files no running replica reads any more may be evicted again. */
+  private release(files: readonly string[]): void {
+    const used = new Set([...this.replicas.values()].filter((r) => !r.stopping).flatMap((r) => r.files));
+    for (const f of files) if (!used.has(f)) this.cache.inUse.delete(f);
   }
 
   async stopReplica(id: string, why: string): Promise<void> {
@@ -404,7 +417,7 @@ export class NodeAgent extends EventEmitter {
     await r.server.child.terminate(10_000);
     this.replicas.delete(id);
     this.emit('running');
-    if (!this.runningReplicas().some((x) => x.sha256 === r.sha256)) this.cache.inUse.delete(r.sha256);
+    this.release(r.files);
   }
 
   private async startRpc(id: string, cache: boolean, stage?: StageInfo, device?: string): Promise<RunningRpcServer> {

@@ -1,4 +1,4 @@
-import { existsSync, mkdirSync, readdirSync, renameSync, rmSync, statfsSync, statSync, utimesSync } from 'node:fs';
+import { existsSync, mkdirSync, readdirSync, readlinkSync, renameSync, rmSync, statfsSync, statSync, symlinkSync, utimesSync } from 'node:fs';
 import { join } from 'node:path';
 import { Transform, type Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
@@ -6,6 +6,7 @@ import { ErrorCode, RelayError } from '../../../shared/errors.js';
 import { evictRpcCache, rpcCacheBytes } from './rpc-cache.js';
 import { appendWriter, GrowingFileHash } from './growing-hash.js';
 import type { CachedFile } from '../../../shared/protocol.js';
+import { splitPartName } from '../gguf/split.js';
 
 /**
  * The node's copy of the weights the hub granted it. Files are named by their sha256 (validated hex), so
@@ -164,7 +165,38 @@ export class ModelCache {
     const had = existsSync(p);
     rmSync(p, { force: true });
     evictRpcCache(this.rpcCacheDir, sha256);
+    this.dropSplitViews(p);
     return had;
+  }
+
+  /**
+   * A split model as llama.cpp loads it: a folder split/<id>/ of links named by llama.cpp's rule
+   * (model-0000i-of-0000N.gguf) to the parts, which stay in models/ under their sha256s. Made afresh each time;
+   * returns the first part's path, the one llama-server is given. Every part must be cached.
+   */
+  splitView(id: string, parts: readonly string[]): string {
+    const dir = join(this.root, 'split', ModelCache.check(id));
+    for (const sha of parts) {
+      if (!this.has(sha)) throw new RelayError(ErrorCode.MODEL_FILE_MISSING, `the cache does not hold part ${parts.indexOf(sha) + 1} of ${parts.length} (${sha.slice(0, 12)}…)`);
+    }
+    rmSync(dir, { recursive: true, force: true });
+    mkdirSync(dir, { recursive: true });
+    parts.forEach((sha, i) => symlinkSync(this.pathOf(sha), join(dir, splitPartName('model', i + 1, parts.length))));
+    return join(dir, splitPartName('model', 1, parts.length));
+  }
+
+  /** Remove the split views that link to `target` (a part being evicted). */
+  private dropSplitViews(target: string): void {
+    const root = join(this.root, 'split');
+    if (!existsSync(root)) return;
+    for (const id of readdirSync(root)) {
+      const dir = join(root, id);
+      let links: string[] = [];
+      try {
+        links = readdirSync(dir).map((f) => readlinkSync(join(dir, f)));
+      } catch { /* not a view: leave it */ }
+      if (links.includes(target)) rmSync(dir, { recursive: true, force: true });
+    }
   }
 
   /**

@@ -14,7 +14,8 @@ import {
 import { ControlChannel, acceptStream, openStream } from '../tunnel/channel.js';
 import { webSocketDuplex } from '../tunnel/transport.js';
 import { Session, type YamuxStream } from '../tunnel/yamux/session.js';
-import type { ModelRecord, NodeRecord, Store } from '../store/store.js';
+import type { ModelPart, ModelRecord, NodeRecord, Store } from '../store/store.js';
+import { modelFiles, usesFile } from '../models/files.js';
 import { checkJoinToken, credentialHash, newCredential } from './tokens.js';
 
 /**
@@ -138,7 +139,7 @@ export class NodeManager extends EventEmitter {
     await Promise.all((conn ? [conn] : this.connected()).map(async (c) => {
       for (const sha256 of [...c.cache.keys()]) {
         // Read the registry afresh for each file: a model registered while earlier evictions ran is kept.
-        if (this.d.store.data.models.some((m) => m.sha256 === sha256)) continue;
+        if (this.d.store.data.models.some((m) => usesFile(m, sha256))) continue;
         c.cache.delete(sha256);
         told.push(c.name);
         try {
@@ -332,32 +333,42 @@ export class NodeManager extends EventEmitter {
    */
   private readonly pushing = new Map<string, Promise<void>>();
 
-  push(conn: NodeConn, model: ModelRecord): Promise<void> {
+  /** Push every file of `model` the node lacks (each part of a split model is a file of its own), in order. */
+  async push(conn: NodeConn, model: ModelRecord): Promise<void> {
+    const files = modelFiles(model);
+    for (const [i, f] of files.entries()) {
+      if (conn.cache.has(f.sha256)) continue;
+      await this.pushFile(conn, files.length > 1 ? `${model.name} (part ${i + 1} of ${files.length})` : model.name, f);
+    }
+  }
+
+  private pushFile(conn: NodeConn, label: string, file: ModelPart): Promise<void> {
     // One push per (node, file) at a time: concurrent first requests wait for the same bytes.
-    const key = `${conn.name}:${model.sha256}`;
+    const key = `${conn.name}:${file.sha256}`;
     let p = this.pushing.get(key);
     if (!p) {
-      p = this.pushOnce(conn, model).finally(() => this.pushing.delete(key));
+      p = this.pushOnce(conn, label, file).finally(() => this.pushing.delete(key));
       this.pushing.set(key, p);
     }
     return p;
   }
 
-  private async pushOnce(conn: NodeConn, model: ModelRecord): Promise<void> {
+  private async pushOnce(conn: NodeConn, label: string, file: ModelPart): Promise<void> {
+    const { sha256, size } = file;
     for (let attempt = 0; ; attempt++) {
-      const begin = await conn.command({ type: 'push-begin', sha256: model.sha256, size: model.size }, 30_000);
+      const begin = await conn.command({ type: 'push-begin', sha256, size }, 30_000);
       const offset = begin.data?.offset;
       if (begin.data?.present === true) {
-        conn.cache.set(model.sha256, model.size);
+        conn.cache.set(sha256, size);
         return;
       }
       if (typeof offset !== 'number') throw new RelayError(ErrorCode.UPSTREAM_ERROR, `node ${conn.name} gave no push offset`);
-      const key = `${conn.name}:${model.sha256}`;
-      const progress: PushProgress = { node: conn.name, model: model.name, sha256: model.sha256, done: offset, total: model.size, started_at: new Date().toISOString() };
+      const key = `${conn.name}:${sha256}`;
+      const progress: PushProgress = { node: conn.name, model: label, sha256, done: offset, total: size, started_at: new Date().toISOString() };
       this.pushes.set(key, progress);
-      this.d.log.info({ node: conn.name, model: model.name, offset, size: model.size }, offset > 0 ? 'resuming weight push' : 'pushing weights');
+      this.d.log.info({ node: conn.name, model: label, offset, size }, offset > 0 ? 'resuming weight push' : 'pushing weights');
       try {
-        const st = conn.open({ kind: 'file', sha256: model.sha256, offset, size: model.size });
+        const st = conn.open({ kind: 'file', sha256, offset, size });
         const result = readResult(st);
         const counter = new Transform({
           transform: (chunk: Buffer, _e, cb) => {
@@ -366,17 +377,17 @@ export class NodeManager extends EventEmitter {
             cb(null, chunk);
           },
         });
-        const src = createReadStream(model.path, { start: offset, highWaterMark: 1024 * 1024 });
+        const src = createReadStream(file.path, { start: offset, highWaterMark: 1024 * 1024 });
         const limited = this.d.pushMaxBytesPerSec ? [rateLimit(this.d.pushMaxBytesPerSec)] : [];
         await pipeline([src, ...limited, counter, st] as unknown as [NodeJS.ReadableStream, NodeJS.WritableStream], { end: true } as never);
         const r = await result;
         if (r.ok) {
-          conn.cache.set(model.sha256, model.size);
-          this.d.log.info({ node: conn.name, model: model.name }, 'weights pushed and verified');
+          conn.cache.set(sha256, size);
+          this.d.log.info({ node: conn.name, model: label }, 'weights pushed and verified');
           return;
         }
         if (r.code === 'hash_mismatch' && attempt === 0) {
-          this.d.log.warn({ node: conn.name, model: model.name, message: r.message }, 'pushed weights failed verification: pushing again from zero');
+          this.d.log.warn({ node: conn.name, model: label, message: r.message }, 'pushed weights failed verification: pushing again from zero');
           continue;
         }
         throw new RelayError(r.code ? fromWireCode(r.code) : ErrorCode.UPSTREAM_ERROR, `push to node ${conn.name} failed: ${r.message}`, { node: conn.name });

@@ -12,6 +12,7 @@ import { describeNeed } from './plan.js';
 import type { Placement, Running } from './placement.js';
 import { shardFlags, type ShardModel, type Stage } from './shard.js';
 import { settingsFor } from './model-settings.js';
+import { cachedIn, modelFiles } from '../models/files.js';
 
 /**
  * The launcher makes a planned placement real and takes it down again: a host replica is a local
@@ -138,10 +139,11 @@ export class LlamaLauncher implements Launcher {
     const c = settingsFor(this.deps.config, model);
     const log = this.deps.log.child({ placement: p.id, model: model.name, node: conn.name });
     try {
-      if (!conn.cache.has(model.sha256)) await this.deps.nodes!.push(conn, model);
+      if (!cachedIn(conn.cache, model)) await this.deps.nodes!.push(conn, model);
       log.info({ device: p.device, need: describeNeed(model.name, p.fit) }, 'starting node replica');
+      const files = modelFiles(model);
       const reply = await conn.command({
-        type: 'start-replica', replica: p.id, sha256: model.sha256, ctx: p.fit.ctx, slots: p.fit.slots, cacheType: c.kvCacheType,
+        type: 'start-replica', replica: p.id, sha256: model.sha256, ...(files.length > 1 ? { parts: files.map((f) => f.sha256) } : {}), ctx: p.fit.ctx, slots: p.fit.slots, cacheType: c.kvCacheType,
         flashAttn: c.flashAttn ?? null, embedding: model.embedding, pooling: poolingFor(model), alias: model.name, device: p.device,
       }, c.loadTimeoutMs);
       const pid = typeof reply.data?.pid === 'number' ? reply.data.pid : null;
@@ -167,7 +169,8 @@ export class LlamaLauncher implements Launcher {
         h.members.push(member);
         // A node that already holds the GGUF fills ggml-rpc-server's cache from it: then the cold load
         // sends hashes, not tensors over 10 MiB (RELAY_RPC_CACHE_FILL=0 turns this off, for measuring).
-        if (conn.cache.has(model.sha256) && process.env.RELAY_RPC_CACHE_FILL !== '0') {
+        // A split model's parts are not read for the fill yet: its stages load by sending the tensors.
+        if (!model.parts && conn.cache.has(model.sha256) && process.env.RELAY_RPC_CACHE_FILL !== '0') {
           const filled = await conn.command({ type: 'fill-rpc-cache', sha256: model.sha256, layers: [stage.layers[0], stage.layers[1]] }, 10 * 60_000).catch((err: Error) => {
             log.warn({ node: conn.name, err: err.message }, 'rpc cache fill failed: the load sends the tensors instead');
             return null;

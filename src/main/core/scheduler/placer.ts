@@ -10,6 +10,7 @@ import type { Placement } from './placement.js';
 import { chooseEvictions, freeAfterReservations, planHostReplica, shortfallMessage, type HostPlan, type ReplicaView } from './plan.js';
 import { planShard, type ShardDevice, type ShardPlan } from './shard.js';
 import { settingsFor } from './model-settings.js';
+import { cachedIn } from '../models/files.js';
 
 /**
  * Where a new placement of a model goes, in the spec's order, as a plan the scheduler then carries out:
@@ -106,7 +107,7 @@ export class Placer {
       const plan = planHostReplica(need, freeAfterReservations(devices, this.views(conn.name, w.evicting)), []);
       if (plan.kind !== 'host') continue;
       const free = devices.find((dv) => dv.id === plan.device)!.reportedFreeMb;
-      const cached = conn.cache.has(model.sha256);
+      const cached = cachedIn(conn.cache, model);
       if (!best || (cached && !best.cached) || (cached === best.cached && free > best.free)) best = { conn, device: plan.device, cached, free };
     }
     return best ? { conn: best.conn, device: best.device } : null;

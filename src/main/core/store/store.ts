@@ -11,12 +11,25 @@ import type { ModelSettings } from '../scheduler/model-settings.js';
  */
 export const SCHEMA_VERSION = 2;
 
-export interface ModelRecord {
-  name: string;
+/** One file of a split model: where it is on the hub, its hash and the size and mtime it was hashed at. */
+export interface ModelPart {
   path: string;
   sha256: string;
   size: number;
   mtimeMs: number;
+}
+
+export interface ModelRecord {
+  name: string;
+  /** The GGUF llama-server is given: the file, or the first part of a split model. */
+  path: string;
+  /** The file's sha256; for a split model the split id over its parts' hashes (models/files.ts). */
+  sha256: string;
+  /** Bytes of the weights on disk (every part of a split model summed): the fit's weights. */
+  size: number;
+  mtimeMs: number;
+  /** A split model's parts in load order (absent for a single file). */
+  parts?: ModelPart[];
   required_vram_mb: number | null;
   arch: string | null;
   block_count: number | null;
