@@ -52,16 +52,60 @@ export interface SetupRequest {
   readonly name?: string;
 }
 
+/** One weekly pause window of a schedule, as the settings page edits it. */
+export interface ScheduleWindow {
+  /** 0 = Sunday … 6 = Saturday. */
+  readonly days: readonly number[];
+  /** HH:MM; `to` before `from` runs over midnight. */
+  readonly from: string;
+  readonly to: string;
+}
+
+/** The settings page: what this machine's owner may change while relay runs (in the current mode). */
+export interface SettingsView {
+  readonly mode: AppMode | null;
+  /** When sharing pauses each week ("mon-fri 09:00-17:30; sat 22:00-07:00"), and the same as windows. */
+  readonly schedule: string;
+  readonly windows: readonly ScheduleWindow[];
+  readonly autoPause: boolean;
+  /** Auto-pause needs NVML's per-process readings; null when they are there, else why not. */
+  readonly autoPauseUnavailable: string | null;
+  /** MiB of RAM lent for CPU inference (0: GPUs only). */
+  readonly cpuBudgetMb: number;
+  /** Node mode: MiB for pushed models, or 'auto'; null in hub mode. */
+  readonly cacheBudgetMb: number | 'auto' | null;
+  readonly startAtLogin: boolean;
+  /** Hub mode: other machines on the network can reach the hub; null in node mode. */
+  readonly lan: boolean | null;
+  /** The /v1 URL chat clients use (this hub's, or the joined hub's); null before setup. */
+  readonly v1Url: string | null;
+}
+
+/** A change from the settings page: only the fields given change. */
+export interface SettingsChange {
+  readonly schedule?: string;
+  readonly autoPause?: boolean;
+  readonly cpuBudgetMb?: number;
+  readonly cacheBudgetMb?: number | 'auto';
+  readonly startAtLogin?: boolean;
+  readonly lan?: boolean;
+}
+
 /** Channel → [request payload, response]. */
 export interface IpcContract {
   'relay:get-state': [null, AppState];
   'relay:setup': [SetupRequest, AppState];
   'relay:set-paused': [boolean, AppState];
   'relay:open-dashboard': [null, null];
+  'relay:get-settings': [null, SettingsView];
+  'relay:save-settings': [SettingsChange, SettingsView];
 }
 
 export type IpcChannel = keyof IpcContract;
-export const IPC_CHANNELS: readonly IpcChannel[] = ['relay:get-state', 'relay:setup', 'relay:set-paused', 'relay:open-dashboard'];
+export const IPC_CHANNELS: readonly IpcChannel[] = ['relay:get-state', 'relay:setup', 'relay:set-paused', 'relay:open-dashboard', 'relay:get-settings', 'relay:save-settings'];
+
+const SETTINGS_FIELDS = ['schedule', 'autoPause', 'cpuBudgetMb', 'cacheBudgetMb', 'startAtLogin', 'lan'];
+const mb = (v: unknown): boolean => typeof v === 'number' && Number.isInteger(v) && v >= 0 && v <= 16 * 1024 * 1024;
 /** Pushed from main to the window whenever the state changes. */
 export const STATE_EVENT = 'relay:state';
 
@@ -72,7 +116,20 @@ export function validateIpc<C extends IpcChannel>(channel: C, payload: unknown):
   switch (channel) {
     case 'relay:get-state':
     case 'relay:open-dashboard':
+    case 'relay:get-settings':
       return payload === null || payload === undefined;
+    case 'relay:save-settings': {
+      // Types and ranges here; the schedule's syntax is checked where it is parsed (the same parser as --schedule).
+      if (typeof payload !== 'object' || payload === null || Array.isArray(payload)) return false;
+      const p = payload as Record<string, unknown>;
+      return Object.keys(p).every((k) => SETTINGS_FIELDS.includes(k))
+        && (p.schedule === undefined || (typeof p.schedule === 'string' && p.schedule.length <= 1000))
+        && (p.autoPause === undefined || typeof p.autoPause === 'boolean')
+        && (p.cpuBudgetMb === undefined || mb(p.cpuBudgetMb))
+        && (p.cacheBudgetMb === undefined || p.cacheBudgetMb === 'auto' || mb(p.cacheBudgetMb))
+        && (p.startAtLogin === undefined || typeof p.startAtLogin === 'boolean')
+        && (p.lan === undefined || typeof p.lan === 'boolean');
+    }
     case 'relay:set-paused':
       return typeof payload === 'boolean';
     case 'relay:setup': {

@@ -99,12 +99,21 @@ describe('dashboard in chromium', { timeout: 300_000 }, () => {
 
   it('charts tok/s per placement and memory per device over the last minutes; the request log filters by model', async () => {
     for (let i = 0; i < 2; i++) assert.equal((await post('/v1/completions', { model: 'small', prompt: `hi ${i}`, max_tokens: 4 })).status, 200);
+    // The hub sampled the node's memory since it joined: a page opened now draws those minutes at once.
+    const kept = await until(async () => (await hub.api<{ series: Record<string, [number, number][]> }>('/api/history')).body.series['mem:north:CPU'] ?? [], (k) => k.length >= 3, 30_000);
+    assert.ok(kept.length >= 3, `the hub kept ${kept.length} samples of north's memory`);
     await page.goto(hub.url);
-    const tps = page.getByRole('table', { name: 'Replicas' }).getByRole('img', { name: /^tok\/s of small on (north|south), last 5 minutes: now [\d.]+ tok\/s/ });
+    const northMem = page.getByRole('table', { name: 'Nodes' }).getByRole('img', { name: /^memory used on north CPU/ });
+    assert.ok(((await northMem.locator('polyline').getAttribute('points')) ?? '').split(' ').length >= kept.length, 'drawn from the hub\'s history');
+    const tps = page.getByRole('table', { name: 'Replicas' }).getByRole('img', { name: /^tok\/s of small on (north|south), over the last [1-5] min: now [\d.]+ tok\/s/ });
     await tps.first().waitFor();
     assert.ok(((await tps.first().locator('polyline').getAttribute('points')) ?? '').split(' ').length >= 2, 'a line, not a dot');
-    await page.getByRole('table', { name: 'Nodes' }).getByRole('img', { name: /^memory used on north CPU, last 5 minutes: now \d+\.\d MB/ }).waitFor();
+    await page.getByRole('table', { name: 'Nodes' }).getByRole('img', { name: /^memory used on north CPU, over the last [1-5] min: now \d+\.\d MB/ }).waitFor();
     await page.getByRole('table', { name: 'Hub devices' }).getByRole('img', { name: /^memory used on the hub's CPU/ }).waitFor();
+    // docs/dashboard.png: a few more requests while the page watches, so the lines have a shape.
+    for (let i = 0; i < 6; i++) assert.equal((await post('/v1/completions', { model: 'small', prompt: `more ${i}`, max_tokens: 8 })).status, 200);
+    await until(async () => ((await tps.first().locator('polyline').getAttribute('points')) ?? '').split(' ').length, (n) => n >= 4, 20_000);
+    await page.screenshot({ path: join(artifacts, 'dashboard-charts.png'), fullPage: true });
 
     const recent = page.getByRole('table', { name: 'Recent requests' });
     const models = async () => (await recent.locator('tbody tr td:nth-child(2)').allInnerTexts()).filter(Boolean);

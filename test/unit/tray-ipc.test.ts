@@ -36,7 +36,7 @@ describe('tray', () => {
   it('a node\'s menu: status, pause toggle reflecting the state, schedule, dashboard, mode, login, quit', () => {
     const m = buildTrayMenu(nodeState({ paused: true, schedule: 'mon-fri 09:00-17:30' }));
     assert.deepEqual(m.map((i) => i.label ?? '—'), [
-      'Sharing paused', '—', 'Pause sharing', 'Schedule: paused mon-fri 09:00-17:30', 'Open dashboard', 'Mode: node (change…)', 'Start at login', '—', 'Quit relay',
+      'Sharing paused', '—', 'Pause sharing', 'Schedule: paused mon-fri 09:00-17:30', 'Open dashboard', 'Settings…', 'Mode: node (change…)', 'Start at login', '—', 'Quit relay',
     ]);
     const pause = m.find((i) => i.action === 'toggle-pause')!;
     assert.deepEqual([pause.type, pause.checked], ['checkbox', true]);
@@ -56,6 +56,8 @@ describe('tray', () => {
     assert.equal(fresh.some((i) => i.action === 'open-dashboard'), false);
     assert.equal(m.find((i) => i.action === 'add-node')?.label, 'Add a node…', 'a hub adds nodes from its tray');
     assert.equal(fresh.some((i) => i.action === 'add-node'), false);
+    assert.equal(m.find((i) => i.action === 'open-settings')?.label, 'Settings…');
+    assert.equal(fresh.some((i) => i.action === 'open-settings'), false, 'nothing to set before setup');
   });
 });
 
@@ -74,6 +76,19 @@ describe('IPC contract', () => {
     assert.equal(validateIpc('relay:setup', { mode: 'node', hubUrl: 'http://hub', token: 't', name: '../x' }), false);
     assert.equal(validateIpc('relay:setup', { mode: 'root' }), false);
     assert.equal(validateIpc('relay:nope' as never, null), false);
+    // The settings page: only known fields, each of its type and range (the schedule's syntax is the parser's).
+    assert.equal(validateIpc('relay:get-settings', null), true);
+    assert.equal(validateIpc('relay:save-settings', { schedule: 'mon-fri 09:00-17:30', autoPause: true, cpuBudgetMb: 0, cacheBudgetMb: 'auto', startAtLogin: false, lan: true }), true);
+    assert.equal(validateIpc('relay:save-settings', { cacheBudgetMb: 2048 }), true);
+    assert.equal(validateIpc('relay:save-settings', {}), true);
+    assert.equal(validateIpc('relay:save-settings', { hubUrl: 'http://evil' }), false);
+    assert.equal(validateIpc('relay:save-settings', { cpuBudgetMb: -1 }), false);
+    assert.equal(validateIpc('relay:save-settings', { cpuBudgetMb: 1.5 }), false);
+    assert.equal(validateIpc('relay:save-settings', { cacheBudgetMb: 'lots' }), false);
+    assert.equal(validateIpc('relay:save-settings', { schedule: 'x'.repeat(1001) }), false);
+    assert.equal(validateIpc('relay:save-settings', { lan: 'yes' }), false);
+    assert.equal(validateIpc('relay:save-settings', null), false);
+    assert.equal(validateIpc('relay:save-settings', [1]), false);
   });
 });
 
@@ -96,7 +111,7 @@ describe('preload', () => {
     runInNewContext(code, { require: (m: string) => (m === 'electron' ? electron : assert.fail(`preload requires ${m}`)), module, exports: module.exports });
     assert.deepEqual(Object.keys(exposed), ['relay']);
     const api = exposed.relay!;
-    assert.deepEqual(Object.keys(api).sort(), ['getState', 'onState', 'openDashboard', 'setPaused', 'setup']);
+    assert.deepEqual(Object.keys(api).sort(), ['getSettings', 'getState', 'onState', 'openDashboard', 'saveSettings', 'setPaused', 'setup']);
     for (const [k, f] of Object.entries(api)) {
       assert.equal(typeof f, 'function', k);
       await f(k === 'onState' ? () => undefined : null);

@@ -9,7 +9,7 @@ import { hostname } from 'node:os';
 import { join } from 'node:path';
 import type { Logger } from 'pino';
 import { isRelayError } from '../../shared/errors.js';
-import { IPC_CHANNELS, validateIpc, type AppMode, type AppState, type IpcChannel, type IpcResult, type SetupRequest } from '../../shared/ipc.js';
+import { IPC_CHANNELS, validateIpc, type AppMode, type AppState, type IpcChannel, type IpcResult, type ScheduleWindow, type SettingsChange, type SettingsView, type SetupRequest } from '../../shared/ipc.js';
 import { hubConfigFromEnv } from '../core/config.js';
 import { startHub, type Hub } from '../core/hub/index.js';
 import { ensureLlama } from '../core/llama/build.js';
@@ -22,6 +22,20 @@ import { navigationAllowed } from './navigation.js';
 import { dashboardOpenUrl, lanUrl, loopbackUrl } from './hub-urls.js';
 import { beyondLoopback } from '../core/hub/keys.js';
 import type { TrayAction } from './tray-menu.js';
+import { autoPauseSupport } from '../core/gpu/nvml.js';
+
+/** A schedule as the settings page's rows (an unparsable one, which no save lets in, as none). */
+export function scheduleWindows(schedule: string): ScheduleWindow[] {
+  const hhmm = (min: number): string => `${String(Math.floor(min / 60)).padStart(2, '0')}:${String(min % 60).padStart(2, '0')}`;
+  try {
+    return parseSchedule(schedule).map((w) => ({ days: [...w.days], from: hhmm(w.fromMin), to: hhmm(w.toMin) }));
+  } catch {
+    return [];
+  }
+}
+
+/** The app's own pages (src/renderer/<page>.html). */
+export type AppPage = 'setup' | 'settings';
 
 export interface AppSettings {
   mode: AppMode | null;
@@ -38,8 +52,8 @@ export const DEFAULT_SETTINGS: AppSettings = { mode: null, hubPort: 7070, hubLis
 
 /** What the controller asks of its host: Electron in the app, a recorder in tests. */
 export interface AppShell {
-  /** Show the setup page, or the dashboard at `url`. */
-  openWindow(target: { page: 'setup' } | { url: string }): void;
+  /** Show one of the app's pages (setup, settings), or the dashboard at `url`. */
+  openWindow(target: { page: AppPage } | { url: string }): void;
   setLoginItem(openAtLogin: boolean): void;
   quit(): void;
   /** The state changed: redraw the tray, push it to the window. */
@@ -70,6 +84,8 @@ export class AppController {
   private setupKey: string | null = null;
   private starting: Promise<void> | null = null;
   private setups: Promise<void> = Promise.resolve();
+  /** The port a hub restarted for a new address keeps (nodes joined at it come back by themselves). */
+  private keepPort: number | null = null;
 
   constructor(private readonly o: AppControllerOptions) {
     if (!o.pagesUrl.endsWith('/')) throw new Error('pagesUrl must name a folder (end with /)');
@@ -181,7 +197,8 @@ export class AppController {
     try {
       const install = await ensureLlama({ env, progress: (l) => log.info(`[llama build] ${l}`) });
       if (this.settings.mode === 'hub') {
-        const config = hubConfigFromEnv(env, { home: join(this.o.userData, 'hub'), host: this.settings.hubListen, port: this.settings.hubPort, cpuBudgetMb: this.settings.cpuBudgetMb });
+        const config = hubConfigFromEnv(env, { home: join(this.o.userData, 'hub'), host: this.settings.hubListen, port: this.keepPort ?? this.settings.hubPort, cpuBudgetMb: this.settings.cpuBudgetMb });
+        this.keepPort = null;
         this.hub = await startHub(config, { log, install });
       } else if (this.settings.mode === 'node') {
         const s = readSettings(this.nodeHome);
@@ -242,6 +259,9 @@ export class AppController {
       case 'open-setup':
         this.o.shell.openWindow({ page: 'setup' });
         break;
+      case 'open-settings':
+        this.o.shell.openWindow({ page: this.settings.mode === null ? 'setup' : 'settings' });
+        break;
       case 'toggle-start-at-login':
         this.settings.startAtLogin = !this.settings.startAtLogin;
         this.o.shell.setLoginItem(this.settings.startAtLogin);
@@ -261,7 +281,8 @@ export class AppController {
    */
   senderAllowed(channel: IpcChannel, senderUrl: string): boolean {
     if (senderUrl.startsWith(this.o.pagesUrl)) return true;
-    if (channel === 'relay:setup') return false;
+    // Re-pointing this machine or changing what it lends is for the app's own pages only.
+    if (channel === 'relay:setup' || channel === 'relay:get-settings' || channel === 'relay:save-settings') return false;
     const dash = this.dashboardUrl();
     if (!dash) return false;
     try {
@@ -297,6 +318,16 @@ export class AppController {
       case 'relay:open-dashboard':
         await this.onTray('open-dashboard');
         return null;
+      case 'relay:get-settings':
+        return this.settingsView();
+      case 'relay:save-settings': {
+        // One change at a time, after any setup in progress.
+        const run = this.setups.then(() => this.changeSettings(payload as SettingsChange));
+        this.setups = run.catch(() => undefined);
+        await run;
+        this.render();
+        return this.settingsView();
+      }
       case 'relay:setup': {
         // One setup at a time (a double-clicked Start, two windows): each runs after the previous ends.
         const run = this.setups.then(() => this.setup(payload as SetupRequest));
@@ -304,6 +335,64 @@ export class AppController {
         await run;
         return this.state();
       }
+    }
+  }
+
+  /** What the settings page shows: the current mode's schedule, auto-pause, budgets, login item, LAN and /v1. */
+  settingsView(): SettingsView {
+    const node = this.settings.mode === 'node' ? (this.agent?.current() ?? readSettings(this.nodeHome)) : null;
+    const hub = this.settings.mode === 'hub' ? this.hub : null;
+    const schedule = hub ? hub.availability.settings().schedule : (node?.schedule ?? '');
+    const support = autoPauseSupport();
+    return {
+      mode: this.settings.mode,
+      schedule,
+      windows: scheduleWindows(schedule),
+      autoPause: hub ? hub.availability.settings().autoPause : (node?.autoPause ?? false),
+      autoPauseUnavailable: support.available ? null : support.why,
+      cpuBudgetMb: node ? node.cpuBudgetMb : this.settings.cpuBudgetMb,
+      cacheBudgetMb: node ? node.cacheBudgetMb : null,
+      startAtLogin: this.settings.startAtLogin,
+      lan: this.settings.mode === 'hub' ? beyondLoopback(this.settings.hubListen) : null,
+      v1Url: hub ? `${lanUrl(hub.url, this.settings.hubListen)}/v1` : node ? `${node.hub}/v1` : null,
+    };
+  }
+
+  /**
+   * Apply a change from the settings page now, without restarting the app, and keep it: the hub's schedule
+   * and auto-pause in its store, the node's settings in node.json, the rest in settings.json. A LAN change
+   * restarts the embedded hub on the new address (its placements stop; nodes reconnect by themselves).
+   */
+  private async changeSettings(c: SettingsChange): Promise<void> {
+    if (this.settings.mode === 'hub') {
+      if (!this.hub) throw new Error('the hub is not running: see the error in the tray');
+      if (c.schedule !== undefined || c.autoPause !== undefined) {
+        await this.hub.availability.set({ ...(c.schedule !== undefined ? { schedule: c.schedule } : {}), ...(c.autoPause !== undefined ? { autoPause: c.autoPause } : {}) });
+      }
+      if (c.cpuBudgetMb !== undefined) this.hub.setCpuBudgetMb(c.cpuBudgetMb);
+    } else if (this.settings.mode === 'node') {
+      if (!this.agent) throw new Error('the node is not running: see the error in the tray');
+      const { lan: _lan, startAtLogin: _login, ...nodeChange } = c;
+      if (Object.keys(nodeChange).length > 0) await this.agent.configure(nodeChange);
+    } else if (Object.keys(c).some((k) => k !== 'startAtLogin')) {
+      throw new Error('set relay up first (hub or node)');
+    }
+    if (c.cpuBudgetMb !== undefined) this.settings.cpuBudgetMb = c.cpuBudgetMb;
+    if (c.startAtLogin !== undefined && c.startAtLogin !== this.settings.startAtLogin) {
+      this.settings.startAtLogin = c.startAtLogin;
+      this.o.shell.setLoginItem(c.startAtLogin);
+    }
+    const listen = c.lan === undefined || this.settings.mode !== 'hub' ? this.settings.hubListen : c.lan ? '0.0.0.0' : '127.0.0.1';
+    const relisten = listen !== this.settings.hubListen;
+    this.settings.hubListen = listen;
+    this.saveSettings();
+    if (relisten) {
+      this.o.log.info({ listen }, 'the hub moves to a new address: restarting it in this process');
+      this.keepPort = this.hub?.port ?? null;
+      await this.stop();
+      await this.launch();
+      // A hub the network can reach answers /v1 only with a key: make the first one now and show it.
+      if (this.hub && beyondLoopback(listen) && !this.hub.keys.any) this.setupKey = (await this.hub.keys.create('tray')).key;
     }
   }
 

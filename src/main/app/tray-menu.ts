@@ -8,7 +8,7 @@ export const TRAY_ICONS = ['setup', 'hub-serving', 'hub-idle', 'node-idle', 'nod
 /** Each names assets/tray-<icon>.png. */
 export type TrayIcon = (typeof TRAY_ICONS)[number];
 
-export type TrayAction = 'toggle-pause' | 'open-dashboard' | 'add-node' | 'open-setup' | 'toggle-start-at-login' | 'quit';
+export type TrayAction = 'toggle-pause' | 'open-dashboard' | 'add-node' | 'open-settings' | 'open-setup' | 'toggle-start-at-login' | 'quit';
 
 export interface TrayItem {
   readonly label?: string;
@@ -59,6 +59,8 @@ export function buildTrayMenu(s: AppState): TrayItem[] {
   if (s.mode !== null) items.push({ label: 'Open dashboard', action: 'open-dashboard' });
   // The hub's dashboard shows a fresh join token (it carries the hub's address) and the command for a node.
   if (s.mode === 'hub' && s.hub) items.push({ label: 'Add a node…', action: 'add-node' });
+  // Schedule, auto-pause, budgets, start at login, LAN exposure and the /v1 URL, changed without a restart.
+  if (s.mode !== null) items.push({ label: 'Settings…', action: 'open-settings' });
   items.push(
     { label: s.mode === null ? 'Set up: hub or node…' : `Mode: ${s.mode} (change…)`, action: 'open-setup' },
     { label: 'Start at login', type: 'checkbox', checked: s.startAtLogin, action: 'toggle-start-at-login' },

@@ -41,7 +41,7 @@ if (!app.requestSingleInstanceLock()) {
           return { action: 'deny' };
         });
       }
-      if ('page' in target) void win.loadFile(join(pages, 'setup.html'));
+      if ('page' in target) void win.loadFile(join(pages, `${target.page}.html`));
       else void win.loadURL(target.url);
       win.show();
     },

@@ -9,6 +9,8 @@ contextBridge.exposeInMainWorld('relay', {
   setup: (req: unknown) => call('relay:setup', req),
   setPaused: (paused: boolean) => call('relay:set-paused', paused),
   openDashboard: () => call('relay:open-dashboard'),
+  getSettings: () => call('relay:get-settings'),
+  saveSettings: (change: unknown) => call('relay:save-settings', change),
   onState: (fn: (state: unknown) => void) => {
     ipcRenderer.on('relay:state', (_e, state: unknown) => fn(state));
   },

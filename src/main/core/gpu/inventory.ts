@@ -129,7 +129,7 @@ export class HostInventory {
 
   constructor(
     private readonly install: LlamaInstall,
-    private readonly cpuBudgetMb: number,
+    private cpuBudgetMb: number,
     private readonly readings: () => GpuReading[] | null = readGpuReadings,
     private readonly refreshMs = 5000,
     private readonly now: () => number = Date.now,
@@ -151,6 +151,16 @@ export class HostInventory {
     const hasGpu = this.listed.length > 0;
     this.lastMerged = mergeDevices(this.listed, hasGpu ? this.readings() : null, this.cpuBudgetMb, { cudaVisible: process.env.CUDA_VISIBLE_DEVICES, readAt: this.listedAt });
     return this.lastMerged;
+  }
+
+  /** The opted-in CPU budget (MiB, 0: GPUs only) now. */
+  get cpuBudget(): number {
+    return this.cpuBudgetMb;
+  }
+
+  /** Change the CPU budget at once (the tray's settings): the next devices() reports it. */
+  setCpuBudgetMb(mb: number): void {
+    this.cpuBudgetMb = mb;
   }
 
   /** Re-read llama-server's list now (free memory of devices NVML does not cover). */

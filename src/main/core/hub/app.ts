@@ -18,6 +18,7 @@ import type { HubMetrics } from './metrics.js';
 import type { NodeManager } from '../pool/manager.js';
 import { proxyToReplica } from './proxy.js';
 import type { HubAvailability } from './availability.js';
+import type { History } from './history.js';
 import { browserGuard, isLoopback, lanAddresses, ownHostNames, pageCsp, requireJson } from './guard.js';
 import { serveEvents } from './events.js';
 import { readBody } from './body.js';
@@ -42,6 +43,10 @@ export interface AppDeps {
   readonly nodesOverTlsOnly?: boolean;
   /** Ready connections to this machine's llama-servers (see spare-sockets.ts); none: a fresh connect each. */
   readonly spares?: SpareSockets;
+  /** The CPU budget now (it can change while the hub runs); absent: the config's. */
+  readonly cpuBudgetMb?: () => number;
+  /** The charts' last minutes (history.ts), for a dashboard opened now. */
+  readonly history?: History;
 }
 
 function sendError(res: Response, err: unknown, log: Logger): void {
@@ -478,7 +483,7 @@ export function createApp(d: AppDeps): express.Express {
       parallel_slots: config.parallelSlots,
       kv_cache_type: config.kvCacheType,
       flash_attn: config.flashAttn ?? `unset: ${effectiveFlashAttn(config.kvCacheType, undefined)} for a ${config.kvCacheType} cache`,
-      cpu_budget_mb: config.cpuBudgetMb,
+      cpu_budget_mb: d.cpuBudgetMb?.() ?? config.cpuBudgetMb,
       keep_alive_ms: config.keepAliveMs,
       api_key_required: keyRequired(),
       queue_max: config.queueMax,
@@ -535,6 +540,11 @@ export function createApp(d: AppDeps): express.Express {
 
   // Live updates for the dashboard: the status as server-sent events, once a second while it changes.
   app.get('/events', requireAdmin(true), (req, res) => serveEvents(req, res, () => JSON.stringify(buildStatus())));
+
+  // The charts' last five minutes, for a page opened now (it appends what /events brings).
+  app.get('/api/history', requireAdmin(true), (_req, res) => {
+    res.json(d.history?.snapshot() ?? { window_ms: 0, interval_ms: 0, series: {} });
+  });
 
   app.get('/metrics', requireAdmin(true), (_req, res) => {
     res.type('text/plain; version=0.0.4').send(metrics.render(scheduler.status().map((r) => r.state)));

@@ -5,6 +5,7 @@ import { createServer as createNetServer, type AddressInfo, type Server as NetSe
 import { join } from 'node:path';
 import type { Duplex } from 'node:stream';
 import type { Logger } from 'pino';
+import { ErrorCode, RelayError } from '../../../shared/errors.js';
 import type { HubConfig } from '../config.js';
 import { HostInventory, type Device } from '../gpu/inventory.js';
 import { ensureLlama } from '../llama/build.js';
@@ -18,6 +19,7 @@ import { SpareSockets } from '../llama/spare-sockets.js';
 import { HubAvailability } from './availability.js';
 import { ApiKeys, beyondLoopback } from './keys.js';
 import { HubMetrics } from './metrics.js';
+import { startHistory } from './history.js';
 import { NodeManager } from '../pool/manager.js';
 import { joinSecret } from '../pool/tokens.js';
 import { certFingerprint, ensureHubCert } from '../pool/hub-cert.js';
@@ -34,6 +36,8 @@ export interface Hub {
   readonly nodes: NodeManager;
   readonly availability: HubAvailability;
   readonly keys: ApiKeys;
+  /** The CPU budget (MiB) for replicas on the hub's own CPU, changed while it runs (the tray's settings). */
+  setCpuBudgetMb(mb: number): void;
   close(): Promise<void>;
 }
 
@@ -94,8 +98,15 @@ export async function startHub(config: HubConfig, deps: { log: Logger; install?:
     log.warn(`the hub listens on ${config.host}: /v1 answers only requests with an API key; make one with \`relay keys create NAME\``);
   }
   const spares = new SpareSockets();
+  const charts = startHistory({
+    placements: () => [...scheduler.status(), ...scheduler.shardStatus()],
+    hubDevices: () => scheduler.deviceStatus(),
+    nodeDevices: () => nodes.connected().flatMap((c) => scheduler.nodeDevicesFree(c.name, c.devices).map((d) => ({ node: c.name, id: d.id, totalMb: d.totalMb, freeMb: d.freeMb }))),
+  });
   const app = createApp({
     config, registry, scheduler, nodes, metrics, log, version: packageVersion(), availability, keys, nodesOverTlsOnly: true, spares,
+    cpuBudgetMb: () => inventory.cpuBudget,
+    history: charts.history,
     llama: { tag: install.tag, version: install.version, backend: install.backend, backend_reason: install.backendReason },
   });
 
@@ -162,9 +173,15 @@ export async function startHub(config: HubConfig, deps: { log: Logger; install?:
     nodes,
     availability,
     keys,
+    setCpuBudgetMb(mb: number) {
+      if (!Number.isInteger(mb) || mb < 0) throw new RelayError(ErrorCode.INVALID_ARGUMENT, `the CPU budget must be a whole number of MB >= 0, got ${mb}`);
+      inventory.setCpuBudgetMb(mb);
+      log.info({ cpu_budget_mb: mb }, 'the hub\'s CPU budget changed');
+    },
     close() {
       closing ??= (async () => {
         nodes.close();
+        charts.close();
         for (const h of httpServers) h.closeIdleConnections();
         const closed = new Promise<void>((r) => server.close(() => r()));
         await availability.close();

@@ -48,6 +48,9 @@ export interface NodeSettings {
   hubCert?: string | null;
 }
 
+/** What may change while the agent runs. */
+export type NodeSettingsChange = Partial<Pick<NodeSettings, 'schedule' | 'autoPause' | 'cpuBudgetMb' | 'cacheBudgetMb'>>;
+
 export function settingsPath(home: string): string {
   return join(home, 'node.json');
 }
@@ -120,6 +123,37 @@ export class NodeAgent extends EventEmitter {
       autoPaused: this.autoPaused,
       activeStreams: this.activeStreams,
     });
+  }
+
+  /**
+   * Change what the owner chose while the agent runs (the tray's settings page): the schedule and auto-pause
+   * take effect at once (a window that covers now pauses the node), the CPU budget is what the next report
+   * tells the hub, the cache budget holds from the next push. Saved to node.json.
+   */
+  async configure(change: NodeSettingsChange): Promise<void> {
+    const next = { ...this.settings, ...change };
+    let schedule: PauseWindow[];
+    try {
+      schedule = parseSchedule(next.schedule); // a bad schedule changes nothing
+    } catch (err) {
+      throw new RelayError(ErrorCode.INVALID_ARGUMENT, `schedule: ${(err as Error).message}`);
+    }
+    if (!Number.isInteger(next.cpuBudgetMb) || next.cpuBudgetMb < 0) throw new RelayError(ErrorCode.INVALID_ARGUMENT, `the CPU budget must be a whole number of MB >= 0, got ${next.cpuBudgetMb}`);
+    if (next.cacheBudgetMb !== 'auto' && (!Number.isInteger(next.cacheBudgetMb) || next.cacheBudgetMb < 0)) throw new RelayError(ErrorCode.INVALID_ARGUMENT, `the cache budget must be "auto" or a whole number of MB >= 0, got ${next.cacheBudgetMb}`);
+    this.settings = next;
+    writeSettings(this.home, next);
+    this.schedule = schedule;
+    this.inventory.setCpuBudgetMb(next.cpuBudgetMb);
+    this.cache.budget = next.cacheBudgetMb === 'auto' ? 'auto' : next.cacheBudgetMb * 1024 * 1024;
+    if (!next.autoPause) this.autoPaused = false;
+    this.d.log.info({ schedule: next.schedule, auto_pause: next.autoPause ?? false, cpu_budget_mb: next.cpuBudgetMb, cache_budget_mb: next.cacheBudgetMb }, 'node settings changed');
+    await this.availabilityChanged();
+    if (this.connected) this.heartbeat(); // the hub sees the new schedule and devices now
+  }
+
+  /** The settings a running agent holds now. */
+  current(): Readonly<NodeSettings> {
+    return this.settings;
   }
 
   async setPaused(paused: boolean): Promise<void> {

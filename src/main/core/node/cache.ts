@@ -42,7 +42,8 @@ export class ModelCache {
 
   constructor(
     readonly root: string,
-    readonly budget: CacheBudget,
+    /** Changed while the node runs by setBudget (the tray's settings); the next push is held to it. */
+    public budget: CacheBudget,
     private readonly freeBytes: () => number = () => diskFreeBytes(root),
   ) {
     this.modelsDir = join(root, 'models');
