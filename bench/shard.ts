@@ -58,14 +58,14 @@ const add = async (name: string, fx: FixtureName, required?: number) => {
   if (!res.ok) throw new Error(`registering ${name}: ${res.status} ${await res.text()}`);
   return path;
 };
-const shardRoundTrips = (model: string) => hub.scheduler.shardStatus().filter((s) => s.model === model && s.state === 'ready').flatMap((s) => s.stages).reduce((a, st) => a + (st.rpc_round_trips ?? 0), 0);
-const shardBytes = (model: string) => hub.scheduler.shardStatus().filter((s) => s.model === model && s.state === 'ready').flatMap((s) => s.stages).reduce((a, st) => a + (st.rpc_bytes ?? 0), 0);
+const shardRoundTrips = (model: string) => hub.scheduler.view.shardStatus().filter((s) => s.model === model && s.state === 'ready').flatMap((s) => s.stages).reduce((a, st) => a + (st.rpc_round_trips ?? 0), 0);
+const shardBytes = (model: string) => hub.scheduler.view.shardStatus().filter((s) => s.model === model && s.state === 'ready').flatMap((s) => s.stages).reduce((a, st) => a + (st.rpc_bytes ?? 0), 0);
 const rows: string[] = [];
 try {
   // 1. Tunnel vs direct TCP RPC for the same 2-stage shard.
   const densePath = await add('dense', 'large', 800);
   await gen(hub.url, 'dense', 4);
-  const sh = hub.scheduler.shardStatus().find((s) => s.model === 'dense')!;
+  const sh = hub.scheduler.view.shardStatus().find((s) => s.model === 'dense')!;
   const argv = (await import('node:fs')).readFileSync(`/proc/${sh.pid}/cmdline`, 'utf8').split('\0');
   const flag = (n: string) => argv[argv.indexOf(n) + 1]!;
   const rpc = await startRpcServer(llama(), { cache: false });

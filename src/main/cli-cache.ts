@@ -2,7 +2,7 @@ import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { cacheReport, ModelCache, type CacheBudget, type CacheReport } from './core/node/cache.js';
-import { readSettings } from './core/node/agent.js';
+import { readSettings } from './core/node/settings.js';
 
 /**
  * `relay cache ls|prune` on a node: what the weights cache holds and freeing it. With the node running the

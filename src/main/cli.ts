@@ -16,7 +16,8 @@ import { cmdModels } from './cli-models.js';
 import { statusLines, type StatusJson } from './cli-status.js';
 import { llamaBuildProgress, showHubPushes, showNodePushes, TerminalProgress } from './terminal-progress.js';
 import { createLogger } from './core/log.js';
-import { NodeAgent, readSettings, writeSettings, type NodeSettings } from './core/node/agent.js';
+import { NodeAgent } from './core/node/agent.js';
+import { readSettings, writeSettings, type NodeSettings } from './core/node/settings.js';
 import { joinHub } from './core/node/hub-client.js';
 import { parseSchedule } from './core/node/availability.js';
 

@@ -109,7 +109,14 @@ export interface StageInfo { model: string; index: number; of: number; layers: [
 export interface StartRpc { type: 'start-rpc'; id: number; rpc: string; cache: boolean; stage?: StageInfo; device?: string }
 export interface StopRpc { type: 'stop-rpc'; id: number; rpc: string }
 export interface Evict { type: 'evict'; id: number; sha256: string }
-export interface PushBegin { type: 'push-begin'; id: number; sha256: string; size: number }
+export interface PushBegin {
+  type: 'push-begin';
+  id: number;
+  sha256: string;
+  size: number;
+  /** The other parts of the same split model: the node does not evict them to make room for this one. */
+  siblings?: string[];
+}
 /** Fill ggml-rpc-server's tensor cache from the node's own copy of a GGUF (a shard's cold load then moves no large tensor). */
 /** `layers`: only the tensors of the stage's layers [first, end) (absent: every tensor over the threshold). */
 export interface FillRpcCache { type: 'fill-rpc-cache'; id: number; sha256: string; layers?: [number, number] }
@@ -173,7 +180,7 @@ const SCHEMAS: Record<string, Check> = {
   'start-rpc': shape({ id: isInt, rpc: isId, cache: isBool, device: optional(isId), stage: optional(shape({ model: isId, index: isInt, of: isInt, layers: (v) => Array.isArray(v) && v.length === 2 && v.every(isInt) })) }),
   'stop-rpc': shape({ id: isInt, rpc: isId }),
   evict: shape({ id: isInt, sha256: isSha }),
-  'push-begin': shape({ id: isInt, sha256: isSha, size: isInt }),
+  'push-begin': shape({ id: isInt, sha256: isSha, size: isInt, siblings: optional((v) => Array.isArray(v) && v.length <= 256 && v.every(isSha)) }),
   'fill-rpc-cache': shape({ id: isInt, sha256: isSha, layers: optional((v) => Array.isArray(v) && v.length === 2 && v.every(isInt)) }),
   'set-paused': shape({ id: isInt, paused: isBool }),
 };

@@ -156,7 +156,7 @@ describe('tray app, hub mode (embedded hub in the app process)', { timeout: 240_
   });
 
   it('quitting stops the hub and its llama-server; the next start remembers hub mode', async () => {
-    const pid = app.hub!.scheduler.status().find((r) => r.model === 'small')!.pid!;
+    const pid = app.hub!.scheduler.view.status().find((r) => r.model === 'small')!.pid!;
     assert.ok(alive(pid));
     await app.stop();
     assert.ok(await waitGone(pid, 15_000), 'llama-server stopped with the app');

@@ -128,7 +128,7 @@ describe('cold shard load without moving weights', { timeout: 300_000 }, () => {
     const res = await fetch(`${hub.url}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: 'large', prompt: 'The sky', max_tokens: 8, temperature: 0, top_k: 1 }) });
     const j = (await res.json()) as { choices: { text: string }[] };
     assert.equal(res.status, 200, JSON.stringify(j));
-    const [sh] = hub.scheduler.shardStatus().filter((x) => x.state === 'ready');
+    const [sh] = hub.scheduler.view.shardStatus().filter((x) => x.state === 'ready');
     const bytes = sh!.stages.reduce((a, st) => a + (st.rpc_bytes ?? 0), 0);
     await hub.scheduler.stopModel('large', 'next measurement');
     return { bytes, text: j.choices[0]!.text };

@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
-import { existsSync, mkdtempSync, readFileSync, readlinkSync, renameSync, rmSync, utimesSync, writeFileSync } from 'node:fs';
+import { existsSync, lstatSync, mkdtempSync, readFileSync, readlinkSync, renameSync, rmSync, statSync, utimesSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { basename, join } from 'node:path';
 import { describe, it } from 'node:test';
@@ -92,6 +92,35 @@ describe('split GGUFs: read as one model', () => {
     await assert.rejects(reg.verify('Big-Q4'), (e: unknown) => isRelayError(e, 'MODEL_FILE_MISSING'));
   });
 
+  it('a split model registered as one file (before relay read splits) is read again as every part', async () => {
+    const dir = tmp();
+    const paths = writeSplitGguf(dir, 'Old', META, TENSORS, 2);
+    const store = await Store.open(tmp());
+    const reg = new ModelRegistry(store, pino({ level: 'silent' }));
+    const st = statSync(paths[0]!);
+    await store.update((data) => {
+      data.models.push({ name: 'Old', path: paths[0]!, sha256: sha(paths[0]!), size: st.size, mtimeMs: st.mtimeMs, required_vram_mb: null, arch: 'llama', block_count: 3, kv_bytes_per_token: null, expert_count: 0, expert_used_count: 0, context_length: null, embedding: false, added_at: new Date().toISOString() });
+    });
+    assert.equal(reg.fileState(reg.require('Old')), 'changed');
+    const v = await reg.verify('Old');
+    assert.equal(v.changed, true);
+    assert.deepEqual(v.model.parts!.map((p) => p.path), paths);
+    assert.equal(reg.fileState(v.model), 'ok');
+  });
+
+  it('a push keeps the other parts of its split model: the budget refuses rather than evict a sibling', () => {
+    const c = new ModelCache(tmp(), 300);
+    const [a, b, other] = ['a', 'b', 'd'].map((x) => x.repeat(64)) as [string, string, string];
+    writeFileSync(c.pathOf(other), Buffer.alloc(100));
+    writeFileSync(c.pathOf(a), Buffer.alloc(100)); // part 1, newer than `other`
+    const old = new Date(Date.now() - 60_000);
+    utimesSync(c.pathOf(other), old, old);
+    assert.equal(c.makeRoom(150, [b, a]), true, 'room made by evicting the unrelated file');
+    assert.deepEqual(c.inventory().map((f) => f.sha256), [a]);
+    assert.equal(c.makeRoom(250, [b, a]), false, 'part 1 is never evicted for part 2');
+    assert.ok(c.has(a));
+  });
+
   it('import: a folder\'s split model is found by its first part, the other parts noted', () => {
     const dir = tmp();
     writeSplitGguf(dir, 'Huge', META, TENSORS, 3);
@@ -107,6 +136,9 @@ describe('split GGUFs: read as one model', () => {
     const id = 'c'.repeat(64);
     const first = c.splitView(id, shas);
     assert.equal(basename(first), 'model-00001-of-00002.gguf');
+    const ino = lstatSync(first).ino;
+    assert.equal(c.splitView(id, shas), first);
+    assert.equal(lstatSync(first).ino, ino, 'a second replica of the model leaves the links the first one loads from');
     assert.equal(readlinkSync(first), c.pathOf(shas[0]!));
     assert.equal(readlinkSync(first.replace('00001-of', '00002-of')), c.pathOf(shas[1]!));
     assert.equal(c.evict(shas[1]!), true);

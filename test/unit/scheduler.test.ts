@@ -143,16 +143,16 @@ describe('scheduler with a manual launcher', () => {
     const got = await Promise.all(leases);
     assert.deepEqual(got.map((l) => where(l, launcher)).sort(), ['hub', 'n1', 'n2']);
     assert.equal(launcher.starts[0]!.p.kind, 'host');
-    assert.deepEqual(scheduler.status().map((r) => r.in_flight), [1, 1, 1]);
+    assert.deepEqual(scheduler.view.status().map((r) => r.in_flight), [1, 1, 1]);
     // A fourth waits for the first slot anywhere: no room for a fourth placement.
     const fourth = scheduler.acquire('m');
     await tick();
-    assert.deepEqual(scheduler.queues(), [{ model: 'm', waiting: 1 }]);
+    assert.deepEqual(scheduler.view.queues(), [{ model: 'm', waiting: 1 }]);
     got[1]!.release(20);
     const l4 = await fourth;
     assert.equal(l4.placementId, got[1]!.placementId);
     got[1]!.release(); // a second release changes nothing
-    assert.deepEqual(scheduler.status().map((r) => r.in_flight).sort(), [1, 1, 1]);
+    assert.deepEqual(scheduler.view.status().map((r) => r.in_flight).sort(), [1, 1, 1]);
   });
 
   it('a waiting request takes whichever comes first: a freed slot, before the new placement is ready', async () => {
@@ -198,8 +198,8 @@ describe('scheduler with a manual launcher', () => {
     assert.equal(retry.p.node?.name, 'n2');
     retry.ok();
     assert.equal(where(await req, launcher), 'n2');
-    assert.deepEqual(scheduler.backoffs().map((b) => [b.node, b.model, b.failures]), [['n1', 'm', 1]]);
-    assert.match(scheduler.backoffs()[0]!.reason, /^load failed: /);
+    assert.deepEqual(scheduler.view.backoffs().map((b) => [b.node, b.model, b.failures]), [['n1', 'm', 1]]);
+    assert.match(scheduler.view.backoffs()[0]!.reason, /^load failed: /);
   });
 
   it('a shard whose stage fails on a node keeps that node (not the hub) off the model; the re-plan uses another', async () => {
@@ -217,7 +217,7 @@ describe('scheduler with a manual launcher', () => {
     assert.ok(!members.includes(remote), `the re-plan avoids ${remote}: ${members.join(', ')}`);
     second.ok();
     await req;
-    assert.deepEqual(scheduler.backoffs().map((b) => [b.node, b.model]), [[remote, 'm']]);
+    assert.deepEqual(scheduler.view.backoffs().map((b) => [b.node, b.model]), [[remote, 'm']]);
   });
 
   it('three failed attempts answer the last error; a paused node or a lost link is no failure of the node', async () => {
@@ -235,7 +235,7 @@ describe('scheduler with a manual launcher', () => {
     assert.equal(err.code, ErrorCode.REPLICA_FAILED);
     assert.equal(attempts.errors.length, 3);
     assert.equal(launcher.starts.length, 3, 'not a fourth try');
-    assert.deepEqual(scheduler.backoffs().map((b) => b.node).sort(), ['b', 'c']);
+    assert.deepEqual(scheduler.view.backoffs().map((b) => b.node).sort(), ['b', 'c']);
   });
 
   it('a failure before the first byte excludes that placement for the request: it goes to another or a fresh one', async () => {
@@ -346,9 +346,9 @@ describe('scheduler with a manual launcher', () => {
     const ac = new AbortController();
     const waiting = scheduler.acquire('m', newAttempts(), ac.signal);
     await tick();
-    assert.deepEqual(scheduler.queues(), [{ model: 'm', waiting: 1 }]);
+    assert.deepEqual(scheduler.view.queues(), [{ model: 'm', waiting: 1 }]);
     ac.abort();
     await rejected(waiting);
-    assert.deepEqual(scheduler.queues(), []);
+    assert.deepEqual(scheduler.view.queues(), []);
   });
 });

@@ -4,51 +4,26 @@
  * payload checked). src/main/electron/main.ts is a thin shell around it (Tray, Menu, BrowserWindow,
  * ipcMain); this file is tested in plain Node with the real hub, node agent and llama.cpp processes.
  */
-import { mkdirSync } from 'node:fs';
 import { hostname } from 'node:os';
 import { join } from 'node:path';
 import type { Logger } from 'pino';
 import { isRelayError } from '../../shared/errors.js';
-import { IPC_CHANNELS, validateIpc, type AppMode, type AppState, type IpcChannel, type IpcResult, type ScheduleWindow, type SettingsChange, type SettingsView, type SetupRequest } from '../../shared/ipc.js';
+import { IPC_CHANNELS, validateIpc, type AppState, type IpcChannel, type IpcResult, type SettingsChange, type SettingsView, type SetupRequest } from '../../shared/ipc.js';
 import { hubConfigFromEnv } from '../core/config.js';
 import { startHub, type Hub } from '../core/hub/index.js';
 import { ensureLlama } from '../core/llama/build.js';
 import { terminateAll } from '../core/llama/supervisor.js';
-import { inPauseWindow, parseSchedule } from '../core/node/availability.js';
-import { NodeAgent, readSettings, writeSettings } from '../core/node/agent.js';
+import { NodeAgent } from '../core/node/agent.js';
+import { readSettings, writeSettings } from '../core/node/settings.js';
 import { joinHub } from '../core/node/hub-client.js';
-import { readDurable, writeDurable } from '../core/durable.js';
-import { navigationAllowed } from './navigation.js';
-import { dashboardOpenUrl, lanUrl, loopbackUrl } from './hub-urls.js';
+import { ipcSenderAllowed, navigationAllowed } from './navigation.js';
+import { dashboardOpenUrl, loopbackUrl } from './hub-urls.js';
 import { beyondLoopback } from '../core/hub/keys.js';
 import type { TrayAction } from './tray-menu.js';
-import { autoPauseSupport } from '../core/gpu/nvml.js';
+import { appState, settingsView } from './app-state.js';
+import { DEFAULT_SETTINGS, readAppSettings, writeAppSettings, type AppPage, type AppSettings } from './app-settings.js';
 
-/** A schedule as the settings page's rows (an unparsable one, which no save lets in, as none). */
-export function scheduleWindows(schedule: string): ScheduleWindow[] {
-  const hhmm = (min: number): string => `${String(Math.floor(min / 60)).padStart(2, '0')}:${String(min % 60).padStart(2, '0')}`;
-  try {
-    return parseSchedule(schedule).map((w) => ({ days: [...w.days], from: hhmm(w.fromMin), to: hhmm(w.toMin) }));
-  } catch {
-    return [];
-  }
-}
-
-/** The app's own pages (src/renderer/<page>.html). */
-export type AppPage = 'setup' | 'settings';
-
-export interface AppSettings {
-  mode: AppMode | null;
-  /** The embedded hub's port (hub mode); 0 picks a free one. */
-  hubPort: number;
-  /** The embedded hub's address: 0.0.0.0 so nodes can join (setup's default), or 127.0.0.1. */
-  hubListen: string;
-  /** Opt-in CPU budget for inference on this machine (MiB; 0 = GPUs only), in either mode. */
-  cpuBudgetMb: number;
-  startAtLogin: boolean;
-}
-
-export const DEFAULT_SETTINGS: AppSettings = { mode: null, hubPort: 7070, hubListen: '127.0.0.1', cpuBudgetMb: 0, startAtLogin: false };
+export { DEFAULT_SETTINGS, scheduleWindows, type AppPage, type AppSettings } from './app-settings.js';
 
 /** What the controller asks of its host: Electron in the app, a recorder in tests. */
 export interface AppShell {
@@ -101,23 +76,15 @@ export class AppController {
   }
 
   private loadSettings(): AppSettings {
-    const d: AppSettings = { ...DEFAULT_SETTINGS, ...this.o.defaults };
-    try {
-      const read = readDurable(this.settingsFile, (text) => JSON.parse(text) as Partial<AppSettings>);
-      if (!read) return d;
-      if (read.recovered) this.o.log.warn({ why: read.recovered }, 'settings.json was unreadable: started from its last good copy');
-      const saved = read.value;
-      return { ...d, ...saved, mode: saved.mode === 'hub' || saved.mode === 'node' ? saved.mode : null };
-    } catch (err) {
-      // A damaged settings file: start as a first run, and say so; the file is left for the user.
-      this.lastError = `settings.json is unreadable (${(err as Error).message}); set up again`;
-      return d;
-    }
+    const r = readAppSettings(this.settingsFile, { ...DEFAULT_SETTINGS, ...this.o.defaults });
+    if (r.recovered) this.o.log.warn({ why: r.recovered }, 'settings.json was unreadable: started from its last good copy');
+    // A damaged settings file: start as a first run, and say so; the file is left for the user.
+    if (r.error) this.lastError = r.error;
+    return r.settings;
   }
 
   private saveSettings(): void {
-    mkdirSync(this.o.userData, { recursive: true });
-    writeDurable(this.settingsFile, `${JSON.stringify(this.settings, null, 2)}\n`);
+    writeAppSettings(this.o.userData, this.settingsFile, this.settings);
   }
 
   /** The app started: the setup page on a first run, otherwise the chosen mode. */
@@ -150,40 +117,7 @@ export class AppController {
   }
 
   state(): AppState {
-    const ns = this.settings.mode === 'node' ? readSettings(this.nodeHome) : null;
-    const hub = this.hub;
-    const agent = this.agent;
-    const running = agent?.running();
-    return {
-      mode: this.settings.mode,
-      startAtLogin: this.settings.startAtLogin,
-      error: this.lastError,
-      hub: hub ? {
-        url: loopbackUrl(hub.url),
-        serving: true,
-        replicas: hub.scheduler.status().filter((r) => r.state === 'ready').map((r) => ({ model: r.model, where: r.node ?? 'hub' })),
-        shards: hub.scheduler.shardStatus().filter((s) => s.state === 'ready').map((s) => ({ model: s.model, stages: s.stages.length })),
-        nodes: hub.nodes.connected().length,
-        paused: hub.availability.settings().paused,
-        v1Url: `${lanUrl(hub.url, this.settings.hubListen)}/v1`,
-        apiKeyRequired: beyondLoopback(this.settings.hubListen) || hub.keys.any,
-        apiKey: this.setupKey,
-        availability: hub.availability.state().state,
-        reason: hub.availability.state().reason,
-      } : null,
-      node: agent && ns && running ? {
-        name: ns.name,
-        hub: ns.hub,
-        connected: agent.connected,
-        availability: agent.availability().state,
-        reason: agent.availability().reason,
-        paused: ns.paused,
-        schedule: ns.schedule,
-        outsideSchedule: inPauseWindow(parseSchedule(ns.schedule), new Date()),
-        replicas: running.replicas,
-        stages: running.stages.map((st) => ({ model: st.model, index: st.index, of: st.of })),
-      } : null,
-    };
+    return appState({ settings: this.settings, hub: this.hub, agent: this.agent, nodeHome: this.nodeHome, error: this.lastError, apiKey: this.setupKey });
   }
 
   render(): void {
@@ -274,22 +208,9 @@ export class AppController {
     this.render();
   }
 
-  /**
-   * Which windows may call which channel: the app's own pages (file://) may call all of them; the
-   * dashboard's origin (this hub, or the hub a node joined, possibly another machine) may read the state,
-   * pause and open the dashboard, but never re-point this machine at another hub.
-   */
+  /** Which windows may call which channel (navigation.ts ipcSenderAllowed). */
   senderAllowed(channel: IpcChannel, senderUrl: string): boolean {
-    if (senderUrl.startsWith(this.o.pagesUrl)) return true;
-    // Re-pointing this machine or changing what it lends is for the app's own pages only.
-    if (channel === 'relay:setup' || channel === 'relay:get-settings' || channel === 'relay:save-settings') return false;
-    const dash = this.dashboardUrl();
-    if (!dash) return false;
-    try {
-      return new URL(senderUrl).origin === new URL(dash).origin;
-    } catch {
-      return false;
-    }
+    return ipcSenderAllowed(channel, senderUrl, this.o.pagesUrl, this.dashboardUrl());
   }
 
   /** One IPC call from a window: checked, then run. Never throws; errors come back as a coded result. */
@@ -338,24 +259,9 @@ export class AppController {
     }
   }
 
-  /** What the settings page shows: the current mode's schedule, auto-pause, budgets, login item, LAN and /v1. */
+  /** What the settings page shows (app-state.ts). */
   settingsView(): SettingsView {
-    const node = this.settings.mode === 'node' ? (this.agent?.current() ?? readSettings(this.nodeHome)) : null;
-    const hub = this.settings.mode === 'hub' ? this.hub : null;
-    const schedule = hub ? hub.availability.settings().schedule : (node?.schedule ?? '');
-    const support = autoPauseSupport();
-    return {
-      mode: this.settings.mode,
-      schedule,
-      windows: scheduleWindows(schedule),
-      autoPause: hub ? hub.availability.settings().autoPause : (node?.autoPause ?? false),
-      autoPauseUnavailable: support.available ? null : support.why,
-      cpuBudgetMb: node ? node.cpuBudgetMb : this.settings.cpuBudgetMb,
-      cacheBudgetMb: node ? node.cacheBudgetMb : null,
-      startAtLogin: this.settings.startAtLogin,
-      lan: this.settings.mode === 'hub' ? beyondLoopback(this.settings.hubListen) : null,
-      v1Url: hub ? `${lanUrl(hub.url, this.settings.hubListen)}/v1` : node ? `${node.hub}/v1` : null,
-    };
+    return settingsView({ settings: this.settings, hub: this.hub, node: this.settings.mode === 'node' ? (this.agent?.current() ?? readSettings(this.nodeHome)) : null });
   }
 
   /**
@@ -365,11 +271,11 @@ export class AppController {
    */
   private async changeSettings(c: SettingsChange): Promise<void> {
     if (this.settings.mode === 'hub') {
-      if (!this.hub) throw new Error('the hub is not running: see the error in the tray');
+      if (!this.hub && (c.schedule !== undefined || c.autoPause !== undefined)) throw new Error('the hub is not running: see the error in the tray');
       if (c.schedule !== undefined || c.autoPause !== undefined) {
-        await this.hub.availability.set({ ...(c.schedule !== undefined ? { schedule: c.schedule } : {}), ...(c.autoPause !== undefined ? { autoPause: c.autoPause } : {}) });
+        await this.hub!.availability.set({ ...(c.schedule !== undefined ? { schedule: c.schedule } : {}), ...(c.autoPause !== undefined ? { autoPause: c.autoPause } : {}) });
       }
-      if (c.cpuBudgetMb !== undefined) this.hub.setCpuBudgetMb(c.cpuBudgetMb);
+      if (c.cpuBudgetMb !== undefined) this.hub?.setCpuBudgetMb(c.cpuBudgetMb);
     } else if (this.settings.mode === 'node') {
       if (!this.agent) throw new Error('the node is not running: see the error in the tray');
       const { lan: _lan, startAtLogin: _login, ...nodeChange } = c;
@@ -382,15 +288,26 @@ export class AppController {
       this.settings.startAtLogin = c.startAtLogin;
       this.o.shell.setLoginItem(c.startAtLogin);
     }
-    const listen = c.lan === undefined || this.settings.mode !== 'hub' ? this.settings.hubListen : c.lan ? '0.0.0.0' : '127.0.0.1';
-    const relisten = listen !== this.settings.hubListen;
-    this.settings.hubListen = listen;
+    // A LAN change only when it changes reachability (a hand-set address that already matches stays as it is).
+    const before = this.settings.hubListen;
+    const relisten = this.settings.mode === 'hub' && c.lan !== undefined && c.lan !== beyondLoopback(before);
+    if (relisten) this.settings.hubListen = c.lan ? '0.0.0.0' : '127.0.0.1';
     this.saveSettings();
     if (relisten) {
+      const listen = this.settings.hubListen;
       this.o.log.info({ listen }, 'the hub moves to a new address: restarting it in this process');
       this.keepPort = this.hub?.port ?? null;
       await this.stop();
       await this.launch();
+      if (!this.hub) {
+        // It could not start there (the port taken on that address?): back to where it ran, and say why.
+        const why = this.lastError ?? 'the hub did not start';
+        this.settings.hubListen = before;
+        this.saveSettings();
+        this.keepPort = null;
+        await this.launch();
+        throw new Error(`the hub could not listen on ${listen} (${why}); it runs on ${before} again`);
+      }
       // A hub the network can reach answers /v1 only with a key: make the first one now and show it.
       if (this.hub && beyondLoopback(listen) && !this.hub.keys.any) this.setupKey = (await this.hub.keys.create('tray')).key;
     }

@@ -2,7 +2,7 @@ import { networkInterfaces } from 'node:os';
 import type { Logger } from 'pino';
 import { lanAddresses } from '../core/hub/guard.js';
 import { beyondLoopback } from '../core/hub/keys.js';
-import type { NodeSettings } from '../core/node/agent.js';
+import type { NodeSettings } from '../core/node/settings.js';
 import { requestDashboardLink } from '../core/node/hub-client.js';
 
 /** The addresses the tray app shows and opens for a hub. */

@@ -29,3 +29,19 @@ export function externalAllowed(url: string): boolean {
     return false;
   }
 }
+
+/**
+ * Which windows may call which IPC channel: the app's own pages (file://) may call all of them; the
+ * dashboard's origin (this hub, or the hub a node joined, possibly another machine) may read the state,
+ * pause and open the dashboard, but never re-point this machine at another hub or change what it lends.
+ */
+export function ipcSenderAllowed(channel: string, senderUrl: string, pagesUrl: string, dashboardUrl: string | null): boolean {
+  if (senderUrl.startsWith(pagesUrl)) return true;
+  if (channel === 'relay:setup' || channel === 'relay:get-settings' || channel === 'relay:save-settings') return false;
+  if (!dashboardUrl) return false;
+  try {
+    return new URL(senderUrl).origin === new URL(dashboardUrl).origin;
+  } catch {
+    return false;
+  }
+}

@@ -21,7 +21,12 @@ export class HubAvailability {
   /** The settings in force (written through to the store). */
   private current: HubAvailabilitySettings;
   private saving: Promise<void> = Promise.resolve();
-  private readonly autoPause = new AutoPause({ thresholdMb: 1024, pauseAfterMs: 30_000, resumeAfterMs: 120_000 });
+  private autoPause = HubAvailability.detector();
+
+  /** Auto-pause's detector: over 1 GiB of other programs' GPU memory for 30 s pauses, under it for 2 min resumes. */
+  private static detector(): AutoPause {
+    return new AutoPause({ thresholdMb: 1024, pauseAfterMs: 30_000, resumeAfterMs: 120_000 });
+  }
   private autoPaused = false;
   private last: Availability | null = null;
   private readonly timer: NodeJS.Timeout;
@@ -89,6 +94,10 @@ export class HubAvailability {
     const windows = HubAvailability.parse(next.schedule);
     await this.saving;
     await this.save(next);
+    if (next.autoPause !== this.current.autoPause) {
+      this.autoPause = HubAvailability.detector(); // no state from the last time it was on
+      this.autoPaused = false;
+    }
     this.current = next;
     this.windows = windows;
     this.tick();

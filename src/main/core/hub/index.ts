@@ -80,8 +80,8 @@ export async function startHub(config: HubConfig, deps: { log: Logger; install?:
   });
   availability = new HubAvailability({
     store, log: log.child({ c: 'hub-availability' }),
-    activeStreams: () => scheduler.hubStreams(),
-    ownPids: () => scheduler.localPids(),
+    activeStreams: () => scheduler.view.hubStreams(),
+    ownPids: () => scheduler.view.localPids(),
     onPaused: (reason) => void scheduler.hubPaused(reason),
   }, { schedule: config.hubSchedule, autoPause: config.hubAutoPause });
   // Replica bookkeeping follows the nodes: lost or paused → torn down; every report → reconciled.
@@ -99,9 +99,9 @@ export async function startHub(config: HubConfig, deps: { log: Logger; install?:
   }
   const spares = new SpareSockets();
   const charts = startHistory({
-    placements: () => [...scheduler.status(), ...scheduler.shardStatus()],
-    hubDevices: () => scheduler.deviceStatus(),
-    nodeDevices: () => nodes.connected().flatMap((c) => scheduler.nodeDevicesFree(c.name, c.devices).map((d) => ({ node: c.name, id: d.id, totalMb: d.totalMb, freeMb: d.freeMb }))),
+    placements: () => [...scheduler.view.status(), ...scheduler.view.shardStatus()],
+    hubDevices: () => scheduler.view.deviceStatus(),
+    nodeDevices: () => nodes.connected().flatMap((c) => scheduler.view.nodeDevicesFree(c.name, c.devices).map((d) => ({ node: c.name, id: d.id, totalMb: d.totalMb, freeMb: d.freeMb }))),
   });
   const app = createApp({
     config, registry, scheduler, nodes, metrics, log, version: packageVersion(), availability, keys, nodesOverTlsOnly: true, spares,

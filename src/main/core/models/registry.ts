@@ -92,7 +92,8 @@ async function describe(path: string, progress?: HashProgress, knownSha256?: str
 
 /** Each file of a record as it is now: gone, changed since it was hashed, or ok. */
 function filesState(m: ModelRecord): 'ok' | 'missing' | 'changed' {
-  let state: 'ok' | 'changed' = 'ok';
+  // Registered as one file before relay read split models: read again (as every part) before it is served.
+  let state: 'ok' | 'changed' = !m.parts && (splitName(m.path)?.count ?? 1) > 1 ? 'changed' : 'ok';
   for (const f of modelFiles(m)) {
     let st: Stats;
     try {

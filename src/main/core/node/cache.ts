@@ -1,9 +1,9 @@
-import { existsSync, mkdirSync, readdirSync, readlinkSync, renameSync, rmSync, statfsSync, statSync, symlinkSync, utimesSync } from 'node:fs';
-import { join } from 'node:path';
+import { existsSync, linkSync, lstatSync, mkdirSync, readdirSync, readlinkSync, renameSync, rmSync, statfsSync, statSync, symlinkSync, utimesSync } from 'node:fs';
+import { join, resolve } from 'node:path';
 import { Transform, type Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { ErrorCode, RelayError } from '../../../shared/errors.js';
-import { evictRpcCache, rpcCacheBytes } from './rpc-cache.js';
+import { evictRpcCache, fillRpcCacheOffThread, rpcCacheBytes, type CacheIndex } from './rpc-cache.js';
 import { appendWriter, GrowingFileHash } from './growing-hash.js';
 import type { CachedFile } from '../../../shared/protocol.js';
 import { splitPartName } from '../gguf/split.js';
@@ -27,6 +27,18 @@ export function diskFreeBytes(dir: string): number {
   return s.bavail * s.bsize;
 }
 
+/** Whether `link` is a link to `target`: a symbolic link naming it, or a hard link to the same inode. */
+function linksTo(link: string, target: string): boolean {
+  try {
+    const l = lstatSync(link);
+    if (l.isSymbolicLink()) return readlinkSync(link) === target;
+    const t = statSync(target);
+    return l.ino === t.ino && l.dev === t.dev;
+  } catch {
+    return false;
+  }
+}
+
 export class ModelCache {
   readonly modelsDir: string;
   readonly partialDir: string;
@@ -37,6 +49,8 @@ export class ModelCache {
 
   /** Models a shard stage's rpc cache is being filled from: not pruned meanwhile. */
   readonly filling = new Set<string>();
+  /** A part being pushed → the other parts of its split model (push-begin's `siblings`): not evicted for it. */
+  readonly pushedWith = new Map<string, readonly string[]>();
   /** Pushes being received now: their partial files are not pruned. */
   private readonly receiving = new Set<string>();
 
@@ -139,13 +153,14 @@ export class ModelCache {
    * Make room for `bytes` more under the budget by evicting least-recently-used files not in use.
    * Returns false when even that cannot make room.
    */
-  makeRoom(bytes: number, keep: string | null = null): boolean {
+  makeRoom(bytes: number, keep: string | Iterable<string> | null = null): boolean {
+    const kept = new Set(typeof keep === 'string' ? [keep] : (keep ?? []));
     const budget = this.budgetBytes;
     if (budget <= 0) return true;
     let used = this.usedBytes();
     if (used + bytes <= budget) return true;
     const candidates = this.inventory()
-      .filter((f) => !this.inUse.has(f.sha256) && f.sha256 !== keep)
+      .filter((f) => !this.inUse.has(f.sha256) && !kept.has(f.sha256))
       .map((f) => ({ ...f, mtime: statSync(this.pathOf(f.sha256)).mtimeMs }))
       .sort((a, b) => a.mtime - b.mtime);
     // Evict nothing when even evicting everything would not make room: a refused push should cost nothing.
@@ -153,6 +168,7 @@ export class ModelCache {
     for (const f of candidates) {
       if (used + bytes <= budget) break;
       const before = rpcCacheBytes(this.rpcCacheDir);
+      this.dropSplitViews(this.pathOf(f.sha256));
       rmSync(this.pathOf(f.sha256), { force: true });
       evictRpcCache(this.rpcCacheDir, f.sha256);
       used -= f.size + (before - rpcCacheBytes(this.rpcCacheDir));
@@ -160,43 +176,70 @@ export class ModelCache {
     return used + bytes <= budget;
   }
 
+  /**
+   * Fill ggml-rpc-server's tensor cache from the cached GGUF (a shard stage's layers, or all): parsed and hashed
+   * off the event loop, inside the budget (evicting least-recently-used models if it must); the file is not
+   * pruned meanwhile.
+   */
+  async fillRpcCache(sha256: string, layers: readonly [number, number] | null): Promise<CacheIndex> {
+    this.touch(sha256);
+    this.filling.add(sha256);
+    try {
+      return await fillRpcCacheOffThread(this.pathOf(sha256), sha256, this.rpcCacheDir, layers, (need) => this.makeRoom(need, sha256));
+    } finally {
+      this.filling.delete(sha256);
+    }
+  }
+
   evict(sha256: string): boolean {
     if (this.inUse.has(sha256)) throw new RelayError(ErrorCode.INVALID_REQUEST, `${sha256.slice(0, 12)}… is in use`);
     const p = this.pathOf(sha256);
     const had = existsSync(p);
+    this.dropSplitViews(p);
     rmSync(p, { force: true });
     evictRpcCache(this.rpcCacheDir, sha256);
-    this.dropSplitViews(p);
     return had;
   }
 
   /**
    * A split model as llama.cpp loads it: a folder split/<id>/ of links named by llama.cpp's rule
-   * (model-0000i-of-0000N.gguf) to the parts, which stay in models/ under their sha256s. Made afresh each time;
-   * returns the first part's path, the one llama-server is given. Every part must be cached.
+   * (model-0000i-of-0000N.gguf) to the parts, which stay in models/ under their sha256s. Idempotent (a second
+   * replica of the model may be loading from it): only a missing or wrong link is made again. Symbolic links,
+   * or hard links where the system refuses those (Windows without developer mode). Returns the first part's
+   * path, the one llama-server is given. Every part must be cached.
    */
   splitView(id: string, parts: readonly string[]): string {
     const dir = join(this.root, 'split', ModelCache.check(id));
     for (const sha of parts) {
       if (!this.has(sha)) throw new RelayError(ErrorCode.MODEL_FILE_MISSING, `the cache does not hold part ${parts.indexOf(sha) + 1} of ${parts.length} (${sha.slice(0, 12)}…)`);
     }
-    rmSync(dir, { recursive: true, force: true });
     mkdirSync(dir, { recursive: true });
-    parts.forEach((sha, i) => symlinkSync(this.pathOf(sha), join(dir, splitPartName('model', i + 1, parts.length))));
+    parts.forEach((sha, i) => {
+      const link = join(dir, splitPartName('model', i + 1, parts.length));
+      const target = resolve(this.pathOf(sha));
+      if (linksTo(link, target)) return;
+      rmSync(link, { force: true });
+      try {
+        symlinkSync(target, link);
+      } catch (err) {
+        if (!['EPERM', 'EACCES', 'ENOTSUP', 'EINVAL'].includes((err as NodeJS.ErrnoException).code ?? '')) throw err;
+        linkSync(target, link);
+      }
+    });
     return join(dir, splitPartName('model', 1, parts.length));
   }
 
-  /** Remove the split views that link to `target` (a part being evicted). */
+  /** Remove the split views that link to `target` (a part being evicted; call before it is removed). */
   private dropSplitViews(target: string): void {
     const root = join(this.root, 'split');
     if (!existsSync(root)) return;
     for (const id of readdirSync(root)) {
       const dir = join(root, id);
-      let links: string[] = [];
+      let uses = false;
       try {
-        links = readdirSync(dir).map((f) => readlinkSync(join(dir, f)));
+        uses = readdirSync(dir).some((f) => linksTo(join(dir, f), resolve(target)));
       } catch { /* not a view: leave it */ }
-      if (links.includes(target)) rmSync(dir, { recursive: true, force: true });
+      if (uses) rmSync(dir, { recursive: true, force: true });
     }
   }
 
@@ -209,7 +252,8 @@ export class ModelCache {
     const part = this.partialOf(sha256);
     const have = existsSync(part) ? statSync(part).size : 0;
     if (have !== offset) throw new RelayError(ErrorCode.INVALID_REQUEST, `push of ${sha256.slice(0, 12)}… starts at ${offset} but the partial file has ${have} bytes`);
-    if (!this.makeRoom(size - offset, sha256)) {
+    // The other parts of the same split model are kept too: evicting one to fit this one would never end.
+    if (!this.makeRoom(size - offset, [sha256, ...(this.pushedWith.get(sha256) ?? [])])) {
       const how = this.budget === 'auto' ? `auto: ${AUTO_CACHE_SHARE * 100}% of the free disk and the cache; set --cache-budget-mb to change it` : 'set with --cache-budget-mb';
       throw new RelayError(ErrorCode.CACHE_FULL, `the node's cache budget (${Math.round(this.budgetBytes / 1048576)} MB, ${how}) cannot hold ${Math.round(size / 1048576)} MB`);
     }
@@ -218,6 +262,7 @@ export class ModelCache {
       await this.receiveInto(src, sha256, offset, size, onProgress);
     } finally {
       this.receiving.delete(sha256);
+      this.pushedWith.delete(sha256); // the next push-begin says it again
     }
   }
 

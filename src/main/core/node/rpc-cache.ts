@@ -15,7 +15,7 @@ import { WasmFnv } from './fnv.js';
  */
 export const RPC_HASH_THRESHOLD = 10 * 1024 * 1024;
 
-interface CacheIndex {
+export interface CacheIndex {
   sha256: string;
   /** One file per cached tensor: its name in the cache (the FNV hash) and the GGUF tensor it holds. */
   files: { name: string; size: number; tensor?: string }[];

@@ -1,90 +1,33 @@
-import { createReadStream } from 'node:fs';
 import { EventEmitter } from 'node:events';
 import type { IncomingMessage, Server } from 'node:http';
 import type { Duplex } from 'node:stream';
-import { Transform } from 'node:stream';
-import { pipeline } from 'node:stream/promises';
 import type { Logger } from 'pino';
 import { WebSocketServer, type WebSocket } from 'ws';
-import { ErrorCode, RelayError, fromWireCode, wireCode } from '../../../shared/errors.js';
+import { ErrorCode, RelayError, wireCode } from '../../../shared/errors.js';
 import {
   PROTOCOL_VERSION, TUNNEL_PATH, TUNNEL_STREAM_WINDOW, WS_SUBPROTOCOL, parseNodeMessage,
-  type Availability, type CachedFile, type CommandBody, type DeviceInfo, type Hello, type HubToNode, type NodeToHub, type Reply, type RunningReplica, type StreamHeader,
+  type Availability, type CachedFile, type Hello, type HubToNode, type NodeToHub,
 } from '../../../shared/protocol.js';
-import { ControlChannel, acceptStream, openStream } from '../tunnel/channel.js';
+import { ControlChannel, TUNNEL_PRIORITY_LEVELS, acceptStream } from '../tunnel/channel.js';
 import { webSocketDuplex } from '../tunnel/transport.js';
 import { Session, type YamuxStream } from '../tunnel/yamux/session.js';
-import type { ModelPart, ModelRecord, NodeRecord, Store } from '../store/store.js';
-import { modelFiles, usesFile } from '../models/files.js';
+import type { ModelRecord, NodeRecord, Store } from '../store/store.js';
+import { usesFile } from '../models/files.js';
 import { checkJoinToken, credentialHash, newCredential } from './tokens.js';
+import { NodeConn } from './conn.js';
+import { WeightPusher, type PushProgress } from './push.js';
+
+export { NodeConn } from './conn.js';
+export type { PushProgress } from './push.js';
 
 /**
  * The hub's side of the nodes: authenticates WebSocket upgrades on /tunnel, runs one yamux session per node,
  * keeps each node's last report (devices, availability, cache, replicas), and offers the operations Ensure
  * needs: push weights, start and stop replicas, open http streams.
  */
-export interface PushProgress {
-  node: string;
-  model: string;
-  sha256: string;
-  done: number;
-  total: number;
-  started_at: string;
-}
-
-export class NodeConn extends EventEmitter {
-  devices: DeviceInfo[];
-  /** When the hub received `devices` (its own clock): with each device's ageMs, when its reading was taken. */
-  devicesAt = Date.now();
-  availability: Availability;
-  reason: string | null;
-  schedule: string;
-  cache = new Map<string, number>();
-  replicas: RunningReplica[];
-  lastSeen = Date.now();
-  readonly connectedAt = Date.now();
-  /** rpc/http/file bytes this session moved, by kind (for /status and the shard bench). */
-  readonly bytes = { http: 0, rpc: 0, file: 0 };
-
-  constructor(
-    readonly name: string,
-    readonly session: Session,
-    readonly control: ControlChannel<NodeToHub, HubToNode>,
-    hello: Hello,
-  ) {
-    super();
-    this.devices = hello.devices;
-    this.devicesAt = Date.now();
-    this.availability = hello.availability;
-    this.reason = hello.reason;
-    this.schedule = hello.schedule ?? '';
-    this.replicas = hello.replicas;
-    for (const f of hello.cache) this.cache.set(f.sha256, f.size);
-  }
-
-  get alive(): boolean {
-    return !this.session.closed;
-  }
-
-  async command(msg: CommandBody, timeoutMs = 60_000): Promise<Reply> {
-    const r = await this.control.request(msg as never, timeoutMs);
-    if (!r.ok) throw new RelayError(fromWireCode(r.code), `node ${this.name}: ${r.message ?? 'command failed'}`, { node: this.name });
-    return r;
-  }
-
-  open(header: StreamHeader): YamuxStream {
-    return openStream(this.session, header);
-  }
-
-  close(reason: string): void {
-    this.control.send({ type: 'error', code: 'closed', message: reason });
-    this.session.close();
-  }
-}
-
 export class NodeManager extends EventEmitter {
   private readonly conns = new Map<string, NodeConn>();
-  readonly pushes = new Map<string, PushProgress>();
+  private readonly pusher: WeightPusher;
   private readonly wss = new WebSocketServer({ noServer: true, perMessageDeflate: false, maxPayload: 64 * 1024 * 1024 });
 
   constructor(
@@ -99,6 +42,17 @@ export class NodeManager extends EventEmitter {
     },
   ) {
     super();
+    this.pusher = new WeightPusher({ log: d.log, pushMaxBytesPerSec: d.pushMaxBytesPerSec });
+  }
+
+  /** Weight pushes running now (push.ts). */
+  get pushes(): ReadonlyMap<string, PushProgress> {
+    return this.pusher.pushes;
+  }
+
+  /** Make sure `conn` holds every file of `model` (push.ts). */
+  push(conn: NodeConn, model: ModelRecord): Promise<void> {
+    return this.pusher.push(conn, model);
   }
 
   // ---- membership ----
@@ -205,7 +159,7 @@ export class NodeManager extends EventEmitter {
     // Nodes open one stream (control); the hub opens the rest. 1024 streams and 1024 queued control frames bound
     // what one node can make the hub hold.
     const session = new Session(webSocketDuplex(ws), {
-      client: false, keepAliveIntervalMs: 10_000, keepAliveTimeoutMs: 20_000, streamWindow: TUNNEL_STREAM_WINDOW, maxStreams: 1024, maxControlFrames: 1024,
+      client: false, keepAliveIntervalMs: 10_000, keepAliveTimeoutMs: 20_000, streamWindow: TUNNEL_STREAM_WINDOW, maxStreams: 1024, maxControlFrames: 1024, priorityLevels: TUNNEL_PRIORITY_LEVELS,
     });
     const first = await new Promise<YamuxStream | null>((resolve) => {
       const t = setTimeout(() => resolve(null), this.d.helloTimeoutMs ?? 10_000);
@@ -327,76 +281,6 @@ export class NodeManager extends EventEmitter {
     return [...this.conns.values()].filter((c) => c.alive);
   }
 
-  /**
-   * Make sure `node` holds `model`'s bytes (sha256-verified by the node): resume a partial push, re-push once
-   * from zero if the bytes arrived corrupted.
-   */
-  private readonly pushing = new Map<string, Promise<void>>();
-
-  /** Push every file of `model` the node lacks (each part of a split model is a file of its own), in order. */
-  async push(conn: NodeConn, model: ModelRecord): Promise<void> {
-    const files = modelFiles(model);
-    for (const [i, f] of files.entries()) {
-      if (conn.cache.has(f.sha256)) continue;
-      await this.pushFile(conn, files.length > 1 ? `${model.name} (part ${i + 1} of ${files.length})` : model.name, f);
-    }
-  }
-
-  private pushFile(conn: NodeConn, label: string, file: ModelPart): Promise<void> {
-    // One push per (node, file) at a time: concurrent first requests wait for the same bytes.
-    const key = `${conn.name}:${file.sha256}`;
-    let p = this.pushing.get(key);
-    if (!p) {
-      p = this.pushOnce(conn, label, file).finally(() => this.pushing.delete(key));
-      this.pushing.set(key, p);
-    }
-    return p;
-  }
-
-  private async pushOnce(conn: NodeConn, label: string, file: ModelPart): Promise<void> {
-    const { sha256, size } = file;
-    for (let attempt = 0; ; attempt++) {
-      const begin = await conn.command({ type: 'push-begin', sha256, size }, 30_000);
-      const offset = begin.data?.offset;
-      if (begin.data?.present === true) {
-        conn.cache.set(sha256, size);
-        return;
-      }
-      if (typeof offset !== 'number') throw new RelayError(ErrorCode.UPSTREAM_ERROR, `node ${conn.name} gave no push offset`);
-      const key = `${conn.name}:${sha256}`;
-      const progress: PushProgress = { node: conn.name, model: label, sha256, done: offset, total: size, started_at: new Date().toISOString() };
-      this.pushes.set(key, progress);
-      this.d.log.info({ node: conn.name, model: label, offset, size }, offset > 0 ? 'resuming weight push' : 'pushing weights');
-      try {
-        const st = conn.open({ kind: 'file', sha256, offset, size });
-        const result = readResult(st);
-        const counter = new Transform({
-          transform: (chunk: Buffer, _e, cb) => {
-            progress.done += chunk.byteLength;
-            conn.bytes.file += chunk.byteLength;
-            cb(null, chunk);
-          },
-        });
-        const src = createReadStream(file.path, { start: offset, highWaterMark: 1024 * 1024 });
-        const limited = this.d.pushMaxBytesPerSec ? [rateLimit(this.d.pushMaxBytesPerSec)] : [];
-        await pipeline([src, ...limited, counter, st] as unknown as [NodeJS.ReadableStream, NodeJS.WritableStream], { end: true } as never);
-        const r = await result;
-        if (r.ok) {
-          conn.cache.set(sha256, size);
-          this.d.log.info({ node: conn.name, model: label }, 'weights pushed and verified');
-          return;
-        }
-        if (r.code === 'hash_mismatch' && attempt === 0) {
-          this.d.log.warn({ node: conn.name, model: label, message: r.message }, 'pushed weights failed verification: pushing again from zero');
-          continue;
-        }
-        throw new RelayError(r.code ? fromWireCode(r.code) : ErrorCode.UPSTREAM_ERROR, `push to node ${conn.name} failed: ${r.message}`, { node: conn.name });
-      } finally {
-        this.pushes.delete(key);
-      }
-    }
-  }
-
   status(): Record<string, unknown>[] {
     return this.records().map((r) => {
       const c = this.conns.get(r.name);
@@ -421,38 +305,4 @@ export class NodeManager extends EventEmitter {
     for (const c of this.conns.values()) c.session.close();
     this.wss.close();
   }
-}
-
-/** The node's one-line verdict at the end of a file stream. */
-function readResult(st: YamuxStream): Promise<{ ok: boolean; code?: string; message?: string }> {
-  return new Promise((resolve) => {
-    let buf = '';
-    st.setEncoding('utf8');
-    st.on('data', (c: string) => {
-      buf += c;
-    });
-    st.on('end', () => {
-      try {
-        resolve(JSON.parse(buf.trim()) as { ok: boolean; code?: string; message?: string });
-      } catch {
-        resolve({ ok: false, code: 'push_incomplete', message: 'the node closed the push without a verdict' });
-      }
-    });
-    st.on('error', (err: Error) => resolve({ ok: false, code: 'push_incomplete', message: err.message }));
-  });
-}
-
-/** Pace a byte stream to `bytesPerSec` (RELAY_PUSH_MAX_MBPS: a weight push need not flood a home network). */
-export function rateLimit(bytesPerSec: number): Transform {
-  const t0 = Date.now();
-  let sent = 0;
-  return new Transform({
-    transform(chunk: Buffer, _e, cb) {
-      sent += chunk.byteLength;
-      const due = t0 + (sent / bytesPerSec) * 1000;
-      const wait = due - Date.now();
-      if (wait > 0) setTimeout(() => cb(null, chunk), wait);
-      else cb(null, chunk);
-    },
-  });
 }

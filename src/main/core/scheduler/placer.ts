@@ -1,4 +1,5 @@
 import type { Logger } from 'pino';
+import { ErrorCode, RelayError } from '../../../shared/errors.js';
 import type { HubConfig } from '../config.js';
 import type { Device } from '../gpu/inventory.js';
 import type { NodeConn, NodeManager } from '../pool/manager.js';
@@ -165,6 +166,17 @@ export class Placer {
   /** Whether M could be placed now (for /v1/models and /status). */
   canPlaceNow(model: ModelRecord): boolean {
     return this.place(model, true) !== null;
+  }
+
+  /** Why `model` cannot be placed now: pool_busy (429/503 with Retry-After) when it would fit later, else model_unavailable. */
+  refusal(model: ModelRecord): RelayError {
+    const message = this.shortfall(model);
+    const needMb = Math.ceil(this.need(model).needMb);
+    if (this.couldFitLater(model)) {
+      return new RelayError(ErrorCode.POOL_BUSY, `"${model.name}" fits once busy placements finish, paused machines return or backoffs expire: ${message}`,
+        { model: model.name, need_mb: needMb, retry_after_s: 10 });
+    }
+    return new RelayError(ErrorCode.MODEL_UNAVAILABLE, message, { model: model.name, need_mb: needMb });
   }
 
   /** The 503 message: need vs free per device on the hub and on every node. */

@@ -14,8 +14,7 @@ import { isLive, machinesOf, type Lease, type Placement } from './placement.js';
 import { HUB, Placer, type NewPlacement } from './placer.js';
 import { newAttempts, WaitQueue, type Attempts, type Waiter } from './queue.js';
 import { nextMsPerToken, pickPlacement, wantsAnother } from './routing.js';
-import { deviceStatus, nodeDevicesFree, replicaStatus, shardStatus } from './status.js';
-import { settingsFor } from './model-settings.js';
+import { PoolView } from './view.js';
 
 /**
  * The scheduler: for a request naming model M, lease a slot of a placement of M — the ready one with the
@@ -50,6 +49,8 @@ export class Scheduler {
   /** (machine, model) pairs whose placement failed to load or crashed: skipped for that model for a while. */
   private readonly failures: FailureMemory;
   readonly placer: Placer;
+  /** Reads of the table for /status, the dashboard, the tray and auto-pause (view.ts). */
+  readonly view: PoolView;
 
   constructor(private readonly d: SchedulerDeps) {
     this.failures = new FailureMemory(() => this.now());
@@ -57,6 +58,10 @@ export class Scheduler {
     this.placer = new Placer({
       config: d.config, devices: d.devices, nodes: d.nodes, failures: this.failures, log: d.log,
       placements: () => this.placements.values(), hubPaused: () => d.hubPaused?.() ?? false,
+    });
+    this.view = new PoolView({
+      config: d.config, registry: d.registry, launcher: d.launcher, devices: d.devices,
+      placements: this.placements, failed: this.failed, failures: this.failures, waiting: this.waiting, placer: this.placer,
     });
   }
 
@@ -128,21 +133,12 @@ export class Scheduler {
     const roomComing = [...this.placements.values()].some((p) => p.state === 'stopping');
     const out = roomComing ? [] : stranded();
     if (out.length > 0) {
-      const fallback = this.noRoom(model);
+      const fallback = this.placer.refusal(model);
       for (const w of out) w.reject(w.attempts.errors.at(-1) ?? fallback);
     }
   }
 
   /** The answer when nothing can hold M now: pool_busy when it could later, model_unavailable when never. */
-  private noRoom(model: ModelRecord): RelayError {
-    const message = this.placer.shortfall(model);
-    if (this.placer.couldFitLater(model)) {
-      return new RelayError(ErrorCode.POOL_BUSY, `"${model.name}" fits once busy placements finish, paused machines return or backoffs expire: ${message}`,
-        { model: model.name, need_mb: Math.ceil(this.need(model).needMb), retry_after_s: 10 });
-    }
-    return new RelayError(ErrorCode.MODEL_UNAVAILABLE, message, { model: model.name, need_mb: Math.ceil(this.need(model).needMb) });
-  }
-
   private lease(p: Placement, model: ModelRecord): Lease {
     const running = p.running!;
     p.inFlight++;
@@ -336,48 +332,6 @@ export class Scheduler {
         await conn.command({ type: 'stop-replica', replica: x.replica }, 35_000).catch(() => undefined);
       }
     }
-  }
-
-  /** Pids of the local processes placements run (host replicas, shard heads): not "other programs" for auto-pause. */
-  localPids(): Set<number> {
-    return new Set([...this.placements.values()].filter((p) => p.kind !== 'node' && p.running?.pid).map((p) => p.running!.pid!));
-  }
-
-  /** Requests in flight on placements that use the hub's devices (its busy vs idle). */
-  hubStreams(): number {
-    return [...this.placements.values()].filter((p) => machinesOf(p).includes(null)).reduce((s, p) => s + p.inFlight, 0);
-  }
-
-  /** Backoffs in force (for /status and the dashboard); the hub itself is named "hub". */
-  backoffs(): { node: string; model: string; failures: number; reason: string; since: string; until: string }[] {
-    return this.failures.active().map((b) => ({
-      node: b.node, model: b.model, failures: b.failures, reason: b.reason, since: new Date(b.at).toISOString(), until: new Date(b.until).toISOString(),
-    }));
-  }
-
-  /** Requests waiting for a slot, per model (for /status). */
-  queues(): { model: string; waiting: number }[] {
-    return this.waiting.counts();
-  }
-
-  private all(): Placement[] {
-    return [...this.placements.values(), ...this.failed.values()];
-  }
-
-  status() {
-    return this.all().filter((p) => p.kind !== 'shard').map((p) => replicaStatus(p, settingsFor(this.d.config, this.d.registry.get(p.model))));
-  }
-
-  shardStatus() {
-    return this.all().filter((p) => p.kind === 'shard').map((p) => shardStatus(p, settingsFor(this.d.config, this.d.registry.get(p.model)), this.d.launcher.shardInfo(p)));
-  }
-
-  nodeDevicesFree(node: string, devices: readonly { id: string; kind: 'gpu' | 'cpu'; description: string; totalMb: number; freeMb: number }[]) {
-    return nodeDevicesFree(devices, this.placer.views(node));
-  }
-
-  deviceStatus() {
-    return deviceStatus(this.d.devices(), this.placer.views(null));
   }
 
   async close(): Promise<void> {

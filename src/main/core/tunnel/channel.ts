@@ -3,13 +3,18 @@ import { ErrorCode, RelayError } from '../../../shared/errors.js';
 import {
   MAX_CONTROL_LINE_BYTES, MAX_HEADER_LINE_BYTES, parseStreamHeader, type Parsed, type Reply, type StreamHeader, type StreamKind,
 } from '../../../shared/protocol.js';
-import { PRIORITY, type Session, type YamuxStream } from './yamux/session.js';
+import type { Session, YamuxStream } from './yamux/session.js';
 
 /**
  * What rides on a yamux stream: a header line naming its kind, then the kind's bytes. The control kind
  * carries newline-delimited JSON messages with request/reply correlation.
  */
-export const KIND_PRIORITY: Record<StreamKind, number> = PRIORITY;
+/**
+ * The yamux writer's priority level of each stream kind (0 first): control messages, then ggml-rpc (a token
+ * waits on it), then HTTP (chat), then weight pushes (bulk). Sessions carrying relay's tunnel have these levels.
+ */
+export const KIND_PRIORITY: Readonly<Record<StreamKind, number>> = { control: 0, rpc: 1, http: 2, file: 3 };
+export const TUNNEL_PRIORITY_LEVELS = 4;
 
 /** Open a stream of `header.kind` and write its header line. */
 export function openStream(session: Session, header: StreamHeader): YamuxStream {

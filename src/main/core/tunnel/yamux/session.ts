@@ -1,9 +1,13 @@
 import { EventEmitter } from 'node:events';
-import { Duplex } from 'node:stream';
+import type { Duplex } from 'node:stream';
 import { ErrorCode, RelayError } from '../../../../shared/errors.js';
 import {
-  encodeHeader, Flag, FrameDecoder, FrameType, GoAwayCode, HEADER_BYTES, INITIAL_WINDOW, ProtocolError, type FrameHeader,
+  Flag, FrameDecoder, FrameType, GoAwayCode, HEADER_BYTES, INITIAL_WINDOW, ProtocolError, type FrameHeader,
 } from './frame.js';
+import { stateOf, YamuxStream, type StreamOwner } from './stream.js';
+import { FrameWriter } from './writer.js';
+
+export { YamuxStream } from './stream.js';
 
 /**
  * A focused yamux (hashicorp spec) over any Node Duplex: a WebSocket stream, a TCP socket, an in-memory pair.
@@ -37,124 +41,59 @@ export interface SessionOptions {
   /** Most streams open at once; more SYNs are refused with RST. */
   readonly maxStreams?: number;
   /**
+   * How many priority levels the writer serves, most urgent (0) first, round-robin within one. The layer above
+   * decides what a level means (relay's tunnel: control, rpc, http, file — tunnel/channel.ts).
+   */
+  readonly priorityLevels?: number;
+  /**
    * Control frames (window updates, ping answers, resets) that may wait for a transport that is not draining;
    * a peer that floods pings or opens streams without reading is disconnected past this (TUNNEL_OVERLOAD).
    */
   readonly maxControlFrames?: number;
 }
 
-/** Payloads at least this big are written to the transport as they are, not copied into a batch. */
-const ZERO_COPY_BYTES = 16 * 1024;
+/** Every option's value when it is not given (hashicorp/yamux's DefaultConfig, relay's numbers). */
+export const SESSION_DEFAULTS = {
+  streamWindow: 1024 * 1024,
+  maxQueuedBytes: 128 * 1024,
+  maxFrameBytes: 256 * 1024,
+  maxBatchBytes: 256 * 1024,
+  keepAliveIntervalMs: 15_000,
+  keepAliveTimeoutMs: 30_000,
+  maxStreams: 4096,
+  maxControlFrames: 4096,
+  priorityLevels: 4,
+} as const;
 
-export const PRIORITY = { control: 0, rpc: 1, http: 2, file: 3 } as const;
-const LEVELS = 4;
+export type ResolvedSessionOptions = { readonly client: boolean } & { readonly [K in keyof typeof SESSION_DEFAULTS]: number };
 
-interface PendingWrite {
-  chunk: Buffer;
-  offset: number;
-  cb: (err?: Error | null) => void;
+/**
+ * Options with their defaults, checked (hashicorp/yamux's VerifyConfig): a window under the spec's initial
+ * 256 KiB, a keepalive without a timeout, or a count that is not a positive integer is INVALID_ARGUMENT.
+ * A batch smaller than one full frame is raised to one.
+ */
+export function verifySessionOptions(o: SessionOptions): ResolvedSessionOptions {
+  const r = { ...SESSION_DEFAULTS, ...Object.fromEntries(Object.entries(o).filter(([, v]) => v !== undefined)) } as ResolvedSessionOptions;
+  const bad = (why: string): never => {
+    throw new RelayError(ErrorCode.INVALID_ARGUMENT, `yamux session options: ${why}`);
+  };
+  if (r.streamWindow < INITIAL_WINDOW) bad(`streamWindow must be at least ${INITIAL_WINDOW} (the spec's initial window), got ${r.streamWindow}`);
+  for (const k of ['maxQueuedBytes', 'maxFrameBytes', 'maxBatchBytes', 'maxStreams', 'maxControlFrames', 'priorityLevels'] as const) {
+    if (!Number.isInteger(r[k]) || r[k] < 1) bad(`${k} must be a positive integer, got ${r[k]}`);
+  }
+  if (r.keepAliveIntervalMs < 0) bad(`keepAliveIntervalMs must be >= 0 (0: off), got ${r.keepAliveIntervalMs}`);
+  if (r.keepAliveIntervalMs > 0 && !(r.keepAliveTimeoutMs > 0)) bad('a keepalive needs keepAliveTimeoutMs > 0');
+  if (r.priorityLevels > 16) bad(`priorityLevels must be at most 16, got ${r.priorityLevels}`);
+  return { ...r, maxBatchBytes: Math.max(r.maxFrameBytes + HEADER_BYTES, r.maxBatchBytes) };
 }
 
-export class YamuxStream extends Duplex {
-  readonly id: number;
-  /** 0 = most urgent. May be changed once the stream's purpose is known (the acceptor learns it from a header). */
-  priority: number = PRIORITY.http;
-  /** Opaque tag for the layer above (stream kind). */
-  kind: string | null = null;
-  sendWindow = INITIAL_WINDOW;
-  recvWindow = INITIAL_WINDOW;
-  readonly pending: PendingWrite[] = [];
-  finPending: ((err?: Error | null) => void) | null = null;
-  localClosed = false;
-  remoteClosed = false;
-  reset = false;
-  /** Set when the SYN (opener) or ACK (acceptor) still has to ride on this stream's first frame. */
-  openFlags: number;
-  bytesRead = 0;
-  bytesWritten = 0;
-
-  constructor(
-    private readonly session: Session,
-    id: number,
-    openFlags: number,
-  ) {
-    super({ allowHalfOpen: true, readableHighWaterMark: session.streamWindow, writableHighWaterMark: 64 * 1024 });
-    this.id = id;
-    this.openFlags = openFlags;
-  }
-
-  override _write(chunk: Buffer, _enc: BufferEncoding, cb: (err?: Error | null) => void): void {
-    if (this.reset) return cb(new RelayError(ErrorCode.STREAM_RESET, `stream ${this.id} was reset`));
-    this.pending.push({ chunk, offset: 0, cb });
-    this.session.schedule(this);
-  }
-
-  override _final(cb: (err?: Error | null) => void): void {
-    if (this.reset) return cb();
-    this.finPending = cb;
-    this.session.schedule(this);
-  }
-
-  override _read(): void {
-    this.session.maybeGrant(this);
-  }
-
-  /**
-   * Every consumption path (pipe, 'data' in flowing mode, async iteration) goes through read(); _read alone is
-   * not enough, Node calls it once and then waits for a push that cannot come before we grant window.
-   */
-  override read(size?: number): unknown {
-    const r: unknown = super.read(size);
-    this.session.maybeGrant(this);
-    return r;
-  }
-
-  override _destroy(err: Error | null, cb: (err?: Error | null) => void): void {
-    this.session.onStreamDestroyed(this, err);
-    cb(err);
-  }
-
-  // A stream stands in for a socket under node:http (the hub's agent for node replicas): these are no-ops.
-  setTimeout(_ms: number, cb?: () => void): this {
-    if (cb) this.once('timeout', cb);
-    return this;
-  }
-  setNoDelay(): this {
-    return this;
-  }
-  setKeepAlive(): this {
-    return this;
-  }
-  ref(): this {
-    return this;
-  }
-  unref(): this {
-    return this;
-  }
-
-  /** True once nothing more can flow either way: the session forgets the stream then. */
-  get finished(): boolean {
-    return this.reset || (this.localClosed && this.remoteClosed);
-  }
-}
-
-type Frame = Buffer[];
-
-export class Session extends EventEmitter {
+export class Session extends EventEmitter implements StreamOwner {
   readonly streamWindow: number;
-  private readonly maxQueued: number;
-  private readonly maxFrame: number;
-  /** Frames coalesced into one transport write (one WebSocket message). */
-  private readonly maxBatch: number;
-  private readonly maxStreams: number;
-  private readonly maxControlFrames: number;
+  private readonly o: ResolvedSessionOptions;
   private readonly streams = new Map<number, YamuxStream>();
   private nextId: number;
-  private readonly control: Frame[] = [];
-  private readonly ready: Set<YamuxStream>[] = Array.from({ length: LEVELS }, () => new Set());
+  private readonly writer: FrameWriter;
   private readonly decoder: FrameDecoder;
-  private pumping = false;
-  private waitingDrain = false;
   private localGoAway = false;
   private remoteGoAway = false;
   private dead: Error | null = null;
@@ -166,33 +105,26 @@ export class Session extends EventEmitter {
 
   constructor(
     private readonly transport: Duplex,
-    private readonly opts: SessionOptions,
+    opts: SessionOptions,
   ) {
     super();
-    this.streamWindow = Math.max(INITIAL_WINDOW, opts.streamWindow ?? 1024 * 1024);
-    this.maxQueued = opts.maxQueuedBytes ?? 128 * 1024;
-    this.maxFrame = opts.maxFrameBytes ?? 256 * 1024;
-    this.maxBatch = Math.max(this.maxFrame + HEADER_BYTES, opts.maxBatchBytes ?? 256 * 1024);
-    this.maxStreams = opts.maxStreams ?? 4096;
-    this.maxControlFrames = opts.maxControlFrames ?? 4096;
+    this.o = verifySessionOptions(opts);
+    this.streamWindow = this.o.streamWindow;
+    this.writer = new FrameWriter(transport, this.o, this.stats, { onFinished: (s) => this.forget(s), onFlushed: () => this.emit('flushed') });
     this.nextId = opts.client ? 1 : 2;
     this.decoder = new FrameDecoder((h) => {
       const s = this.streams.get(h.streamId);
       // A SYN-carrying DATA frame may use the initial window; a known stream its current one.
-      return s ? s.recvWindow : INITIAL_WINDOW;
+      return s ? stateOf(s).recvWindow : INITIAL_WINDOW;
     });
     transport.on('data', (chunk: Buffer) => this.onData(chunk));
-    transport.on('drain', () => {
-      this.waitingDrain = false;
-      this.pump();
-    });
     transport.on('error', (err: Error) => this.destroy(new RelayError(ErrorCode.SESSION_CLOSED, `tunnel transport failed: ${err.message}`)));
     transport.on('close', () => this.destroy(new RelayError(ErrorCode.SESSION_CLOSED, 'tunnel transport closed')));
     transport.on('end', () => this.destroy(new RelayError(ErrorCode.SESSION_CLOSED, 'tunnel transport ended')));
-    const interval = opts.keepAliveIntervalMs ?? 15_000;
+    const interval = this.o.keepAliveIntervalMs;
     if (interval > 0) {
       this.keepAliveTimer = setInterval(() => {
-        this.ping(opts.keepAliveTimeoutMs ?? 30_000).catch((err: Error) => this.destroy(err));
+        this.ping(this.o.keepAliveTimeoutMs).catch((err: Error) => this.destroy(err));
       }, interval);
       this.keepAliveTimer.unref();
     }
@@ -206,19 +138,21 @@ export class Session extends EventEmitter {
     return this.streams.size;
   }
 
-  /** Open an outbound stream. Its SYN goes out at once (so the peer can accept before any data). */
-  open(priority: number = PRIORITY.http): YamuxStream {
+  /**
+   * Open an outbound stream at a priority level (0 = most urgent; by default the middle one). Its SYN goes
+   * out at once (so the peer can accept before any data).
+   */
+  open(priority: number = Math.floor(this.o.priorityLevels / 2)): YamuxStream {
     if (this.dead) throw new RelayError(ErrorCode.SESSION_CLOSED, `the tunnel is closed: ${this.dead.message}`);
     if (this.remoteGoAway || this.localGoAway) throw new RelayError(ErrorCode.SESSION_CLOSED, 'the tunnel is going away: no new streams');
     if (this.nextId > 0xffffffff) throw new RelayError(ErrorCode.SESSION_CLOSED, 'stream ids exhausted');
     const id = this.nextId;
     this.nextId += 2;
-    const s = new YamuxStream(this, id, 0);
-    s.priority = priority;
+    const s = new YamuxStream(this, id, 0, priority);
     this.streams.set(id, s);
     this.stats.streamsOpened++;
     this.sendControl(FrameType.WINDOW_UPDATE, Flag.SYN, id, this.streamWindow - INITIAL_WINDOW);
-    s.recvWindow = this.streamWindow;
+    stateOf(s).recvWindow = this.streamWindow;
     return s;
   }
 
@@ -260,7 +194,7 @@ export class Session extends EventEmitter {
         done();
       });
     };
-    if (this.control.length === 0 && !this.waitingDrain) finish();
+    if (this.writer.idle) finish();
     else this.once('flushed', finish);
   }
 
@@ -272,12 +206,11 @@ export class Session extends EventEmitter {
     for (const p of this.pings.values()) clearTimeout(p.timer);
     this.pings.clear();
     for (const s of [...this.streams.values()]) {
-      s.reset = true;
+      stateOf(s).reset = true;
       s.destroy(new RelayError(ErrorCode.SESSION_CLOSED, `tunnel lost: ${err.message}`));
     }
     this.streams.clear();
-    for (const set of this.ready) set.clear();
-    this.control.length = 0;
+    this.writer.stop();
     this.transport.destroy();
     this.emit('close', err);
   }
@@ -329,198 +262,86 @@ export class Session extends EventEmitter {
     let s = this.streams.get(h.streamId);
     if (h.flags & Flag.SYN) {
       if (s) throw new ProtocolError(`duplicate SYN for stream ${h.streamId}`);
-      if ((h.streamId % 2 === 1) === this.opts.client || h.streamId === 0) throw new ProtocolError(`peer opened stream ${h.streamId} with our parity`);
+      if ((h.streamId % 2 === 1) === this.o.client || h.streamId === 0) throw new ProtocolError(`peer opened stream ${h.streamId} with our parity`);
       // Refused, not buffered: over the cap, going away, or nobody listening for streams yet (a peer that opens
       // streams before its session is wired up would otherwise park a window of data in each).
-      if (this.localGoAway || this.streams.size >= this.maxStreams || this.listenerCount('stream') === 0) {
+      if (this.localGoAway || this.streams.size >= this.o.maxStreams || this.listenerCount('stream') === 0) {
         this.sendControl(FrameType.WINDOW_UPDATE, Flag.RST, h.streamId, 0);
         return;
       }
-      s = new YamuxStream(this, h.streamId, Flag.ACK);
+      s = new YamuxStream(this, h.streamId, Flag.ACK, Math.floor(this.o.priorityLevels / 2));
       this.streams.set(h.streamId, s);
       this.stats.streamsAccepted++;
       // ACK now, with our larger window: the opener may be waiting to learn the stream exists.
       this.sendControl(FrameType.WINDOW_UPDATE, Flag.ACK, h.streamId, this.streamWindow - INITIAL_WINDOW);
-      s.openFlags = 0;
-      s.recvWindow = this.streamWindow;
+      stateOf(s).openFlags = 0;
+      stateOf(s).recvWindow = this.streamWindow;
       this.emit('stream', s);
     }
     if (!s) return; // a late frame for a stream we already forgot: nothing to do
     if (h.flags & Flag.RST) {
-      s.reset = true;
+      stateOf(s).reset = true;
       this.forget(s);
       s.destroy(new RelayError(ErrorCode.STREAM_RESET, `stream ${s.id} was reset by the peer`));
       return;
     }
     if (h.type === FrameType.WINDOW_UPDATE && h.length > 0) {
-      const was = s.sendWindow;
-      s.sendWindow += h.length;
-      if (was === 0 && (s.pending.length > 0 || s.finPending)) this.schedule(s);
+      const was = stateOf(s).sendWindow;
+      stateOf(s).sendWindow += h.length;
+      if (was === 0 && (stateOf(s).pending.length > 0 || stateOf(s).finPending)) this.schedule(s);
     }
     if (h.type === FrameType.DATA && payload) {
-      if (payload.byteLength > s.recvWindow) throw new ProtocolError(`stream ${s.id} overran its window`);
-      s.recvWindow -= payload.byteLength;
-      s.bytesRead += payload.byteLength;
-      if (!s.remoteClosed) s.push(payload);
+      if (payload.byteLength > stateOf(s).recvWindow) throw new ProtocolError(`stream ${s.id} overran its window`);
+      stateOf(s).recvWindow -= payload.byteLength;
+      stateOf(s).bytesRead += payload.byteLength;
+      if (!stateOf(s).remoteClosed) s.push(payload);
       this.maybeGrant(s);
     }
-    if (h.flags & Flag.FIN && !s.remoteClosed) {
-      s.remoteClosed = true;
+    if (h.flags & Flag.FIN && !stateOf(s).remoteClosed) {
+      stateOf(s).remoteClosed = true;
       s.push(null);
-      if (s.finished) this.forget(s);
+      if (stateOf(s).finished) this.forget(s);
     }
   }
 
   /** Return window to the peer once the reader has consumed half of it (hashicorp's rule). */
   maybeGrant(s: YamuxStream): void {
-    if (s.reset || s.remoteClosed || this.dead) return;
-    const delta = this.streamWindow - s.recvWindow - s.readableLength;
+    if (stateOf(s).reset || stateOf(s).remoteClosed || this.dead) return;
+    const delta = this.streamWindow - stateOf(s).recvWindow - s.readableLength;
     if (delta >= this.streamWindow / 2) {
-      s.recvWindow += delta;
+      stateOf(s).recvWindow += delta;
       this.sendControl(FrameType.WINDOW_UPDATE, 0, s.id, delta);
     }
   }
 
-  // ---- sending ----
+  // ---- sending (writer.ts) ----
 
   private sendControl(type: number, flags: number, id: number, length: number): void {
     if (this.dead) return;
-    if (this.control.length >= this.maxControlFrames) {
-      this.destroy(new RelayError(ErrorCode.TUNNEL_OVERLOAD, `the tunnel peer does not read: ${this.control.length} control frames queued`));
-      return;
+    if (!this.writer.sendControl(type, flags, id, length)) {
+      this.destroy(new RelayError(ErrorCode.TUNNEL_OVERLOAD, `the tunnel peer does not read: ${this.writer.queuedControlFrames} control frames queued`));
     }
-    this.control.push([encodeHeader(type, flags, id, length)]);
-    this.pump();
   }
 
   schedule(s: YamuxStream): void {
-    if (this.dead || s.reset) return;
-    this.ready[Math.min(LEVELS - 1, Math.max(0, s.priority))]!.add(s);
-    this.pump();
-  }
-
-  /** The next DATA frame from the most urgent ready stream (round-robin within a level), or null. */
-  private nextDataFrame(): Frame | null {
-    for (const set of this.ready) {
-      for (const s of set) {
-        set.delete(s);
-        const f = this.frameFrom(s);
-        if (f) {
-          if (s.pending.length > 0 || s.finPending) {
-            if (s.sendWindow > 0 || (s.pending.length === 0 && s.finPending)) set.add(s); // to the back of its level
-          }
-          return f;
-        }
-      }
-    }
-    return null;
-  }
-
-  private frameFrom(s: YamuxStream): Frame | null {
-    if (s.reset) return null;
-    const w = s.pending[0];
-    if (w) {
-      if (s.sendWindow === 0) return null; // resumes on WINDOW_UPDATE
-      const n = Math.min(w.chunk.byteLength - w.offset, s.sendWindow, this.maxFrame);
-      const payload = w.chunk.subarray(w.offset, w.offset + n);
-      w.offset += n;
-      s.sendWindow -= n;
-      s.bytesWritten += n;
-      let flags = s.openFlags;
-      s.openFlags = 0;
-      if (w.offset === w.chunk.byteLength) {
-        s.pending.shift();
-        // The chunk is in the transport's queue (bounded by maxQueued): accept the next one.
-        queueMicrotask(() => w.cb());
-      }
-      if (s.pending.length === 0 && s.finPending) flags |= this.takeFin(s);
-      return [encodeHeader(FrameType.DATA, flags, s.id, n), payload];
-    }
-    if (s.finPending) {
-      const flags = s.openFlags | this.takeFin(s);
-      s.openFlags = 0;
-      return [encodeHeader(FrameType.WINDOW_UPDATE, flags, s.id, 0)];
-    }
-    return null;
-  }
-
-  private takeFin(s: YamuxStream): number {
-    const cb = s.finPending!;
-    s.finPending = null;
-    s.localClosed = true;
-    queueMicrotask(() => cb());
-    if (s.finished) this.forget(s);
-    return Flag.FIN;
-  }
-
-  private pump(): void {
-    if (this.pumping || this.waitingDrain || this.dead) return;
-    this.pumping = true;
-    try {
-      while (!this.dead) {
-        if (this.transport.writableLength >= this.maxQueued) {
-          this.waitingDrain = true;
-          return;
-        }
-        // Coalesce headers, control frames and small payloads into one transport write (one WebSocket
-        // message); a large payload goes out as its own write, uncopied (yamux is a byte stream: where the
-        // transport cuts it does not matter).
-        const batch: Buffer[] = [];
-        let small = 0;
-        let bytes = 0;
-        let ok = true;
-        const flushSmall = (): void => {
-          if (batch.length === 0) return;
-          ok = this.transport.write(batch.length === 1 ? batch[0] : Buffer.concat(batch, small)) && ok;
-          batch.length = 0;
-          small = 0;
-        };
-        while (bytes < this.maxBatch) {
-          const f = this.control.shift() ?? this.nextDataFrame();
-          if (!f) break;
-          for (const b of f) {
-            if (b.byteLength >= ZERO_COPY_BYTES) {
-              flushSmall();
-              ok = this.transport.write(b) && ok;
-            } else {
-              batch.push(b);
-              small += b.byteLength;
-            }
-            bytes += b.byteLength;
-          }
-          this.stats.framesOut++;
-        }
-        flushSmall();
-        if (bytes === 0) {
-          this.emit('flushed');
-          return;
-        }
-        this.stats.bytesOut += bytes;
-        if (!ok) {
-          this.waitingDrain = true;
-          return;
-        }
-      }
-    } finally {
-      this.pumping = false;
-    }
+    if (!this.dead) this.writer.schedule(s);
   }
 
   // ---- stream bookkeeping ----
 
   private forget(s: YamuxStream): void {
     this.streams.delete(s.id);
-    for (const set of this.ready) set.delete(s);
+    this.writer.drop(s);
   }
 
   onStreamDestroyed(s: YamuxStream, _err: Error | null): void {
-    if (!s.finished && !this.dead) {
+    if (!stateOf(s).finished && !this.dead) {
       // Destroyed locally before a clean close both ways: tell the peer.
-      s.reset = true;
+      stateOf(s).reset = true;
       this.sendControl(FrameType.WINDOW_UPDATE, Flag.RST, s.id, 0);
     }
-    s.reset = s.reset || !s.finished;
-    for (const w of s.pending.splice(0)) queueMicrotask(() => w.cb(new RelayError(ErrorCode.STREAM_RESET, `stream ${s.id} was destroyed`)));
+    stateOf(s).reset = stateOf(s).reset || !stateOf(s).finished;
+    for (const w of stateOf(s).pending.splice(0)) queueMicrotask(() => w.cb(new RelayError(ErrorCode.STREAM_RESET, `stream ${s.id} was destroyed`)));
     this.forget(s);
   }
 }

@@ -1,0 +1,95 @@
+import { hostname } from 'node:os';
+import { TLSSocket } from 'node:tls';
+import type { NextFunction, Request, Response } from 'express';
+import { ErrorCode, RelayError } from '../../../shared/errors.js';
+import type { HubConfig } from '../config.js';
+import { isLoopback, lanAddresses } from './guard.js';
+import { beyondLoopback, type ApiKeys } from './keys.js';
+import { cookieValue, DashboardSessions, SESSION_COOKIE, SESSION_TTL_MS } from './sessions.js';
+import { bearer, parseJson, safeEqual, type Mount } from './http.js';
+
+/**
+ * Who may call what: /v1 with an API key (when one is required), the admin API from loopback, with
+ * RELAY_ADMIN_TOKEN or from a browser logged in through a one-time link, the read-only views also with a
+ * /v1 key. The login links themselves are mounted here too.
+ */
+export interface HubAuth {
+  /** /v1 needs a key when RELAY_API_KEY is set, when keys were made, and always on a hub that listens beyond loopback. */
+  keyRequired(): boolean;
+  requireApiKey(req: Request, res: Response, next: NextFunction): void;
+  requireAdmin(readOnly: boolean): (req: Request, res: Response, next: NextFunction) => void;
+  readonly logins: DashboardSessions;
+}
+
+/**
+ * Admin API and status views: loopback clients always; others only with RELAY_ADMIN_TOKEN, or, for the
+ * read-only views (/status, /metrics, GET /api/models), with the /v1 API key.
+ */
+export function adminAllowed(
+  remote: string | undefined,
+  token: string | undefined,
+  c: Pick<HubConfig, 'adminToken' | 'apiKey'>,
+  readOnly: boolean,
+  isApiKey: (token: string) => boolean = () => false,
+): boolean {
+  if (isLoopback(remote)) return true;
+  if (token && c.adminToken && safeEqual(token, c.adminToken)) return true;
+  return Boolean(readOnly && token && ((c.apiKey && safeEqual(token, c.apiKey)) || isApiKey(token)));
+}
+
+export function hubAuth(config: HubConfig, keys: ApiKeys): HubAuth {
+  const keyRequired = (): boolean => Boolean(config.apiKey) || keys.any || beyondLoopback(config.host);
+  const isApiKey = (token: string): boolean => Boolean((config.apiKey && safeEqual(token, config.apiKey)) || keys.verify(token));
+  const logins = new DashboardSessions();
+  return {
+    keyRequired,
+    logins,
+    requireApiKey(req, _res, next) {
+      if (!keyRequired()) return next();
+      const token = bearer(req);
+      if (token && isApiKey(token)) return next();
+      next(new RelayError(ErrorCode.INVALID_API_KEY, !config.apiKey && !keys.any
+        ? `this hub listens on ${config.host}, beyond this machine, so /v1 needs an API key: make one with \`relay keys create NAME\` (or on the dashboard) and send Authorization: Bearer <key>`
+        : 'a valid API key is required: send Authorization: Bearer <key>'));
+    },
+    requireAdmin: (readOnly) => (req, _res, next) => {
+      const remote = config.loopbackAdmin ? req.socket.remoteAddress : undefined;
+      if (adminAllowed(remote, bearer(req), config, readOnly, isApiKey)) return next();
+      // A browser logged in through a one-time link (relay dashboard --link): admin, or read-only views only.
+      const role = logins.role(cookieValue(req.get('cookie'), SESSION_COOKIE));
+      if (role === 'admin' || (role === 'read' && readOnly)) return next();
+      next(new RelayError(ErrorCode.FORBIDDEN, role === 'read'
+        ? 'this dashboard login is read-only'
+        : 'the admin API answers loopback clients, a dashboard login (relay dashboard --link on the hub machine), or RELAY_ADMIN_TOKEN'));
+    },
+  };
+}
+
+/** Dashboard logins from other machines: one-time links (relay dashboard --link) exchanged for a session cookie. */
+export const mountLogins: Mount = (app, { raw, auth }) => {
+  app.post('/api/dashboard/links', auth.requireAdmin(false), raw, (req, res, next) => {
+    try {
+      const body = parseJson(req);
+      const link = auth.logins.mintLink(body.read_only === true ? 'read' : 'admin');
+      const port = req.socket.localPort;
+      const path = `/login?t=${link.token}`;
+      // The addresses other machines may reach this hub at (the user picks the one their network uses).
+      const hosts = [...new Set([hostname(), ...lanAddresses()])];
+      const scheme = req.socket instanceof TLSSocket ? 'https' : 'http';
+      res.status(201).json({ path, urls: hosts.map((h) => `${scheme}://${h}:${port}${path}`), expires_at: new Date(link.expiresAt).toISOString(), read_only: body.read_only === true });
+    } catch (err) {
+      next(err);
+    }
+  });
+
+  app.get('/login', (req, res) => {
+    const s = auth.logins.exchange(String(req.query.t ?? ''));
+    if (!s) {
+      res.status(401).type('text').send('This dashboard link is unknown, used or expired: ask for a new one with `relay dashboard --link` on the hub machine.\n');
+      return;
+    }
+    const secure = req.socket instanceof TLSSocket ? '; Secure' : '';
+    res.setHeader('set-cookie', `${SESSION_COOKIE}=${s.sid}; HttpOnly; SameSite=Strict; Path=/; Max-Age=${Math.floor(SESSION_TTL_MS / 1000)}${secure}`);
+    res.redirect(303, '/');
+  });
+};

@@ -1,0 +1,100 @@
+import { timingSafeEqual } from 'node:crypto';
+import type { Express, Request, RequestHandler, Response } from 'express';
+import type { Logger } from 'pino';
+import { ErrorCode, httpError, isRelayError, RelayError } from '../../../shared/errors.js';
+import type { HubConfig } from '../config.js';
+import type { ModelRegistry } from '../models/registry.js';
+import type { Scheduler } from '../scheduler/scheduler.js';
+import type { ModelRecord } from '../store/store.js';
+import type { HubMetrics } from './metrics.js';
+import type { NodeManager } from '../pool/manager.js';
+import type { HubAvailability } from './availability.js';
+import type { History } from './history.js';
+import type { SpareSockets } from '../llama/spare-sockets.js';
+import type { ApiKeys } from './keys.js';
+import type { HubAuth } from './auth.js';
+import type { RecentRequests } from './routes-v1.js';
+
+/** What the hub's HTTP surface is built from (hub/index.ts assembles it). */
+export interface AppDeps {
+  readonly config: HubConfig;
+  readonly registry: ModelRegistry;
+  readonly scheduler: Scheduler;
+  readonly nodes: NodeManager;
+  readonly metrics: HubMetrics;
+  readonly log: Logger;
+  readonly version: string;
+  readonly llama: { tag: string; version: string; backend: string; backend_reason: string };
+  readonly availability: HubAvailability;
+  readonly keys: ApiKeys;
+  /** Joining is refused on plain HTTP: the token and the credential only cross over TLS. */
+  readonly nodesOverTlsOnly?: boolean;
+  /** Ready connections to this machine's llama-servers (see spare-sockets.ts); none: a fresh connect each. */
+  readonly spares?: SpareSockets;
+  /** The CPU budget now (it can change while the hub runs); absent: the config's. */
+  readonly cpuBudgetMb?: () => number;
+  /** The charts' last minutes (history.ts), for a dashboard opened now. */
+  readonly history?: History;
+}
+
+/** What every group of routes shares: the deps, the JSON body reader, the auth checks, the request log, the model view. */
+export interface HubHttp {
+  readonly d: AppDeps;
+  /** A JSON body: application/json only (415 otherwise), read up to the size limit. */
+  readonly raw: RequestHandler;
+  readonly auth: HubAuth;
+  readonly recent: RecentRequests;
+  /** A model as the admin API and /status show it: the record, its need and whether it can run now. */
+  readonly modelView: (m: ModelRecord) => ModelRecord & ModelViewExtra;
+}
+
+export interface ModelViewExtra {
+  file: 'ok' | 'missing' | 'changed';
+  need_mb: number;
+  need: { weights_mb: number; kv_mb: number; overhead_mb: number; ctx: number; slots: number; kv_scale: number; kv_cache_type: string };
+  fits_now: boolean;
+  shortfall: string | null;
+}
+
+/** A group of routes, mounted on the app in the order app.ts gives. */
+export type Mount = (app: Express, h: HubHttp) => void;
+
+/** Answer with the error's HTTP status and OpenAI-shaped body (a non-relay error is logged and is a 500). */
+export function sendError(res: Response, err: unknown, log: Logger): void {
+  const e = isRelayError(err) ? err : new RelayError(ErrorCode.INTERNAL, 'internal error');
+  if (!isRelayError(err)) log.error({ err }, 'unhandled error');
+  const { status, body } = httpError(e);
+  if (res.headersSent) {
+    res.destroy();
+    return;
+  }
+  // pool_busy: when to try again (OpenAI clients honour Retry-After).
+  if (typeof e.details.retry_after_s === 'number') res.setHeader('retry-after', String(e.details.retry_after_s));
+  res.status(status).json(body);
+}
+
+export function safeEqual(a: string, b: string): boolean {
+  const x = Buffer.from(a);
+  const y = Buffer.from(b);
+  return x.length === y.length && timingSafeEqual(x, y);
+}
+
+export function bearer(req: Request): string | undefined {
+  const h = req.get('authorization');
+  const m = h ? /^Bearer\s+(.+)$/i.exec(h) : null;
+  return m?.[1];
+}
+
+/** Parse a raw JSON body; the caller has already enforced the size limit. */
+export function parseJson(req: Request): Record<string, unknown> {
+  const raw = req.body as Buffer | undefined;
+  if (!raw || raw.byteLength === 0) throw new RelayError(ErrorCode.INVALID_REQUEST, 'the request body is empty; send a JSON object');
+  let v: unknown;
+  try {
+    v = JSON.parse(raw.toString('utf8'));
+  } catch (err) {
+    throw new RelayError(ErrorCode.INVALID_JSON, `the request body is not valid JSON: ${(err as Error).message}`);
+  }
+  if (typeof v !== 'object' || v === null || Array.isArray(v)) throw new RelayError(ErrorCode.INVALID_REQUEST, 'the request body must be a JSON object');
+  return v as Record<string, unknown>;
+}

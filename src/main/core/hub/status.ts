@@ -1,0 +1,80 @@
+import { readFileSync } from 'node:fs';
+import { effectiveFlashAttn } from '../llama/argv.js';
+import { modelFiles } from '../models/files.js';
+import { pageCsp } from './guard.js';
+import { serveEvents } from './events.js';
+import type { AppDeps, HubHttp, Mount } from './http.js';
+
+/** The hub's own devices as /status and POST /api/hub/availability show them. */
+export function hubView(d: AppDeps) {
+  const a = d.availability.state();
+  const s = d.availability.settings();
+  return { availability: a.state, reason: a.reason, paused: s.paused, schedule: s.schedule, auto_pause: s.autoPause };
+}
+
+/** /status: the whole pool as the dashboard, `relay status` and the tests read it. */
+export function buildStatus({ d, auth, recent, modelView }: HubHttp) {
+  const { config, registry, scheduler, nodes } = d;
+  return {
+    relay: d.version,
+    llama_cpp: d.llama,
+    kv_cache_type: config.kvCacheType,
+    settings: {
+      context_size: config.contextSize,
+      replica_ctx: config.replicaCtx,
+      parallel_slots: config.parallelSlots,
+      kv_cache_type: config.kvCacheType,
+      flash_attn: config.flashAttn ?? `unset: ${effectiveFlashAttn(config.kvCacheType, undefined)} for a ${config.kvCacheType} cache`,
+      cpu_budget_mb: d.cpuBudgetMb?.() ?? config.cpuBudgetMb,
+      keep_alive_ms: config.keepAliveMs,
+      api_key_required: auth.keyRequired(),
+      queue_max: config.queueMax,
+      queue_timeout_ms: config.queueTimeoutMs,
+      max_placements_per_model: config.maxPlacementsPerModel,
+    },
+    hub: hubView(d),
+    devices: scheduler.view.deviceStatus(),
+    models: registry.list().map((m) => {
+      const v = modelView(m);
+      return { name: m.name, size: m.size, sha256: m.sha256, path: m.path, parts: modelFiles(m).length, file: v.file, settings: m.settings ?? null, need_mb: v.need_mb, need: v.need, fits_now: v.fits_now, shortfall: v.shortfall, embedding: m.embedding };
+    }),
+    replicas: scheduler.view.status(),
+    shards: scheduler.view.shardStatus(),
+    backoffs: scheduler.view.backoffs(),
+    queues: scheduler.view.queues(),
+    api_keys: d.keys.list(),
+    nodes: nodes.status().map((n) => ({ ...n, devices: scheduler.view.nodeDevicesFree(String(n.name), n.devices as never) })),
+    pushes: [...nodes.pushes.values()],
+    recent: recent.list,
+  };
+}
+
+
+/** /status, its live /events, the charts' history, /metrics and the dashboard page. */
+export const mountStatus: Mount = (app, h) => {
+  const { d, auth } = h;
+  const { scheduler, metrics } = d;
+  app.get('/status', auth.requireAdmin(true), (_req, res) => {
+    res.json(buildStatus(h));
+  });
+
+  // Live updates for the dashboard: the status as server-sent events, once a second while it changes.
+  app.get('/events', auth.requireAdmin(true), (req, res) => serveEvents(req, res, () => JSON.stringify(buildStatus(h))));
+
+  // The charts' last five minutes, for a page opened now (it appends what /events brings).
+  app.get('/api/history', auth.requireAdmin(true), (_req, res) => {
+    res.json(d.history?.snapshot() ?? { window_ms: 0, interval_ms: 0, series: {} });
+  });
+
+  app.get('/metrics', auth.requireAdmin(true), (_req, res) => {
+    res.type('text/plain; version=0.0.4').send(metrics.render(scheduler.view.status().map((r) => r.state)));
+  });
+
+  const dashboard = new URL('../../../../../src/renderer/index.html', import.meta.url);
+  app.get('/', (_req, res) => {
+    const html = readFileSync(dashboard, 'utf8');
+    res.setHeader('content-security-policy', pageCsp(html));
+    res.type('html').send(html);
+  });
+
+};

@@ -1,0 +1,54 @@
+import { ErrorCode, RelayError } from '../../../shared/errors.js';
+import type { Availability, Command } from '../../../shared/protocol.js';
+import type { ModelCache } from './cache.js';
+import type { Workloads } from './workloads.js';
+
+/** What the hub's commands act on. */
+export interface CommandTarget {
+  readonly name: string;
+  readonly cache: ModelCache;
+  readonly work: Workloads;
+  availability(): { state: Availability };
+  setPaused(paused: boolean): Promise<void>;
+}
+
+/**
+ * One command from the hub (docs/protocol.md's table), run; the result is the reply's `data`. Starting work
+ * on a paused node is refused with model_unavailable; a missing file with model_file_missing.
+ */
+export async function runCommand(c: Command, t: CommandTarget): Promise<Record<string, unknown> | undefined> {
+  const refuseWhilePaused = (): void => {
+    if (t.availability().state === 'paused') throw new RelayError(ErrorCode.MODEL_UNAVAILABLE, `node ${t.name} is paused`);
+  };
+  switch (c.type) {
+    case 'push-begin': {
+      if (c.siblings) t.cache.pushedWith.set(c.sha256, c.siblings);
+      const offset = t.cache.resumeOffset(c.sha256, c.size);
+      return offset === null ? { present: true } : { offset };
+    }
+    case 'start-replica':
+      refuseWhilePaused();
+      return t.work.startReplica(c, t.name);
+    case 'stop-replica':
+      await t.work.stopReplica(c.replica, 'the hub asked');
+      return undefined;
+    case 'start-rpc': {
+      refuseWhilePaused();
+      const r = await t.work.startRpc(c.rpc, c.cache, c.stage, c.device);
+      return { port: r.port };
+    }
+    case 'stop-rpc':
+      await t.work.stopRpc(c.rpc);
+      return undefined;
+    case 'evict':
+      return { removed: t.cache.evict(c.sha256) };
+    case 'set-paused':
+      await t.setPaused(c.paused);
+      return { availability: t.availability().state };
+    case 'fill-rpc-cache': {
+      if (!t.cache.has(c.sha256)) throw new RelayError(ErrorCode.MODEL_FILE_MISSING, `node ${t.name} does not hold ${c.sha256.slice(0, 12)}…`);
+      const idx = await t.cache.fillRpcCache(c.sha256, c.layers ?? null);
+      return { files: idx.files.length, bytes: idx.files.reduce((a, f) => a + f.size, 0) };
+    }
+  }
+}

@@ -1,0 +1,160 @@
+import { EventEmitter } from 'node:events';
+import { join } from 'node:path';
+import type { Logger } from 'pino';
+import { ErrorCode, RelayError } from '../../../shared/errors.js';
+import type { RunningReplica, StageInfo, StartReplica } from '../../../shared/protocol.js';
+import type { LlamaInstall } from '../llama/install.js';
+import { replicaPlacement } from '../llama/argv.js';
+import { startLlamaServer, startRpcServer, type RunningLlamaServer, type RunningRpcServer } from '../llama/processes.js';
+import { describeExit } from '../llama/supervisor.js';
+import type { ModelCache } from './cache.js';
+
+interface LocalReplica {
+  id: string;
+  sha256: string;
+  /** The cached files it reads (the model's one file, or each part of a split model): in use while it runs. */
+  files: readonly string[];
+  /** The model's name on the hub (the alias it was started with), for the tray's status line. */
+  model: string;
+  server: RunningLlamaServer;
+  stopping: boolean;
+}
+
+/** How long a replica or rpc-server gets after SIGTERM before SIGKILL (well inside the 30 s a pause promises). */
+export const CHILD_STOP_GRACE_MS = 10_000;
+
+/**
+ * What runs on this node for the hub: llama-server replicas and ggml-rpc-servers (shard stages), all on
+ * 127.0.0.1. Keeps the files they read in use in the cache. Emits 'running' whenever the set changes and
+ * 'exited' when a replica ends by itself (the agent tells the hub at once).
+ */
+export class Workloads extends EventEmitter {
+  private readonly replicas = new Map<string, LocalReplica>();
+  private readonly rpcs = new Map<string, RunningRpcServer>();
+  private readonly stages = new Map<string, StageInfo>();
+
+  constructor(private readonly d: { install: LlamaInstall; cache: ModelCache; log: Logger; threads?: number }) {
+    super();
+  }
+
+  /** Start (or find) replica `c.replica` of the cached model (every part of a split one must be here). */
+  async startReplica(c: StartReplica, nodeName: string): Promise<{ pid: number | undefined; port: number }> {
+    const { cache, log } = this.d;
+    const existing = this.replicas.get(c.replica);
+    if (existing && !existing.stopping) return { pid: existing.server.child.pid, port: existing.server.port };
+    const files = c.parts ?? [c.sha256];
+    for (const f of files) {
+      if (!cache.has(f)) throw new RelayError(ErrorCode.MODEL_FILE_MISSING, `node ${nodeName} does not hold ${f.slice(0, 12)}…`);
+    }
+    for (const f of files) {
+      cache.inUse.add(f);
+      cache.touch(f);
+    }
+    try {
+      const server = await startLlamaServer(this.d.install, {
+        name: `llama-server[${c.alias}]`,
+        model: c.parts ? cache.splitView(c.sha256, c.parts) : cache.pathOf(c.sha256),
+        ctx: c.ctx,
+        slots: c.slots,
+        cacheType: c.cacheType,
+        flashAttn: c.flashAttn ?? undefined,
+        alias: c.alias,
+        embedding: c.embedding,
+        pooling: c.pooling ?? undefined,
+        metrics: true,
+        threads: this.d.threads,
+        ...replicaPlacement(c.device, this.d.install.backend),
+      });
+      const rep: LocalReplica = { id: c.replica, sha256: c.sha256, files, model: c.alias, server, stopping: false };
+      this.replicas.set(c.replica, rep);
+      this.emit('running');
+      void server.child.exited.then((info) => {
+        if (this.replicas.get(c.replica) === rep) {
+          this.replicas.delete(c.replica);
+          this.emit('running');
+        }
+        this.release(files);
+        if (!rep.stopping) log.warn({ replica: c.replica, exit: describeExit(info) }, 'replica exited');
+        this.emit('exited');
+      });
+      log.info({ replica: c.replica, model: c.alias, port: server.port, pid: server.child.pid }, 'replica started');
+      return { pid: server.child.pid, port: server.port };
+    } catch (err) {
+      this.release(files);
+      throw err;
+    }
+  }
+
+  /** Files no running replica reads any more may be evicted again. */
+  private release(files: readonly string[]): void {
+    const used = new Set([...this.replicas.values()].filter((r) => !r.stopping).flatMap((r) => r.files));
+    for (const f of files) if (!used.has(f)) this.d.cache.inUse.delete(f);
+  }
+
+  async stopReplica(id: string, why: string): Promise<void> {
+    const r = this.replicas.get(id);
+    if (!r) return;
+    r.stopping = true;
+    this.d.log.info({ replica: id, why }, 'stopping replica');
+    await r.server.child.terminate(CHILD_STOP_GRACE_MS);
+    this.replicas.delete(id);
+    this.emit('running');
+    this.release(r.files);
+  }
+
+  async startRpc(id: string, cache: boolean, stage?: StageInfo, device?: string): Promise<RunningRpcServer> {
+    const existing = this.rpcs.get(id);
+    if (existing) return existing;
+    // LLAMA_CACHE=<cache>/llama: ggml-rpc-server's tensor cache is <cache>/llama/rpc, inside the node's budget.
+    // One rpc-server per stage, pinned to the stage's device (-d): two stages on this node use two devices.
+    const r = await startRpcServer(this.d.install, { cache, cacheDir: join(this.d.cache.root, 'llama'), name: `ggml-rpc-server[${id}]`, device });
+    this.rpcs.set(id, r);
+    if (stage) this.stages.set(id, stage);
+    this.emit('running');
+    void r.child.exited.then(() => {
+      if (this.rpcs.get(id) !== r) return;
+      this.rpcs.delete(id);
+      this.stages.delete(id);
+      this.emit('running');
+    });
+    return r;
+  }
+
+  async stopRpc(id: string): Promise<void> {
+    const r = this.rpcs.get(id);
+    if (!r) return;
+    this.rpcs.delete(id);
+    this.stages.delete(id);
+    this.emit('running');
+    await r.child.terminate(CHILD_STOP_GRACE_MS);
+  }
+
+  /** Stop everything (paused, the hub gone for good, shutting down). */
+  async stopAll(why: string): Promise<void> {
+    await Promise.all([...this.replicas.keys()].map((id) => this.stopReplica(id, why)));
+    await Promise.all([...this.rpcs.keys()].map((id) => this.stopRpc(id)));
+  }
+
+  /** The loopback port a tunnel stream of this kind goes to, if that replica or rpc-server runs here. */
+  portFor(h: { kind: 'control' } | { kind: 'http'; replica: string } | { kind: 'rpc'; rpc: string }): number | undefined {
+    return h.kind === 'http' ? this.replicas.get(h.replica)?.server.port : h.kind === 'rpc' ? this.rpcs.get(h.rpc)?.port : undefined;
+  }
+
+  /** The pids of relay's own children (auto-pause does not count them as "another program"). */
+  pids(): number[] {
+    return [...[...this.replicas.values()].map((r) => r.server.child.pid), ...[...this.rpcs.values()].map((r) => r.child.pid)].map((p) => p ?? -1);
+  }
+
+  /** What the hub is told runs here (hello, heartbeat). */
+  reported(): RunningReplica[] {
+    return [...this.replicas.values()].filter((r) => !r.stopping).map((r) => ({ replica: r.id, sha256: r.sha256, pid: r.server.child.pid ?? null }));
+  }
+
+  /** What runs here now (the tray's status line, the local API's /status): replicas, and the shard stages this node's ggml-rpc-servers serve. */
+  running(): { replicas: { replica: string; model: string }[]; stages: StageInfo[] } {
+    return {
+      replicas: [...this.replicas.values()].filter((r) => !r.stopping).map((r) => ({ replica: r.id, model: r.model })),
+      stages: [...this.stages.values()],
+    };
+  }
+}

@@ -1,0 +1,134 @@
+import { createReadStream } from 'node:fs';
+import { Transform } from 'node:stream';
+import { pipeline } from 'node:stream/promises';
+import type { Logger } from 'pino';
+import { ErrorCode, RelayError, fromWireCode } from '../../../shared/errors.js';
+import type { YamuxStream } from '../tunnel/yamux/session.js';
+import type { ModelPart, ModelRecord } from '../store/store.js';
+import { modelFiles } from '../models/files.js';
+import type { NodeConn } from './conn.js';
+
+export interface PushProgress {
+  node: string;
+  model: string;
+  sha256: string;
+  done: number;
+  total: number;
+  started_at: string;
+}
+
+/**
+ * The hub's weight pushes: every file of a model a node lacks, over a file stream, resumed from the node's
+ * partial file, verified by the node's sha256 (once more from zero on a mismatch), optionally paced.
+ */
+export class WeightPusher {
+  /** Pushes running now, by node:sha256 (the dashboard's bars, /status). */
+  readonly pushes = new Map<string, PushProgress>();
+
+  constructor(private readonly d: { log: Logger; pushMaxBytesPerSec?: number }) {}
+
+  /**
+   * Make sure `node` holds `model`'s bytes (sha256-verified by the node): resume a partial push, re-push once
+   * from zero if the bytes arrived corrupted.
+   */
+  private readonly pushing = new Map<string, Promise<void>>();
+
+  /** Push every file of `model` the node lacks (each part of a split model is a file of its own), in order. */
+  async push(conn: NodeConn, model: ModelRecord): Promise<void> {
+    const files = modelFiles(model);
+    for (const [i, f] of files.entries()) {
+      if (conn.cache.has(f.sha256)) continue;
+      const siblings = files.filter((x) => x.sha256 !== f.sha256).map((x) => x.sha256);
+      await this.pushFile(conn, files.length > 1 ? `${model.name} (part ${i + 1} of ${files.length})` : model.name, f, siblings);
+    }
+  }
+
+  private pushFile(conn: NodeConn, label: string, file: ModelPart, siblings: string[]): Promise<void> {
+    // One push per (node, file) at a time: concurrent first requests wait for the same bytes.
+    const key = `${conn.name}:${file.sha256}`;
+    let p = this.pushing.get(key);
+    if (!p) {
+      p = this.pushOnce(conn, label, file, siblings).finally(() => this.pushing.delete(key));
+      this.pushing.set(key, p);
+    }
+    return p;
+  }
+
+  private async pushOnce(conn: NodeConn, label: string, file: ModelPart, siblings: string[]): Promise<void> {
+    const { sha256, size } = file;
+    for (let attempt = 0; ; attempt++) {
+      const begin = await conn.command({ type: 'push-begin', sha256, size, ...(siblings.length > 0 ? { siblings } : {}) }, 30_000);
+      const offset = begin.data?.offset;
+      if (begin.data?.present === true) {
+        conn.cache.set(sha256, size);
+        return;
+      }
+      if (typeof offset !== 'number') throw new RelayError(ErrorCode.UPSTREAM_ERROR, `node ${conn.name} gave no push offset`);
+      const key = `${conn.name}:${sha256}`;
+      const progress: PushProgress = { node: conn.name, model: label, sha256, done: offset, total: size, started_at: new Date().toISOString() };
+      this.pushes.set(key, progress);
+      this.d.log.info({ node: conn.name, model: label, offset, size }, offset > 0 ? 'resuming weight push' : 'pushing weights');
+      try {
+        const st = conn.open({ kind: 'file', sha256, offset, size });
+        const result = readResult(st);
+        const counter = new Transform({
+          transform: (chunk: Buffer, _e, cb) => {
+            progress.done += chunk.byteLength;
+            conn.bytes.file += chunk.byteLength;
+            cb(null, chunk);
+          },
+        });
+        const src = createReadStream(file.path, { start: offset, highWaterMark: 1024 * 1024 });
+        const limited = this.d.pushMaxBytesPerSec ? [rateLimit(this.d.pushMaxBytesPerSec)] : [];
+        await pipeline([src, ...limited, counter, st] as unknown as [NodeJS.ReadableStream, NodeJS.WritableStream], { end: true } as never);
+        const r = await result;
+        if (r.ok) {
+          conn.cache.set(sha256, size);
+          this.d.log.info({ node: conn.name, model: label }, 'weights pushed and verified');
+          return;
+        }
+        if (r.code === 'hash_mismatch' && attempt === 0) {
+          this.d.log.warn({ node: conn.name, model: label, message: r.message }, 'pushed weights failed verification: pushing again from zero');
+          continue;
+        }
+        throw new RelayError(r.code ? fromWireCode(r.code) : ErrorCode.UPSTREAM_ERROR, `push to node ${conn.name} failed: ${r.message}`, { node: conn.name });
+      } finally {
+        this.pushes.delete(key);
+      }
+    }
+  }
+}
+
+/** The node's one-line verdict at the end of a file stream. */
+function readResult(st: YamuxStream): Promise<{ ok: boolean; code?: string; message?: string }> {
+  return new Promise((resolve) => {
+    let buf = '';
+    st.setEncoding('utf8');
+    st.on('data', (c: string) => {
+      buf += c;
+    });
+    st.on('end', () => {
+      try {
+        resolve(JSON.parse(buf.trim()) as { ok: boolean; code?: string; message?: string });
+      } catch {
+        resolve({ ok: false, code: 'push_incomplete', message: 'the node closed the push without a verdict' });
+      }
+    });
+    st.on('error', (err: Error) => resolve({ ok: false, code: 'push_incomplete', message: err.message }));
+  });
+}
+
+/** Pace a byte stream to `bytesPerSec` (RELAY_PUSH_MAX_MBPS: a weight push need not flood a home network). */
+export function rateLimit(bytesPerSec: number): Transform {
+  const t0 = Date.now();
+  let sent = 0;
+  return new Transform({
+    transform(chunk: Buffer, _e, cb) {
+      sent += chunk.byteLength;
+      const due = t0 + (sent / bytesPerSec) * 1000;
+      const wait = due - Date.now();
+      if (wait > 0) setTimeout(() => cb(null, chunk), wait);
+      else cb(null, chunk);
+    },
+  });
+}

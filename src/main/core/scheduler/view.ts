@@ -1,0 +1,72 @@
+import type { HubConfig } from '../config.js';
+import type { Device } from '../gpu/inventory.js';
+import type { ModelRegistry } from '../models/registry.js';
+import type { FailureMemory } from './backoff.js';
+import type { Launcher } from './launcher.js';
+import { machinesOf, type Placement } from './placement.js';
+import type { Placer } from './placer.js';
+import type { WaitQueue } from './queue.js';
+import { deviceStatus, nodeDevicesFree, replicaStatus, shardStatus } from './status.js';
+import { settingsFor } from './model-settings.js';
+
+/**
+ * What the scheduler's table looks like from outside (/status, the dashboard, the tray, auto-pause): reads
+ * only, no decisions. The maps are the scheduler's own, shared by reference.
+ */
+export class PoolView {
+  constructor(
+    private readonly s: {
+      readonly config: HubConfig;
+      readonly registry: ModelRegistry;
+      readonly launcher: Launcher;
+      readonly devices: () => Device[];
+      readonly placements: ReadonlyMap<string, Placement>;
+      readonly failed: ReadonlyMap<string, Placement>;
+      readonly failures: FailureMemory;
+      readonly waiting: WaitQueue;
+      readonly placer: Placer;
+    },
+  ) {}
+
+  /** Pids of the local processes placements run (host replicas, shard heads): not "other programs" for auto-pause. */
+  localPids(): Set<number> {
+    return new Set([...this.s.placements.values()].filter((p) => p.kind !== 'node' && p.running?.pid).map((p) => p.running!.pid!));
+  }
+
+  /** Requests in flight on placements that use the hub's devices (its busy vs idle). */
+  hubStreams(): number {
+    return [...this.s.placements.values()].filter((p) => machinesOf(p).includes(null)).reduce((n, p) => n + p.inFlight, 0);
+  }
+
+  /** Backoffs in force (for /status and the dashboard); the hub itself is named "hub". */
+  backoffs(): { node: string; model: string; failures: number; reason: string; since: string; until: string }[] {
+    return this.s.failures.active().map((b) => ({
+      node: b.node, model: b.model, failures: b.failures, reason: b.reason, since: new Date(b.at).toISOString(), until: new Date(b.until).toISOString(),
+    }));
+  }
+
+  /** Requests waiting for a slot, per model (for /status). */
+  queues(): { model: string; waiting: number }[] {
+    return this.s.waiting.counts();
+  }
+
+  private all(): Placement[] {
+    return [...this.s.placements.values(), ...this.s.failed.values()];
+  }
+
+  status() {
+    return this.all().filter((p) => p.kind !== 'shard').map((p) => replicaStatus(p, settingsFor(this.s.config, this.s.registry.get(p.model))));
+  }
+
+  shardStatus() {
+    return this.all().filter((p) => p.kind === 'shard').map((p) => shardStatus(p, settingsFor(this.s.config, this.s.registry.get(p.model)), this.s.launcher.shardInfo(p)));
+  }
+
+  nodeDevicesFree(node: string, devices: readonly { id: string; kind: 'gpu' | 'cpu'; description: string; totalMb: number; freeMb: number }[]) {
+    return nodeDevicesFree(devices, this.s.placer.views(node));
+  }
+
+  deviceStatus() {
+    return deviceStatus(this.s.devices(), this.s.placer.views(null));
+  }
+}

@@ -1,0 +1,180 @@
+import type { Duplex } from 'node:stream';
+import { encodeHeader, Flag, FrameType } from './frame.js';
+import { stateOf, type YamuxStream } from './stream.js';
+import type { ResolvedSessionOptions } from './session.js';
+
+type Frame = Buffer[];
+
+/** Payloads at least this big are written to the transport as they are, not copied into a batch. */
+const ZERO_COPY_BYTES = 16 * 1024;
+
+/**
+ * A session's sending side: control frames first, then DATA frames from the streams that have something to
+ * send, most urgent priority level first and round-robin within one, cut to the peer's window and the
+ * frame size, coalesced into few transport writes, with at most maxQueuedBytes waiting in the transport.
+ */
+export class FrameWriter {
+  private readonly control: Frame[] = [];
+  /** Streams with something to send, one set per priority level. */
+  private readonly ready: Set<YamuxStream>[];
+  private pumping = false;
+  private waitingDrain = false;
+  private stopped = false;
+
+  constructor(
+    private readonly transport: Duplex,
+    private readonly o: ResolvedSessionOptions,
+    private readonly stats: { framesOut: number; bytesOut: number },
+    private readonly d: { onFinished(s: YamuxStream): void; onFlushed(): void },
+  ) {
+    this.ready = Array.from({ length: o.priorityLevels }, () => new Set());
+    transport.on('drain', () => {
+      this.waitingDrain = false;
+      this.pump();
+    });
+  }
+
+  /** Nothing queued here and the transport is not backed up. */
+  get idle(): boolean {
+    return this.control.length === 0 && !this.waitingDrain;
+  }
+
+  get queuedControlFrames(): number {
+    return this.control.length;
+  }
+
+  /** The stream is gone: it sends nothing more. */
+  drop(s: YamuxStream): void {
+    for (const set of this.ready) set.delete(s);
+  }
+
+  /** The session is dead: nothing more is written. */
+  stop(): void {
+    this.stopped = true;
+    for (const set of this.ready) set.clear();
+    this.control.length = 0;
+  }
+
+
+  /** Queue a control frame ahead of all data; false when the peer has left too many unread (the caller ends the session). */
+  sendControl(type: number, flags: number, id: number, length: number): boolean {
+    if (this.control.length >= this.o.maxControlFrames) return false;
+    this.control.push([encodeHeader(type, flags, id, length)]);
+    this.pump();
+    return true;
+  }
+
+  /** `s` has data or a FIN to send. */
+  schedule(s: YamuxStream): void {
+    if (this.stopped || stateOf(s).reset) return;
+    this.ready[Math.min(this.o.priorityLevels - 1, Math.max(0, s.priority))]!.add(s);
+    this.pump();
+  }
+
+  /** The next DATA frame from the most urgent ready stream (round-robin within a level), or null. */
+  private nextDataFrame(): Frame | null {
+    for (const set of this.ready) {
+      for (const s of set) {
+        set.delete(s);
+        const f = this.frameFrom(s);
+        if (f) {
+          if (stateOf(s).pending.length > 0 || stateOf(s).finPending) {
+            if (stateOf(s).sendWindow > 0 || (stateOf(s).pending.length === 0 && stateOf(s).finPending)) set.add(s); // to the back of its level
+          }
+          return f;
+        }
+      }
+    }
+    return null;
+  }
+
+  private frameFrom(s: YamuxStream): Frame | null {
+    if (stateOf(s).reset) return null;
+    const w = stateOf(s).pending[0];
+    if (w) {
+      if (stateOf(s).sendWindow === 0) return null; // resumes on WINDOW_UPDATE
+      const n = Math.min(w.chunk.byteLength - w.offset, stateOf(s).sendWindow, this.o.maxFrameBytes);
+      const payload = w.chunk.subarray(w.offset, w.offset + n);
+      w.offset += n;
+      stateOf(s).sendWindow -= n;
+      stateOf(s).bytesWritten += n;
+      let flags = stateOf(s).openFlags;
+      stateOf(s).openFlags = 0;
+      if (w.offset === w.chunk.byteLength) {
+        stateOf(s).pending.shift();
+        // The chunk is in the transport's queue (bounded by maxQueued): accept the next one.
+        queueMicrotask(() => w.cb());
+      }
+      if (stateOf(s).pending.length === 0 && stateOf(s).finPending) flags |= this.takeFin(s);
+      return [encodeHeader(FrameType.DATA, flags, s.id, n), payload];
+    }
+    if (stateOf(s).finPending) {
+      const flags = stateOf(s).openFlags | this.takeFin(s);
+      stateOf(s).openFlags = 0;
+      return [encodeHeader(FrameType.WINDOW_UPDATE, flags, s.id, 0)];
+    }
+    return null;
+  }
+
+  private takeFin(s: YamuxStream): number {
+    const cb = stateOf(s).finPending!;
+    stateOf(s).finPending = null;
+    stateOf(s).localClosed = true;
+    queueMicrotask(() => cb());
+    if (stateOf(s).finished) this.d.onFinished(s);
+    return Flag.FIN;
+  }
+
+  pump(): void {
+    if (this.pumping || this.waitingDrain || this.stopped) return;
+    this.pumping = true;
+    try {
+      while (!this.stopped) {
+        if (this.transport.writableLength >= this.o.maxQueuedBytes) {
+          this.waitingDrain = true;
+          return;
+        }
+        // Coalesce headers, control frames and small payloads into one transport write (one WebSocket
+        // message); a large payload goes out as its own write, uncopied (yamux is a byte stream: where the
+        // transport cuts it does not matter).
+        const batch: Buffer[] = [];
+        let small = 0;
+        let bytes = 0;
+        let ok = true;
+        const flushSmall = (): void => {
+          if (batch.length === 0) return;
+          ok = this.transport.write(batch.length === 1 ? batch[0] : Buffer.concat(batch, small)) && ok;
+          batch.length = 0;
+          small = 0;
+        };
+        while (bytes < this.o.maxBatchBytes) {
+          const f = this.control.shift() ?? this.nextDataFrame();
+          if (!f) break;
+          for (const b of f) {
+            if (b.byteLength >= ZERO_COPY_BYTES) {
+              flushSmall();
+              ok = this.transport.write(b) && ok;
+            } else {
+              batch.push(b);
+              small += b.byteLength;
+            }
+            bytes += b.byteLength;
+          }
+          this.stats.framesOut++;
+        }
+        flushSmall();
+        if (bytes === 0) {
+          this.d.onFlushed();
+          return;
+        }
+        this.stats.bytesOut += bytes;
+        if (!ok) {
+          this.waitingDrain = true;
+          return;
+        }
+      }
+    } finally {
+      this.pumping = false;
+    }
+  }
+}
