@@ -6,7 +6,7 @@ import { packageVersion, startHub } from './core/hub/index.js';
 import { hostname } from 'node:os';
 import { join } from 'node:path';
 import { existsSync, readFileSync } from 'node:fs';
-import { defaultHome } from './core/config.js';
+import { defaultHome, nodeConfigFromEnv } from './core/config.js';
 import { hubJoinToken, tokenHubUrl } from './core/pool/tokens.js';
 import { ensureLlama, terminateAll } from './core/llama/index.js';
 import { backendOf, cmdDoctor, cmdLlamaBuild } from './cli-llama.js';
@@ -204,7 +204,7 @@ async function cmdUp(args: string[]): Promise<number> {
   const terminal = new TerminalProgress(process.stderr, (l) => log.info(l));
   const install = await ensureLlama({ backend, progress: llamaBuildProgress(terminal) });
   log.info({ backend: install.backend, module: install.backendModule }, install.backendReason);
-  const agent = new NodeAgent(home, settings, { log, install, heartbeatMs: Number(process.env.RELAY_HEARTBEAT_MS ?? 5000) });
+  const agent = new NodeAgent(home, settings, { log, install, config: nodeConfigFromEnv(process.env) });
   if (terminal.tty) showNodePushes(terminal, agent);
   agent.on('connected', () => console.log(`relay node ${name} connected to ${hub}`));
   // Listening before start: a refusal can come at once (a node that must join again never dials).

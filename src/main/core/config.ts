@@ -54,11 +54,29 @@ export interface HubConfig {
   readonly loadTimeoutMs: number;
   /** CPU threads per llama-server (RELAY_THREADS); undefined = llama.cpp's choice. */
   readonly threads: number | undefined;
-  /** Cap on weight-push bandwidth per push in MB/s (RELAY_PUSH_MAX_MBPS); 0 = unlimited. */
-  readonly pushMaxMbps: number;
+  /** Cap on weight-push bandwidth per push in MiB per second (RELAY_PUSH_MAX_MBPS, named before this rule); 0 = unlimited. */
+  readonly pushMaxMibPerSec: number;
   /** PEM files: with both set the hub serves HTTPS, and nodes dial wss:// (RELAY_TLS_CERT, RELAY_TLS_KEY). */
   readonly tlsCertPath: string | undefined;
   readonly tlsKeyPath: string | undefined;
+}
+
+/** What `relay up` and the tray's node mode read from the environment. */
+export interface NodeConfig {
+  /** CPU threads per llama-server (RELAY_THREADS); undefined = llama.cpp's choice. */
+  readonly threads: number | undefined;
+  /** How long the node keeps its work after losing the hub before it stops everything (RELAY_NODE_ORPHAN_MS). */
+  readonly orphanMs: number;
+  /** Heartbeat period (RELAY_HEARTBEAT_MS): availability, devices and replicas to the hub. */
+  readonly heartbeatMs: number;
+}
+
+export function nodeConfigFromEnv(env: NodeJS.ProcessEnv = process.env): NodeConfig {
+  return {
+    threads: env.RELAY_THREADS ? int(env, 'RELAY_THREADS', 0) : undefined,
+    orphanMs: int(env, 'RELAY_NODE_ORPHAN_MS', 60_000),
+    heartbeatMs: int(env, 'RELAY_HEARTBEAT_MS', 5000),
+  };
 }
 
 export function defaultHome(env: NodeJS.ProcessEnv = process.env): string {
@@ -120,7 +138,7 @@ export function hubConfigFromEnv(env: NodeJS.ProcessEnv = process.env, overrides
     queueTimeoutMs: int(env, 'RELAY_QUEUE_TIMEOUT_MS', HUB_DEFAULTS.queueTimeoutMs),
     maxPlacementsPerModel: int(env, 'RELAY_MAX_PLACEMENTS_PER_MODEL', HUB_DEFAULTS.maxPlacementsPerModel),
     threads: env.RELAY_THREADS ? int(env, 'RELAY_THREADS', 0) : undefined,
-    pushMaxMbps: int(env, 'RELAY_PUSH_MAX_MBPS', 0),
+    pushMaxMibPerSec: int(env, 'RELAY_PUSH_MAX_MBPS', 0),
     loopbackAdmin: env.RELAY_LOOPBACK_ADMIN !== '0',
     allowedHosts: (env.RELAY_ALLOWED_HOSTS ?? '').split(',').map((h) => h.trim()).filter(Boolean),
     hubSchedule: env.RELAY_HUB_SCHEDULE,

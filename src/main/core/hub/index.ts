@@ -61,7 +61,7 @@ export async function startHub(config: HubConfig, deps: { log: Logger; install?:
     hubVersion: packageVersion(),
     llamaVersion: install.version,
     secret: joinSecret(config.home),
-    pushMaxBytesPerSec: config.pushMaxMbps > 0 ? config.pushMaxMbps * 1024 * 1024 : undefined,
+    pushMaxBytesPerSec: config.pushMaxMibPerSec > 0 ? config.pushMaxMibPerSec * 1024 * 1024 : undefined,
   });
   // The scheduler asks whether the hub's devices are paused; a change to paused stops its placements.
   let availability: HubAvailability | null = null;

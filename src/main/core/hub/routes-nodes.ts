@@ -4,6 +4,7 @@ import { hubJoinToken, JOIN_TOKEN_TTL_MS } from '../pool/tokens.js';
 import { isLoopback, lanAddresses } from './guard.js';
 import { beyondLoopback } from './keys.js';
 import { parseJson, type Mount } from './http.js';
+import { SET_PAUSED_WAIT_MS } from '../timeouts.js';
 
 /** Nodes: joining (open, over TLS), their dashboard links, "Add a node" tokens, the list, pause/resume, revoke. */
 export const mountNodes: Mount = (app, { d, raw, auth }) => {
@@ -68,7 +69,7 @@ export const mountNodes: Mount = (app, { d, raw, auth }) => {
         const name = String(req.params.name);
         const conn = nodes.get(name);
         if (!conn) throw new RelayError(ErrorCode.NODE_NOT_FOUND, `node "${name}" is not connected`);
-        const r = await conn.command({ type: 'set-paused', paused: action === 'pause' }, 40_000);
+        const r = await conn.command({ type: 'set-paused', paused: action === 'pause' }, SET_PAUSED_WAIT_MS);
         res.json({ node: name, availability: r.data?.availability });
       } catch (err) {
         next(err);

@@ -21,6 +21,7 @@ import { openTunnel } from './link.js';
 import { applyChange, cacheBudgetBytes, writeSettings, type NodeSettings, type NodeSettingsChange } from './settings.js';
 import { Workloads } from './workloads.js';
 import { startLocalApi } from './local-api.js';
+import { nodeConfigFromEnv, type NodeConfig } from '../config.js';
 
 /** Auto-pause's detector: over 1 GiB of other programs' GPU memory for 30 s pauses, under it for 2 min resumes. */
 const newAutoPause = (): AutoPause => new AutoPause({ thresholdMb: 1024, pauseAfterMs: 30_000, resumeAfterMs: 120_000 });
@@ -34,6 +35,7 @@ export class NodeAgent extends EventEmitter {
   readonly cache: ModelCache;
   /** The replicas and rpc-servers the hub asked for. */
   readonly work: Workloads;
+  private readonly config: NodeConfig;
   private readonly inventory: HostInventory;
   private schedule: PauseWindow[];
   private session: Session | null = null;
@@ -56,14 +58,14 @@ export class NodeAgent extends EventEmitter {
   constructor(
     readonly home: string,
     private settings: NodeSettings,
-    private readonly d: { log: Logger; install: LlamaInstall; heartbeatMs?: number; threads?: number },
+    private readonly d: { log: Logger; install: LlamaInstall; heartbeatMs?: number; config?: NodeConfig },
   ) {
     super();
     this.cache = new ModelCache(join(home, 'cache'), cacheBudgetBytes(settings.cacheBudgetMb));
     this.inventory = new HostInventory(d.install, settings.cpuBudgetMb);
     this.schedule = parseSchedule(settings.schedule);
-    const threads = d.threads ?? (process.env.RELAY_THREADS ? Number(process.env.RELAY_THREADS) : undefined);
-    this.work = new Workloads({ install: d.install, cache: this.cache, log: d.log, threads });
+    this.config = d.config ?? nodeConfigFromEnv();
+    this.work = new Workloads({ install: d.install, cache: this.cache, log: d.log, threads: this.config.threads });
     this.work.on('running', () => this.emit('running'));
     this.work.on('exited', () => {
       if (this.connected) this.heartbeat(); // the hub learns at once
@@ -174,7 +176,7 @@ export class NodeAgent extends EventEmitter {
       }
       if (this.connected) this.heartbeat();
       void this.availabilityChanged(); // schedule windows open and close with the clock
-    }, this.d.heartbeatMs ?? 5000);
+    }, this.d.heartbeatMs ?? this.config.heartbeatMs);
     tick.unref();
     this.timers.push(tick);
     void this.connectLoop();
@@ -247,7 +249,7 @@ export class NodeAgent extends EventEmitter {
         // The hub already tore down what ran here; if it stays away, release the device too. A quick
         // reconnect keeps them, and the hub's reconciliation stops what it no longer expects.
         if (was && !this.orphanTimer) {
-          const ms = Number(process.env.RELAY_NODE_ORPHAN_MS ?? 60_000);
+          const ms = this.config.orphanMs;
           this.orphanTimer = setTimeout(() => {
             this.orphanTimer = null;
             if (!this.connected) void this.stopEverything(`the hub has been unreachable for ${ms} ms`);

@@ -8,6 +8,7 @@ import { replicaPlacement } from '../llama/argv.js';
 import { startLlamaServer, startRpcServer, type RunningLlamaServer, type RunningRpcServer } from '../llama/processes.js';
 import { describeExit } from '../llama/supervisor.js';
 import type { ModelCache } from './cache.js';
+import { CHILD_STOP_GRACE_MS } from '../timeouts.js';
 
 interface LocalReplica {
   id: string;
@@ -20,8 +21,6 @@ interface LocalReplica {
   stopping: boolean;
 }
 
-/** How long a replica or rpc-server gets after SIGTERM before SIGKILL (well inside the 30 s a pause promises). */
-export const CHILD_STOP_GRACE_MS = 10_000;
 
 /**
  * What runs on this node for the hub: llama-server replicas and ggml-rpc-servers (shard stages), all on

@@ -13,6 +13,7 @@ import type { Placement, Running } from './placement.js';
 import { shardFlags, type ShardModel, type Stage } from './shard.js';
 import { settingsFor } from './model-settings.js';
 import { cachedIn, modelFiles } from '../models/files.js';
+import { STOP_REPLICA_WAIT_MS } from '../timeouts.js';
 
 /**
  * The launcher makes a planned placement real and takes it down again: a host replica is a local
@@ -216,7 +217,7 @@ export class LlamaLauncher implements Launcher {
     const h = this.held.get(p.id);
     this.held.delete(p.id);
     if (p.kind === 'node') {
-      if (p.node?.alive) await p.node.command({ type: 'stop-replica', replica: p.id }, 35_000).catch(() => undefined);
+      if (p.node?.alive) await p.node.command({ type: 'stop-replica', replica: p.id }, STOP_REPLICA_WAIT_MS).catch(() => undefined);
       return;
     }
     if (!h) return;

@@ -15,6 +15,7 @@ import { HUB, Placer, type NewPlacement } from './placer.js';
 import { newAttempts, WaitQueue, type Attempts, type Waiter } from './queue.js';
 import { nextMsPerToken, pickPlacement, wantsAnother } from './routing.js';
 import { PoolView } from './view.js';
+import { STOP_REPLICA_WAIT_MS } from '../timeouts.js';
 
 /**
  * The scheduler: for a request naming model M, lease a slot of a placement of M — the ready one with the
@@ -329,7 +330,7 @@ export class Scheduler {
       const ours = this.placements.get(x.replica);
       if (!ours || ours.node?.name !== conn.name) {
         this.d.log.info({ node: conn.name, replica: x.replica }, 'node runs a replica the hub does not expect: stopping it');
-        await conn.command({ type: 'stop-replica', replica: x.replica }, 35_000).catch(() => undefined);
+        await conn.command({ type: 'stop-replica', replica: x.replica }, STOP_REPLICA_WAIT_MS).catch(() => undefined);
       }
     }
   }
