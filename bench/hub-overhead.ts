@@ -88,7 +88,7 @@ const s = http.createServer((req, res) => {
 
 async function bareRelay(upstreamPort: number): Promise<{ url: string; pid: number; stop: () => void }> {
   const child = spawn(process.execPath, ['-e', BARE_RELAY, String(upstreamPort)], { stdio: ['ignore', 'pipe', 'inherit'] });
-  const [line] = (await once(createInterface({ input: child.stdout! }), 'line')) as [string];
+  const [line] = (await once(createInterface({ input: child.stdout }), 'line')) as [string];
   return { url: `http://127.0.0.1:${line.trim()}`, pid: child.pid!, stop: () => child.kill() };
 }
 

@@ -149,7 +149,7 @@ describe('hub /v1 with the openai client', { timeout: 300_000 }, () => {
       failed = (await hub.status()).replicas.find((x) => x.id === killed.id);
     }
     assert.equal(failed?.state, 'failed');
-    assert.match(failed!.failure!.message, /SIGKILL/);
+    assert.match(failed.failure!.message, /SIGKILL/);
     assert.ok((await chatText('dense', 'are you back?', 8)).length > 0);
     const after = (await hub.status()).replicas.find((x) => x.model === 'dense' && x.state === 'ready')!;
     assert.notEqual(after.pid, killed.pid);

@@ -37,11 +37,11 @@ describe('evictions only for a plan that succeeds', { timeout: 300_000 }, () => 
       assert.equal((err.error as { code: string }).code, 'model_unavailable');
       const after503 = (await replicas()).find((r) => r.model === 'a')!;
       assert.deepEqual([after503.state, after503.pid], ['ready', a.pid]);
-      process.kill(a.pid!, 0); // the node's llama-server for a is still running
+      process.kill(a.pid, 0); // the node's llama-server for a is still running
 
       const b = await c.completions.create({ model: 'b', prompt: 'hi', max_tokens: 2, ...extra });
       assert.equal(b.model, 'b');
-      assert.ok(await waitGone(a.pid!, 30_000), 'a was evicted to make room for b');
+      assert.ok(await waitGone(a.pid, 30_000), 'a was evicted to make room for b');
       assert.deepEqual((await replicas()).filter((r) => r.state === 'ready').map((r) => r.model), ['b']);
     } finally {
       await node.stop();

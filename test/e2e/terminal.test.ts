@@ -26,7 +26,7 @@ describe('relay up on a terminal', { timeout: 120_000 }, () => {
     const cmd = `${process.execPath} ${relayBin} up --hub ${hub.url} --token ${token} --name tty --home ${home} --cpu-budget-mb 1000`;
     const tty = spawn('script', ['-qfec', cmd, '/dev/null'], { detached: true, env: { ...process.env, ...ENV, RELAY_HEARTBEAT_MS: '500', RELAY_LOG_LEVEL: 'warn' }, stdio: ['pipe', 'pipe', 'inherit'] });
     let out = '';
-    tty.stdout!.on('data', (c: Buffer) => (out += c.toString('utf8')));
+    tty.stdout.on('data', (c: Buffer) => (out += c.toString('utf8')));
     const exited = once(tty, 'exit');
     try {
       await until(() => out, (o) => /connected to/.test(o), 60_000);

@@ -301,7 +301,7 @@ describe('tray app, node mode (set up from the page in chromium, paused from the
     // (spawned, not spawnSync: the agent's local API runs in this very process and must keep answering)
     const cli = spawn(process.execPath, [relayBin, 'resume', '--home', join(userData, 'node')], { stdio: ['ignore', 'pipe', 'pipe'] });
     let err = '';
-    cli.stderr!.on('data', (c: Buffer) => (err += c.toString()));
+    cli.stderr.on('data', (c: Buffer) => (err += c.toString()));
     assert.equal(await new Promise((r) => cli.once('exit', r)), 0, err);
     await until(() => hubNode('attic'), (n) => n?.state === 'idle', 10_000);
     assert.equal(trayIcon(app.state()), 'node-idle');

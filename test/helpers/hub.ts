@@ -39,13 +39,13 @@ export async function startHub(opts: { env?: Record<string, string>; args?: stri
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   const logs: string[] = [];
-  createInterface({ input: proc.stderr! }).on('line', (l) => {
+  createInterface({ input: proc.stderr }).on('line', (l) => {
     logs.push(l);
     if (logs.length > 500) logs.shift();
   });
   const exited = new Promise<void>((r) => proc.once('exit', () => r()));
   const url = await new Promise<string>((resolve, reject) => {
-    createInterface({ input: proc.stdout! }).on('line', (l) => {
+    createInterface({ input: proc.stdout }).on('line', (l) => {
       const m = /\/v1\s+(https?:\/\/\S+)\/v1$/.exec(l);
       if (m) resolve(m[1]!);
     });

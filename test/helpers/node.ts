@@ -24,7 +24,7 @@ export function mintToken(hub: HubProcess): Promise<string> {
   return new Promise((resolve, reject) => {
     const p = spawn(process.execPath, [relayBin, 'nodes', 'token', '--home', hub.home], { stdio: ['ignore', 'pipe', 'inherit'] });
     let out = '';
-    p.stdout!.on('data', (c: Buffer) => (out += c.toString()));
+    p.stdout.on('data', (c: Buffer) => (out += c.toString()));
     p.on('exit', (code) => (code === 0 ? resolve(out.trim().split('\n').pop()!) : reject(new Error(`nodes token exited ${code}`))));
   });
 }
@@ -37,13 +37,13 @@ export async function startNode(hub: HubProcess | { url: string; home: string },
     ...(opts.cpuBudgetMb !== undefined ? ['--cpu-budget-mb', String(opts.cpuBudgetMb)] : []), ...(opts.args ?? [])];
   const proc = spawn(process.execPath, args, { env: { ...process.env, RELAY_LOG_LEVEL: 'info', RELAY_HEARTBEAT_MS: '500', ...opts.env }, stdio: ['ignore', 'pipe', 'pipe'] });
   const logs: string[] = [];
-  createInterface({ input: proc.stderr! }).on('line', (l) => {
+  createInterface({ input: proc.stderr }).on('line', (l) => {
     logs.push(l);
     if (logs.length > 1000) logs.shift();
   });
   const exited = new Promise<number | null>((r) => proc.once('exit', (code) => r(code)));
   await new Promise<void>((resolve, reject) => {
-    createInterface({ input: proc.stdout! }).on('line', (l) => {
+    createInterface({ input: proc.stdout }).on('line', (l) => {
       if (/connected to/.test(l)) resolve();
     });
     void exited.then((code) => reject(new Error(`relay up exited with ${code} before connecting:\n${logs.join('\n')}`)));

@@ -57,7 +57,7 @@ export function startJsonLineProcess(args: string[], env: NodeJS.ProcessEnv): Js
   const proc = spawn(process.execPath, args, { env, stdio: ['pipe', 'pipe', 'inherit'] });
   started.push(proc);
   const lines: Record<string, unknown>[] = [];
-  createInterface({ input: proc.stdout! }).on('line', (l) => {
+  createInterface({ input: proc.stdout }).on('line', (l) => {
     try {
       lines.push(JSON.parse(l) as Record<string, unknown>);
     } catch { /* not a report line */ }
@@ -66,7 +66,7 @@ export function startJsonLineProcess(args: string[], env: NodeJS.ProcessEnv): Js
     proc,
     lines,
     exited: new Promise((r) => proc.once('exit', (c) => r(c))),
-    send: (cmd) => void proc.stdin!.write(`${JSON.stringify(cmd)}\n`),
+    send: (cmd) => void proc.stdin.write(`${JSON.stringify(cmd)}\n`),
     async wait<T>(pick: (l: Record<string, unknown>) => boolean, limitMs = 30_000) {
       const found = await until(() => lines.find(pick), (x) => x !== undefined, limitMs);
       if (!found) throw new Error(`no such line; got:\n${lines.map((l) => JSON.stringify(l)).join('\n')}`);

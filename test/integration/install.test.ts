@@ -190,9 +190,9 @@ describe('npm start', () => {
     const home = mkdtempSync(join(tmpdir(), 'relay-start-'));
     const p = spawn(process.execPath, [start, '--port', '0', '--home', home], { stdio: ['ignore', 'pipe', 'pipe'] });
     let err = '';
-    p.stderr!.on('data', (c: Buffer) => (err += c.toString()));
+    p.stderr.on('data', (c: Buffer) => (err += c.toString()));
     const served = await new Promise<string>((resolve, reject) => {
-      createInterface({ input: p.stdout! }).on('line', (l) => { if (/\/v1\s+http/.test(l)) resolve(l); });
+      createInterface({ input: p.stdout }).on('line', (l) => { if (/\/v1\s+http/.test(l)) resolve(l); });
       p.once('exit', (code) => reject(new Error(`start exited ${code}: ${err}`)));
     });
     assert.match(served, /http:\/\/127\.0\.0\.1:\d+\/v1/);

@@ -67,7 +67,7 @@ describe('no orphans', () => {
   async function startParent(mode: 'wait' | 'exit') {
     const p = spawn(node, [parent, mode], { stdio: ['ignore', 'pipe', 'inherit'] });
     const line = await new Promise<string>((resolve, reject) => {
-      createInterface({ input: p.stdout! }).once('line', resolve);
+      createInterface({ input: p.stdout }).once('line', resolve);
       p.once('exit', (code) => reject(new Error(`parent exited early with ${code}`)));
     });
     const exited = new Promise<void>((r) => (p.exitCode !== null ? r() : p.once('exit', () => r())));

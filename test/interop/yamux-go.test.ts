@@ -73,8 +73,8 @@ describe('yamux interop with hashicorp/yamux (Go)', { timeout: 300_000 }, () => 
   it('relay as client, Go as echo server: 100 MB each way, sha256 equal, clean close', async () => {
     const go = spawn(peerBinary(), ['server'], { stdio: ['ignore', 'pipe', 'pipe'] });
     const stderr: string[] = [];
-    createInterface({ input: go.stderr! }).on('line', (l) => stderr.push(l));
-    const [port] = (await once(createInterface({ input: go.stdout! }), 'line')) as [string];
+    createInterface({ input: go.stderr }).on('line', (l) => stderr.push(l));
+    const [port] = (await once(createInterface({ input: go.stdout }), 'line')) as [string];
     const sock = connect({ host: '127.0.0.1', port: Number(port) });
     await once(sock, 'connect');
     const s = new Session(sock, { client: true, keepAliveIntervalMs: 0 });
@@ -108,7 +108,7 @@ describe('yamux interop with hashicorp/yamux (Go)', { timeout: 300_000 }, () => 
     });
     const go = spawn(peerBinary(), ['client', `127.0.0.1:${port}`, String(SIZE)], { stdio: ['ignore', 'pipe', 'inherit'] });
     const lines: string[] = [];
-    createInterface({ input: go.stdout! }).on('line', (l) => lines.push(l));
+    createInterface({ input: go.stdout }).on('line', (l) => lines.push(l));
     const [code] = (await once(go, 'exit')) as [number];
     assert.equal(code, 0);
     const m = /^sent ([0-9a-f]{64}) got ([0-9a-f]{64})$/.exec(lines[0] ?? '');

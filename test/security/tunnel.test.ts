@@ -176,8 +176,8 @@ describe('tunnel limits', { timeout: 180_000 }, () => {
     writeSettings(home, { hub: at, name: 'elder', credential, hubCert: null, paused: false, schedule: '', cpuBudgetMb: 0, cacheBudgetMb: 0 });
     const elder = spawn(process.execPath, [relayBin, 'up', '--home', home], { env: { ...process.env, RELAY_LOG_LEVEL: 'info' }, stdio: ['ignore', 'pipe', 'pipe'] });
     const lines: string[] = [];
-    createInterface({ input: elder.stderr! }).on('line', (l) => lines.push(l));
-    createInterface({ input: elder.stdout! }).on('line', (l) => lines.push(l));
+    createInterface({ input: elder.stderr }).on('line', (l) => lines.push(l));
+    createInterface({ input: elder.stdout }).on('line', (l) => lines.push(l));
     const code = await new Promise((r) => elder.once('exit', r));
     assert.equal(code, 2, lines.join('\n'));
     assert.ok(lines.some((l) => /join again with a token/.test(l)), lines.join('\n'));

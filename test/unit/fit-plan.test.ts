@@ -67,7 +67,7 @@ describe('host placement plan', () => {
     const reps = [rep('busy', 1500, 0, 2)];
     const plan = planHostReplica(need, freeAfterReservations([cpu(2000)], reps), reps);
     assert.equal(plan.kind, 'none');
-    const msg = shortfallMessage('big', plan as Extract<typeof plan, { kind: 'none' }>);
+    const msg = shortfallMessage('big', plan);
     assert.match(msg, /model "big" needs 1002 MB \(weights 600 MB \+ KV 0 MB \+ overhead 402 MB; ctx 4096 × 2 slots, f16 cache\)/);
     assert.match(msg, /free: CPU 500 MB of 2000 MB/);
   });
@@ -75,6 +75,6 @@ describe('host placement plan', () => {
   it('with no device at all, says the hub has no GPU and no CPU budget', () => {
     const plan = planHostReplica(need, [], []);
     assert.equal(plan.kind, 'none');
-    assert.match(shortfallMessage('m', plan as Extract<typeof plan, { kind: 'none' }>), /no GPU and no CPU budget \(start it with --cpu-budget-mb/);
+    assert.match(shortfallMessage('m', plan), /no GPU and no CPU budget \(start it with --cpu-budget-mb/);
   });
 });

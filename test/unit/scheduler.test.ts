@@ -325,7 +325,7 @@ describe('scheduler with a manual launcher', () => {
 
   it('a node GPU whose last reading predates a ready replica still counts that replica: no second one on top', async () => {
     const probe = setup({ models: [m] }).scheduler.need(m).needMb;
-    const gpu = fakeNode('g', 0, { devices: [{ id: 'CUDA0', kind: 'gpu', description: 'a GPU', totalMb: 24_000, freeMb: probe * 1.5, ageMs: 0 }], devicesAt: Date.now() - 60_000 } as Partial<NodeConn>);
+    const gpu = fakeNode('g', 0, { devices: [{ id: 'CUDA0', kind: 'gpu', description: 'a GPU', totalMb: 24_000, freeMb: probe * 1.5, ageMs: 0 }], devicesAt: Date.now() - 60_000 });
     const { scheduler, launcher } = setup({ nodes: [gpu], models: [m] });
     const first = scheduler.acquire('m');
     (await launcher.nth(0)).ok();

@@ -83,7 +83,7 @@ export const mountLogins: Mount = (app, { raw, auth }) => {
   });
 
   app.get('/login', (req, res) => {
-    const s = auth.logins.exchange(String(req.query.t ?? ''));
+    const s = auth.logins.exchange(typeof req.query.t === 'string' ? req.query.t : '');
     if (!s) {
       res.status(401).type('text').send('This dashboard link is unknown, used or expired: ask for a new one with `relay dashboard --link` on the hub machine.\n');
       return;

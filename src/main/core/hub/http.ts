@@ -85,6 +85,11 @@ export function bearer(req: Request): string | undefined {
   return m?.[1];
 }
 
+/** A JSON field read as text: a string as it is, a number as its digits, anything else (an object, null) as ''. */
+export function textField(v: unknown): string {
+  return typeof v === 'string' ? v : typeof v === 'number' ? String(v) : '';
+}
+
 /** Parse a raw JSON body; the caller has already enforced the size limit. */
 export function parseJson(req: Request): Record<string, unknown> {
   const raw = req.body as Buffer | undefined;

@@ -86,7 +86,7 @@ export function proxyToReplica(opts: {
     method: 'POST',
     // A node replica: the request rides a fresh http stream through that node's tunnel.
     ...(lease.connect
-      ? { createConnection: lease.connect as unknown as http.RequestOptions['createConnection'] }
+      ? { createConnection: lease.connect }
       : spares ? { createConnection: () => spares.take(url.hostname, Number(url.port)) } : { agent }),
     headers: {
       'content-type': 'application/json',

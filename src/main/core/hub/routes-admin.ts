@@ -1,5 +1,5 @@
 import { ErrorCode, RelayError } from '../../../shared/errors.js';
-import { parseJson, type Mount } from './http.js';
+import { parseJson, textField, type Mount } from './http.js';
 import { hubView } from './status.js';
 
 /** /v1 API keys (the key is in the 201 answer only) and the hub's own availability. */
@@ -11,7 +11,7 @@ export const mountAdmin: Mount = (app, { d, raw, auth }) => {
   app.post('/api/keys', auth.requireAdmin(false), raw, async (req, res, next) => {
     try {
       const body = parseJson(req);
-      res.status(201).json(await d.keys.create(String(body.name ?? '')));
+      res.status(201).json(await d.keys.create(textField(body.name)));
     } catch (err) {
       next(err);
     }

@@ -5,7 +5,7 @@ import { discover } from '../models/import.js';
 import { modelFiles } from '../models/files.js';
 import { applySettings, sameSettings } from '../scheduler/model-settings.js';
 import type { ModelRecord } from '../store/store.js';
-import { parseJson, type AppDeps, type ModelViewExtra, type Mount } from './http.js';
+import { parseJson, textField, type AppDeps, type ModelViewExtra, type Mount } from './http.js';
 
 /** A model as the admin API and /status show it: the record, its need and whether it can run now. */
 export function modelViewer(d: AppDeps): (m: ModelRecord) => ModelRecord & ModelViewExtra {
@@ -38,7 +38,7 @@ export const mountModels: Mount = (app, { d, raw, auth, modelView }) => {
       const body = parseJson(req);
       const input = {
         path: body.path as string,
-        name: body.name === undefined || body.name === null ? undefined : String(body.name),
+        name: body.name === undefined || body.name === null ? undefined : textField(body.name),
         required_vram_mb: body.required_vram_mb as number | null | undefined,
         embedding: body.embedding === undefined ? undefined : Boolean(body.embedding),
         settings: ['context_size', 'parallel_slots', 'kv_cache_type', 'flash_attn'].some((k) => body[k] !== undefined) ? applySettings(undefined, body) : undefined,

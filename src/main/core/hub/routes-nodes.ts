@@ -3,7 +3,7 @@ import { ErrorCode, RelayError } from '../../../shared/errors.js';
 import { hubJoinToken, JOIN_TOKEN_TTL_MS } from '../pool/tokens.js';
 import { isLoopback, lanAddresses } from './guard.js';
 import { beyondLoopback } from './keys.js';
-import { parseJson, type Mount } from './http.js';
+import { parseJson, textField, type Mount } from './http.js';
 import { SET_PAUSED_WAIT_MS } from '../timeouts.js';
 
 /** Nodes: joining (open, over TLS), their dashboard links, "Add a node" tokens, the list, pause/resume, revoke. */
@@ -16,7 +16,7 @@ export const mountNodes: Mount = (app, { d, raw, auth }) => {
         throw new RelayError(ErrorCode.FORBIDDEN, 'join over TLS: `relay up --token` does so itself with a token that carries this hub\'s certificate fingerprint');
       }
       const body = parseJson(req);
-      const r = await nodes.join(String(body.token ?? ''), String(body.name ?? ''));
+      const r = await nodes.join(textField(body.token), textField(body.name));
       res.status(201).json(r);
     } catch (err) {
       next(err);

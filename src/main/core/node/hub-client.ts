@@ -109,5 +109,5 @@ export async function requestDashboardLink(s: { hub: string; name: string; crede
   if (r.status !== 201 || typeof path !== 'string' || !path.startsWith('/login?')) {
     throw new RelayError(r.json.error ? fromWireCode(r.json.error.code) : ErrorCode.UPSTREAM_ERROR, r.json.error?.message ?? `the hub answered ${r.status}`);
   }
-  return { url: `${s.hub.replace(/\/+$/, '')}${path}`, expiresAt: String(r.json.expires_at ?? '') };
+  return { url: `${s.hub.replace(/\/+$/, '')}${path}`, expiresAt: typeof r.json.expires_at === 'string' ? r.json.expires_at : '' };
 }

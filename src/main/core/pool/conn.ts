@@ -44,7 +44,7 @@ export class NodeConn extends EventEmitter {
   }
 
   async command(msg: CommandBody, timeoutMs = 60_000): Promise<Reply> {
-    const r = await this.control.request(msg as never, timeoutMs);
+    const r = await this.control.request(msg, timeoutMs);
     if (!r.ok) throw new RelayError(fromWireCode(r.code), `node ${this.name}: ${r.message ?? 'command failed'}`, { node: this.name });
     return r;
   }

@@ -80,7 +80,7 @@ export class WeightPusher {
         });
         const src = createReadStream(file.path, { start: offset, highWaterMark: 1024 * 1024 });
         const limited = this.d.pushMaxBytesPerSec ? [rateLimit(this.d.pushMaxBytesPerSec)] : [];
-        await pipeline([src, ...limited, counter, st] as unknown as [NodeJS.ReadableStream, NodeJS.WritableStream], { end: true } as never);
+        await (pipeline as (streams: unknown[], opts: { end: boolean }) => Promise<void>)([src, ...limited, counter, st], { end: true });
         const r = await result;
         if (r.ok) {
           conn.cache.set(sha256, size);

@@ -114,12 +114,13 @@ export function loadStoreData(text: string, path: string): { data: StoreData; mi
 class DurableJsonFile implements Adapter<StoreData> {
   constructor(private readonly path: string) {}
 
-  async read(): Promise<StoreData | null> {
-    return null;
+  read(): Promise<StoreData | null> {
+    return Promise.resolve(null);
   }
 
-  async write(data: StoreData): Promise<void> {
+  write(data: StoreData): Promise<void> {
     writeDurable(this.path, JSON.stringify(data, null, 2));
+    return Promise.resolve();
   }
 }
 
