@@ -15,10 +15,13 @@ export default tseslint.config(
     rules: {
       // The house style: `void promise` marks a deliberate fire-and-forget; everything else is awaited.
       // node:test's describe/it return promises the runner awaits itself.
-      '@typescript-eslint/no-floating-promises': ['error', {
-        ignoreVoid: true,
-        allowForKnownSafeCalls: [{ from: 'package', package: 'node:test', name: ['describe', 'it', 'test', 'before', 'after', 'beforeEach', 'afterEach'] }],
-      }],
+      '@typescript-eslint/no-floating-promises': [
+        'error',
+        {
+          ignoreVoid: true,
+          allowForKnownSafeCalls: [{ from: 'package', package: 'node:test', name: ['describe', 'it', 'test', 'before', 'after', 'beforeEach', 'afterEach'] }],
+        },
+      ],
       // Unused names are tsc's job (noUnusedLocals); a leading _ marks a deliberately ignored argument.
       '@typescript-eslint/no-unused-vars': ['error', { argsIgnorePattern: '^_', varsIgnorePattern: '^_', caughtErrors: 'none' }],
       // Parsed JSON and test doubles are typed at the boundary with a cast, checked by validators (protocol.ts).
@@ -42,6 +45,18 @@ export default tseslint.config(
   },
   {
     files: ['**/*.js', '**/*.mjs', '**/*.cjs'],
-    languageOptions: { globals: { process: 'readonly', console: 'readonly', URL: 'readonly', Buffer: 'readonly', setTimeout: 'readonly', clearTimeout: 'readonly', require: 'readonly', module: 'readonly', __dirname: 'readonly' } },
+    languageOptions: {
+      globals: {
+        process: 'readonly',
+        console: 'readonly',
+        URL: 'readonly',
+        Buffer: 'readonly',
+        setTimeout: 'readonly',
+        clearTimeout: 'readonly',
+        require: 'readonly',
+        module: 'readonly',
+        __dirname: 'readonly',
+      },
+    },
   },
 );

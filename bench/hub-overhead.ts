@@ -21,7 +21,11 @@ const THREAD_COUNTS = (process.env.BENCH_THREADS ?? '1,2').split(',');
 const CTX = 1024;
 const BARE_ROUNDS = 6;
 
-interface Sample { ttftMs: number; tokPerS: number; tokens: number }
+interface Sample {
+  ttftMs: number;
+  tokPerS: number;
+  tokens: number;
+}
 
 /** One streaming completion; TTFT = request start → first content chunk; tok/s over the rest of the stream. */
 async function sample(url: string, model: string, prompt: string): Promise<Sample> {
@@ -151,7 +155,13 @@ async function benchModel(name: FixtureName, THREADS: string): Promise<string[]>
       `| ${name} | ${THREADS} | TTFT p50 ms | ${dTtft.toFixed(2)} | ${hTtft.toFixed(2)} | ${sign(added)} ms (paired) |`,
       `| ${name} | ${THREADS} | TTFT p50 ms through a bare Node.js HTTP relay (${BARE_ROUNDS} requests) | | ${median(bareTtft).toFixed(2)} | ${sign(median(bareTtft) - dTtft)} ms vs direct's median |`,
       `| ${name} | ${THREADS} | relay process CPU per token: the hub / a bare Node.js HTTP relay | | ${((hubCpuMs * 1000) / h.reduce((a, x) => a + x.tokens, 0)).toFixed(0)} µs / ${((bareCpuMs * 1000) / bareTokens).toFixed(0)} µs | |`,
-      `| ${name} | ${THREADS} | TTFT p90 ms | ${pct(d.map((s) => s.ttftMs), 90).toFixed(2)} | ${pct(h.map((s) => s.ttftMs), 90).toFixed(2)} | |`,
+      `| ${name} | ${THREADS} | TTFT p90 ms | ${pct(
+        d.map((s) => s.ttftMs),
+        90,
+      ).toFixed(2)} | ${pct(
+        h.map((s) => s.ttftMs),
+        90,
+      ).toFixed(2)} | |`,
     ];
   } finally {
     await direct.child.terminate(5000);

@@ -26,8 +26,14 @@ const rssMb = (pid: number): number => Number(/VmRSS:\s+(\d+)/.exec(readFileSync
 const dir = mkdtempSync(join(tmpdir(), 'relay-bench-push-'));
 const layers = Math.max(1, Math.round(GB * 4));
 const path = join(dir, 'big.gguf');
-const size = writeSparseGguf(path, [['general.architecture', str('llama')], ['llama.block_count', u32(layers)]],
-  Array.from({ length: layers }, (_, i) => ({ name: `blk.${i}.ffn_up.weight`, dims: [65536, 1024], type: GGML_TYPE_F32 })));
+const size = writeSparseGguf(
+  path,
+  [
+    ['general.architecture', str('llama')],
+    ['llama.block_count', u32(layers)],
+  ],
+  Array.from({ length: layers }, (_, i) => ({ name: `blk.${i}.ffn_up.weight`, dims: [65536, 1024], type: GGML_TYPE_F32 })),
+);
 const hub = await startHub({ env: { RELAY_LOG_LEVEL: 'warn', RELAY_MAX_PLACEMENTS_PER_MODEL: '2' } });
 const budget = String(Math.ceil((size / 1048576) * 1.2) + 1024);
 const nodes = await Promise.all(['attic', 'cellar'].map((name) => startNode(hub, { name, cpuBudgetMb: Number(budget), env: { RELAY_LOG_LEVEL: 'warn' } })));
@@ -45,7 +51,8 @@ try {
     for (const p of s.pushes) if (p.done >= p.total && !done.has(p.node)) done.set(p.node, performance.now());
   }, 100);
   const tp = performance.now();
-  const ask = (): Promise<number> => fetch(`${hub.url}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: 'big', prompt: 'x', max_tokens: 1 }) }).then((r) => r.status);
+  const ask = (): Promise<number> =>
+    fetch(`${hub.url}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: 'big', prompt: 'x', max_tokens: 1 }) }).then((r) => r.status);
   const statuses = await Promise.all([ask(), ask()]); // both placements fail to load afterwards: not a whole model
   clearInterval(sampler);
   clearInterval(watcher);

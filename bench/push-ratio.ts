@@ -44,17 +44,27 @@ async function rawWsPair(tls: boolean): Promise<{ client: WebSocket; server: Web
   const client = new WebSocket(`${tls ? 'wss' : 'ws'}://127.0.0.1:${port}`, { perMessageDeflate: false, rejectUnauthorized: false }); // loopback, the bench's own certificate
   await once(client, 'open');
   const [server] = await accepted;
-  return { client, server, close: () => new Promise((r) => { client.terminate(); wss.close(() => (https ? https.close(() => r()) : r())); }) };
+  return {
+    client,
+    server,
+    close: () =>
+      new Promise((r) => {
+        client.terminate();
+        wss.close(() => (https ? https.close(() => r()) : r()));
+      }),
+  };
 }
 
 /** `bytes` over a raw WebSocket (plain or TLS) as 256 KiB binary messages, sender paced by bufferedAmount; MB/s. */
 export async function bulkRawWs(bytes: number, tls = false): Promise<number> {
   const p = await rawWsPair(tls);
   let got = 0;
-  const done = new Promise<void>((r) => p.server.on('message', (m: Buffer) => {
-    got += m.byteLength;
-    if (got >= bytes) r();
-  }));
+  const done = new Promise<void>((r) =>
+    p.server.on('message', (m: Buffer) => {
+      got += m.byteLength;
+      if (got >= bytes) r();
+    }),
+  );
   const t0 = performance.now();
   for (let sent = 0; sent < bytes; sent += CHUNK.byteLength) {
     p.client.send(CHUNK);
@@ -85,7 +95,8 @@ export async function hubWithNode(log: Logger): Promise<{ hub: Hub; agent: NodeA
   await agent.start();
   if (!agent.connected) await once(agent, 'connected');
   return {
-    hub, agent,
+    hub,
+    agent,
     close: async () => {
       await agent.stop();
       await hub.close();
@@ -96,7 +107,11 @@ export async function hubWithNode(log: Logger): Promise<{ hub: Hub; agent: NodeA
 }
 
 export interface PushRatio {
-  push: number; raw: number; tls: number; sha: number; ratio: number;
+  push: number;
+  raw: number;
+  tls: number;
+  sha: number;
+  ratio: number;
   /** CPU time (every thread of this process, user + system) per MiB moved: push, raw TLS WebSocket, sha256. */
   cpu: { push: number; tls: number; sha: number };
 }
@@ -136,8 +151,12 @@ export async function pushRatio(h: { hub: Hub; agent: NodeAgent }, path: string,
     const [p, pc] = await withCpu(size, push);
     const [t, tc] = await withCpu(size, () => bulkRawWs(size, true));
     const [s, sc] = await withCpu(size, () => shaRate(path, size));
-    pushes.push(p); tlss.push(t); shas.push(s);
-    cpu.push.push(pc); cpu.tls.push(tc); cpu.sha.push(sc);
+    pushes.push(p);
+    tlss.push(t);
+    shas.push(s);
+    cpu.push.push(pc);
+    cpu.tls.push(tc);
+    cpu.sha.push(sc);
     raws.push(await bulkRawWs(size));
   }
   if (h.agent.cache.has(model.sha256)) h.agent.cache.evict(model.sha256);

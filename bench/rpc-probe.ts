@@ -33,10 +33,11 @@ function reader(sock: Socket): (n: number) => Promise<Buffer> {
     buf = Buffer.concat([buf, c]);
     serve();
   });
-  return (n) => new Promise((resolve) => {
-    waiting = { n, resolve };
-    serve();
-  });
+  return (n) =>
+    new Promise((resolve) => {
+      waiting = { n, resolve };
+      serve();
+    });
 }
 
 /** `n` DEVICE_COUNT round trips on a fresh connection to `port` (after HELLO); each in ms. */

@@ -63,7 +63,11 @@ try {
   const relay: Record<number, number[]> = { 1: [], 2: [], 3: [] };
   const own: Record<number, number[]> = { 1: [], 2: [], 3: [] };
   for (let r = 0; r < ROUNDS; r++) {
-    const order = [[1, 2, 3], [2, 3, 1], [3, 1, 2]][r % 3]!;
+    const order = [
+      [1, 2, 3],
+      [2, 3, 1],
+      [3, 1, 2],
+    ][r % 3]!;
     for (const k of order) {
       const pair = r % 2 === 0 ? (['relay', 'direct'] as const) : (['direct', 'relay'] as const);
       for (const which of pair) {

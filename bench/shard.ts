@@ -29,7 +29,11 @@ const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 5);
 const median = (xs: number[]): number => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
 
 async function gen(url: string, model: string, max = TOKENS): Promise<{ tps: number; text: string }> {
-  const r = await fetch(`${url}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model, prompt: 'Once upon a time', max_tokens: max, temperature: 0, top_k: 1, ignore_eos: true }) });
+  const r = await fetch(`${url}/v1/completions`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ model, prompt: 'Once upon a time', max_tokens: max, temperature: 0, top_k: 1, ignore_eos: true }),
+  });
   const j = (await r.json()) as { timings: { predicted_per_second: number }; choices: { text: string }[] };
   if (!r.ok) throw new Error(JSON.stringify(j));
   return { tps: j.timings.predicted_per_second, text: j.choices[0]!.text };
@@ -45,7 +49,10 @@ async function concurrent(url: string, model: string, clients: number): Promise<
 const log = createLogger({ level: 'warn', pretty: false });
 process.env.RELAY_THREADS = '1';
 const home = mkdtempSync(join(tmpdir(), 'relay-bench-hub-'));
-const hub: Hub = await startHub(hubConfigFromEnv({ HOME: tmpdir(), RELAY_CONTEXT_SIZE: '1024', RELAY_PARALLEL_SLOTS: '2', RELAY_THREADS: '1' }, { port: 0, home, cpuBudgetMb: 800 }), { log, install: llama() });
+const hub: Hub = await startHub(hubConfigFromEnv({ HOME: tmpdir(), RELAY_CONTEXT_SIZE: '1024', RELAY_PARALLEL_SLOTS: '2', RELAY_THREADS: '1' }, { port: 0, home, cpuBudgetMb: 800 }), {
+  log,
+  install: llama(),
+});
 const nodeHome = mkdtempSync(join(tmpdir(), 'relay-bench-node-'));
 const { credential, hubCert } = await joinHub(hub.url, hubJoinToken(home), 'bench');
 const agent = new NodeAgent(nodeHome, { hub: hub.url, name: 'bench', credential, hubCert, paused: false, schedule: '', cpuBudgetMb: 800, cacheBudgetMb: 0 }, { log, install: llama() });
@@ -58,8 +65,18 @@ const add = async (name: string, fx: FixtureName, required?: number) => {
   if (!res.ok) throw new Error(`registering ${name}: ${res.status} ${await res.text()}`);
   return path;
 };
-const shardRoundTrips = (model: string) => hub.scheduler.view.shardStatus().filter((s) => s.model === model && s.state === 'ready').flatMap((s) => s.stages).reduce((a, st) => a + (st.rpc_round_trips ?? 0), 0);
-const shardBytes = (model: string) => hub.scheduler.view.shardStatus().filter((s) => s.model === model && s.state === 'ready').flatMap((s) => s.stages).reduce((a, st) => a + (st.rpc_bytes ?? 0), 0);
+const shardRoundTrips = (model: string) =>
+  hub.scheduler.view
+    .shardStatus()
+    .filter((s) => s.model === model && s.state === 'ready')
+    .flatMap((s) => s.stages)
+    .reduce((a, st) => a + (st.rpc_round_trips ?? 0), 0);
+const shardBytes = (model: string) =>
+  hub.scheduler.view
+    .shardStatus()
+    .filter((s) => s.model === model && s.state === 'ready')
+    .flatMap((s) => s.stages)
+    .reduce((a, st) => a + (st.rpc_bytes ?? 0), 0);
 const rows: string[] = [];
 try {
   // 1. Tunnel vs direct TCP RPC for the same 2-stage shard.
@@ -70,9 +87,17 @@ try {
   const flag = (n: string) => argv[argv.indexOf(n) + 1]!;
   const rpc = await startRpcServer(llama(), { cache: false });
   const direct = await startLlamaServer(llama(), {
-    model: densePath, ctx: 1024, slots: 2, cacheType: 'f16', threads: 1, rpc: [rpc.endpoint], devices: ['RPC0'],
-    gpuLayers: Number(flag('--n-gpu-layers')), tensorSplit: flag('--tensor-split').split(',').map(Number),
-    overrides: [{ pattern: 'output\\.weight', bufferType: 'CPU' }], fit: 'off',
+    model: densePath,
+    ctx: 1024,
+    slots: 2,
+    cacheType: 'f16',
+    threads: 1,
+    rpc: [rpc.endpoint],
+    devices: ['RPC0'],
+    gpuLayers: Number(flag('--n-gpu-layers')),
+    tensorSplit: flag('--tensor-split').split(',').map(Number),
+    overrides: [{ pattern: 'output\\.weight', bufferType: 'CPU' }],
+    fit: 'off',
   });
   const viaTunnel: number[] = [];
   const viaTcp: number[] = [];
@@ -98,14 +123,22 @@ try {
   // Each round ran TCP then tunnel back to back: the median of the rounds' ratios pairs the machine's drifts out.
   const shardRatio = median(viaTunnel.map((t, i) => t / viaTcp[i]!));
   reportRatio('shard tok/s, rpc through the tunnel ÷ direct TCP (paired rounds)', shardRatio, 0.97);
-  rows.push('| 2-stage shard of the 137 MB fixture | RPC over direct TCP | RPC through the tunnel | ratio (paired) |', '| --- | --- | --- | --- |',
-    `| generation tok/s (median of ${ROUNDS}) | ${median(viaTcp).toFixed(1)} | ${median(viaTunnel).toFixed(1)} | ${shardRatio.toFixed(3)} |`, '');
+  rows.push(
+    '| 2-stage shard of the 137 MB fixture | RPC over direct TCP | RPC through the tunnel | ratio (paired) |',
+    '| --- | --- | --- | --- |',
+    `| generation tok/s (median of ${ROUNDS}) | ${median(viaTcp).toFixed(1)} | ${median(viaTunnel).toFixed(1)} | ${shardRatio.toFixed(3)} |`,
+    '',
+  );
   const addedMs = 1000 / median(viaTunnel) - 1000 / median(viaTcp);
-  rows.push('| why | value |', '| --- | --- |',
+  rows.push(
+    '| why | value |',
+    '| --- | --- |',
     `| rpc round trips per generated token | ${roundTripsPerToken.toFixed(1)} |`,
     `| time added per token through the tunnel | ${addedMs.toFixed(2)} ms |`,
     `| = per round trip | ${roundTripsPerToken > 0 ? ((addedMs * 1000) / roundTripsPerToken).toFixed(0) : '-'} µs |`,
-    `| smallest ggml-rpc round trip (DEVICE_COUNT), p50: direct TCP / through the tunnel | ${(median(probeDirect) * 1000).toFixed(0)} µs / ${(median(probeTunnel) * 1000).toFixed(0)} µs |`, '');
+    `| smallest ggml-rpc round trip (DEVICE_COUNT), p50: direct TCP / through the tunnel | ${(median(probeDirect) * 1000).toFixed(0)} µs / ${(median(probeTunnel) * 1000).toFixed(0)} µs |`,
+    '',
+  );
 
   // 2. Bytes per token: output on the hub vs on the remote stage, two vocabulary sizes.
   await hub.scheduler.stopModel('dense', 'bench');
@@ -123,10 +156,14 @@ try {
   process.env.RELAY_EXPERIMENT_OUTPUT_REMOTE = '1';
   const hubFirst = { small: await perToken('small'), wide: await perToken('wide') };
   delete process.env.RELAY_EXPERIMENT_OUTPUT_REMOTE;
-  rows.push('| bytes over the tunnel per generated token | 32,000-token vocabulary | 128,256-token vocabulary |', '| --- | --- | --- |',
+  rows.push(
+    '| bytes over the tunnel per generated token | 32,000-token vocabulary | 128,256-token vocabulary |',
+    '| --- | --- | --- |',
     `| hub last (output and sampling on the hub) | ${hubLast.small.toFixed(0)} | ${hubLast.wide.toFixed(0)} |`,
     `| hub first (output on the remote stage, the experiment) | ${hubFirst.small.toFixed(0)} | ${hubFirst.wide.toFixed(0)} |`,
-    `| hub first ÷ hub last | ${(hubFirst.small / hubLast.small).toFixed(2)} | ${(hubFirst.wide / hubLast.wide).toFixed(2)} |`, '');
+    `| hub first ÷ hub last | ${(hubFirst.small / hubLast.small).toFixed(2)} | ${(hubFirst.wide / hubLast.wide).toFixed(2)} |`,
+    '',
+  );
 
   // 3. Cold load with and without filling the rpc cache from the node's copy.
   const model = hub.store.data.models.find((m) => m.name === 'dense')!;
@@ -144,9 +181,13 @@ try {
   const a = await cold(false);
   const b = await cold(true);
   delete process.env.RELAY_RPC_CACHE_FILL;
-  rows.push('| cold shard load (first request, 137 MB fixture) | bytes over rpc streams | time to first answer |', '| --- | --- | --- |',
+  rows.push(
+    '| cold shard load (first request, 137 MB fixture) | bytes over rpc streams | time to first answer |',
+    '| --- | --- | --- |',
     `| node sends every tensor | ${(a.bytes / 1048576).toFixed(1)} MiB | ${a.seconds.toFixed(2)} s |`,
-    `| node filled ggml-rpc-server's cache from its copy | ${(b.bytes / 1048576).toFixed(1)} MiB | ${b.seconds.toFixed(2)} s (includes the fill) |`, '');
+    `| node filled ggml-rpc-server's cache from its copy | ${(b.bytes / 1048576).toFixed(1)} MiB | ${b.seconds.toFixed(2)} s (includes the fill) |`,
+    '',
+  );
 
   // 4. Replicas scale, shards take turns: the same model as a replica on the node vs as a shard.
   await add('rep', 'large');
@@ -156,9 +197,12 @@ try {
   await gen(hub.url, 'dense', 2);
   const sh1 = await concurrent(hub.url, 'dense', 1);
   const sh2 = await concurrent(hub.url, 'dense', 2);
-  rows.push('| aggregate tok/s | 1 client | 2 concurrent clients | 2 ÷ 1 |', '| --- | --- | --- | --- |',
+  rows.push(
+    '| aggregate tok/s | 1 client | 2 concurrent clients | 2 ÷ 1 |',
+    '| --- | --- | --- | --- |',
     `| replica (whole model on one device) | ${rep1.toFixed(1)} | ${rep2.toFixed(1)} | ${(rep2 / rep1).toFixed(2)} |`,
-    `| shard (2 stages, hub + node) | ${sh1.toFixed(1)} | ${sh2.toFixed(1)} | ${(sh2 / sh1).toFixed(2)} |`);
+    `| shard (2 stages, hub + node) | ${sh1.toFixed(1)} | ${sh2.toFixed(1)} | ${(sh2 / sh1).toFixed(2)} |`,
+  );
 } finally {
   await agent.stop();
   await hub.close();

@@ -23,9 +23,5 @@ export function reportRatio(figure: string, ratio: number, min: number): void {
 
 export function targetTable(): string[] {
   if (rows.length === 0) return [];
-  return [
-    '| figure | this run | target | met |',
-    '| --- | --- | --- | --- |',
-    ...rows.map((r) => `| ${r.figure} | ${r.shown} | ${r.target} | ${r.met ? 'yes' : '**no**'} |`),
-  ];
+  return ['| figure | this run | target | met |', '| --- | --- | --- | --- |', ...rows.map((r) => `| ${r.figure} | ${r.shown} | ${r.target} | ${r.met ? 'yes' : '**no**'} |`)];
 }

@@ -74,7 +74,8 @@ async function tunnelSection(): Promise<string[]> {
   p.server.on('stream', (s: YamuxStream) => {
     s.on('error', () => undefined);
     s.once('data', (first: Buffer) => {
-      if (first[0] === 0x52) { // 'R': rpc echo
+      if (first[0] === 0x52) {
+        // 'R': rpc echo
         const rest = first.subarray(1);
         if (rest.byteLength) s.write(rest);
         s.pipe(s);
@@ -155,14 +156,24 @@ async function hubNodeSection(): Promise<string[]> {
     const path = ensureFixture('large', { vocabDir: llama().vocabDir });
     const p = await pushRatio(pair, path, 'large', PUSH_ROUNDS);
     reportRatio('push (137 MB) ÷ min(raw TLS WebSocket, sha256)', p.ratio, 0.9);
-    rows.push('| weight push (137 MB fixture, hub → node over the pinned TLS tunnel, sha256-verified) | MB/s |', '| --- | --- |',
-      `| push through the tunnel (median of ${PUSH_ROUNDS}) | ${p.push.toFixed(0)} |`, `| raw WebSocket, same bytes | ${p.raw.toFixed(0)} |`,
+    rows.push(
+      '| weight push (137 MB fixture, hub → node over the pinned TLS tunnel, sha256-verified) | MB/s |',
+      '| --- | --- |',
+      `| push through the tunnel (median of ${PUSH_ROUNDS}) | ${p.push.toFixed(0)} |`,
+      `| raw WebSocket, same bytes | ${p.raw.toFixed(0)} |`,
       `| raw WebSocket over TLS, same bytes | ${p.tls.toFixed(0)} |`,
-      `| sha256 of the file (read + hash) | ${p.sha.toFixed(0)} |`, `| push ÷ raw WebSocket | ${(p.push / p.raw).toFixed(2)} |`,
-      `| push ÷ min(raw TLS WebSocket, sha256) | ${p.ratio.toFixed(2)} |`, '',
-      '| CPU time per MiB (all threads of the process) | µs |', '| --- | --- |',
-      `| push | ${p.cpu.push.toFixed(0)} |`, `| raw TLS WebSocket | ${p.cpu.tls.toFixed(0)} |`, `| sha256 of the file | ${p.cpu.sha.toFixed(0)} |`,
-      `| push − (raw TLS WebSocket + sha256): the tunnel's own work and the file write | ${(p.cpu.push - p.cpu.tls - p.cpu.sha).toFixed(0)} |`, '');
+      `| sha256 of the file (read + hash) | ${p.sha.toFixed(0)} |`,
+      `| push ÷ raw WebSocket | ${(p.push / p.raw).toFixed(2)} |`,
+      `| push ÷ min(raw TLS WebSocket, sha256) | ${p.ratio.toFixed(2)} |`,
+      '',
+      '| CPU time per MiB (all threads of the process) | µs |',
+      '| --- | --- |',
+      `| push | ${p.cpu.push.toFixed(0)} |`,
+      `| raw TLS WebSocket | ${p.cpu.tls.toFixed(0)} |`,
+      `| sha256 of the file | ${p.cpu.sha.toFixed(0)} |`,
+      `| push − (raw TLS WebSocket + sha256): the tunnel's own work and the file write | ${(p.cpu.push - p.cpu.tls - p.cpu.sha).toFixed(0)} |`,
+      '',
+    );
 
     // Node replica tok/s vs direct llama-server, interleaved.
     for (const name of ['dense', 'large'] as const) {
@@ -172,8 +183,12 @@ async function hubNodeSection(): Promise<string[]> {
       const viaHub: number[] = [];
       const viaDirect: number[] = [];
       const gen = async (url: string): Promise<number> => {
-        const r = await fetch(`${url}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: name, prompt: 'Once upon a time', max_tokens: 128, temperature: 0, top_k: 1 }) });
-        const j = await r.json() as { timings: { predicted_per_second: number } };
+        const r = await fetch(`${url}/v1/completions`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json' },
+          body: JSON.stringify({ model: name, prompt: 'Once upon a time', max_tokens: 128, temperature: 0, top_k: 1 }),
+        });
+        const j = (await r.json()) as { timings: { predicted_per_second: number } };
         return j.timings.predicted_per_second;
       };
       await gen(hub.url);
@@ -195,5 +210,7 @@ async function hubNodeSection(): Promise<string[]> {
 }
 
 const out = [...(await tunnelSection()), ...(await hubNodeSection())];
-console.log(`\ntunnel: loopback, both ends in one process, ${BULK >> 20} MiB push under the round trips, bulk ${BULK_ROUNDS} paired rounds of ${ROUND_BYTES >> 20} MiB, ${RTT_N} round trips per row\n`);
+console.log(
+  `\ntunnel: loopback, both ends in one process, ${BULK >> 20} MiB push under the round trips, bulk ${BULK_ROUNDS} paired rounds of ${ROUND_BYTES >> 20} MiB, ${RTT_N} round trips per row\n`,
+);
 for (const l of out) console.log(l);

@@ -5,15 +5,31 @@ import { writeFileSync } from 'node:fs';
 import { deflateSync } from 'node:zlib';
 
 const STATES = {
-  setup: [156, 163, 175], 'hub-serving': [16, 185, 129], 'hub-idle': [96, 165, 250], 'node-idle': [96, 165, 250],
-  'node-busy': [16, 185, 129], 'node-paused': [245, 158, 11], 'node-offline': [107, 114, 128], 'node-outside-schedule': [167, 139, 250],
+  setup: [156, 163, 175],
+  'hub-serving': [16, 185, 129],
+  'hub-idle': [96, 165, 250],
+  'node-idle': [96, 165, 250],
+  'node-busy': [16, 185, 129],
+  'node-paused': [245, 158, 11],
+  'node-offline': [107, 114, 128],
+  'node-outside-schedule': [167, 139, 250],
 };
-const crcTable = Array.from({ length: 256 }, (_, n) => { let c = n; for (let k = 0; k < 8; k++) c = c & 1 ? 0xedb88320 ^ (c >>> 1) : c >>> 1; return c >>> 0; });
-const crc32 = (b) => { let c = 0xffffffff; for (const x of b) c = crcTable[(c ^ x) & 0xff] ^ (c >>> 8); return (c ^ 0xffffffff) >>> 0; };
+const crcTable = Array.from({ length: 256 }, (_, n) => {
+  let c = n;
+  for (let k = 0; k < 8; k++) c = c & 1 ? 0xedb88320 ^ (c >>> 1) : c >>> 1;
+  return c >>> 0;
+});
+const crc32 = (b) => {
+  let c = 0xffffffff;
+  for (const x of b) c = crcTable[(c ^ x) & 0xff] ^ (c >>> 8);
+  return (c ^ 0xffffffff) >>> 0;
+};
 function chunk(type, data) {
-  const len = Buffer.alloc(4); len.writeUInt32BE(data.length);
+  const len = Buffer.alloc(4);
+  len.writeUInt32BE(data.length);
   const td = Buffer.concat([Buffer.from(type), data]);
-  const crc = Buffer.alloc(4); crc.writeUInt32BE(crc32(td));
+  const crc = Buffer.alloc(4);
+  crc.writeUInt32BE(crc32(td));
   return Buffer.concat([len, td, crc]);
 }
 function png(size, [r, g, b]) {
@@ -31,7 +47,10 @@ function png(size, [r, g, b]) {
     rows.push(Buffer.from(row));
   }
   const ihdr = Buffer.alloc(13);
-  ihdr.writeUInt32BE(size, 0); ihdr.writeUInt32BE(size, 4); ihdr[8] = 8; ihdr[9] = 6;
+  ihdr.writeUInt32BE(size, 0);
+  ihdr.writeUInt32BE(size, 4);
+  ihdr[8] = 8;
+  ihdr[9] = 6;
   return Buffer.concat([Buffer.from([137, 80, 78, 71, 13, 10, 26, 10]), chunk('IHDR', ihdr), chunk('IDAT', deflateSync(Buffer.concat(rows))), chunk('IEND', Buffer.alloc(0))]);
 }
 for (const [name, rgb] of Object.entries(STATES)) writeFileSync(new URL(`../assets/tray-${name}.png`, import.meta.url), png(32, rgb));

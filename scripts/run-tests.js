@@ -46,7 +46,9 @@ function leftovers() {
       if (!env.split('\0').includes(marker)) continue;
       const cmd = readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0').join(' ').trim();
       found.push({ pid: Number(pid), cmd });
-    } catch { /* gone or not ours */ }
+    } catch {
+      /* gone or not ours */
+    }
   }
   return found;
 }
@@ -56,7 +58,11 @@ if (orphans.length > 0) {
   console.error(`\norphan check: FAILED, ${orphans.length} process(es) started by the suite are still running:`);
   for (const o of orphans) {
     console.error(`  ${o.pid} ${o.cmd}`);
-    try { process.kill(o.pid, 'SIGKILL'); } catch { /* gone */ }
+    try {
+      process.kill(o.pid, 'SIGKILL');
+    } catch {
+      /* gone */
+    }
   }
   process.exit(1);
 }

@@ -43,8 +43,9 @@ for (const need of [install.serverPath, install.rpcServerPath]) {
 }
 
 const cuda = process.env.RELAY_DIST_CUDA;
-const wanted = BACKEND_PACKAGES.filter((p) => p.platform === process.platform && p.arch === process.arch)
-  .filter((p) => p.backend !== 'cuda' || (cuda === '13' && p.id === 'cuda13') || (cuda === '12' && p.id === 'cuda12'));
+const wanted = BACKEND_PACKAGES.filter((p) => p.platform === process.platform && p.arch === process.arch).filter(
+  (p) => p.backend !== 'cuda' || (cuda === '13' && p.id === 'cuda13') || (cuda === '12' && p.id === 'cuda12'),
+);
 const shipped = [];
 for (const p of wanted) {
   try {

@@ -24,8 +24,18 @@ export function checkPlan(blockCount) {
   const f = shardFlags(plan, model, ['{RPC_ENDPOINT}']);
   // Only the placement flags: gpu-check.sh adds model, ctx and port itself.
   const argv = llamaServerArgv({
-    model: 'M', host: 'H', port: 0, ctx: 1, slots: 1, cacheType: 'f16',
-    rpc: f.rpc, devices: f.devices, gpuLayers: f.gpuLayers, tensorSplit: f.tensorSplit, overrides: f.overrides, fit: f.fit,
+    model: 'M',
+    host: 'H',
+    port: 0,
+    ctx: 1,
+    slots: 1,
+    cacheType: 'f16',
+    rpc: f.rpc,
+    devices: f.devices,
+    gpuLayers: f.gpuLayers,
+    tensorSplit: f.tensorSplit,
+    overrides: f.overrides,
+    fit: f.fit,
   });
   const from = argv.indexOf('--no-webui') + 1;
   return { stages: plan.stages.map((s) => ({ node: s.node, device: s.device, layers: s.layers, output: s.output })), argv: argv.slice(from) };

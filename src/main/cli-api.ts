@@ -17,7 +17,9 @@ export async function api(base: string, path: string, init: RequestInit = {}): P
   try {
     return await fetch(`${base}${path}`, { ...init, headers });
   } catch (err) {
-    throw new Error(`cannot reach the hub at ${base} (${(err as Error).cause ? String((err as { cause: Error }).cause.message) : (err as Error).message}); is \`relay hub\` running? (--hub URL)`, { cause: err });
+    throw new Error(`cannot reach the hub at ${base} (${(err as Error).cause ? String((err as { cause: Error }).cause.message) : (err as Error).message}); is \`relay hub\` running? (--hub URL)`, {
+      cause: err,
+    });
   }
 }
 

@@ -47,10 +47,7 @@ function offlineCache(home: string): ModelCache {
 
 export function cacheLines(r: CacheReport): string[] {
   const setting = r.budget.setting === 'auto' ? 'auto (half of the free disk and the cache)' : r.budget.setting === 0 ? 'no cap' : mb(r.budget.setting);
-  const lines = [
-    `cache   ${r.dir}`,
-    `used    ${mb(r.used_bytes)} of ${r.budget.bytes > 0 ? mb(r.budget.bytes) : 'no cap'}; budget ${setting}; disk free ${mb(r.disk_free_bytes)}`,
-  ];
+  const lines = [`cache   ${r.dir}`, `used    ${mb(r.used_bytes)} of ${r.budget.bytes > 0 ? mb(r.budget.bytes) : 'no cap'}; budget ${setting}; disk free ${mb(r.disk_free_bytes)}`];
   if (r.files.length === 0) lines.push('no models cached');
   else {
     lines.push('', 'SHA256        SIZE       LAST USED                 IN USE');

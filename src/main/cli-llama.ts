@@ -1,10 +1,7 @@
 import { parseArgs } from 'node:util';
 import { autoPauseSupport } from './core/gpu/nvml.js';
 import { packageVersion } from './core/hub/index.js';
-import {
-  BACKEND_CHOICES, GPU_BACKENDS, buildBackendModule, chooseBackend, ensureLlama, findLlama, modulesIn, probeMachine,
-  type BackendChoice, type GpuBackend,
-} from './core/llama/index.js';
+import { BACKEND_CHOICES, GPU_BACKENDS, buildBackendModule, chooseBackend, ensureLlama, findLlama, modulesIn, probeMachine, type BackendChoice, type GpuBackend } from './core/llama/index.js';
 import { doctorLines } from './core/llama/doctor.js';
 import { llamaBuildProgress, TerminalProgress } from './terminal-progress.js';
 
@@ -42,4 +39,3 @@ export async function cmdDoctor(args: string[]): Promise<number> {
   for (const l of doctorLines(install, resolution, probe, autoPauseSupport())) console.log(l);
   return 0;
 }
-

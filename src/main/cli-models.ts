@@ -9,8 +9,15 @@ export async function cmdModels(sub: string | undefined, args: string[]): Promis
     args,
     allowPositionals: true,
     options: {
-      hub: { type: 'string' }, name: { type: 'string' }, 'required-vram-mb': { type: 'string' }, embedding: { type: 'boolean' }, json: { type: 'boolean' },
-      ctx: { type: 'string' }, slots: { type: 'string' }, kv: { type: 'string' }, 'flash-attn': { type: 'string' },
+      hub: { type: 'string' },
+      name: { type: 'string' },
+      'required-vram-mb': { type: 'string' },
+      embedding: { type: 'boolean' },
+      json: { type: 'boolean' },
+      ctx: { type: 'string' },
+      slots: { type: 'string' },
+      kv: { type: 'string' },
+      'flash-attn': { type: 'string' },
     },
   });
   // A model's own settings: a value, or "default" to go back to the pool's (null on the wire).
@@ -20,8 +27,10 @@ export async function cmdModels(sub: string | undefined, args: string[]): Promis
     return int ? intFlag(v, name) : v;
   };
   const settings = {
-    context_size: setting(values.ctx, '--ctx', true), parallel_slots: setting(values.slots, '--slots', true),
-    kv_cache_type: setting(values.kv, '--kv', false), flash_attn: setting(values['flash-attn'], '--flash-attn', false),
+    context_size: setting(values.ctx, '--ctx', true),
+    parallel_slots: setting(values.slots, '--slots', true),
+    kv_cache_type: setting(values.kv, '--kv', false),
+    flash_attn: setting(values['flash-attn'], '--flash-attn', false),
   };
   const base = hubUrl(values.hub);
   if (sub === 'add') {
@@ -66,7 +75,19 @@ export async function cmdModels(sub: string | undefined, args: string[]): Promis
   }
   if (sub === 'ls') {
     const res = await api(base, '/api/models');
-    const j = (await res.json()) as { models?: { name: string; size: number; need_mb: number; fits_now: boolean; shortfall: string | null; arch: string | null; sha256: string; settings?: { ctx?: number; slots?: number; kv_cache_type?: string; flash_attn?: string } }[]; error?: { code: string; message: string } };
+    const j = (await res.json()) as {
+      models?: {
+        name: string;
+        size: number;
+        need_mb: number;
+        fits_now: boolean;
+        shortfall: string | null;
+        arch: string | null;
+        sha256: string;
+        settings?: { ctx?: number; slots?: number; kv_cache_type?: string; flash_attn?: string };
+      }[];
+      error?: { code: string; message: string };
+    };
     if (!res.ok || !j.models) return apiFailure(j);
     if (values.json) {
       console.log(JSON.stringify(j.models, null, 2));
@@ -74,14 +95,22 @@ export async function cmdModels(sub: string | undefined, args: string[]): Promis
     }
     if (j.models.length === 0) console.log('no models registered (relay models add FILE.gguf)');
     for (const m of j.models) {
-      const own = m.settings ? Object.entries({ ctx: m.settings.ctx, slots: m.settings.slots, kv: m.settings.kv_cache_type, 'flash-attn': m.settings.flash_attn }).filter(([, v]) => v !== undefined).map(([k, v]) => `${k} ${v}`).join(', ') : '';
-      console.log(`${m.name.padEnd(24)} ${String(m.arch).padEnd(10)} ${((m.size / 1048576).toFixed(1) + ' MB').padStart(10)}  needs ${m.need_mb} MB  ${m.fits_now ? 'available' : `unavailable: ${m.shortfall}`}${own ? `  (own settings: ${own})` : ''}`);
+      const own = m.settings
+        ? Object.entries({ ctx: m.settings.ctx, slots: m.settings.slots, kv: m.settings.kv_cache_type, 'flash-attn': m.settings.flash_attn })
+            .filter(([, v]) => v !== undefined)
+            .map(([k, v]) => `${k} ${v}`)
+            .join(', ')
+        : '';
+      console.log(
+        `${m.name.padEnd(24)} ${String(m.arch).padEnd(10)} ${((m.size / 1048576).toFixed(1) + ' MB').padStart(10)}  needs ${m.need_mb} MB  ${m.fits_now ? 'available' : `unavailable: ${m.shortfall}`}${own ? `  (own settings: ${own})` : ''}`,
+      );
     }
     return 0;
   }
   if (sub === 'set') {
     const name = positionals[0];
-    if (!name || Object.values(settings).every((v) => v === undefined)) throw new Error('usage: relay models set NAME [--ctx N] [--slots N] [--kv f16|q8_0|q4_0] [--flash-attn on|off|auto] (a value, or "default")');
+    if (!name || Object.values(settings).every((v) => v === undefined))
+      throw new Error('usage: relay models set NAME [--ctx N] [--slots N] [--kv f16|q8_0|q4_0] [--flash-attn on|off|auto] (a value, or "default")');
     const res = await api(base, `/api/models/${encodeURIComponent(name)}`, { method: 'PATCH', headers: { 'content-type': 'application/json' }, body: JSON.stringify(settings) });
     const j = (await res.json()) as { model?: { name: string; need_mb: number; need: { ctx: number; slots: number }; settings?: Record<string, unknown> }; error?: { code: string; message: string } };
     if (!res.ok || !j.model) return apiFailure(j);

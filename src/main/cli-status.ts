@@ -4,10 +4,25 @@
  * requests and backoffs. `statusLines` is pure: it takes the /status JSON and returns the lines.
  */
 
-interface Dev { id: string; description?: string; total_mb?: number; free_mb?: number; totalMb?: number; freeMb?: number }
+interface Dev {
+  id: string;
+  description?: string;
+  total_mb?: number;
+  free_mb?: number;
+  totalMb?: number;
+  freeMb?: number;
+}
 interface Placement {
-  model: string; state: string; in_flight: number; slots: number; ctx: number; node?: string | null; device?: string;
-  where?: string; ms_per_token: number | null; served: number;
+  model: string;
+  state: string;
+  in_flight: number;
+  slots: number;
+  ctx: number;
+  node?: string | null;
+  device?: string;
+  where?: string;
+  ms_per_token: number | null;
+  served: number;
   stages?: { node: string | null; device: string; layers: [number, number] }[];
 }
 export interface StatusJson {
@@ -27,7 +42,11 @@ export interface StatusJson {
 /** Columns padded to their widest cell; the header first. */
 export function table(header: readonly string[], rows: readonly (readonly string[])[]): string[] {
   const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? '').length)));
-  const line = (r: readonly string[]): string => r.map((c, i) => (i === r.length - 1 ? c : c.padEnd(widths[i]!))).join('  ').trimEnd();
+  const line = (r: readonly string[]): string =>
+    r
+      .map((c, i) => (i === r.length - 1 ? c : c.padEnd(widths[i]!)))
+      .join('  ')
+      .trimEnd();
   return [line(header), ...rows.map(line)];
 }
 
@@ -45,29 +64,86 @@ export function statusLines(s: StatusJson): string[] {
   out.push(`relay ${s.relay ?? '?'} · llama.cpp ${s.llama_cpp?.tag ?? '?'} (${s.llama_cpp?.backend ?? '?'})`);
   out.push(`hub: ${s.hub?.availability ?? '?'}${s.hub?.reason ? ` (${s.hub.reason})` : ''}`);
 
-  const devices = [
-    ...(s.devices ?? []).map((d) => ['hub', d.id, d.description ?? '', mem(d)]),
-    ...(s.nodes ?? []).flatMap((n) => n.devices.map((d) => [n.name, d.id, d.description ?? '', mem(d)])),
-  ];
+  const devices = [...(s.devices ?? []).map((d) => ['hub', d.id, d.description ?? '', mem(d)]), ...(s.nodes ?? []).flatMap((n) => n.devices.map((d) => [n.name, d.id, d.description ?? '', mem(d)]))];
   const nodes = s.nodes ?? [];
-  section('machines', nodes.length > 0 ? table(['NODE', 'STATE', 'REASON'], nodes.map((n) => [n.name, n.state, n.reason ?? ''])) : [], 'no nodes joined (relay nodes token)');
-  section('devices', devices.length > 0 ? table(['MACHINE', 'DEVICE', 'DESCRIPTION', 'MEMORY (after relay\'s reservations)'], devices) : [], 'none');
+  section(
+    'machines',
+    nodes.length > 0
+      ? table(
+          ['NODE', 'STATE', 'REASON'],
+          nodes.map((n) => [n.name, n.state, n.reason ?? '']),
+        )
+      : [],
+    'no nodes joined (relay nodes token)',
+  );
+  section('devices', devices.length > 0 ? table(['MACHINE', 'DEVICE', 'DESCRIPTION', "MEMORY (after relay's reservations)"], devices) : [], 'none');
 
   const placements = [
-    ...(s.replicas ?? []).map((r) => [r.model, 'replica', r.node ?? 'hub', r.device ?? '', r.state, `${r.in_flight}/${r.slots}`, String(r.ctx), r.ms_per_token === null ? '' : r.ms_per_token.toFixed(1)]),
-    ...(s.shards ?? []).map((r) => [r.model, 'shard', (r.stages ?? []).map((st) => `${st.node ?? 'hub'}:${st.device}[${st.layers[0]}-${st.layers[1]})`).join(' → '), '', r.state, `${r.in_flight}/${r.slots}`, String(r.ctx), r.ms_per_token === null ? '' : r.ms_per_token.toFixed(1)]),
+    ...(s.replicas ?? []).map((r) => [
+      r.model,
+      'replica',
+      r.node ?? 'hub',
+      r.device ?? '',
+      r.state,
+      `${r.in_flight}/${r.slots}`,
+      String(r.ctx),
+      r.ms_per_token === null ? '' : r.ms_per_token.toFixed(1),
+    ]),
+    ...(s.shards ?? []).map((r) => [
+      r.model,
+      'shard',
+      (r.stages ?? []).map((st) => `${st.node ?? 'hub'}:${st.device}[${st.layers[0]}-${st.layers[1]})`).join(' → '),
+      '',
+      r.state,
+      `${r.in_flight}/${r.slots}`,
+      String(r.ctx),
+      r.ms_per_token === null ? '' : r.ms_per_token.toFixed(1),
+    ]),
   ];
-  section('placements', placements.length > 0 ? table(['MODEL', 'KIND', 'WHERE', 'DEVICE', 'STATE', 'IN FLIGHT', 'CTX', 'MS/TOKEN'], placements) : [], 'none running (the first request for a model places it)');
-  section('models', (s.models ?? []).length > 0
-    ? table(['MODEL', 'SIZE', 'NEEDS', 'NOW'], (s.models ?? []).map((m) => [m.name, `${(m.size / 1048576).toFixed(1)} MB`, `${m.need_mb} MB`, m.fits_now ? 'available' : `unavailable: ${m.shortfall ?? ''}`]))
-    : [], 'none registered (relay models add FILE.gguf)');
+  section(
+    'placements',
+    placements.length > 0 ? table(['MODEL', 'KIND', 'WHERE', 'DEVICE', 'STATE', 'IN FLIGHT', 'CTX', 'MS/TOKEN'], placements) : [],
+    'none running (the first request for a model places it)',
+  );
+  section(
+    'models',
+    (s.models ?? []).length > 0
+      ? table(
+          ['MODEL', 'SIZE', 'NEEDS', 'NOW'],
+          (s.models ?? []).map((m) => [m.name, `${(m.size / 1048576).toFixed(1)} MB`, `${m.need_mb} MB`, m.fits_now ? 'available' : `unavailable: ${m.shortfall ?? ''}`]),
+        )
+      : [],
+    'none registered (relay models add FILE.gguf)',
+  );
   if ((s.pushes ?? []).length > 0) {
-    section('pushes', table(['NODE', 'MODEL', 'PROGRESS'], (s.pushes ?? []).map((p) => [p.node, p.model, `${p.total ? Math.floor((100 * p.done) / p.total) : 100}% of ${(p.total / 1048576).toFixed(1)} MB`])), '');
+    section(
+      'pushes',
+      table(
+        ['NODE', 'MODEL', 'PROGRESS'],
+        (s.pushes ?? []).map((p) => [p.node, p.model, `${p.total ? Math.floor((100 * p.done) / p.total) : 100}% of ${(p.total / 1048576).toFixed(1)} MB`]),
+      ),
+      '',
+    );
   }
   const waiting = (s.queues ?? []).filter((q) => q.waiting > 0);
-  if (waiting.length > 0) section('waiting requests', table(['MODEL', 'WAITING'], waiting.map((q) => [q.model, String(q.waiting)])), '');
+  if (waiting.length > 0)
+    section(
+      'waiting requests',
+      table(
+        ['MODEL', 'WAITING'],
+        waiting.map((q) => [q.model, String(q.waiting)]),
+      ),
+      '',
+    );
   if ((s.backoffs ?? []).length > 0) {
-    section('backoffs', table(['NODE', 'MODEL', 'UNTIL', 'WHY'], (s.backoffs ?? []).map((b) => [b.node, b.model, b.until, b.reason])), '');
+    section(
+      'backoffs',
+      table(
+        ['NODE', 'MODEL', 'UNTIL', 'WHY'],
+        (s.backoffs ?? []).map((b) => [b.node, b.model, b.until, b.reason]),
+      ),
+      '',
+    );
   }
   return out;
 }

@@ -47,7 +47,16 @@ export interface ProgressStream {
   write(s: string): unknown;
 }
 
-interface Task { label: string; unit: 'bytes' | 'percent'; done: number; total: number; started: number; logged: number; base: number; drawnAt: number }
+interface Task {
+  label: string;
+  unit: 'bytes' | 'percent';
+  done: number;
+  total: number;
+  started: number;
+  logged: number;
+  base: number;
+  drawnAt: number;
+}
 
 export class TerminalProgress {
   private readonly tasks = new Map<string, Task>();

@@ -122,13 +122,15 @@ export function validateIpc<C extends IpcChannel>(channel: C, payload: unknown):
       // Types and ranges here; the schedule's syntax is checked where it is parsed (the same parser as --schedule).
       if (typeof payload !== 'object' || payload === null || Array.isArray(payload)) return false;
       const p = payload as Record<string, unknown>;
-      return Object.keys(p).every((k) => SETTINGS_FIELDS.includes(k))
-        && (p.schedule === undefined || (typeof p.schedule === 'string' && p.schedule.length <= 1000))
-        && (p.autoPause === undefined || typeof p.autoPause === 'boolean')
-        && (p.cpuBudgetMb === undefined || mb(p.cpuBudgetMb))
-        && (p.cacheBudgetMb === undefined || p.cacheBudgetMb === 'auto' || mb(p.cacheBudgetMb))
-        && (p.startAtLogin === undefined || typeof p.startAtLogin === 'boolean')
-        && (p.lan === undefined || typeof p.lan === 'boolean');
+      return (
+        Object.keys(p).every((k) => SETTINGS_FIELDS.includes(k)) &&
+        (p.schedule === undefined || (typeof p.schedule === 'string' && p.schedule.length <= 1000)) &&
+        (p.autoPause === undefined || typeof p.autoPause === 'boolean') &&
+        (p.cpuBudgetMb === undefined || mb(p.cpuBudgetMb)) &&
+        (p.cacheBudgetMb === undefined || p.cacheBudgetMb === 'auto' || mb(p.cacheBudgetMb)) &&
+        (p.startAtLogin === undefined || typeof p.startAtLogin === 'boolean') &&
+        (p.lan === undefined || typeof p.lan === 'boolean')
+      );
     }
     case 'relay:set-paused':
       return typeof payload === 'boolean';
@@ -137,9 +139,14 @@ export function validateIpc<C extends IpcChannel>(channel: C, payload: unknown):
       const p = payload as Record<string, unknown>;
       if (p.mode === 'hub') return p.lan === undefined || typeof p.lan === 'boolean';
       if (p.mode !== 'node') return false;
-      return typeof p.hubUrl === 'string' && /^https?:\/\/[^\s]+$/.test(p.hubUrl)
-        && typeof p.token === 'string' && p.token.length > 0 && p.token.length < 4096
-        && (p.name === undefined || (typeof p.name === 'string' && /^[A-Za-z0-9._-]{1,64}$/.test(p.name)));
+      return (
+        typeof p.hubUrl === 'string' &&
+        /^https?:\/\/[^\s]+$/.test(p.hubUrl) &&
+        typeof p.token === 'string' &&
+        p.token.length > 0 &&
+        p.token.length < 4096 &&
+        (p.name === undefined || (typeof p.name === 'string' && /^[A-Za-z0-9._-]{1,64}$/.test(p.name)))
+      );
     }
     default:
       return false;

@@ -20,11 +20,7 @@ export const TUNNEL_STREAM_WINDOW = 8 * 1024 * 1024;
 
 export type StreamKind = 'control' | 'rpc' | 'http' | 'file';
 
-export type StreamHeader =
-  | { kind: 'control' }
-  | { kind: 'http'; replica: string }
-  | { kind: 'rpc'; rpc: string }
-  | { kind: 'file'; sha256: string; offset: number; size: number };
+export type StreamHeader = { kind: 'control' } | { kind: 'http'; replica: string } | { kind: 'rpc'; rpc: string } | { kind: 'file'; sha256: string; offset: number; size: number };
 
 export type Availability = 'idle' | 'busy' | 'paused';
 
@@ -102,13 +98,37 @@ export interface StartReplica {
   device: string;
 }
 
-export interface StopReplica { type: 'stop-replica'; id: number; replica: string }
+export interface StopReplica {
+  type: 'stop-replica';
+  id: number;
+  replica: string;
+}
 /** What a shard stage is, so the node can say what it runs (tray, local API): stage `index` of `of`, 0-based. */
-export interface StageInfo { model: string; index: number; of: number; layers: [number, number] }
+export interface StageInfo {
+  model: string;
+  index: number;
+  of: number;
+  layers: [number, number];
+}
 /** `device`: the node device the stage runs on (ggml-rpc-server -d); without it ggml-rpc-server serves every GPU at once. */
-export interface StartRpc { type: 'start-rpc'; id: number; rpc: string; cache: boolean; stage?: StageInfo; device?: string }
-export interface StopRpc { type: 'stop-rpc'; id: number; rpc: string }
-export interface Evict { type: 'evict'; id: number; sha256: string }
+export interface StartRpc {
+  type: 'start-rpc';
+  id: number;
+  rpc: string;
+  cache: boolean;
+  stage?: StageInfo;
+  device?: string;
+}
+export interface StopRpc {
+  type: 'stop-rpc';
+  id: number;
+  rpc: string;
+}
+export interface Evict {
+  type: 'evict';
+  id: number;
+  sha256: string;
+}
 export interface PushBegin {
   type: 'push-begin';
   id: number;
@@ -119,10 +139,19 @@ export interface PushBegin {
 }
 /** Fill ggml-rpc-server's tensor cache from the node's own copy of a GGUF (a shard's cold load then moves no large tensor). */
 /** `layers`: only the tensors of the stage's layers [first, end) (absent: every tensor over the threshold). */
-export interface FillRpcCache { type: 'fill-rpc-cache'; id: number; sha256: string; layers?: [number, number] }
+export interface FillRpcCache {
+  type: 'fill-rpc-cache';
+  id: number;
+  sha256: string;
+  layers?: [number, number];
+}
 
 /** The hub's admin pauses or resumes a node's sharing (the dashboard's per-node control). */
-export interface SetPaused { type: 'set-paused'; id: number; paused: boolean }
+export interface SetPaused {
+  type: 'set-paused';
+  id: number;
+  paused: boolean;
+}
 
 export type Command = StartReplica | StopReplica | StartRpc | StopRpc | Evict | PushBegin | FillRpcCache | SetPaused;
 type WithoutId<T> = T extends unknown ? Omit<T, 'id'> : never;
@@ -138,8 +167,16 @@ export interface Reply {
   data?: Record<string, unknown>;
 }
 
-export interface Welcome { type: 'welcome'; protocol: number; hub: string }
-export interface ErrorMsg { type: 'error'; code: string; message: string }
+export interface Welcome {
+  type: 'welcome';
+  protocol: number;
+  hub: string;
+}
+export interface ErrorMsg {
+  type: 'error';
+  code: string;
+  message: string;
+}
 
 export type NodeToHub = Hello | Heartbeat | AvailabilityMsg | Reply | ErrorMsg;
 export type HubToNode = Welcome | Command | ErrorMsg;
@@ -152,13 +189,24 @@ const isNullableStr: Check = (v) => v === null || typeof v === 'string';
 const isInt: Check = (v) => Number.isInteger(v) && (v as number) >= 0;
 const isNum: Check = (v) => typeof v === 'number' && Number.isFinite(v) && v >= 0;
 const isBool: Check = (v) => typeof v === 'boolean';
-const optional = (c: Check): Check => (v) => v === undefined || c(v);
+const optional =
+  (c: Check): Check =>
+  (v) =>
+    v === undefined || c(v);
 const isSha: Check = (v) => typeof v === 'string' && /^[0-9a-f]{64}$/.test(v);
 const isId: Check = (v) => typeof v === 'string' && /^[A-Za-z0-9._:-]{1,128}$/.test(v);
-const oneOf = (...xs: unknown[]): Check => (v) => xs.includes(v);
-const arrayOf = (c: Check, max = 10_000): Check => (v) => Array.isArray(v) && v.length <= max && v.every(c);
-const shape = (fields: Record<string, Check>): Check => (v) =>
-  typeof v === 'object' && v !== null && !Array.isArray(v) && Object.entries(fields).every(([k, c]) => c((v as Record<string, unknown>)[k]));
+const oneOf =
+  (...xs: unknown[]): Check =>
+  (v) =>
+    xs.includes(v);
+const arrayOf =
+  (c: Check, max = 10_000): Check =>
+  (v) =>
+    Array.isArray(v) && v.length <= max && v.every(c);
+const shape =
+  (fields: Record<string, Check>): Check =>
+  (v) =>
+    typeof v === 'object' && v !== null && !Array.isArray(v) && Object.entries(fields).every(([k, c]) => c((v as Record<string, unknown>)[k]));
 
 const device = shape({ id: isId, kind: oneOf('gpu', 'cpu'), description: isStr, totalMb: isNum, freeMb: isNum, ageMs: optional(isNum) });
 const cached = shape({ sha256: isSha, size: isInt });
@@ -166,18 +214,45 @@ const running = shape({ replica: isId, sha256: isSha, pid: (v) => v === null || 
 const availability = oneOf('idle', 'busy', 'paused');
 
 const SCHEMAS: Record<string, Check> = {
-  hello: shape({ protocol: isInt, node: isId, llama: isStr, devices: arrayOf(device, 64), cache: arrayOf(cached), partials: arrayOf(cached), replicas: arrayOf(running, 256), availability, reason: isNullableStr, schedule: optional(isStr) }),
+  hello: shape({
+    protocol: isInt,
+    node: isId,
+    llama: isStr,
+    devices: arrayOf(device, 64),
+    cache: arrayOf(cached),
+    partials: arrayOf(cached),
+    replicas: arrayOf(running, 256),
+    availability,
+    reason: isNullableStr,
+    schedule: optional(isStr),
+  }),
   heartbeat: shape({ devices: arrayOf(device, 64), availability, reason: isNullableStr, replicas: arrayOf(running, 256), cache: arrayOf(cached), schedule: optional(isStr) }),
   availability: shape({ availability, reason: isNullableStr }),
   reply: shape({ id: isInt, ok: isBool }),
   error: shape({ code: isStr, message: isStr }),
   welcome: shape({ protocol: isInt, hub: isStr }),
   'start-replica': shape({
-    id: isInt, replica: isId, sha256: isSha, parts: optional((v) => Array.isArray(v) && v.length >= 2 && v.length <= 256 && v.every(isSha)), ctx: isInt, slots: isInt, cacheType: oneOf('f16', 'q8_0', 'q4_0'),
-    flashAttn: oneOf('on', 'off', 'auto', null), embedding: isBool, pooling: oneOf('mean', null), alias: isId, device: isId,
+    id: isInt,
+    replica: isId,
+    sha256: isSha,
+    parts: optional((v) => Array.isArray(v) && v.length >= 2 && v.length <= 256 && v.every(isSha)),
+    ctx: isInt,
+    slots: isInt,
+    cacheType: oneOf('f16', 'q8_0', 'q4_0'),
+    flashAttn: oneOf('on', 'off', 'auto', null),
+    embedding: isBool,
+    pooling: oneOf('mean', null),
+    alias: isId,
+    device: isId,
   }),
   'stop-replica': shape({ id: isInt, replica: isId }),
-  'start-rpc': shape({ id: isInt, rpc: isId, cache: isBool, device: optional(isId), stage: optional(shape({ model: isId, index: isInt, of: isInt, layers: (v) => Array.isArray(v) && v.length === 2 && v.every(isInt) })) }),
+  'start-rpc': shape({
+    id: isInt,
+    rpc: isId,
+    cache: isBool,
+    device: optional(isId),
+    stage: optional(shape({ model: isId, index: isInt, of: isInt, layers: (v) => Array.isArray(v) && v.length === 2 && v.every(isInt) })),
+  }),
   'stop-rpc': shape({ id: isInt, rpc: isId }),
   evict: shape({ id: isInt, sha256: isSha }),
   'push-begin': shape({ id: isInt, sha256: isSha, size: isInt, siblings: optional((v) => Array.isArray(v) && v.length <= 256 && v.every(isSha)) }),
@@ -217,11 +292,17 @@ export function parseStreamHeader(line: string): StreamHeader | null {
   const h = v as Record<string, unknown>;
   if (typeof v !== 'object' || v === null) return null;
   switch (h.kind) {
-    case 'control': return { kind: 'control' };
-    case 'http': return isId(h.replica) ? { kind: 'http', replica: h.replica as string } : null;
-    case 'rpc': return isId(h.rpc) ? { kind: 'rpc', rpc: h.rpc as string } : null;
-    case 'file': return isSha(h.sha256) && isInt(h.offset) && isInt(h.size) && (h.offset as number) <= (h.size as number)
-      ? { kind: 'file', sha256: h.sha256 as string, offset: h.offset as number, size: h.size as number } : null;
-    default: return null;
+    case 'control':
+      return { kind: 'control' };
+    case 'http':
+      return isId(h.replica) ? { kind: 'http', replica: h.replica as string } : null;
+    case 'rpc':
+      return isId(h.rpc) ? { kind: 'rpc', rpc: h.rpc as string } : null;
+    case 'file':
+      return isSha(h.sha256) && isInt(h.offset) && isInt(h.size) && (h.offset as number) <= (h.size as number)
+        ? { kind: 'file', sha256: h.sha256 as string, offset: h.offset as number, size: h.size as number }
+        : null;
+    default:
+      return null;
   }
 }

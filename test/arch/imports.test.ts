@@ -26,7 +26,10 @@ describe('architecture', () => {
     const offenders = sources(join(root, 'src'))
       .filter((f) => !f.includes(`${join('src', 'main', 'electron')}`))
       .filter((f) => imports(f).some((i) => i === 'electron' || i.startsWith('electron/')));
-    assert.deepEqual(offenders.map((f) => relative(root, f)), []);
+    assert.deepEqual(
+      offenders.map((f) => relative(root, f)),
+      [],
+    );
   });
 
   it('src/shared imports nothing from node:, npm packages or src/main (contracts only)', () => {

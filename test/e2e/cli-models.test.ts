@@ -20,7 +20,7 @@ after(async () => {
 const cli = (...args: string[]) => run(process.execPath, [relay, ...args, '--hub', hub.url]);
 
 describe('relay models (CLI → admin API)', { timeout: 120_000 }, () => {
-  it('add hashes the file (sha256 equals the file\'s), reads the header, and is idempotent', async () => {
+  it("add hashes the file (sha256 equals the file's), reads the header, and is idempotent", async () => {
     const { stdout } = await cli('models', 'add', fixture('dense'), '--name', 'd1', '--required-vram-mb', '300');
     const sha = sha256File(fixture('dense'));
     assert.match(stdout, new RegExp(`added: d1\\s+sha256 ${sha}`));
@@ -49,11 +49,16 @@ describe('relay models (CLI → admin API)', { timeout: 120_000 }, () => {
     await assert.rejects(run(process.execPath, [relay, 'models', 'ls', '--hub', 'http://127.0.0.1:9']), (e: { stderr: string }) => /cannot reach the hub at http:\/\/127\.0\.0\.1:9/.test(e.stderr));
   });
 
-  it('the admin API streams hashing progress as NDJSON for the CLI\'s progress bar', async () => {
+  it("the admin API streams hashing progress as NDJSON for the CLI's progress bar", async () => {
     const res = await fetch(`${hub.url}/api/models?progress=1`, {
-      method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ path: fixture('large'), name: 'big' }),
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ path: fixture('large'), name: 'big' }),
     });
-    const lines = (await res.text()).trim().split('\n').map((l) => JSON.parse(l) as { progress?: { done: number; total: number }; model?: { name: string } });
+    const lines = (await res.text())
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l) as { progress?: { done: number; total: number }; model?: { name: string } });
     const progress = lines.filter((l) => l.progress);
     assert.ok(progress.length >= 2, `progress lines: ${progress.length}`);
     assert.equal(progress[progress.length - 1]!.progress!.done, progress[progress.length - 1]!.progress!.total);

@@ -27,10 +27,7 @@ let page: Page;
 before(async () => {
   mkdirSync(artifacts, { recursive: true });
   hub = await startHub({ env: ENV, args: ['--cpu-budget-mb', '800'] });
-  nodes = [
-    await startNode(hub, { name: 'north', cpuBudgetMb: 1000, env: ENV, args: ['--schedule', SCHEDULE] }),
-    await startNode(hub, { name: 'south', cpuBudgetMb: 1000, env: ENV }),
-  ];
+  nodes = [await startNode(hub, { name: 'north', cpuBudgetMb: 1000, env: ENV, args: ['--schedule', SCHEDULE] }), await startNode(hub, { name: 'south', cpuBudgetMb: 1000, env: ENV })];
   await addModel(hub, { path: fixture('dense'), name: 'small', required_vram_mb: 500 }); // fits a node, not the hub
   await addModel(hub, { path: fixture('dense'), name: 'big', required_vram_mb: 800 }); // fits no single device
   browser = await chromium.launch({
@@ -77,7 +74,7 @@ describe('dashboard in chromium', { timeout: 300_000 }, () => {
     await page.getByRole('table', { name: 'Replicas' }).getByText('No replicas running.').waitFor({ timeout: 30_000 });
     await page.getByRole('button', { name: `Resume sharing on node ${rep.node}` }).waitFor();
     assert.match(await page.getByRole('table', { name: 'Nodes' }).innerText(), new RegExp(`${rep.node}\\s+paused`));
-    assert.ok(await waitGone(rep.pid, 30_000), 'the node\'s llama-server stopped');
+    assert.ok(await waitGone(rep.pid, 30_000), "the node's llama-server stopped");
     assert.equal(await page.evaluate(() => (globalThis as unknown as { marker?: number }).marker), 42);
     // Keyboard: the control is a real button, reachable and operable without a mouse.
     await page.getByRole('button', { name: `Resume sharing on node ${rep.node}` }).focus();
@@ -85,7 +82,7 @@ describe('dashboard in chromium', { timeout: 300_000 }, () => {
     await page.getByRole('button', { name: `Pause sharing on node ${rep.node}` }).waitFor();
   });
 
-  it('shows a shard\'s stages with the hub holding the output', async () => {
+  it("shows a shard's stages with the hub holding the output", async () => {
     const r = await post('/v1/completions', { model: 'big', prompt: 'hi', max_tokens: 2 });
     assert.equal(r.status, 200, await r.text());
     const shards = page.getByRole('table', { name: 'Shards' });
@@ -100,19 +97,33 @@ describe('dashboard in chromium', { timeout: 300_000 }, () => {
   it('charts tok/s per placement and memory per device over the last minutes; the request log filters by model', async () => {
     for (let i = 0; i < 2; i++) assert.equal((await post('/v1/completions', { model: 'small', prompt: `hi ${i}`, max_tokens: 4 })).status, 200);
     // The hub sampled the node's memory since it joined: a page opened now draws those minutes at once.
-    const kept = await until(async () => (await hub.api<{ series: Record<string, [number, number][]> }>('/api/history')).body.series['mem:north:CPU'] ?? [], (k) => k.length >= 3, 30_000);
+    const kept = await until(
+      async () => (await hub.api<{ series: Record<string, [number, number][]> }>('/api/history')).body.series['mem:north:CPU'] ?? [],
+      (k) => k.length >= 3,
+      30_000,
+    );
     assert.ok(kept.length >= 3, `the hub kept ${kept.length} samples of north's memory`);
     await page.goto(hub.url);
     const northMem = page.getByRole('table', { name: 'Nodes' }).getByRole('img', { name: /^memory used on north CPU/ });
-    assert.ok(((await northMem.locator('polyline').getAttribute('points')) ?? '').split(' ').length >= kept.length, 'drawn from the hub\'s history');
+    assert.ok(((await northMem.locator('polyline').getAttribute('points')) ?? '').split(' ').length >= kept.length, "drawn from the hub's history");
     const tps = page.getByRole('table', { name: 'Replicas' }).getByRole('img', { name: /^tok\/s of small on (north|south), over the last [1-5] min: now [\d.]+ tok\/s/ });
     await tps.first().waitFor();
     assert.ok(((await tps.first().locator('polyline').getAttribute('points')) ?? '').split(' ').length >= 2, 'a line, not a dot');
-    await page.getByRole('table', { name: 'Nodes' }).getByRole('img', { name: /^memory used on north CPU, over the last [1-5] min: now \d+\.\d MB/ }).waitFor();
-    await page.getByRole('table', { name: 'Hub devices' }).getByRole('img', { name: /^memory used on the hub's CPU/ }).waitFor();
+    await page
+      .getByRole('table', { name: 'Nodes' })
+      .getByRole('img', { name: /^memory used on north CPU, over the last [1-5] min: now \d+\.\d MB/ })
+      .waitFor();
+    await page
+      .getByRole('table', { name: 'Hub devices' })
+      .getByRole('img', { name: /^memory used on the hub's CPU/ })
+      .waitFor();
     // docs/dashboard.png: a few more requests while the page watches, so the lines have a shape.
     for (let i = 0; i < 6; i++) assert.equal((await post('/v1/completions', { model: 'small', prompt: `more ${i}`, max_tokens: 8 })).status, 200);
-    await until(async () => ((await tps.first().locator('polyline').getAttribute('points')) ?? '').split(' ').length, (n) => n >= 4, 20_000);
+    await until(
+      async () => ((await tps.first().locator('polyline').getAttribute('points')) ?? '').split(' ').length,
+      (n) => n >= 4,
+      20_000,
+    );
     await page.screenshot({ path: join(artifacts, 'dashboard-charts.png'), fullPage: true });
 
     const recent = page.getByRole('table', { name: 'Recent requests' });
@@ -127,7 +138,7 @@ describe('dashboard in chromium', { timeout: 300_000 }, () => {
     assert.ok((await models()).includes('small'));
   });
 
-  it('a model\'s settings are shown and changed from the page; the next placement uses them', async () => {
+  it("a model's settings are shown and changed from the page; the next placement uses them", async () => {
     await page.goto(hub.url);
     const models = page.getByRole('table', { name: 'Models' });
     await models.getByText('ctx 512 × 1').first().waitFor();
@@ -155,7 +166,11 @@ describe('dashboard in chromium', { timeout: 300_000 }, () => {
     await panel.waitFor();
     const first = await panel.locator('#add-node-token').innerText();
     await page.getByRole('button', { name: 'Add a node…' }).click(); // another token each time
-    await until(() => panel.locator('#add-node-token').innerText(), (t) => t !== first, 10_000);
+    await until(
+      () => panel.locator('#add-node-token').innerText(),
+      (t) => t !== first,
+      10_000,
+    );
     const command = await panel.locator('#add-node-command').innerText();
     const token = await panel.locator('#add-node-token').innerText();
     assert.equal(command, `npx relay up --hub ${hub.url} --token ${token}`);

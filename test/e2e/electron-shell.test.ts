@@ -26,12 +26,15 @@ after(killAllJsonLineProcesses);
 const launch = (userData: string, env: Record<string, string> = {}): JsonLineProcess =>
   startJsonLineProcess(['--import', register, main], { ...process.env, ...ENV, STANDIN_USERDATA: userData, ...env });
 
-describe('the Electron shell on a stand-in for Electron\'s API', { timeout: 180_000 }, () => {
+describe("the Electron shell on a stand-in for Electron's API", { timeout: 180_000 }, () => {
   it('a second instance quits at once, before any tray or window', async () => {
     const s = launch(mkdtempSync(join(tmpdir(), 'relay-shell-')), { STANDIN_LOCK: 'taken' });
     s.send({}); // keep stdin open until it exits
     assert.equal(await s.exited, 0);
-    assert.deepEqual(s.lines.filter((l) => 'lock' in l || 'quit' in l), [{ lock: false }, { quit: true }]);
+    assert.deepEqual(
+      s.lines.filter((l) => 'lock' in l || 'quit' in l),
+      [{ lock: false }, { quit: true }],
+    );
     assert.ok(!s.lines.some((l) => 'tray' in l || 'window' in l));
   });
 
@@ -66,12 +69,21 @@ describe('the Electron shell on a stand-in for Electron\'s API', { timeout: 180_
     await s.wait((l) => l.loadURL === url);
     // The window goes nowhere but the dashboard's origin and the app's own pages; new windows go to the
     // user's browser, http(s) only.
-    for (const [to, prevented] of [[`${url}/status`, false], ['https://evil.example/', true], [`${pagesUrl}setup.html`, false], ['file:///etc/passwd', true]] as const) {
+    for (const [to, prevented] of [
+      [`${url}/status`, false],
+      ['https://evil.example/', true],
+      [`${pagesUrl}setup.html`, false],
+      ['file:///etc/passwd', true],
+    ] as const) {
       s.send({ navigate: to });
       const r = await s.wait((l) => l.navigated === to);
       assert.deepEqual([r.prevented, r.handled], [prevented, true], to);
     }
-    for (const [to, external] of [['https://github.com/ggml-org/llama.cpp', true], ['file:///etc/passwd', false], ['javascript:alert(1)', false]] as const) {
+    for (const [to, external] of [
+      ['https://github.com/ggml-org/llama.cpp', true],
+      ['file:///etc/passwd', false],
+      ['javascript:alert(1)', false],
+    ] as const) {
       s.send({ windowOpen: to });
       const r = await s.wait((l) => l.windowOpen === to);
       assert.equal(r.action, 'deny');
@@ -88,11 +100,21 @@ describe('the Electron shell on a stand-in for Electron\'s API', { timeout: 180_
     assert.ok(alive(pid));
     s.send({ click: 'Quit relay' });
     assert.equal(await s.exited, 0);
-    assert.deepEqual(s.lines.filter((l) => 'beforeQuit' in l).map((l) => l.beforeQuit), [{ prevented: true }, { prevented: false }], 'quit waits for the hub to stop, then quits');
+    assert.deepEqual(
+      s.lines.filter((l) => 'beforeQuit' in l).map((l) => l.beforeQuit),
+      [{ prevented: true }, { prevented: false }],
+      'quit waits for the hub to stop, then quits',
+    );
     assert.ok(await waitGone(pid, 15_000), 'llama-server stopped with the app');
     // No terminal in a tray app: the log is a file in its data dir.
-    const log = readFileSync(join(userData, 'logs', 'relay.log'), 'utf8').trim().split('\n').map((l) => JSON.parse(l) as { msg: string; name: string });
+    const log = readFileSync(join(userData, 'logs', 'relay.log'), 'utf8')
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l) as { msg: string; name: string });
     assert.ok(log.length > 0 && log.every((l) => l.name === 'tray'));
-    assert.ok(log.some((l) => /replica ready|started|stopping/i.test(l.msg)), log.map((l) => l.msg).join('\n'));
+    assert.ok(
+      log.some((l) => /replica ready|started|stopping/i.test(l.msg)),
+      log.map((l) => l.msg).join('\n'),
+    );
   });
 });

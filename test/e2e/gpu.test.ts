@@ -26,9 +26,33 @@ const PROMPTS = ['The quick brown fox', 'In a hole in the ground there lived'];
 const TOKENS = 16;
 const W_MOE = 1700;
 
-interface StageJson { index: number; node: string | null; device: string; layers: [number, number]; need_mb: number; output: boolean; rpc_endpoint: string | null; rpc_bytes: number | null }
-interface ShardJson { id: string; model: string; state: string; pid: number; stages: StageJson[]; buffers: string[] }
-interface ReplicaJson { id: string; model: string; state: string; pid: number; device: string; where: string; buffers: string[] }
+interface StageJson {
+  index: number;
+  node: string | null;
+  device: string;
+  layers: [number, number];
+  need_mb: number;
+  output: boolean;
+  rpc_endpoint: string | null;
+  rpc_bytes: number | null;
+}
+interface ShardJson {
+  id: string;
+  model: string;
+  state: string;
+  pid: number;
+  stages: StageJson[];
+  buffers: string[];
+}
+interface ReplicaJson {
+  id: string;
+  model: string;
+  state: string;
+  pid: number;
+  device: string;
+  where: string;
+  buffers: string[];
+}
 interface StatusJson {
   devices: { id: string; kind: string; description: string; total_mb: number; free_mb: number; source: string }[];
   llama_cpp: { backend: string; backend_reason: string };
@@ -60,11 +84,14 @@ describe('GPU hub on lavapipe (Vulkan module, hub GPU runs the last stage)', { t
     await hub?.stop();
   });
 
-  it('the hub lists Vulkan0 from the backend\'s --list-devices in /status and on the dashboard', async () => {
+  it("the hub lists Vulkan0 from the backend's --list-devices in /status and on the dashboard", async () => {
     const s = await status(hub);
     assert.equal(s.llama_cpp.backend, 'vulkan');
     assert.match(s.llama_cpp.backend_reason, /using vulkan .*Vulkan0 llvmpipe/);
-    assert.deepEqual(s.devices.map((d) => [d.id, d.kind, d.source]), [['Vulkan0', 'gpu', 'llama-server']]);
+    assert.deepEqual(
+      s.devices.map((d) => [d.id, d.kind, d.source]),
+      [['Vulkan0', 'gpu', 'llama-server']],
+    );
     assert.match(s.devices[0]!.description, /llvmpipe/);
     assert.ok(s.devices[0]!.total_mb >= 1024);
     const browser = await chromium.launch({ executablePath: '/usr/bin/chromium', args: ['--no-sandbox', '--disable-gpu', '--disable-background-networking'] });
@@ -89,12 +116,15 @@ describe('GPU hub on lavapipe (Vulkan module, hub GPU runs the last stage)', { t
     assert.deepEqual([r.where, r.device], ['host', 'Vulkan0']);
     const argv = argvOf(r.pid);
     assert.equal(argv[argv.indexOf('--device') + 1], 'Vulkan0');
-    assert.ok(r.buffers.some((b) => /^Vulkan0 model buffer size = /.test(b)), r.buffers.join('\n'));
+    assert.ok(
+      r.buffers.some((b) => /^Vulkan0 model buffer size = /.test(b)),
+      r.buffers.join('\n'),
+    );
     assert.ok(loadedModules(r.pid).includes(vulkanModule()), 'the replica loaded the Vulkan module');
     await hub.api('/api/models/small', { method: 'DELETE' });
   });
 
-  it('a dense model the GPU cannot hold alone: nodes\' rpc-servers run the first layers, Vulkan0 the last and the output; same text', async () => {
+  it("a dense model the GPU cannot hold alone: nodes' rpc-servers run the first layers, Vulkan0 the last and the output; same text", async () => {
     // 2000 MB of weights need 2444 MB on one device: more than Vulkan0's 2048 and either node's 1000.
     await addModel(hub, { path: fixture('dense'), name: 'dense', required_vram_mb: 2000 });
     const want = await directTexts(fixture('dense'), PROMPTS, TOKENS);
@@ -104,20 +134,34 @@ describe('GPU hub on lavapipe (Vulkan module, hub GPU runs the last stage)', { t
     const sh = (await status(hub)).shards.find((x) => x.model === 'dense' && x.state === 'ready')!;
     const last = sh.stages.at(-1)!;
     assert.deepEqual([last.node, last.device, last.output, last.layers[1]], [null, 'Vulkan0', true, 4]);
-    assert.ok(sh.stages.slice(0, -1).every((st) => st.node !== null && st.device === 'CPU'), JSON.stringify(sh.stages));
+    assert.ok(
+      sh.stages.slice(0, -1).every((st) => st.node !== null && st.device === 'CPU'),
+      JSON.stringify(sh.stages),
+    );
     // The planner's invocation: RPC devices first, the hub's GPU last, every layer and the output offloaded.
     const argv = argvOf(sh.pid);
     const devices = argv[argv.indexOf('--device') + 1]!.split(',');
     assert.equal(devices.at(-1), 'Vulkan0');
     assert.ok(devices.slice(0, -1).every((d) => /^RPC\d$/.test(d)));
-    assert.ok(sh.buffers.some((b) => /^Vulkan0 model buffer size/.test(b)), sh.buffers.join('\n'));
-    assert.ok(sh.buffers.some((b) => /^RPC0\[127\.0\.0\.1:\d+\] model buffer size/.test(b)), sh.buffers.join('\n'));
+    assert.ok(
+      sh.buffers.some((b) => /^Vulkan0 model buffer size/.test(b)),
+      sh.buffers.join('\n'),
+    );
+    assert.ok(
+      sh.buffers.some((b) => /^RPC0\[127\.0\.0\.1:\d+\] model buffer size/.test(b)),
+      sh.buffers.join('\n'),
+    );
     // Each node's ggml-rpc-server is pinned to the device its stage was planned on (-d), not "every GPU".
     for (const st of sh.stages.slice(0, -1)) {
       const n = nodes.find((x) => x.name === st.node)!;
-      const pids = execFileSync('pgrep', ['-P', String(n.proc.pid), '-f', 'ggml-rpc-server'], { encoding: 'utf8' }).trim().split('\n');
+      const pids = execFileSync('pgrep', ['-P', String(n.proc.pid), '-f', 'ggml-rpc-server'], { encoding: 'utf8' })
+        .trim()
+        .split('\n');
       const argvs = pids.map((pid) => argvOf(Number(pid)));
-      assert.ok(argvs.some((a) => a[a.indexOf('--device') + 1] === st.device), JSON.stringify(argvs));
+      assert.ok(
+        argvs.some((a) => a[a.indexOf('--device') + 1] === st.device),
+        JSON.stringify(argvs),
+      );
     }
     await hub.api('/api/models/dense', { method: 'DELETE' });
   });
@@ -135,7 +179,10 @@ describe('GPU hub on lavapipe (Vulkan module, hub GPU runs the last stage)', { t
     assertExpertStages(sh);
     const remote = sh.stages.filter((st) => st.node);
     // Attention, router, embeddings and output of every layer are on the hub's GPU.
-    assert.ok(sh.buffers.some((b) => /^Vulkan0 model buffer size/.test(b)), sh.buffers.join('\n'));
+    assert.ok(
+      sh.buffers.some((b) => /^Vulkan0 model buffer size/.test(b)),
+      sh.buffers.join('\n'),
+    );
     // The hub's stage reserves its real share: every layer's non-expert weights and KV + its own layers' experts.
     const info = readModelInfo(fixture('moewide'));
     const experts = (W_MOE * info.expertBytes) / info.tensorBytes;
@@ -156,7 +203,11 @@ describe('GPU hub last: bytes per generated token', { timeout: 900_000 }, () => 
     try {
       const c = new OpenAI({ baseURL: `${hub.url}/v1`, apiKey: 'x', maxRetries: 0 });
       const perToken = async (model: string): Promise<number> => {
-        const total = async () => (await status(hub)).shards.filter((x) => x.model === model && x.state === 'ready').flatMap((x) => x.stages).reduce((a, st) => a + (st.rpc_bytes ?? 0), 0);
+        const total = async () =>
+          (await status(hub)).shards
+            .filter((x) => x.model === model && x.state === 'ready')
+            .flatMap((x) => x.stages)
+            .reduce((a, st) => a + (st.rpc_bytes ?? 0), 0);
         await c.completions.create({ model, prompt: 'Count with me', max_tokens: 1, ...extra });
         const b0 = await total();
         await c.completions.create({ model, prompt: 'Count with me', max_tokens: 17, ...extra, ignore_eos: true } as never);
@@ -186,15 +237,32 @@ describe('a node lending two devices (Vulkan0 and a CPU budget): two stages, two
     const twin = await startNode(hub, { name: 'twin', cpuBudgetMb: 1100, env: { ...ENV, ...lavapipeEnv(), RELAY_LLAMA_BACKEND: 'vulkan' } });
     try {
       const nodesJson = (await hub.status()).nodes as unknown as { name: string; devices: { id: string; description: string }[] }[];
-      assert.deepEqual(nodesJson.find((n) => n.name === 'twin')!.devices.map((d) => d.id), ['Vulkan0', 'CPU']);
+      assert.deepEqual(
+        nodesJson.find((n) => n.name === 'twin')!.devices.map((d) => d.id),
+        ['Vulkan0', 'CPU'],
+      );
       await addModel(hub, { path: fixture('dense'), name: 'dense', required_vram_mb: 2400 });
       const c = new OpenAI({ baseURL: `${hub.url}/v1`, apiKey: 'x', maxRetries: 0 });
       const got = (await c.completions.create({ model: 'dense', prompt: PROMPTS[0]!, max_tokens: TOKENS, ...extra })).choices[0]!.text;
       assert.equal(got, (await directTexts(fixture('dense'), [PROMPTS[0]!], TOKENS))[0]);
       const sh = (await status(hub)).shards.find((x) => x.state === 'ready')!;
-      assert.deepEqual(sh.stages.map((st) => [st.node, st.device]), [[null, 'CPU'], ['twin', 'Vulkan0'], ['twin', 'CPU']]);
-      const pids = execFileSync('pgrep', ['-P', String(twin.proc.pid), '-f', 'ggml-rpc-server'], { encoding: 'utf8' }).trim().split('\n');
-      const pinned = pids.map((pid) => { const a = argvOf(Number(pid)); return a[a.indexOf('--device') + 1]; }).sort();
+      assert.deepEqual(
+        sh.stages.map((st) => [st.node, st.device]),
+        [
+          [null, 'CPU'],
+          ['twin', 'Vulkan0'],
+          ['twin', 'CPU'],
+        ],
+      );
+      const pids = execFileSync('pgrep', ['-P', String(twin.proc.pid), '-f', 'ggml-rpc-server'], { encoding: 'utf8' })
+        .trim()
+        .split('\n');
+      const pinned = pids
+        .map((pid) => {
+          const a = argvOf(Number(pid));
+          return a[a.indexOf('--device') + 1];
+        })
+        .sort();
       assert.deepEqual(pinned, ['CPU', 'Vulkan0']);
       assert.deepEqual(((await twin.local('/status')).stages as { index: number }[]).map((st) => st.index).sort(), [1, 2]);
     } finally {

@@ -8,7 +8,7 @@ import { adminAllowed } from '../../src/main/core/hub/auth.js';
 import { fixture } from '../helpers/llama.js';
 import { addModel, startHub, type HubProcess } from '../helpers/hub.js';
 import { GREEDY } from '../helpers/openai.js';
-import { waitGone , until } from '../helpers/proc.js';
+import { waitGone, until } from '../helpers/proc.js';
 
 const extra = GREEDY as unknown as Record<string, unknown>;
 const BASE_ENV = { RELAY_CONTEXT_SIZE: '512', RELAY_PARALLEL_SLOTS: '1', RELAY_THREADS: '1' };
@@ -30,7 +30,6 @@ function flag(argv: string[], name: string): string | undefined {
   const i = argv.indexOf(name);
   return i < 0 ? undefined : argv[i + 1];
 }
-
 
 describe('hub lifecycle with real llama-server', { timeout: 600_000 }, () => {
   for (const kv of ['f16', 'q8_0', 'q4_0'] as const) {
@@ -58,16 +57,15 @@ describe('hub lifecycle with real llama-server', { timeout: 600_000 }, () => {
     await withHub({ env: { ...BASE_ENV, RELAY_CONTEXT_SIZE: '4096' }, args: ['--cpu-budget-mb', '1000'] }, async (h, c) => {
       await addModel(h, { path: fixture('dense'), name: 'dense' });
       const ac = new AbortController();
-      const stream = await c.chat.completions.create(
-        { model: 'dense', messages: [{ role: 'user', content: 'Go on forever.' }], max_tokens: 3000, stream: true, ...extra },
-        { signal: ac.signal },
-      );
+      const stream = await c.chat.completions.create({ model: 'dense', messages: [{ role: 'user', content: 'Go on forever.' }], max_tokens: 3000, stream: true, ...extra }, { signal: ac.signal });
       let n = 0;
       try {
         for await (const chunk of stream) {
           if (chunk.choices[0]?.delta?.content && ++n === 5) ac.abort();
         }
-      } catch { /* the openai client may end the iteration or throw on abort */ }
+      } catch {
+        /* the openai client may end the iteration or throw on abort */
+      }
       assert.equal(n, 5);
       const r = await c.completions.create({ model: 'dense', prompt: 'next', max_tokens: 8, ...extra });
       assert.equal(r.usage?.completion_tokens, 8);
@@ -141,7 +139,10 @@ describe('hub lifecycle with real llama-server', { timeout: 600_000 }, () => {
       const metrics = await (await fetch(`${h.url}/metrics`)).text();
       assert.match(metrics, /relay_loads_total\{model="dense"\} 1\n/);
       const pid = (await h.status()).replicas[0]!.pid!;
-      const s = await until(() => h.status(), (x) => x.replicas.length === 0);
+      const s = await until(
+        () => h.status(),
+        (x) => x.replicas.length === 0,
+      );
       assert.deepEqual(s.replicas, []);
       assert.ok(await waitGone(pid, 10_000));
     });
@@ -156,7 +157,10 @@ describe('hub lifecycle with real llama-server', { timeout: 600_000 }, () => {
       const densePid = (await h.status()).replicas[0]!.pid!;
       await c.completions.create({ model: 'moe', prompt: 'x', max_tokens: 2, ...extra });
       const s = await h.status();
-      assert.deepEqual(s.replicas.map((r) => [r.model, r.state]), [['moe', 'ready']]);
+      assert.deepEqual(
+        s.replicas.map((r) => [r.model, r.state]),
+        [['moe', 'ready']],
+      );
       assert.ok(await waitGone(densePid, 10_000));
     });
   });

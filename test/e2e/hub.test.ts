@@ -80,7 +80,10 @@ describe('hub /v1 with the openai client', { timeout: 300_000 }, () => {
     assert.equal(e.data.length, 2);
     assert.equal(e.data[0]!.embedding.length, 128);
     assert.notDeepEqual(e.data[0]!.embedding, e.data[1]!.embedding);
-    await assert.rejects(client.embeddings.create({ model: 'dense', input: 'x' }), (err: InstanceType<typeof OpenAI.APIError>) => err.status === 400 && (err.error as { code: string }).code === 'model_not_embedding');
+    await assert.rejects(
+      client.embeddings.create({ model: 'dense', input: 'x' }),
+      (err: InstanceType<typeof OpenAI.APIError>) => err.status === 400 && (err.error as { code: string }).code === 'model_not_embedding',
+    );
   });
 
   it('answers 4 concurrent clients', async () => {
@@ -113,7 +116,10 @@ describe('hub /v1 with the openai client', { timeout: 300_000 }, () => {
   it('/status shows devices, models with need, replicas with ctx, slots and kv_cache_type; /metrics counts', async () => {
     const s = await hub.status();
     assert.equal(s.kv_cache_type, 'f16');
-    assert.deepEqual(s.devices.map((d) => [d.id, d.total_mb]), [['CPU', 2000]]);
+    assert.deepEqual(
+      s.devices.map((d) => [d.id, d.total_mb]),
+      [['CPU', 2000]],
+    );
     const r = s.replicas.find((x) => x.model === 'dense')!;
     assert.deepEqual([r.state, r.ctx, r.slots, r.kv_cache_type], ['ready', CTX, SLOTS, 'f16']);
     assert.deepEqual([s.shards, s.nodes], [[], []]);
@@ -155,9 +161,11 @@ describe('hub /v1 with the openai client', { timeout: 300_000 }, () => {
     assert.notEqual(after.pid, killed.pid);
   });
 
-  it('registry: adding the same file again is idempotent; a non-GGUF or truncated file is refused with the reader\'s code', async () => {
+  it("registry: adding the same file again is idempotent; a non-GGUF or truncated file is refused with the reader's code", async () => {
     const again = await hub.api<{ created: boolean; model: { sha256: string } }>('/api/models', {
-      method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ path: fixture('dense'), name: 'dense' }),
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ path: fixture('dense'), name: 'dense' }),
     });
     assert.equal(again.status, 200);
     assert.equal(again.body.created, false);
@@ -171,16 +179,23 @@ describe('hub /v1 with the openai client', { timeout: 300_000 }, () => {
     readSync(fd, head, 0, head.length, 0);
     closeSync(fd);
     writeFileSync(join(dir, 'cut.gguf'), head);
-    for (const [file, code] of [['notes.gguf', 'gguf_bad_magic'], ['cut.gguf', 'gguf_truncated']] as const) {
+    for (const [file, code] of [
+      ['notes.gguf', 'gguf_bad_magic'],
+      ['cut.gguf', 'gguf_truncated'],
+    ] as const) {
       const r = await hub.api<{ error: { code: string; message: string } }>('/api/models', {
-        method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ path: join(dir, file) }),
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ path: join(dir, file) }),
       });
       assert.equal(r.status, 422);
       assert.equal(r.body.error.code, code);
       assert.match(r.body.error.message, /byte offset \d+/);
     }
     const other = await hub.api<{ error: { code: string } }>('/api/models', {
-      method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ path: fixture('moe'), name: 'dense' }),
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ path: fixture('moe'), name: 'dense' }),
     });
     assert.equal(other.status, 409);
     assert.equal(other.body.error.code, 'model_exists');
@@ -196,7 +211,10 @@ describe('hub store survives a kill -9', { timeout: 120_000 }, () => {
     const h2 = await startHub({ env: ENV, args: ['--cpu-budget-mb', '2000'], home: h.home });
     try {
       const list = await h2.api<{ models: { name: string; sha256: string }[] }>('/api/models');
-      assert.deepEqual(list.body.models.map((x) => [x.name, x.sha256]), [['keep-me', m.sha256]]);
+      assert.deepEqual(
+        list.body.models.map((x) => [x.name, x.sha256]),
+        [['keep-me', m.sha256]],
+      );
       const c = new OpenAI({ baseURL: `${h2.url}/v1`, apiKey: 'x', maxRetries: 0 });
       const r = await c.completions.create({ model: 'keep-me', prompt: 'hi', max_tokens: 4, ...extra });
       assert.equal(r.usage?.completion_tokens, 4);

@@ -28,13 +28,16 @@ describe('relay models import', { timeout: 180_000 }, () => {
     copyFileSync(fixture('dense'), join(ollama, 'blobs', `sha256-${sha}`));
     writeFileSync(join(ollama, 'blobs', `sha256-${'b'.repeat(64)}`), 'projector bytes');
     mkdirSync(join(ollama, 'manifests', 'registry.ollama.ai', 'library', 'tiny'), { recursive: true });
-    writeFileSync(join(ollama, 'manifests', 'registry.ollama.ai', 'library', 'tiny', 'q4'), JSON.stringify({
-      schemaVersion: 2,
-      layers: [
-        { mediaType: 'application/vnd.ollama.image.model', digest: `sha256:${sha}`, size: 1 },
-        { mediaType: 'application/vnd.ollama.image.projector', digest: `sha256:${'b'.repeat(64)}`, size: 1 },
-      ],
-    }));
+    writeFileSync(
+      join(ollama, 'manifests', 'registry.ollama.ai', 'library', 'tiny', 'q4'),
+      JSON.stringify({
+        schemaVersion: 2,
+        layers: [
+          { mediaType: 'application/vnd.ollama.image.model', digest: `sha256:${sha}`, size: 1 },
+          { mediaType: 'application/vnd.ollama.image.projector', digest: `sha256:${'b'.repeat(64)}`, size: 1 },
+        ],
+      }),
+    );
     // An LM Studio folder: publisher/repo/file.gguf, with a projector and a model split in 3 parts beside it.
     const lm = join(dir, 'lmstudio', 'models', 'lmstudio-community', 'Dense-GGUF');
     mkdirSync(lm, { recursive: true });
@@ -45,14 +48,19 @@ describe('relay models import', { timeout: 180_000 }, () => {
 
     const hub = await startHub({ env: { ...ENV, OLLAMA_MODELS: ollama }, args: ['--cpu-budget-mb', '1000'] });
     const cli = (...args: string[]) => run(process.execPath, [relay, 'models', ...args, '--hub', hub.url]);
-    const ask = (model: string) => fetch(`${hub.url}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model, prompt: 'hi', max_tokens: 2 }) });
+    const ask = (model: string) =>
+      fetch(`${hub.url}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model, prompt: 'hi', max_tokens: 2 }) });
     try {
       const fromOllama = (await cli('import', 'ollama')).stdout;
       assert.match(fromOllama, /imported from .*ollama: 1 new, 0 already registered/);
       assert.match(fromOllama, /added {3}tiny:q4/);
       assert.match(fromOllama, /skipped .*sha256-b{64}: tiny:q4: a vision projector/);
       const models = (await hub.api<{ models: { name: string; sha256: string; file: string }[] }>('/api/models')).body.models;
-      assert.deepEqual(models.map((m) => [m.name, m.sha256, m.file]), [['tiny:q4', sha, 'ok']], 'the digest is the file\'s sha256');
+      assert.deepEqual(
+        models.map((m) => [m.name, m.sha256, m.file]),
+        [['tiny:q4', sha, 'ok']],
+        "the digest is the file's sha256",
+      );
       assert.equal((await ask('tiny:q4')).status, 200);
       assert.match((await cli('import', 'ollama')).stdout, /0 new, 1 already registered/, 'importing again changes nothing');
 

@@ -21,7 +21,11 @@ const argvOf = (pid: number): string[] => readFileSync(`/proc/${pid}/cmdline`, '
 const flag = (argv: string[], name: string): string | undefined => argv[argv.indexOf(name) + 1];
 
 async function replicaOf(hub: HubProcess, model: string) {
-  const reps = await until(async () => (await hub.status()).replicas.filter((r) => r.model === model && r.state === 'ready'), (r) => r.length > 0, 30_000);
+  const reps = await until(
+    async () => (await hub.status()).replicas.filter((r) => r.model === model && r.state === 'ready'),
+    (r) => r.length > 0,
+    30_000,
+  );
   return reps[0]!;
 }
 
@@ -30,7 +34,8 @@ describe('per-model settings', { timeout: 300_000 }, () => {
     const hub = await startHub({ env: ENV, args: ['--cpu-budget-mb', '900'] });
     const node = await startNode(hub, { name: 'north', cpuBudgetMb: 2000, env: ENV });
     const cli = (...args: string[]) => run(process.execPath, [relay, 'models', ...args, '--hub', hub.url]);
-    const ask = (model: string) => fetch(`${hub.url}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model, prompt: 'hi', max_tokens: 2 }) });
+    const ask = (model: string) =>
+      fetch(`${hub.url}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model, prompt: 'hi', max_tokens: 2 }) });
     try {
       await cli('add', fixture('dense'), '--name', 'long', '--ctx', '2048', '--slots', '2', '--kv', 'q8_0');
       // Too big for the hub's 900 MB: only the node holds it (its own settings travel in start-replica).

@@ -23,7 +23,7 @@ const ENV = { RELAY_CONTEXT_SIZE: '512', RELAY_PARALLEL_SLOTS: '1', RELAY_THREAD
 const cached = async (n: NodeProcess): Promise<string[]> => (((await n.local('/status')) as { cache?: { sha256: string }[] }).cache ?? []).map((c) => c.sha256);
 const onDisk = (n: NodeProcess, sha256: string): boolean => existsSync(join(n.home, 'cache', 'models', `${sha256}.gguf`));
 
-describe('node caches follow the hub\'s models', { timeout: 300_000 }, () => {
+describe("node caches follow the hub's models", { timeout: 300_000 }, () => {
   it('removing a model evicts it from the node now, or when the node next connects; a file another name uses stays', async () => {
     const hub = await startHub({ env: ENV }); // no device of its own: every placement is on the node
     let north = await startNode(hub, { name: 'north', cpuBudgetMb: 1000, env: ENV });
@@ -31,7 +31,8 @@ describe('node caches follow the hub\'s models', { timeout: 300_000 }, () => {
       const a = await addModel(hub, { path: fixture('dense'), name: 'a' });
       const alias = await addModel(hub, { path: fixture('dense'), name: 'a-alias' });
       assert.equal(alias.sha256, a.sha256, 'two names, one file');
-      const ask = (model: string) => fetch(`${hub.url}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model, prompt: 'hi', max_tokens: 2 }) });
+      const ask = (model: string) =>
+        fetch(`${hub.url}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model, prompt: 'hi', max_tokens: 2 }) });
       assert.equal((await ask('a')).status, 200);
       assert.deepEqual(await cached(north), [a.sha256]);
       assert.ok(onDisk(north, a.sha256), 'the node holds the pushed file where its cache says');
@@ -42,18 +43,30 @@ describe('node caches follow the hub\'s models', { timeout: 300_000 }, () => {
       // The last name removed: the node's copy goes before the DELETE answers.
       assert.equal((await hub.api('/api/models/a-alias', { method: 'DELETE' })).status, 200);
       assert.deepEqual(await cached(north), []);
-      assert.ok(!onDisk(north, a.sha256), 'the file is gone from the node\'s disk');
+      assert.ok(!onDisk(north, a.sha256), "the file is gone from the node's disk");
 
       // Removed while the node is away: evicted when it comes back.
       const b = await addModel(hub, { path: fixture('dense', 2), name: 'b' });
       assert.equal((await ask('b')).status, 200);
       assert.deepEqual(await cached(north), [b.sha256]);
       await north.stop();
-      const states = await until(async () => ((await hub.status()).nodes as { state: string }[]).map((n) => n.state), (st) => st.every((x) => x === 'offline'), 30_000);
+      const states = await until(
+        async () => ((await hub.status()).nodes as { state: string }[]).map((n) => n.state),
+        (st) => st.every((x) => x === 'offline'),
+        30_000,
+      );
       assert.deepEqual(states, ['offline'], 'the hub saw the node go');
       assert.equal((await hub.api('/api/models/b', { method: 'DELETE' })).status, 200);
       north = await startNode(hub, { name: 'north', home: north.home, token: null, cpuBudgetMb: 1000, env: ENV });
-      assert.deepEqual(await until(() => cached(north), (c) => c.length === 0, 30_000), [], 'evicted once the node is back');
+      assert.deepEqual(
+        await until(
+          () => cached(north),
+          (c) => c.length === 0,
+          30_000,
+        ),
+        [],
+        'evicted once the node is back',
+      );
       assert.ok(!onDisk(north, b.sha256));
 
       // relay cache ls / prune on the node: a file a replica uses is kept, the rest goes; offline too.
@@ -72,7 +85,10 @@ describe('node caches follow the hub\'s models', { timeout: 300_000 }, () => {
       assert.deepEqual([busy.removed, busy.kept.map((k) => [k.sha256, k.why])], [[], [[c.sha256, 'in use']]]);
       await north.stop(); // its replica stops with it; the cache stays
       const offline = JSON.parse((await cacheCli(north, 'ls', '--json')).stdout) as { files: { sha256: string; in_use: boolean }[] };
-      assert.deepEqual(offline.files.map((f) => [f.sha256, f.in_use]), [[c.sha256, false]]);
+      assert.deepEqual(
+        offline.files.map((f) => [f.sha256, f.in_use]),
+        [[c.sha256, false]],
+      );
       const pruned = await cacheCli(north, 'prune');
       assert.match(pruned.stdout, /removed 1 model file\(s\) and 0 partial push\(es\): 34\.2 MB freed/);
       assert.ok(!onDisk(north, c.sha256));

@@ -11,7 +11,7 @@ import { addModel, startHub, type HubProcess } from '../helpers/hub.js';
 import { fixture, llama } from '../helpers/llama.js';
 import { listeningSockets, startNode, type NodeProcess } from '../helpers/node.js';
 import { GREEDY, streamUntil } from '../helpers/openai.js';
-import { alive, waitGone , until } from '../helpers/proc.js';
+import { alive, waitGone, until } from '../helpers/proc.js';
 
 /**
  * A household in one machine: a hub with no capacity of its own and nodes as separate `relay up` processes,
@@ -20,9 +20,21 @@ import { alive, waitGone , until } from '../helpers/proc.js';
 const extra = GREEDY as unknown as Record<string, unknown>;
 const ENV = { RELAY_CONTEXT_SIZE: '512', RELAY_PARALLEL_SLOTS: '1', RELAY_THREADS: '1' };
 
-
-interface NodeStatus { name: string; state: string; connected: boolean; devices: { id: string }[]; replicas: { replica: string; pid: number }[] }
-interface ReplicaJson { id: string; model: string; where: string; node: string | null; state: string; pid: number | null }
+interface NodeStatus {
+  name: string;
+  state: string;
+  connected: boolean;
+  devices: { id: string }[];
+  replicas: { replica: string; pid: number }[];
+}
+interface ReplicaJson {
+  id: string;
+  model: string;
+  where: string;
+  node: string | null;
+  state: string;
+  pid: number | null;
+}
 
 const nodesOf = async (h: HubProcess) => (await h.status()).nodes as unknown as NodeStatus[];
 const replicasOf = async (h: HubProcess) => (await h.status()).replicas as unknown as ReplicaJson[];
@@ -44,17 +56,26 @@ describe('nodes: tunnel, weight push, node replicas', { timeout: 600_000 }, () =
   });
 
   it('a node joins with a token and shows up with its devices', async () => {
-    const ns = await until(() => nodesOf(hub), (x) => x.some((n) => n.name === 'kitchen' && n.connected));
+    const ns = await until(
+      () => nodesOf(hub),
+      (x) => x.some((n) => n.name === 'kitchen' && n.connected),
+    );
     const k = ns.find((n) => n.name === 'kitchen')!;
     assert.equal(k.state, 'idle');
-    assert.deepEqual(k.devices.map((d) => d.id), ['CPU']);
+    assert.deepEqual(
+      k.devices.map((d) => d.id),
+      ['CPU'],
+    );
   });
 
-  it('the hub pushes the GGUF (the node\'s copy hashes to the registered sha256) and serves it through the tunnel, same text as direct', async () => {
+  it("the hub pushes the GGUF (the node's copy hashes to the registered sha256) and serves it through the tunnel, same text as direct", async () => {
     const r = await client.chat.completions.create({ model: 'dense', messages: [{ role: 'user', content: 'Tell me about the sea.' }], max_tokens: 24, ...extra });
     const viaNode = r.choices[0]!.message.content;
     const reps = await replicasOf(hub);
-    assert.deepEqual(reps.map((x) => [x.model, x.where, x.node, x.state]), [['dense', 'node', 'kitchen', 'ready']]);
+    assert.deepEqual(
+      reps.map((x) => [x.model, x.where, x.node, x.state]),
+      [['dense', 'node', 'kitchen', 'ready']],
+    );
     const registered = sha256File(fixture('dense'));
     const copy = join(a.home, 'cache', 'models', `${registered}.gguf`);
     assert.equal(sha256File(copy), registered);
@@ -74,25 +95,31 @@ describe('nodes: tunnel, weight push, node replicas', { timeout: 600_000 }, () =
     assert.equal(text, viaNode);
   });
 
-  it('the node\'s llama-server listens on 127.0.0.1 only', async () => {
+  it("the node's llama-server listens on 127.0.0.1 only", async () => {
     const rep = (await replicasOf(hub))[0]!;
     const socks = listeningSockets(rep.pid!);
     assert.ok(socks.length >= 1, 'the replica listens');
     for (const s of socks) assert.equal(s.addr, '0100007F', `listening on ${s.addr}:${s.port}`);
   });
 
-  it('pause during a streaming request: the client gets a clean error and the node\'s llama-server is gone within 30 s', async () => {
+  it("pause during a streaming request: the client gets a clean error and the node's llama-server is gone within 30 s", async () => {
     const rep = (await replicasOf(hub)).find((x) => x.state === 'ready')!;
     const stream = await client.chat.completions.create({ model: 'dense', messages: [{ role: 'user', content: 'A long story please.' }], max_tokens: 4000, stream: true, ...extra }, { maxRetries: 0 });
     assert.equal(await streamUntil(stream, 3, () => a.local('/pause', 'POST')), 'error');
     assert.ok(await waitGone(rep.pid!, 30_000), 'llama-server released the card');
-    const ns = await until(() => nodesOf(hub), (x) => x[0]?.state === 'paused');
+    const ns = await until(
+      () => nodesOf(hub),
+      (x) => x[0]?.state === 'paused',
+    );
     assert.equal(ns[0]!.state, 'paused');
     const err = await client.completions.create({ model: 'dense', prompt: 'x', max_tokens: 2 }).catch((e: unknown) => e);
     assert.ok(err instanceof OpenAI.APIError && err.status === 503);
     assert.match((err.error as { message: string }).message, /kitchen paused \(paused by the owner\)/);
     await a.local('/resume', 'POST');
-    await until(() => nodesOf(hub), (x) => x[0]?.state === 'idle');
+    await until(
+      () => nodesOf(hub),
+      (x) => x[0]?.state === 'idle',
+    );
     const r = await client.completions.create({ model: 'dense', prompt: 'back', max_tokens: 4, ...extra });
     assert.equal(r.usage?.completion_tokens, 4);
   });
@@ -100,7 +127,10 @@ describe('nodes: tunnel, weight push, node replicas', { timeout: 600_000 }, () =
   it('kill -9 of a node mid-stream: the client gets an error within 5 s, no hung request', async () => {
     const b = await startNode(hub, { name: 'attic', cpuBudgetMb: 1000, env: ENV });
     await a.local('/pause', 'POST'); // leave only attic for the next placement
-    await until(() => nodesOf(hub), (x) => x.find((n) => n.name === 'kitchen')?.state === 'paused');
+    await until(
+      () => nodesOf(hub),
+      (x) => x.find((n) => n.name === 'kitchen')?.state === 'paused',
+    );
     const stream = await client.chat.completions.create({ model: 'dense', messages: [{ role: 'user', content: 'Go on and on.' }], max_tokens: 4000, stream: true, ...extra });
     let got = 0;
     let killedAt = 0;
@@ -124,7 +154,10 @@ describe('nodes: tunnel, weight push, node replicas', { timeout: 600_000 }, () =
     assert.ok(Date.now() - killedAt < 5000, `the error took ${Date.now() - killedAt} ms`);
     await b.exited;
     await a.local('/resume', 'POST');
-    await until(() => nodesOf(hub), (x) => x.find((n) => n.name === 'attic')?.state === 'offline' && x.find((n) => n.name === 'kitchen')?.state === 'idle');
+    await until(
+      () => nodesOf(hub),
+      (x) => x.find((n) => n.name === 'attic')?.state === 'offline' && x.find((n) => n.name === 'kitchen')?.state === 'idle',
+    );
   });
 
   it('a revoked node is refused and cannot reconnect; others are unaffected', async () => {
@@ -133,12 +166,19 @@ describe('nodes: tunnel, weight push, node replicas', { timeout: 600_000 }, () =
     assert.equal(r.status, 200);
     const code = await c.exited; // the node's reconnect is refused: it stops for good
     assert.equal(code, 2);
-    assert.ok(c.logs.some((l) => /revoked/.test(l)), c.logs.slice(-5).join('\n'));
+    assert.ok(
+      c.logs.some((l) => /revoked/.test(l)),
+      c.logs.slice(-5).join('\n'),
+    );
     const ns = await nodesOf(hub);
     assert.equal(ns.find((n) => n.name === 'garage')!.state, 'revoked');
     // A wrong credential is refused before any stream opens: 401 at the upgrade (over TLS, where nodes dial);
     // on plain HTTP the tunnel is refused whatever the credential (it would cross in clear).
-    for (const [scheme, protocol, creds, status] of [['wss', 'relay.v1', 'Bearer nope', 401], ['wss', 'relay.v0', 'Bearer nope', 426], ['ws', 'relay.v1', 'Bearer nope', 426]] as const) {
+    for (const [scheme, protocol, creds, status] of [
+      ['wss', 'relay.v1', 'Bearer nope', 401],
+      ['wss', 'relay.v0', 'Bearer nope', 426],
+      ['ws', 'relay.v1', 'Bearer nope', 426],
+    ] as const) {
       const ws = new WebSocket(`${hub.url.replace('http', scheme)}/tunnel`, [protocol], { headers: { 'x-relay-node': 'kitchen', authorization: creds }, rejectUnauthorized: false });
       ws.on('error', () => undefined);
       const [, res] = (await once(ws, 'unexpected-response')) as [unknown, { statusCode: number }];
@@ -164,10 +204,13 @@ describe('weight push: resume and verification', { timeout: 600_000 }, () => {
   async function cutMidPush(name: string): Promise<NodeProcess> {
     const n = await startNode(hub, { name, cpuBudgetMb: 1200, env: ENV });
     const req = fetch(`${hub.url}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: 'large', prompt: 'x', max_tokens: 2 }) });
-    const s = await until(() => hub.status(), (x) => {
-      const p = (x as unknown as { pushes: { done: number; total: number }[] }).pushes[0];
-      return p !== undefined && p.done > p.total * 0.3;
-    });
+    const s = await until(
+      () => hub.status(),
+      (x) => {
+        const p = (x as unknown as { pushes: { done: number; total: number }[] }).pushes[0];
+        return p !== undefined && p.done > p.total * 0.3;
+      },
+    );
     assert.ok((s as unknown as { pushes: unknown[] }).pushes.length === 1, 'a push was in progress');
     await n.kill9();
     const res = await req;
@@ -189,7 +232,11 @@ describe('weight push: resume and verification', { timeout: 600_000 }, () => {
     assert.ok(part.size > 0 && part.size < total, `partial ${part.size} of ${total}`);
     const again = await startNode(hub, { name: 'den', home: n.home, token: null, cpuBudgetMb: 1200, env: ENV });
     try {
-      const res = await fetch(`${hub.url}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: 'large', prompt: 'x', max_tokens: 2, ...extra }) });
+      const res = await fetch(`${hub.url}/v1/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ model: 'large', prompt: 'x', max_tokens: 2, ...extra }),
+      });
       assert.equal(res.status, 200, await res.clone().text());
       const resumed = hub.logs.map((l) => JSON.parse(l) as { msg: string; node?: string; offset?: number }).find((l) => l.msg === 'resuming weight push' && l.node === 'den');
       assert.ok(resumed && resumed.offset! >= part.size - 1024 * 1024 && resumed.offset! <= total, `resumed at ${resumed?.offset}, partial was ${part.size}`);
@@ -209,7 +256,11 @@ describe('weight push: resume and verification', { timeout: 600_000 }, () => {
     writeFileSync(part.path, buf);
     const again = await startNode(hub, { name: 'loft', home: n.home, token: null, cpuBudgetMb: 1200, env: ENV });
     try {
-      const res = await fetch(`${hub.url}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: 'large', prompt: 'x', max_tokens: 2, ...extra }) });
+      const res = await fetch(`${hub.url}/v1/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ model: 'large', prompt: 'x', max_tokens: 2, ...extra }),
+      });
       assert.equal(res.status, 200, await res.clone().text());
       assert.ok(hub.logs.some((l) => l.includes('failed verification: pushing again from zero') && l.includes('"node":"loft"')));
       assert.ok(again.logs.some((l) => l.includes('hash_mismatch')));
@@ -253,7 +304,10 @@ describe('reconnect reconciliation', { timeout: 300_000 }, () => {
       hub2 = await startHub({ env: ENV, args: ['--port', String(port)], home: hub.home });
       // The node reconnects with backoff, says hello with its replica, and is told to stop it.
       assert.ok(await waitGone(pid, 30_000), 'the unexpected replica was stopped');
-      const ns = await until(() => nodesOf(hub2!), (x) => x[0]?.connected === true);
+      const ns = await until(
+        () => nodesOf(hub2!),
+        (x) => x[0]?.connected === true,
+      );
       assert.equal(ns[0]!.connected, true);
       assert.ok(hub2.logs.some((l) => l.includes('does not expect')));
     } finally {

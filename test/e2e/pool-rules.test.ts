@@ -42,7 +42,10 @@ describe('evictions only for a plan that succeeds', { timeout: 300_000 }, () => 
       const b = await c.completions.create({ model: 'b', prompt: 'hi', max_tokens: 2, ...extra });
       assert.equal(b.model, 'b');
       assert.ok(await waitGone(a.pid, 30_000), 'a was evicted to make room for b');
-      assert.deepEqual((await replicas()).filter((r) => r.state === 'ready').map((r) => r.model), ['b']);
+      assert.deepEqual(
+        (await replicas()).filter((r) => r.state === 'ready').map((r) => r.model),
+        ['b'],
+      );
     } finally {
       await node.stop();
       await hub.stop();
@@ -61,20 +64,33 @@ describe('failure memory', { timeout: 300_000 }, () => {
       const c = new OpenAI({ baseURL: `${hub.url}/v1`, apiKey: 'x', maxRetries: 0 });
       const ready = async () => (await hub.status()).replicas.filter((r) => r.state === 'ready') as unknown as { model: string; node: string | null }[];
       await c.completions.create({ model: 'm', prompt: 'hi', max_tokens: 2, ...extra });
-      assert.deepEqual((await ready()).map((r) => r.node), ['north']);
+      assert.deepEqual(
+        (await ready()).map((r) => r.node),
+        ['north'],
+      );
       const first = (await hub.status()).replicas[0]!;
       // The keep-alive stops it; until the node confirms, its room is still reserved (then south would win).
-      assert.ok(await waitGone(first.pid!, 30_000), 'the keep-alive stopped north\'s replica');
-      await until(() => hub.status(), (st) => st.replicas.length === 0, 30_000);
+      assert.ok(await waitGone(first.pid!, 30_000), "the keep-alive stopped north's replica");
+      await until(
+        () => hub.status(),
+        (st) => st.replicas.length === 0,
+        30_000,
+      );
       // north's cached copy is damaged on its disk: its next load of m fails.
       const copy = join(north.home, 'cache', 'models', `${m.sha256}.gguf`);
       truncateSync(copy, 4096);
       // The request is not lost: its load on north fails, and it is served by south.
       const served = await c.completions.create({ model: 'm', prompt: 'x', max_tokens: 2, ...extra });
       assert.equal(served.model, 'm');
-      assert.deepEqual((await ready()).map((r) => r.node), ['south']);
+      assert.deepEqual(
+        (await ready()).map((r) => r.node),
+        ['south'],
+      );
       const backoffs = ((await hub.status()) as unknown as { backoffs: unknown }).backoffs as { node: string; model: string; failures: number; reason: string; until: string }[];
-      assert.deepEqual(backoffs.map((b) => [b.node, b.model, b.failures]), [['north', 'm', 1]]);
+      assert.deepEqual(
+        backoffs.map((b) => [b.node, b.model, b.failures]),
+        [['north', 'm', 1]],
+      );
       assert.match(backoffs[0]!.reason, /^load failed: /);
       assert.ok(Date.parse(backoffs[0]!.until) - Date.now() > 20_000, 'skipped for about 30 s');
       const browser = await chromium.launch({ executablePath: '/usr/bin/chromium', args: ['--no-sandbox', '--disable-gpu', '--disable-background-networking'] });
@@ -89,10 +105,17 @@ describe('failure memory', { timeout: 300_000 }, () => {
       }
       // Once south's replica stopped (keep-alive), the next request goes to south again, although north holds
       // the file and has more room.
-      await until(() => hub.status(), (st) => st.replicas.length === 0, 30_000);
+      await until(
+        () => hub.status(),
+        (st) => st.replicas.length === 0,
+        30_000,
+      );
       const ok = await c.completions.create({ model: 'm', prompt: 'hi', max_tokens: 2, ...extra });
       assert.equal(ok.model, 'm');
-      assert.deepEqual((await ready()).map((r) => r.node), ['south']);
+      assert.deepEqual(
+        (await ready()).map((r) => r.node),
+        ['south'],
+      );
     } finally {
       await south.stop();
       await north.stop();

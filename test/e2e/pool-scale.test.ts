@@ -23,8 +23,7 @@ const PROMPT = 'The quick brown fox';
 const relayBin = new URL('../../../bin/relay.js', import.meta.url).pathname;
 
 type Placement = ReplicaStatusJson & { node: string | null; where: string; served: number };
-const placements = async (hub: HubProcess, model = 'm'): Promise<Placement[]> =>
-  ((await hub.status()).replicas as Placement[]).filter((r) => r.model === model);
+const placements = async (hub: HubProcess, model = 'm'): Promise<Placement[]> => ((await hub.status()).replicas as Placement[]).filter((r) => r.model === model);
 
 async function streamText(c: OpenAI, prompt: string): Promise<string> {
   const s = await c.completions.create({ model: 'm', prompt, max_tokens: 24, stream: true, ...extra });
@@ -60,7 +59,11 @@ describe('several placements of one model', { timeout: 600_000 }, () => {
     assert.deepEqual(texts, [want, want, want]);
     // Three placements were started for the three waiting requests; the hub's may have answered all three
     // before the nodes' loads (a push, then a load) were done.
-    const ps = await until(() => placements(hub), (xs) => xs.filter((p) => p.state === 'ready').length === 3, 60_000);
+    const ps = await until(
+      () => placements(hub),
+      (xs) => xs.filter((p) => p.state === 'ready').length === 3,
+      60_000,
+    );
     assert.deepEqual(ps.map((p) => p.node ?? 'hub').sort(), ['hub', 'n1', 'n2']);
     // Every placement answers: concurrent requests go to the one with the most free slots.
     for (let i = 0; i < 10 && (await placements(hub)).some((p) => p.served === 0); i++) {
@@ -68,8 +71,14 @@ describe('several placements of one model', { timeout: 600_000 }, () => {
       for (const r of more) assert.equal(r.choices[0]!.text, want);
     }
     const served = await placements(hub);
-    assert.ok(served.every((p) => p.served > 0), `every placement answered: ${JSON.stringify(served.map((p) => [p.node, p.served]))}`);
-    assert.ok(served.every((p) => p.in_flight === 0), 'in-flight counts are back to 0');
+    assert.ok(
+      served.every((p) => p.served > 0),
+      `every placement answered: ${JSON.stringify(served.map((p) => [p.node, p.served]))}`,
+    );
+    assert.ok(
+      served.every((p) => p.in_flight === 0),
+      'in-flight counts are back to 0',
+    );
     // The dashboard lists every placement of the model with its in-flight count.
     const browser = await chromium.launch({ executablePath: '/usr/bin/chromium', args: ['--no-sandbox', '--disable-gpu', '--disable-background-networking'] });
     try {
@@ -85,16 +94,19 @@ describe('several placements of one model', { timeout: 600_000 }, () => {
     }
   });
 
-  it('pausing the hub\'s own devices (relay pause --hub) stops its placement; new requests go to the nodes', async () => {
+  it("pausing the hub's own devices (relay pause --hub) stops its placement; new requests go to the nodes", async () => {
     const onHub = (await placements(hub)).find((p) => p.node === null && p.state === 'ready')!;
     const out = await promisify(execFile)(process.execPath, [relayBin, 'pause', '--hub', '--hub-url', hub.url]);
     assert.match(out.stdout, /paused: the hub's devices are paused \(paused by the owner\)/);
-    assert.ok(await waitGone(onHub.pid!, 30_000), 'the hub\'s llama-server stopped');
+    assert.ok(await waitGone(onHub.pid!, 30_000), "the hub's llama-server stopped");
     const st = (await hub.status()) as unknown as { hub: { availability: string; paused: boolean } };
     assert.deepEqual([st.hub.availability, st.hub.paused], ['paused', true]);
     const texts = await Promise.all([0, 1].map(() => streamText(c, PROMPT)));
     assert.deepEqual(texts, [want, want]);
-    assert.ok((await placements(hub)).every((p) => p.node !== null), 'no placement on the paused hub');
+    assert.ok(
+      (await placements(hub)).every((p) => p.node !== null),
+      'no placement on the paused hub',
+    );
     await promisify(execFile)(process.execPath, [relayBin, 'resume', '--hub', '--hub-url', hub.url]);
     const back = (await hub.status()) as unknown as { hub: { availability: string } };
     assert.notEqual(back.hub.availability, 'paused');
@@ -121,11 +133,18 @@ describe('failover before the first byte', { timeout: 600_000 }, () => {
     nodes.push(await startNode(hub, { name: 'n1', cpuBudgetMb: 1200, env: ENV })); // more room: chosen first
     nodes.push(await startNode(hub, { name: 'n2', cpuBudgetMb: 800, env: ENV }));
     const req = c.completions.create({ model: 'm', prompt: PROMPT, max_tokens: 24, ...extra });
-    await until(() => placements(hub), (ps) => ps.some((p) => p.node === 'n1' && p.state === 'starting'), 30_000);
+    await until(
+      () => placements(hub),
+      (ps) => ps.some((p) => p.node === 'n1' && p.state === 'starting'),
+      30_000,
+    );
     await nodes[0]!.kill9();
     const r = await req;
     assert.equal(r.choices[0]!.text, want);
-    assert.deepEqual((await placements(hub)).filter((p) => p.state === 'ready').map((p) => p.node), ['n2']);
+    assert.deepEqual(
+      (await placements(hub)).filter((p) => p.state === 'ready').map((p) => p.node),
+      ['n2'],
+    );
   });
 
   it('kill -9 of the node while the request waits for its first byte: the answer comes from a fresh placement', async () => {
@@ -134,16 +153,25 @@ describe('failover before the first byte', { timeout: 600_000 }, () => {
     process.kill(onN2.pid!, 'SIGSTOP'); // n2's llama-server takes the request and sends nothing
     try {
       const req = c.completions.create({ model: 'm', prompt: PROMPT, max_tokens: 24, ...extra });
-      await until(() => placements(hub), (ps) => ps.some((p) => p.id === onN2.id && p.in_flight === 1), 30_000);
+      await until(
+        () => placements(hub),
+        (ps) => ps.some((p) => p.id === onN2.id && p.in_flight === 1),
+        30_000,
+      );
       await nodes[1]!.kill9();
       const r = await req;
       assert.equal(r.choices[0]!.text, want);
-      assert.deepEqual((await placements(hub)).filter((p) => p.state === 'ready').map((p) => p.node), ['n3']);
+      assert.deepEqual(
+        (await placements(hub)).filter((p) => p.state === 'ready').map((p) => p.node),
+        ['n3'],
+      );
     } finally {
       // Its parent-death signal usually took it with the node; if not, a stopped process cannot notice.
       try {
         process.kill(onN2.pid!, 'SIGKILL');
-      } catch { /* gone already */ }
+      } catch {
+        /* gone already */
+      }
     }
   });
 
@@ -153,7 +181,10 @@ describe('failover before the first byte', { timeout: 600_000 }, () => {
     await hub.api('/api/hub/availability', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ paused: false }) });
     const r = await c.completions.create({ model: 'm', prompt: PROMPT, max_tokens: 24, ...extra });
     assert.equal(r.choices[0]!.text, want);
-    assert.deepEqual((await placements(hub)).filter((p) => p.state === 'ready').map((p) => p.node), [null]);
+    assert.deepEqual(
+      (await placements(hub)).filter((p) => p.state === 'ready').map((p) => p.node),
+      [null],
+    );
   });
 });
 
@@ -170,9 +201,15 @@ describe('the wait queue', { timeout: 300_000 }, () => {
       let queued!: Promise<Response>;
       try {
         inFlight = post();
-        await until(() => placements(hub), (ps) => ps[0]?.in_flight === 1);
+        await until(
+          () => placements(hub),
+          (ps) => ps[0]?.in_flight === 1,
+        );
         queued = post();
-        await until(() => hub.status(), (s) => ((s as unknown as { queues: { waiting: number }[] }).queues[0]?.waiting ?? 0) === 1);
+        await until(
+          () => hub.status(),
+          (s) => ((s as unknown as { queues: { waiting: number }[] }).queues[0]?.waiting ?? 0) === 1,
+        );
         const full = await post();
         assert.equal(full.status, 429);
         assert.equal(full.headers.get('retry-after'), '5');

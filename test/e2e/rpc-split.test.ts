@@ -49,16 +49,29 @@ describe('ggml-rpc-server splits give the single-process text', { timeout: 300_0
 
     const [a, b] = await rpcPair();
     const split = await server({
-      model, ctx: 512, slots: 1, cacheType: 'f16', name: 'split',
-      rpc: [a.endpoint, b.endpoint], devices: ['RPC0', 'RPC1'], gpuLayers: 99, tensorSplit: [1, 3],
+      model,
+      ctx: 512,
+      slots: 1,
+      cacheType: 'f16',
+      name: 'split',
+      rpc: [a.endpoint, b.endpoint],
+      devices: ['RPC0', 'RPC1'],
+      gpuLayers: 99,
+      tensorSplit: [1, 3],
     });
     const got = await texts(split.baseUrl);
     assert.deepEqual(got, want);
     assert.ok(want.every((t) => t.length > 0));
     // Both rpc servers really hold layers.
     const lines = bufferLines(split);
-    assert.ok(lines.some((l) => l.includes(`RPC0[${a.endpoint}]`)), lines.join('\n'));
-    assert.ok(lines.some((l) => l.includes(`RPC0[${b.endpoint}]`)), lines.join('\n'));
+    assert.ok(
+      lines.some((l) => l.includes(`RPC0[${a.endpoint}]`)),
+      lines.join('\n'),
+    );
+    assert.ok(
+      lines.some((l) => l.includes(`RPC0[${b.endpoint}]`)),
+      lines.join('\n'),
+    );
   });
 
   it('MoE fixture with its expert tensors overridden onto the two rpc servers (-ot) gives the same text', async () => {
@@ -70,8 +83,15 @@ describe('ggml-rpc-server splits give the single-process text', { timeout: 300_0
     const [a, b] = await rpcPair();
     const exps = (range: string) => `blk\\.[${range}]\\.ffn_(gate|up|down)_exps\\.weight`;
     const split = await server({
-      model, ctx: 512, slots: 1, cacheType: 'f16', name: 'moe-split',
-      rpc: [a.endpoint, b.endpoint], devices: ['RPC0', 'RPC1'], gpuLayers: 0, fit: 'off',
+      model,
+      ctx: 512,
+      slots: 1,
+      cacheType: 'f16',
+      name: 'moe-split',
+      rpc: [a.endpoint, b.endpoint],
+      devices: ['RPC0', 'RPC1'],
+      gpuLayers: 0,
+      fit: 'off',
       overrides: [
         { pattern: exps('0-1'), bufferType: `RPC0[${a.endpoint}]` },
         { pattern: exps('2-3'), bufferType: `RPC0[${b.endpoint}]` },

@@ -18,19 +18,35 @@ const ENV = { RELAY_CONTEXT_SIZE: '512', RELAY_PARALLEL_SLOTS: '1', RELAY_THREAD
 // need 800 MB of weights → 1209 MB on one device; the hub (600) and each node (800) hold one part.
 const BIG = 800;
 
-interface StageJson { index: number; node: string | null; device: string; layers: [number, number]; need_mb: number; output: boolean; rpc_endpoint: string | null; rpc_bytes: number | null }
-interface ShardJson { id: string; model: string; state: string; pid: number; stages: StageJson[]; buffers: string[] }
+interface StageJson {
+  index: number;
+  node: string | null;
+  device: string;
+  layers: [number, number];
+  need_mb: number;
+  output: boolean;
+  rpc_endpoint: string | null;
+  rpc_bytes: number | null;
+}
+interface ShardJson {
+  id: string;
+  model: string;
+  state: string;
+  pid: number;
+  stages: StageJson[];
+  buffers: string[];
+}
 
 async function shardsOf(h: HubProcess): Promise<ShardJson[]> {
   return (await h.status()).shards as unknown as ShardJson[];
 }
 
-
 async function pool(hubEnv: Record<string, string> = {}): Promise<{ hub: HubProcess; nodes: NodeProcess[]; stop: () => Promise<void> }> {
   const hub = await startHub({ env: { ...ENV, ...hubEnv }, args: ['--cpu-budget-mb', '600'] });
   const nodes = [await startNode(hub, { name: 'north', cpuBudgetMb: 800, env: ENV }), await startNode(hub, { name: 'south', cpuBudgetMb: 800, env: ENV })];
   return {
-    hub, nodes,
+    hub,
+    nodes,
     stop: async () => {
       for (const n of nodes) await n.stop();
       await hub.stop();
@@ -62,7 +78,14 @@ describe('shards', { timeout: 600_000 }, () => {
     assert.deepEqual(got, want);
     const [sh] = await shardsOf(p.hub);
     assert.equal(sh!.state, 'ready');
-    assert.deepEqual(sh!.stages.map((st) => [st.node, st.layers, st.output]), [[null, [0, 1], true], ['north', [1, 3], false], ['south', [3, 4], false]]);
+    assert.deepEqual(
+      sh!.stages.map((st) => [st.node, st.layers, st.output]),
+      [
+        [null, [0, 1], true],
+        ['north', [1, 3], false],
+        ['south', [3, 4], false],
+      ],
+    );
     for (const st of sh!.stages) {
       assert.ok(st.need_mb > 0);
       if (st.node) assert.match(st.rpc_endpoint!, /^127\.0\.0\.1:\d+$/);
@@ -71,12 +94,15 @@ describe('shards', { timeout: 600_000 }, () => {
     assert.deepEqual((await p.nodes[0]!.local('/status')).stages, [{ model: 'dense', index: 1, of: 3, layers: [1, 3] }]);
     assert.deepEqual((await p.nodes[1]!.local('/status')).stages, [{ model: 'dense', index: 2, of: 3, layers: [3, 4] }]);
     // The output layer (and so sampling) runs on the hub: llama-server put output.weight in the CPU buffer.
-    assert.ok(sh!.buffers.some((b) => /RPC0\[127\.0\.0\.1:\d+\] model buffer size/.test(b)), sh!.buffers.join('\n'));
+    assert.ok(
+      sh!.buffers.some((b) => /RPC0\[127\.0\.0\.1:\d+\] model buffer size/.test(b)),
+      sh!.buffers.join('\n'),
+    );
     const models = await client.models.list();
     assert.equal((models.data.find((m) => m.id === 'dense') as unknown as { available: boolean }).available, true);
   });
 
-  it('a MoE model: experts of each remote stage on that stage\'s device, the rest on the hub; same text as one process', async () => {
+  it("a MoE model: experts of each remote stage on that stage's device, the rest on the hub; same text as one process", async () => {
     const want = await directTexts(fixture('moewide'), PROMPTS);
     const got: string[] = [];
     for (const pr of PROMPTS) got.push((await client.completions.create({ model: 'moe', prompt: pr, max_tokens: 24, ...extra })).choices[0]!.text);
@@ -84,7 +110,14 @@ describe('shards', { timeout: 600_000 }, () => {
     const sh = (await shardsOf(p.hub)).find((x) => x.model === 'moe')!;
     assert.equal(sh.state, 'ready');
     assertExpertStages(sh);
-    assert.deepEqual(sh.stages.map((st) => [st.node, st.layers, st.need_mb]), [[null, [0, 1], 584], ['north', [1, 3], 554], ['south', [3, 4], 469]]);
+    assert.deepEqual(
+      sh.stages.map((st) => [st.node, st.layers, st.need_mb]),
+      [
+        [null, [0, 1], 584],
+        ['north', [1, 3], 554],
+        ['south', [3, 4], 469],
+      ],
+    );
   });
 
   it('a member that pauses tears the shard down: head gone, other rpc-servers stopped, 503 names the paused node', async () => {
@@ -101,7 +134,10 @@ describe('shards', { timeout: 600_000 }, () => {
     const north = await p.nodes[0]!.local('/status');
     assert.equal(north.availability, 'idle'); // its rpc-server was stopped: no streams left
     await p.nodes[1]!.local('/resume', 'POST');
-    await until(() => p.hub.status(), (s) => (s.nodes as unknown as { state: string }[]).every((x) => x.state === 'idle'));
+    await until(
+      () => p.hub.status(),
+      (s) => (s.nodes as unknown as { state: string }[]).every((x) => x.state === 'idle'),
+    );
   });
 
   it('a head that aborts (an rpc-server killed mid-generation) gives the client an error; the next request re-plans', async () => {
@@ -114,7 +150,10 @@ describe('shards', { timeout: 600_000 }, () => {
       execSync(`pkill -9 -f "ggml-rpc-server.*--port" -P ${p.nodes[0]!.proc.pid}`, { stdio: 'ignore' });
     });
     assert.equal(outcome, 'error');
-    const failed = await until(() => shardsOf(p.hub), (xs) => xs.some((x) => x.id === sh.id && x.state === 'failed'));
+    const failed = await until(
+      () => shardsOf(p.hub),
+      (xs) => xs.some((x) => x.id === sh.id && x.state === 'failed'),
+    );
     assert.ok(failed.some((x) => x.id === sh.id && x.state === 'failed'));
     const again = await client.completions.create({ model: 'dense', prompt: PROMPTS[0]!, max_tokens: 24, ...extra });
     assert.equal(again.choices[0]!.text, (await directTexts(fixture('dense'), [PROMPTS[0]!]))[0]);
@@ -127,7 +166,11 @@ describe('hub-last: bytes per generated token', { timeout: 600_000 }, () => {
   /** rpc bytes per token: the difference between a 33-token and a 1-token generation, over 32. */
   async function perToken(hub: HubProcess, model: string): Promise<number> {
     const c = new OpenAI({ baseURL: `${hub.url}/v1`, apiKey: 'x', maxRetries: 0 });
-    const total = async () => (await shardsOf(hub)).filter((x) => x.model === model && x.state === 'ready').flatMap((x) => x.stages).reduce((a, st) => a + (st.rpc_bytes ?? 0), 0);
+    const total = async () =>
+      (await shardsOf(hub))
+        .filter((x) => x.model === model && x.state === 'ready')
+        .flatMap((x) => x.stages)
+        .reduce((a, st) => a + (st.rpc_bytes ?? 0), 0);
     await c.completions.create({ model, prompt: 'Count with me', max_tokens: 1, ...extra });
     const b0 = await total();
     await c.completions.create({ model, prompt: 'Count with me', max_tokens: 33, ...extra, ignore_eos: true } as never);

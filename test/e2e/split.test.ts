@@ -24,8 +24,18 @@ async function ask(hub: string, prompt: string): Promise<string> {
   return j.choices![0]!.text;
 }
 
-interface ModelJson { name: string; sha256: string; size: number; parts?: { path: string; sha256: string; size: number }[] }
-interface ReplicaJson { model: string; where: string; node: string | null; state: string }
+interface ModelJson {
+  name: string;
+  sha256: string;
+  size: number;
+  parts?: { path: string; sha256: string; size: number }[];
+}
+interface ReplicaJson {
+  model: string;
+  where: string;
+  node: string | null;
+  state: string;
+}
 
 describe('split GGUFs', { timeout: 300_000 }, () => {
   it('load on the hub and, after a push of every part, on a node: text equal to the unsplit file', async () => {
@@ -38,24 +48,42 @@ describe('split GGUFs', { timeout: 300_000 }, () => {
     const north = await startNode(hub, { name: 'north', cpuBudgetMb: 1000, env: ENV });
     try {
       const m = (await addModel(hub, { path: first, name: 'big' })) as unknown as ModelJson;
-      assert.deepEqual(m.parts!.map((p) => [p.path, p.sha256]), paths.map((p) => [p, sha256File(p)]), 'every part registered with its own hash');
-      assert.equal(m.size, m.parts!.reduce((s, p) => s + p.size, 0), 'the fit counts every part');
-      assert.ok(m.size >= statSync(whole).size, 'the parts hold at least the unsplit file\'s bytes');
+      assert.deepEqual(
+        m.parts!.map((p) => [p.path, p.sha256]),
+        paths.map((p) => [p, sha256File(p)]),
+        'every part registered with its own hash',
+      );
+      assert.equal(
+        m.size,
+        m.parts!.reduce((s, p) => s + p.size, 0),
+        'the fit counts every part',
+      );
+      assert.ok(m.size >= statSync(whole).size, "the parts hold at least the unsplit file's bytes");
 
       // On the hub's own CPU budget first.
       const onHub: string[] = [];
       for (const p of PROMPTS) onHub.push(await ask(hub.url, p));
-      assert.deepEqual(((await hub.status()).replicas as unknown as ReplicaJson[]).map((r) => [r.model, r.where]), [['big', 'host']]);
-      assert.deepEqual(onHub, oracle, 'the hub\'s replica of the split file says what the unsplit file says');
+      assert.deepEqual(
+        ((await hub.status()).replicas as unknown as ReplicaJson[]).map((r) => [r.model, r.where]),
+        [['big', 'host']],
+      );
+      assert.deepEqual(onHub, oracle, "the hub's replica of the split file says what the unsplit file says");
 
       // The hub paused: the next request goes to the node, which receives all three parts first.
       const paused = await hub.api('/api/hub/availability', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ paused: true }) });
       assert.equal(paused.status, 200);
-      await until(async () => (await hub.status()).replicas as unknown as ReplicaJson[], (r) => r.length === 0, 30_000);
+      await until(
+        async () => (await hub.status()).replicas as unknown as ReplicaJson[],
+        (r) => r.length === 0,
+        30_000,
+      );
       const onNode: string[] = [];
       for (const p of PROMPTS) onNode.push(await ask(hub.url, p));
-      assert.deepEqual(((await hub.status()).replicas as unknown as ReplicaJson[]).map((r) => [r.model, r.where, r.node]), [['big', 'node', 'north']]);
-      assert.deepEqual(onNode, oracle, 'the node\'s replica, loaded from the pushed parts, says the same');
+      assert.deepEqual(
+        ((await hub.status()).replicas as unknown as ReplicaJson[]).map((r) => [r.model, r.where, r.node]),
+        [['big', 'node', 'north']],
+      );
+      assert.deepEqual(onNode, oracle, "the node's replica, loaded from the pushed parts, says the same");
       for (const p of m.parts!) {
         const copy = join(north.home, 'cache', 'models', `${p.sha256}.gguf`);
         assert.ok(existsSync(copy), `part ${p.path} is in the node's cache`);

@@ -36,27 +36,42 @@ class RecordingShell implements AppShell {
   loginItem: boolean | null = null;
   quits = 0;
   last: AppState | null = null;
-  openWindow(t: { page: 'setup' } | { url: string }) { this.windows.push(t); }
-  setLoginItem(open: boolean) { this.loginItem = open; }
-  quit() { this.quits++; }
-  render(s: AppState) { this.last = s; }
+  openWindow(t: { page: 'setup' } | { url: string }) {
+    this.windows.push(t);
+  }
+  setLoginItem(open: boolean) {
+    this.loginItem = open;
+  }
+  quit() {
+    this.quits++;
+  }
+  render(s: AppState) {
+    this.last = s;
+  }
 }
 
 /** ggml-rpc-server processes that are children of this test process (the embedded agent's). */
 function rpcServerPids(): number[] {
-  return readdirSync('/proc').filter((d) => /^\d+$/.test(d)).map(Number).filter((pid) => {
-    try {
-      const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-      const ppid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
-      return ppid === process.pid && readFileSync(`/proc/${pid}/cmdline`, 'utf8').includes('ggml-rpc-server');
-    } catch {
-      return false;
-    }
-  });
+  return readdirSync('/proc')
+    .filter((d) => /^\d+$/.test(d))
+    .map(Number)
+    .filter((pid) => {
+      try {
+        const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+        const ppid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
+        return ppid === process.pid && readFileSync(`/proc/${pid}/cmdline`, 'utf8').includes('ggml-rpc-server');
+      } catch {
+        return false;
+      }
+    });
 }
 
 const completion = (url: string, model: string, key?: string) =>
-  fetch(`${url}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json', ...(key ? { authorization: `Bearer ${key}` } : {}) }, body: JSON.stringify({ model, prompt: 'hi', max_tokens: 2 }) });
+  fetch(`${url}/v1/completions`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', ...(key ? { authorization: `Bearer ${key}` } : {}) },
+    body: JSON.stringify({ model, prompt: 'hi', max_tokens: 2 }),
+  });
 
 describe('tray app, hub mode (embedded hub in the app process)', { timeout: 240_000 }, () => {
   const userData = mkdtempSync(join(tmpdir(), 'relay-app-hub-'));
@@ -74,7 +89,7 @@ describe('tray app, hub mode (embedded hub in the app process)', { timeout: 240_
     assert.equal(app.running, false);
   });
 
-  it('setup is refused to any sender but the app\'s own pages, and to bad payloads', async () => {
+  it("setup is refused to any sender but the app's own pages, and to bad payloads", async () => {
     const evil = await app.handleIpc('relay:setup', { mode: 'hub' }, 'https://evil.example/setup.html');
     assert.deepEqual([evil.ok, !evil.ok && evil.code], [false, 'FORBIDDEN']);
     const sibling = await app.handleIpc('relay:setup', { mode: 'hub' }, `${pagesUrl.slice(0, -1)}-evil/setup.html`);
@@ -99,7 +114,7 @@ describe('tray app, hub mode (embedded hub in the app process)', { timeout: 240_
     assert.equal(trayIcon(s), 'hub-idle');
     assert.equal(statusLine(s), 'Hub idle · 0 nodes');
     assert.equal(JSON.parse(readFileSync(join(userData, 'settings.json'), 'utf8')).mode, 'hub');
-    assert.ok(existsSync(join(userData, 'hub')), 'the hub\'s store lives in the app\'s data dir');
+    assert.ok(existsSync(join(userData, 'hub')), "the hub's store lives in the app's data dir");
     const health = await fetch(`${s.hub!.url}/status`);
     assert.equal(health.status, 200);
     // A hub the network can reach answers /v1 only with a key: the app made one and shows it once.
@@ -107,7 +122,7 @@ describe('tray app, hub mode (embedded hub in the app process)', { timeout: 240_
     assert.equal(s.hub!.apiKeyRequired, true);
     assert.match(s.hub!.v1Url, /^http:\/\/[\d.]+:\d+\/v1$/);
     const store = readFileSync(join(userData, 'hub', 'relay.json'), 'utf8');
-    assert.ok(!store.includes(s.hub!.apiKey!), 'the store holds the key\'s hash, not the key');
+    assert.ok(!store.includes(s.hub!.apiKey!), "the store holds the key's hash, not the key");
   });
 
   it('serving a model turns the tray to "serving" with a status line naming the replica', async () => {
@@ -167,8 +182,12 @@ describe('tray app, hub mode (embedded hub in the app process)', { timeout: 240_
     assert.deepEqual(shell2.windows, [], 'no setup page the second time');
     assert.equal(app.state().mode, 'hub');
     assert.equal(app.state().startAtLogin, true);
-    const models = await (await fetch(`${app.hub!.url}/api/models`)).json() as { models: { name: string }[] };
-    assert.deepEqual(models.models.map((m) => m.name), ['small'], 'the registry survived the restart');
+    const models = (await (await fetch(`${app.hub!.url}/api/models`)).json()) as { models: { name: string }[] };
+    assert.deepEqual(
+      models.models.map((m) => m.name),
+      ['small'],
+      'the registry survived the restart',
+    );
   });
 
   it('a damaged settings file starts from its last good copy; with none, as a first run that says so, leaving the file alone', async () => {
@@ -227,8 +246,11 @@ describe('tray app, node mode (set up from the page in chromium, paused from the
     await page.addInitScript(() => {
       const call = (c: string, p: unknown = null) => (globalThis as unknown as { __relayInvoke: (c: string, p: unknown) => Promise<unknown> }).__relayInvoke(c, p);
       (globalThis as unknown as { relay: unknown }).relay = {
-        getState: () => call('relay:get-state'), setup: (r: unknown) => call('relay:setup', r),
-        setPaused: (p: boolean) => call('relay:set-paused', p), openDashboard: () => call('relay:open-dashboard'), onState: () => undefined,
+        getState: () => call('relay:get-state'),
+        setup: (r: unknown) => call('relay:setup', r),
+        setPaused: (p: boolean) => call('relay:set-paused', p),
+        openDashboard: () => call('relay:open-dashboard'),
+        onState: () => undefined,
       };
     });
     await page.goto(`${pagesUrl}setup.html`);
@@ -253,7 +275,11 @@ describe('tray app, node mode (set up from the page in chromium, paused from the
     mkdirSync(artifacts, { recursive: true });
     await page.screenshot({ path: join(artifacts, 'setup.png') });
     await page.getByRole('button', { name: 'Start' }).click();
-    await until(() => shell.windows.length, (n) => n >= 2, 60_000);
+    await until(
+      () => shell.windows.length,
+      (n) => n >= 2,
+      60_000,
+    );
     // The hub is another machine to a node: "Open dashboard" opens a one-time read-only login link that the
     // node asked for with its credential. It logs a browser in once (HttpOnly, SameSite=Strict cookie).
     const opened = (shell.windows.at(-1) as { url: string }).url;
@@ -264,7 +290,11 @@ describe('tray app, node mode (set up from the page in chromium, paused from the
     assert.equal((await fetch(opened, { redirect: 'manual' })).status, 401, 'the link works once');
     assert.equal(app.navigationAllowed(opened), true, 'the app window may open it');
     await page.close();
-    const s = await until(() => app.state(), (x) => x.node?.connected === true, 20_000);
+    const s = await until(
+      () => app.state(),
+      (x) => x.node?.connected === true,
+      20_000,
+    );
     assert.equal(s.mode, 'node');
     assert.equal(s.node!.name, 'attic');
     assert.equal(trayIcon(s), 'node-idle');
@@ -280,7 +310,11 @@ describe('tray app, node mode (set up from the page in chromium, paused from the
   it('the status line names the replica the hub placed here', async () => {
     const res = await completion(hub.url, 'small');
     assert.equal(res.status, 200, await res.text());
-    const s = await until(() => app.state(), (x) => (x.node?.replicas.length ?? 0) > 0, 10_000);
+    const s = await until(
+      () => app.state(),
+      (x) => (x.node?.replicas.length ?? 0) > 0,
+      10_000,
+    );
     assert.equal(statusLine(s), 'Running: replica of small');
   });
 
@@ -290,8 +324,12 @@ describe('tray app, node mode (set up from the page in chromium, paused from the
     const item = buildTrayMenu(app.state()).find((i) => i.action === 'toggle-pause')!;
     assert.deepEqual([item.label, item.checked], ['Pause sharing', false]);
     await app.onTray(item.action!);
-    assert.ok(await waitGone(rep.pid, 30_000), 'the node\'s llama-server stopped within 30 s');
-    await until(() => hub.status(), (s) => !s.replicas.some((r) => r.model === 'small'), 30_000);
+    assert.ok(await waitGone(rep.pid, 30_000), "the node's llama-server stopped within 30 s");
+    await until(
+      () => hub.status(),
+      (s) => !s.replicas.some((r) => r.model === 'small'),
+      30_000,
+    );
     assert.equal((await hubNode('attic'))?.state, 'paused');
     const s = app.state();
     assert.equal(trayIcon(s), 'node-paused');
@@ -303,14 +341,22 @@ describe('tray app, node mode (set up from the page in chromium, paused from the
     let err = '';
     cli.stderr.on('data', (c: Buffer) => (err += c.toString()));
     assert.equal(await new Promise((r) => cli.once('exit', r)), 0, err);
-    await until(() => hubNode('attic'), (n) => n?.state === 'idle', 10_000);
+    await until(
+      () => hubNode('attic'),
+      (n) => n?.state === 'idle',
+      10_000,
+    );
     assert.equal(trayIcon(app.state()), 'node-idle');
   });
 
   it('a shard stage on this node shows as "shard stage k of n of M"', async () => {
     const res = await completion(hub.url, 'big');
     assert.equal(res.status, 200, await res.text());
-    const s = await until(() => app.state(), (x) => (x.node?.stages.length ?? 0) > 0, 10_000);
+    const s = await until(
+      () => app.state(),
+      (x) => (x.node?.stages.length ?? 0) > 0,
+      10_000,
+    );
     const st = s.node!.stages[0]!;
     assert.equal(st.model, 'big');
     assert.equal(st.of, 2);
@@ -319,7 +365,7 @@ describe('tray app, node mode (set up from the page in chromium, paused from the
 
   it('changing mode to hub stops the agent and its rpc-server; the old hub sees the node leave', async () => {
     const rpcPids = rpcServerPids();
-    assert.ok(rpcPids.length > 0, 'the shard\'s ggml-rpc-server runs under this process');
+    assert.ok(rpcPids.length > 0, "the shard's ggml-rpc-server runs under this process");
     // Two at once (a double click): they run one after the other and one hub is left running.
     const [r, again] = await Promise.all([1, 2].map(() => app.handleIpc('relay:setup', { mode: 'hub', lan: false }, `${pagesUrl}setup.html`)));
     assert.ok(again!.ok, JSON.stringify(again));
@@ -332,7 +378,11 @@ describe('tray app, node mode (set up from the page in chromium, paused from the
     const first = (r!.value as AppState).hub?.url;
     if (first && first !== app.hub!.url) assert.ok(!hubPorts.includes(Number(new URL(first).port)), 'the first hub was stopped');
     for (const pid of rpcPids) assert.ok(await waitGone(pid, 15_000), `ggml-rpc-server ${pid} stopped`);
-    await until(() => hubNode('attic'), (n) => n?.connected === false, 15_000);
+    await until(
+      () => hubNode('attic'),
+      (n) => n?.connected === false,
+      15_000,
+    );
     assert.equal((await hubNode('attic'))?.connected, false);
     assert.equal(trayIcon(app.state()), 'hub-idle');
   });
@@ -350,11 +400,14 @@ describe('tray app process: children end when it quits and when it crashes', { t
     await addModel({ url }, { path: fixture('dense'), name: 'small', required_vram_mb: 300 });
     const res = await completion(url, 'small');
     assert.equal(res.status, 200, await res.text());
-    const status = await (await fetch(`${url}/status`)).json() as { replicas: { pid: number }[] };
+    const status = (await (await fetch(`${url}/status`)).json()) as { replicas: { pid: number }[] };
     return { proc: app.proc, exited: app.exited, pid: status.replicas[0]!.pid };
   }
 
-  for (const [how, signal] of [['quits (SIGTERM → stop)', 'SIGTERM'], ['crashes (SIGKILL)', 'SIGKILL']] as const) {
+  for (const [how, signal] of [
+    ['quits (SIGTERM → stop)', 'SIGTERM'],
+    ['crashes (SIGKILL)', 'SIGKILL'],
+  ] as const) {
     it(`its llama-server ends when the app ${how}`, async () => {
       const userData = mkdtempSync(join(tmpdir(), 'relay-app-proc-'));
       writeFileSync(join(userData, 'settings.json'), JSON.stringify({ mode: 'hub', hubPort: 0 }));

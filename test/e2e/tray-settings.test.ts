@@ -30,10 +30,18 @@ class RecordingShell implements AppShell {
   windows: unknown[] = [];
   loginItem: boolean | null = null;
   last: AppState | null = null;
-  openWindow(t: unknown) { this.windows.push(t); }
-  setLoginItem(open: boolean) { this.loginItem = open; }
-  quit() { /* not asked here */ }
-  render(s: AppState) { this.last = s; }
+  openWindow(t: unknown) {
+    this.windows.push(t);
+  }
+  setLoginItem(open: boolean) {
+    this.loginItem = open;
+  }
+  quit() {
+    /* not asked here */
+  }
+  render(s: AppState) {
+    this.last = s;
+  }
 }
 
 /** The settings page with the preload's window.relay reproduced: each call goes to controller.handleIpc as the page. */
@@ -43,8 +51,11 @@ async function openSettings(browser: Browser, app: () => AppController): Promise
   await page.addInitScript(() => {
     const call = (c: string, p: unknown = null) => (globalThis as unknown as { __relayInvoke: (c: string, p: unknown) => Promise<unknown> }).__relayInvoke(c, p);
     (globalThis as unknown as { relay: unknown }).relay = {
-      getState: () => call('relay:get-state'), getSettings: () => call('relay:get-settings'), saveSettings: (c: unknown) => call('relay:save-settings', c),
-      openDashboard: () => call('relay:open-dashboard'), onState: () => undefined,
+      getState: () => call('relay:get-state'),
+      getSettings: () => call('relay:get-settings'),
+      saveSettings: (c: unknown) => call('relay:save-settings', c),
+      openDashboard: () => call('relay:open-dashboard'),
+      onState: () => undefined,
     };
   });
   await page.goto(settingsPage);
@@ -65,12 +76,19 @@ describe('tray settings page, node mode', { timeout: 240_000 }, () => {
 
   before(async () => {
     hub = await startHub({ env: ENV });
-    browser = await chromium.launch({ executablePath: '/usr/bin/chromium', args: ['--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update', '--no-first-run'] });
+    browser = await chromium.launch({
+      executablePath: '/usr/bin/chromium',
+      args: ['--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update', '--no-first-run'],
+    });
     app = new AppController({ userData, shell: new RecordingShell(), log: quiet(), pagesUrl, defaults: { hubPort: 0, cpuBudgetMb: 1000 }, heartbeatMs: 300 });
     await app.start();
     const r = await app.handleIpc('relay:setup', { mode: 'node', hubUrl: hub.url, token: await mintToken(hub), name: 'den' }, `${pagesUrl}setup.html`);
     assert.ok(r.ok, JSON.stringify(r));
-    await until(() => app.state(), (s) => s.node?.connected === true, 20_000);
+    await until(
+      () => app.state(),
+      (s) => s.node?.connected === true,
+      20_000,
+    );
   });
   after(async () => {
     await browser?.close();
@@ -80,7 +98,7 @@ describe('tray settings page, node mode', { timeout: 240_000 }, () => {
 
   const hubNode = async () => ((await hub.status()).nodes as { name: string; state: string; reason: string | null; devices: { id: string; totalMb: number }[] }[]).find((n) => n.name === 'den')!;
 
-  it('the tray opens it; the page shows the node\'s settings and the hub\'s /v1 URL', async () => {
+  it("the tray opens it; the page shows the node's settings and the hub's /v1 URL", async () => {
     const shell = new RecordingShell();
     const menu = buildTrayMenu(app.state());
     assert.ok(menu.some((i) => i.label === 'Settings…' && i.action === 'open-settings'));
@@ -88,10 +106,21 @@ describe('tray settings page, node mode', { timeout: 240_000 }, () => {
     await other.onTray('open-settings');
     assert.deepEqual(shell.windows, [{ page: 'setup' }], 'before setup, "Settings…" is the setup page');
     const v = (await app.handleIpc('relay:get-settings', null, settingsPage)) as { ok: true; value: SettingsView };
-    assert.deepEqual({ ...v.value, autoPauseUnavailable: null }, {
-      mode: 'node', schedule: '', windows: [], autoPause: false, autoPauseUnavailable: null, cpuBudgetMb: 1000, cacheBudgetMb: 'auto',
-      startAtLogin: false, lan: null, v1Url: `${hub.url}/v1`,
-    });
+    assert.deepEqual(
+      { ...v.value, autoPauseUnavailable: null },
+      {
+        mode: 'node',
+        schedule: '',
+        windows: [],
+        autoPause: false,
+        autoPauseUnavailable: null,
+        cpuBudgetMb: 1000,
+        cacheBudgetMb: 'auto',
+        startAtLogin: false,
+        lan: null,
+        v1Url: `${hub.url}/v1`,
+      },
+    );
   });
 
   it('a weekly window that covers now pauses the node at once; the hub follows; the window removed, it shares again', async () => {
@@ -113,7 +142,10 @@ describe('tray settings page, node mode', { timeout: 240_000 }, () => {
     // A schedule the parser refuses (from the page, or straight over IPC) changes nothing.
     await row.getByLabel('paused until').fill('25:00');
     await page.getByRole('button', { name: 'Save' }).click();
-    await page.getByRole('alert').getByText(/bad time "25:00"/).waitFor({ timeout: 10_000 });
+    await page
+      .getByRole('alert')
+      .getByText(/bad time "25:00"/)
+      .waitFor({ timeout: 10_000 });
     const bad = await app.handleIpc('relay:save-settings', { schedule: 'someday 09:00-10:00' }, settingsPage);
     assert.deepEqual([bad.ok, !bad.ok && bad.code], [false, 'INVALID_ARGUMENT']);
     assert.equal(JSON.parse(readFileSync(join(userData, 'node', 'node.json'), 'utf8')).schedule, 'mon-sun 00:00-24:00');
@@ -167,7 +199,10 @@ describe('tray settings page, hub mode', { timeout: 180_000 }, () => {
   let browser: Browser;
 
   before(async () => {
-    browser = await chromium.launch({ executablePath: '/usr/bin/chromium', args: ['--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update', '--no-first-run'] });
+    browser = await chromium.launch({
+      executablePath: '/usr/bin/chromium',
+      args: ['--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update', '--no-first-run'],
+    });
     app = new AppController({ userData, shell, log: quiet(), pagesUrl, defaults: { hubPort: 0, cpuBudgetMb: 800 } });
     await app.start();
     const r = await app.handleIpc('relay:setup', { mode: 'hub', lan: false }, `${pagesUrl}setup.html`);
@@ -178,11 +213,16 @@ describe('tray settings page, hub mode', { timeout: 180_000 }, () => {
     await app?.stop();
   });
 
-  const status = async () => (await (await fetch(`${app.hub!.url}/status`)).json()) as { hub: { availability: string; reason: string | null; schedule: string }; settings: { cpu_budget_mb: number }; devices: { id: string; total_mb: number }[] };
+  const status = async () =>
+    (await (await fetch(`${app.hub!.url}/status`)).json()) as {
+      hub: { availability: string; reason: string | null; schedule: string };
+      settings: { cpu_budget_mb: number };
+      devices: { id: string; total_mb: number }[];
+    };
 
-  it('the hub\'s schedule and CPU budget apply at once; the LAN switch moves the hub to every interface on the same port', async () => {
+  it("the hub's schedule and CPU budget apply at once; the LAN switch moves the hub to every interface on the same port", async () => {
     const page = await openSettings(browser, () => app);
-    assert.match(await page.locator('#mode').textContent() ?? '', /This machine is the hub/);
+    assert.match((await page.locator('#mode').textContent()) ?? '', /This machine is the hub/);
     assert.equal(await page.getByLabel(/Other machines on this network/).isChecked(), false);
     await page.getByRole('button', { name: 'Add a pause window' }).click();
     const row = page.locator('.window').first();
@@ -195,7 +235,7 @@ describe('tray settings page, hub mode', { timeout: 180_000 }, () => {
     assert.deepEqual([s.hub.availability, s.hub.reason, s.hub.schedule], ['paused', 'outside the sharing schedule', 'mon-sun 00:00-24:00']);
     assert.equal(s.settings.cpu_budget_mb, 500);
     const cpu = s.devices.find((d) => d.id === 'CPU');
-    assert.equal(cpu?.total_mb, 500, 'the hub\'s CPU device follows the budget');
+    assert.equal(cpu?.total_mb, 500, "the hub's CPU device follows the budget");
 
     const port = app.hub!.port;
     await page.getByLabel(/Other machines on this network/).check();
@@ -203,7 +243,7 @@ describe('tray settings page, hub mode', { timeout: 180_000 }, () => {
     assert.equal(app.hub!.port, port, 'the same port: nodes that joined at it come back');
     const sock = listeningSockets(process.pid).find((x) => x.port === port);
     assert.ok(sock && /^0+$/.test(sock.addr), `the hub listens on every interface now (${JSON.stringify(sock)})`);
-    assert.match(await page.locator('#v1-url').textContent() ?? '', new RegExp(`^http://[\\d.]+:${port}/v1$`));
+    assert.match((await page.locator('#v1-url').textContent()) ?? '', new RegExp(`^http://[\\d.]+:${port}/v1$`));
     assert.match(app.state().hub!.apiKey ?? '', /^relay-/, 'a hub the network reaches gets its first API key, shown in the tray');
     // The schedule lives in the hub's store: it survived the hub's restart.
     assert.equal((await status()).hub.schedule, 'mon-sun 00:00-24:00');

@@ -31,11 +31,21 @@ function apply(base: Buffer, headerEnd: number, muts: Mutation[]): Buffer {
   for (const m of muts) {
     const at = m.at % headerEnd; // aim at the header: that is where the parser lives
     switch (m.kind) {
-      case 'flip': b[at] = (b[at] ?? 0) ^ m.xor; break;
-      case 'u64': if (at + 8 <= b.length) b.writeBigUInt64LE(m.v, at); break;
-      case 'u32': if (at + 4 <= b.length) b.writeUInt32LE(m.v >>> 0, at); break;
-      case 'truncate': b = b.subarray(0, at); break;
-      case 'dup': b = Buffer.concat([b.subarray(0, at), b.subarray(at, at + m.len), b.subarray(at)]); break;
+      case 'flip':
+        b[at] = (b[at] ?? 0) ^ m.xor;
+        break;
+      case 'u64':
+        if (at + 8 <= b.length) b.writeBigUInt64LE(m.v, at);
+        break;
+      case 'u32':
+        if (at + 4 <= b.length) b.writeUInt32LE(m.v >>> 0, at);
+        break;
+      case 'truncate':
+        b = b.subarray(0, at);
+        break;
+      case 'dup':
+        b = Buffer.concat([b.subarray(0, at), b.subarray(at, at + m.len), b.subarray(at)]);
+        break;
     }
   }
   return b;

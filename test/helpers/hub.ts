@@ -18,8 +18,18 @@ export interface HubProcess {
 }
 
 export interface ReplicaStatusJson {
-  id: string; model: string; state: string; pid: number | null; port: number | null; ctx: number; slots: number;
-  kv_cache_type: string; flash_attn: string; in_flight: number; failure: { message: string; tail: string } | null; node?: string | null;
+  id: string;
+  model: string;
+  state: string;
+  pid: number | null;
+  port: number | null;
+  ctx: number;
+  slots: number;
+  kv_cache_type: string;
+  flash_attn: string;
+  in_flight: number;
+  failure: { message: string; tail: string } | null;
+  node?: string | null;
 }
 export interface HubStatus {
   kv_cache_type: string;
@@ -57,7 +67,9 @@ export async function startHub(opts: { env?: Record<string, string>; args?: stri
     let body: unknown = text;
     try {
       body = JSON.parse(text);
-    } catch { /* not JSON */ }
+    } catch {
+      /* not JSON */
+    }
     return { status: res.status, body: body as T };
   };
   return {

@@ -13,7 +13,7 @@ export function llama(): LlamaInstall & { vocabDir: string; ggufPyDir: string } 
   const install = findLlama();
   if (!install) throw new Error('llama.cpp is not built: run `npm test` (its pretest builds it) or `npx relay llama build`');
   if (!install.vocabDir || !install.ggufPyDir) {
-    throw new Error('the suite needs relay\'s own build (vocab GGUFs and gguf-py come with it): unset RELAY_LLAMA_BIN_DIR');
+    throw new Error("the suite needs relay's own build (vocab GGUFs and gguf-py come with it): unset RELAY_LLAMA_BIN_DIR");
   }
   return { ...install, vocabDir: install.vocabDir, ggufPyDir: install.ggufPyDir };
 }

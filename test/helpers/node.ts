@@ -29,12 +29,25 @@ export function mintToken(hub: HubProcess): Promise<string> {
   });
 }
 
-export async function startNode(hub: HubProcess | { url: string; home: string }, opts: { name: string; cpuBudgetMb?: number; home?: string; env?: Record<string, string>; args?: string[]; token?: string | null; hubFromToken?: boolean }): Promise<NodeProcess> {
+export async function startNode(
+  hub: HubProcess | { url: string; home: string },
+  opts: { name: string; cpuBudgetMb?: number; home?: string; env?: Record<string, string>; args?: string[]; token?: string | null; hubFromToken?: boolean },
+): Promise<NodeProcess> {
   const home = opts.home ?? mkdtempSync(join(tmpdir(), `relay-node-${opts.name}-`));
   const token = opts.token === undefined ? await mintToken(hub as HubProcess) : opts.token;
   // hubFromToken: no --hub, as a user pasting the dashboard's "Add a node" token would run it.
-  const args = [relayBin, 'up', ...(opts.hubFromToken ? [] : ['--hub', hub.url]), '--name', opts.name, '--home', home, ...(token ? ['--token', token] : []),
-    ...(opts.cpuBudgetMb !== undefined ? ['--cpu-budget-mb', String(opts.cpuBudgetMb)] : []), ...(opts.args ?? [])];
+  const args = [
+    relayBin,
+    'up',
+    ...(opts.hubFromToken ? [] : ['--hub', hub.url]),
+    '--name',
+    opts.name,
+    '--home',
+    home,
+    ...(token ? ['--token', token] : []),
+    ...(opts.cpuBudgetMb !== undefined ? ['--cpu-budget-mb', String(opts.cpuBudgetMb)] : []),
+    ...(opts.args ?? []),
+  ];
   const proc = spawn(process.execPath, args, { env: { ...process.env, RELAY_LOG_LEVEL: 'info', RELAY_HEARTBEAT_MS: '500', ...opts.env }, stdio: ['ignore', 'pipe', 'pipe'] });
   const logs: string[] = [];
   createInterface({ input: proc.stderr }).on('line', (l) => {
@@ -77,7 +90,9 @@ export function listeningSockets(pid: number): { addr: string; port: number }[] 
     try {
       const m = /^socket:\[(\d+)\]$/.exec(readlinkSync(`/proc/${pid}/fd/${fd}`));
       if (m) inodes.add(m[1]!);
-    } catch { /* closed meanwhile */ }
+    } catch {
+      /* closed meanwhile */
+    }
   }
   const out: { addr: string; port: number }[] = [];
   for (const table of ['tcp', 'tcp6']) {

@@ -60,7 +60,9 @@ export function startJsonLineProcess(args: string[], env: NodeJS.ProcessEnv): Js
   createInterface({ input: proc.stdout }).on('line', (l) => {
     try {
       lines.push(JSON.parse(l) as Record<string, unknown>);
-    } catch { /* not a report line */ }
+    } catch {
+      /* not a report line */
+    }
   });
   return {
     proc,
@@ -68,7 +70,11 @@ export function startJsonLineProcess(args: string[], env: NodeJS.ProcessEnv): Js
     exited: new Promise((r) => proc.once('exit', (c) => r(c))),
     send: (cmd) => void proc.stdin.write(`${JSON.stringify(cmd)}\n`),
     async wait<T>(pick: (l: Record<string, unknown>) => boolean, limitMs = 30_000) {
-      const found = await until(() => lines.find(pick), (x) => x !== undefined, limitMs);
+      const found = await until(
+        () => lines.find(pick),
+        (x) => x !== undefined,
+        limitMs,
+      );
       if (!found) throw new Error(`no such line; got:\n${lines.map((l) => JSON.stringify(l)).join('\n')}`);
       return found as T;
     },

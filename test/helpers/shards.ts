@@ -1,7 +1,11 @@
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 
-interface Stage { node: string | null; layers: [number, number]; rpc_endpoint: string | null }
+interface Stage {
+  node: string | null;
+  layers: [number, number];
+  rpc_endpoint: string | null;
+}
 
 /**
  * A MoE shard of the moewide fixture, as the head llama-server runs it: one --override-tensor per remote stage

@@ -23,7 +23,15 @@ export async function sessionPair(kind: TransportKind, opts: Partial<SessionOpti
     const [a, b] = duplexPair(64 * 1024, split);
     const client = new Session(a, { ...base, client: true });
     const server = new Session(b, { ...base, client: false });
-    return { client, server, transports: [a, b], close: async () => { client.destroy(); server.destroy(); } };
+    return {
+      client,
+      server,
+      transports: [a, b],
+      close: async () => {
+        client.destroy();
+        server.destroy();
+      },
+    };
   }
   const wss = new WebSocketServer({ host: '127.0.0.1', port: 0, perMessageDeflate: false });
   await once(wss, 'listening');
@@ -37,7 +45,9 @@ export async function sessionPair(kind: TransportKind, opts: Partial<SessionOpti
   const client = new Session(a, { ...base, client: true });
   const server = new Session(b, { ...base, client: false });
   return {
-    client, server, transports: [a, b],
+    client,
+    server,
+    transports: [a, b],
     close: async () => {
       client.destroy();
       server.destroy();
@@ -68,7 +78,11 @@ export function pattern(n: number, seed = 1): Buffer {
   const b = Buffer.allocUnsafe(n);
   let x = seed >>> 0 || 1;
   for (let i = 0; i < n; i++) {
-    x ^= x << 13; x >>>= 0; x ^= x >>> 17; x ^= x << 5; x >>>= 0;
+    x ^= x << 13;
+    x >>>= 0;
+    x ^= x >>> 17;
+    x ^= x << 5;
+    x >>>= 0;
     b[i] = x & 0xff;
   }
   return b;

@@ -21,10 +21,7 @@ describe('fixture generator', () => {
   it('(a) dense llama fixture has the shape it promises', () => {
     const i = readModelInfo(fixture('dense'));
     const s = FIXTURES.dense;
-    assert.deepEqual(
-      [i.architecture, i.blockCount, i.embeddingLength, i.headCount, i.headCountKv, i.isMoe, i.tokenCount],
-      ['llama', s.layers, s.embd, s.heads, s.kvHeads, false, 32000],
-    );
+    assert.deepEqual([i.architecture, i.blockCount, i.embeddingLength, i.headCount, i.headCountKv, i.isMoe, i.tokenCount], ['llama', s.layers, s.embd, s.heads, s.kvHeads, false, 32000]);
     assert.equal(i.kvBytesPerToken, s.layers * s.kvHeads * 2 * (s.embd / s.heads) * 2);
   });
 
@@ -33,7 +30,7 @@ describe('fixture generator', () => {
     assert.deepEqual([i.architecture, i.expertCount, i.expertUsedCount, i.isMoe], ['qwen3moe', 8, 2, true]);
   });
 
-  it('(c) large fixture has tensors over ggml-rpc-server\'s 10 MiB cache threshold', () => {
+  it("(c) large fixture has tensors over ggml-rpc-server's 10 MiB cache threshold", () => {
     const f = readGgufFile(fixture('large'));
     const big = f.tensors.filter((t) => t.bytes > 10 * 1024 * 1024 && t.name.startsWith('blk.'));
     assert.ok(big.length >= 2, `layer tensors over 10 MiB: ${big.map((t) => t.name).join(', ')}`);

@@ -51,10 +51,12 @@ function compare(path: string, want: Dumped): void {
   );
 }
 
-describe('GGUF reader agrees with llama.cpp\'s gguf-py', () => {
+describe("GGUF reader agrees with llama.cpp's gguf-py", () => {
   it('on every models/ggml-vocab-*.gguf of the llama.cpp source: architecture, token count, keys, types', () => {
     const dir = llama().vocabDir;
-    const files = readdirSync(dir).filter((f) => f.endsWith('.gguf')).map((f) => join(dir, f));
+    const files = readdirSync(dir)
+      .filter((f) => f.endsWith('.gguf'))
+      .map((f) => join(dir, f));
     assert.ok(files.length >= 15, `expected the llama.cpp vocab set, found ${files.length}`);
     const want = oracle(files);
     for (const p of files) compare(p, want[p]!);

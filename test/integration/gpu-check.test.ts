@@ -16,12 +16,12 @@ import { lavapipeEnv, llama, vulkanModule } from '../helpers/llama.js';
 const repo = new URL('../../../', import.meta.url).pathname;
 
 describe('scripts/gpu-check.sh --dry-run (lavapipe)', { timeout: 600_000 }, () => {
-  it('plan.json is what relay\'s shard planner emits today', async () => {
+  it("plan.json is what relay's shard planner emits today", async () => {
     const { plans } = (await import(join(repo, 'scripts', 'gpu-check', 'plan.mjs'))) as { plans(): unknown };
     assert.deepEqual(JSON.parse(readFileSync(join(repo, 'scripts', 'gpu-check', 'plan.json'), 'utf8')), JSON.parse(JSON.stringify(plans())));
   });
 
-  it('runs every step: fit table for f16/q8_0/q4_0 from fit.ts\'s formula, hub-last shard text equal to one device', () => {
+  it("runs every step: fit table for f16/q8_0/q4_0 from fit.ts's formula, hub-last shard text equal to one device", () => {
     const out = mkdtempSync(join(tmpdir(), 'relay-gpu-check-'));
     const r = spawnSync('bash', [join(repo, 'scripts', 'gpu-check.sh'), '--dry-run'], {
       encoding: 'utf8',

@@ -7,7 +7,17 @@ import { promisify } from 'node:util';
 import { describe, it } from 'node:test';
 import { isRelayError } from '../../src/shared/errors.js';
 import {
-  BACKEND_PACKAGES, chooseBackend, ensureLlama, ensurePackageModule, findLlama, installDir, listDevicesWith, LLAMA_SOURCE, probeMachine, readVersion, resolveBackend,
+  BACKEND_PACKAGES,
+  chooseBackend,
+  ensureLlama,
+  ensurePackageModule,
+  findLlama,
+  installDir,
+  listDevicesWith,
+  LLAMA_SOURCE,
+  probeMachine,
+  readVersion,
+  resolveBackend,
 } from '../../src/main/core/llama/index.js';
 import { HostInventory } from '../../src/main/core/gpu/inventory.js';
 import { lavapipeEnv, llama, vulkanLlama, vulkanModule } from '../helpers/llama.js';
@@ -30,7 +40,11 @@ describe('llama.cpp install: one shared, relocatable build', () => {
   it('shared libraries with loadable backends: an unversioned libggml-base.so and an $ORIGIN rpath', () => {
     const files = readdirSync(llama().binDir);
     for (const f of ['libggml-base.so', 'libggml.so', 'libllama.so', 'libggml-cpu.so', 'libggml-rpc.so']) assert.ok(files.includes(f), `${f} in ${files.join(' ')}`);
-    assert.equal(files.some((f) => /\.so\.\d/.test(f)), false, 'no versioned sonames');
+    assert.equal(
+      files.some((f) => /\.so\.\d/.test(f)),
+      false,
+      'no versioned sonames',
+    );
     for (const bin of [llama().serverPath, llama().rpcServerPath]) {
       const dyn = execFileSync('readelf', ['-d', bin], { encoding: 'utf8' });
       assert.match(dyn, /R(UN)?PATH.*\[\$ORIGIN\]/, `${bin}: ${dyn}`);
@@ -48,7 +62,10 @@ describe('llama.cpp install: one shared, relocatable build', () => {
     assert.equal(readVersion(join(copy, 'llama-server')), llama().version);
     // The Vulkan module loads into the copy's own libggml-base (lavapipe stands in for a GPU).
     const { devices } = listDevicesWith(join(copy, 'llama-server'), vulkanModule(), { ...process.env, ...lavapipeEnv() });
-    assert.deepEqual(devices.map((d) => d.name), ['Vulkan0']);
+    assert.deepEqual(
+      devices.map((d) => d.name),
+      ['Vulkan0'],
+    );
   });
 
   it('a second ensureLlama returns the cached build without building anything', async () => {
@@ -58,15 +75,18 @@ describe('llama.cpp install: one shared, relocatable build', () => {
     assert.deepEqual(lines, []);
   });
 
-  it('honours RELAY_LLAMA_BIN_DIR (a user\'s own build) and refuses one without the binaries', () => {
+  it("honours RELAY_LLAMA_BIN_DIR (a user's own build) and refuses one without the binaries", () => {
     const own = findLlama({ env: { ...process.env, RELAY_LLAMA_BIN_DIR: llama().binDir } });
     assert.equal(own?.source, 'env');
     assert.equal(own?.version, llama().version);
     const empty = mkdtempSync(join(tmpdir(), 'relay-bin-'));
-    assert.throws(() => findLlama({ env: { ...process.env, RELAY_LLAMA_BIN_DIR: empty } }), (e: unknown) => isRelayError(e, 'LLAMA_NOT_FOUND'));
+    assert.throws(
+      () => findLlama({ env: { ...process.env, RELAY_LLAMA_BIN_DIR: empty } }),
+      (e: unknown) => isRelayError(e, 'LLAMA_NOT_FOUND'),
+    );
   });
 
-  it('a user\'s own build with its GPU module beside the binaries is used as it is (no second module)', async () => {
+  it("a user's own build with its GPU module beside the binaries is used as it is (no second module)", async () => {
     const own = mkdtempSync(join(tmpdir(), 'relay-own-'));
     cpSync(llama().binDir, own, { recursive: true });
     cpSync(vulkanModule(), join(own, 'libggml-vulkan.so'));
@@ -81,14 +101,17 @@ describe('llama.cpp install: one shared, relocatable build', () => {
   });
 });
 
-describe('backend detection with this machine\'s real loaders (Vulkan loader + lavapipe, no NVIDIA driver)', () => {
+describe("backend detection with this machine's real loaders (Vulkan loader + lavapipe, no NVIDIA driver)", () => {
   const noLavapipe: NodeJS.ProcessEnv = { ...process.env };
   delete noLavapipe.GGML_VK_VISIBLE_DEVICES;
 
   it('the probe sees the Vulkan loader and its driver, and no NVIDIA driver', () => {
     const p = probeMachine({});
     assert.equal(p.libs['libvulkan.so.1'], true);
-    assert.ok(p.vulkanIcds.some((f) => /lvp_icd/.test(f)), p.vulkanIcds.join(','));
+    assert.ok(
+      p.vulkanIcds.some((f) => /lvp_icd/.test(f)),
+      p.vulkanIcds.join(','),
+    );
     assert.equal(p.libs['libcuda.so.1'], false);
     assert.equal(p.nvidiaSmi, false);
   });
@@ -124,23 +147,41 @@ describe('backend detection with this machine\'s real loaders (Vulkan loader + l
     assert.equal(install.backend, 'cpu');
   });
 
-  it('the host inventory lists the backend\'s devices and re-reads them (free memory is not read once)', async () => {
+  it("the host inventory lists the backend's devices and re-reads them (free memory is not read once)", async () => {
     let t = 1000;
-    const inv = new HostInventory(vulkanLlama(), 0, () => null, 0, () => t);
+    const inv = new HostInventory(
+      vulkanLlama(),
+      0,
+      () => null,
+      0,
+      () => t,
+    );
     const first = inv.devices();
-    assert.deepEqual(first.map((d) => [d.id, d.kind, d.source, d.readAt]), [['Vulkan0', 'gpu', 'llama-server', 1000]]);
+    assert.deepEqual(
+      first.map((d) => [d.id, d.kind, d.source, d.readAt]),
+      [['Vulkan0', 'gpu', 'llama-server', 1000]],
+    );
     t = 2000;
     await inv.refresh();
-    assert.deepEqual(inv.devices().map((d) => [d.id, d.readAt]), [['Vulkan0', 2000]]);
+    assert.deepEqual(
+      inv.devices().map((d) => [d.id, d.readAt]),
+      [['Vulkan0', 2000]],
+    );
     inv.close();
     const cpu = new HostInventory(llama(), 512, () => null, 0);
-    assert.deepEqual(cpu.devices().map((d) => [d.id, d.kind, d.totalMb]), [['CPU', 'cpu', 512]]);
+    assert.deepEqual(
+      cpu.devices().map((d) => [d.id, d.kind, d.totalMb]),
+      [['CPU', 'cpu', 512]],
+    );
   });
 
   it('a backend package that does not hash to its pinned integrity is refused and leaves nothing behind', async () => {
     const cache = mkdtempSync(join(tmpdir(), 'relay-cache-'));
     const pkg = { ...BACKEND_PACKAGES.find((p) => p.id === 'vulkan')!, id: 'tampered', integrity: 'sha512-AAAA' };
-    await assert.rejects(ensurePackageModule(pkg, { ...process.env, RELAY_CACHE_DIR: cache }, () => undefined), (e: unknown) => isRelayError(e, 'BACKEND_INTEGRITY'));
+    await assert.rejects(
+      ensurePackageModule(pkg, { ...process.env, RELAY_CACHE_DIR: cache }, () => undefined),
+      (e: unknown) => isRelayError(e, 'BACKEND_INTEGRITY'),
+    );
     assert.deepEqual(readdirSync(join(cache, 'llama.cpp', 'modules')), []);
   });
 });
@@ -183,7 +224,7 @@ describe('relay CLI', () => {
 });
 
 describe('npm start', () => {
-  it('without Electron\'s binary says so and starts the headless hub', async () => {
+  it("without Electron's binary says so and starts the headless hub", async () => {
     const { spawn } = await import('node:child_process');
     const { createInterface } = await import('node:readline');
     const start = new URL('../../../scripts/start.js', import.meta.url).pathname;
@@ -192,7 +233,9 @@ describe('npm start', () => {
     let err = '';
     p.stderr.on('data', (c: Buffer) => (err += c.toString()));
     const served = await new Promise<string>((resolve, reject) => {
-      createInterface({ input: p.stdout }).on('line', (l) => { if (/\/v1\s+http/.test(l)) resolve(l); });
+      createInterface({ input: p.stdout }).on('line', (l) => {
+        if (/\/v1\s+http/.test(l)) resolve(l);
+      });
       p.once('exit', (code) => reject(new Error(`start exited ${code}: ${err}`)));
     });
     assert.match(served, /http:\/\/127\.0\.0\.1:\d+\/v1/);

@@ -23,8 +23,7 @@ const out = join(work, 'out');
 const resources = join(out, 'linux-unpacked', 'resources');
 let files: Set<string>;
 
-const run = (cmd: string, args: string[], env: NodeJS.ProcessEnv = {}) =>
-  spawnSync(cmd, args, { cwd: repo, encoding: 'utf8', env: { ...process.env, ...env }, timeout: 300_000 });
+const run = (cmd: string, args: string[], env: NodeJS.ProcessEnv = {}) => spawnSync(cmd, args, { cwd: repo, encoding: 'utf8', env: { ...process.env, ...env }, timeout: 300_000 });
 
 before(() => {
   const stage = run(process.execPath, ['scripts/stage-llama.mjs'], { RELAY_LLAMA_BIN_DIR: llama().binDir });
@@ -35,8 +34,10 @@ before(() => {
   writeFileSync(join(standIn, 'electron'), '#!/bin/sh\necho "stand-in for Electron\'s binary"\n');
   chmodSync(join(standIn, 'electron'), 0o755);
   writeFileSync(join(standIn, 'version'), '45.5.0');
-  const eb = run(join(repo, 'node_modules', '.bin', 'electron-builder'), ['--linux', 'dir', '-c.electronDist=' + standIn, '-c.directories.output=' + out],
-    { ELECTRON_SKIP_BINARY_DOWNLOAD: '1', CSC_IDENTITY_AUTO_DISCOVERY: 'false' });
+  const eb = run(join(repo, 'node_modules', '.bin', 'electron-builder'), ['--linux', 'dir', '-c.electronDist=' + standIn, '-c.directories.output=' + out], {
+    ELECTRON_SKIP_BINARY_DOWNLOAD: '1',
+    CSC_IDENTITY_AUTO_DISCOVERY: 'false',
+  });
   assert.equal(eb.status, 0, `${eb.stdout}\n${eb.stderr}`);
   files = new Set(asar.listPackage(join(resources, 'app.asar')).map((f) => f.replace(/\\/g, '/')));
 });
@@ -47,7 +48,15 @@ describe('packaging (electron-builder, linux dir target)', { timeout: 360_000 },
     const pkg = JSON.parse(asar.extractFile(join(resources, 'app.asar'), 'package.json').toString()) as { main: string };
     assert.equal(pkg.main, 'dist/src/main/electron/main.js');
     // main.ts resolves these from the archive's root (../../../../ of main.js).
-    for (const f of [pkg.main, 'dist/src/main/electron/preload.cjs', 'dist/src/main/app/controller.js', 'src/renderer/setup.html', 'src/renderer/index.html', 'assets/icon.png', ...TRAY_ICONS.map((i) => `assets/tray-${i}.png`)]) {
+    for (const f of [
+      pkg.main,
+      'dist/src/main/electron/preload.cjs',
+      'dist/src/main/app/controller.js',
+      'src/renderer/setup.html',
+      'src/renderer/index.html',
+      'assets/icon.png',
+      ...TRAY_ICONS.map((i) => `assets/tray-${i}.png`),
+    ]) {
       assert.ok(files.has(`/${f}`), `${f} is in app.asar`);
     }
   });
@@ -84,7 +93,10 @@ describe('packaging (electron-builder, linux dir target)', { timeout: 360_000 },
     assert.equal(install.backend, 'vulkan');
     assert.equal(install.backendModule, module);
     assert.equal(resolution.from, 'shipped');
-    assert.deepEqual(resolution.devices.map((d) => d.name), ['Vulkan0']);
+    assert.deepEqual(
+      resolution.devices.map((d) => d.name),
+      ['Vulkan0'],
+    );
   });
 
   it('stage-llama refuses clearly when there are no binaries to ship', () => {

@@ -18,7 +18,11 @@ import { fixture, llama } from '../helpers/llama.js';
 
 describe('FNV-1a 64 and the rpc cache files', () => {
   it('matches the reference vectors, in JavaScript and in WebAssembly', () => {
-    const vectors: [string, string][] = [['', 'cbf29ce484222325'], ['a', 'af63dc4c8601ec8c'], ['foobar', '85944171f73967e8']];
+    const vectors: [string, string][] = [
+      ['', 'cbf29ce484222325'],
+      ['a', 'af63dc4c8601ec8c'],
+      ['foobar', '85944171f73967e8'],
+    ];
     for (const [text, hex] of vectors) {
       assert.equal(fnvHex(fnv1a64Update(FNV_OFFSET, Buffer.from(text))), hex);
       assert.equal(new WasmFnv().updateFrom(Buffer.from(text)).hex(), hex);
@@ -31,10 +35,13 @@ describe('FNV-1a 64 and the rpc cache files', () => {
 
   it('the WebAssembly hash equals the JavaScript one on any bytes and any split, across its 4 MiB buffer', () => {
     const wasm = new WasmFnv();
-    fc.assert(fc.property(fc.uint8Array({ maxLength: 300 }), fc.nat(300), (data, cut) => {
-      const at = Math.min(cut, data.length);
-      return wasm.reset().updateFrom(data.subarray(0, at)).updateFrom(data.subarray(at)).hex() === fnvHex(fnv1a64Update(FNV_OFFSET, data));
-    }), { numRuns: 300 });
+    fc.assert(
+      fc.property(fc.uint8Array({ maxLength: 300 }), fc.nat(300), (data, cut) => {
+        const at = Math.min(cut, data.length);
+        return wasm.reset().updateFrom(data.subarray(0, at)).updateFrom(data.subarray(at)).hex() === fnvHex(fnv1a64Update(FNV_OFFSET, data));
+      }),
+      { numRuns: 300 },
+    );
     const big = Buffer.alloc(FNV_WASM_BUFFER + 13);
     for (let i = 0; i < big.length; i++) big[i] = (i * 131 + (i >> 11)) & 0xff;
     assert.equal(wasm.reset().updateFrom(big).hex(), fnvHex(fnv1a64Update(FNV_OFFSET, big)));
@@ -44,8 +51,17 @@ describe('FNV-1a 64 and the rpc cache files', () => {
   it('shares tensors out to workers by bytes, each tensor once', () => {
     const spans = [5, 1, 4, 2, 3, 3].map((mb, i) => ({ tensor: `t${i}`, start: i, bytes: mb }));
     const groups = shareOut(spans, 2);
-    assert.deepEqual(groups.map((g) => g.reduce((a, s) => a + s.bytes, 0)), [9, 9]);
-    assert.deepEqual(groups.flat().map((s) => s.tensor).sort(), spans.map((s) => s.tensor).sort());
+    assert.deepEqual(
+      groups.map((g) => g.reduce((a, s) => a + s.bytes, 0)),
+      [9, 9],
+    );
+    assert.deepEqual(
+      groups
+        .flat()
+        .map((s) => s.tensor)
+        .sort(),
+      spans.map((s) => s.tensor).sort(),
+    );
     assert.equal(shareOut(spans.slice(0, 1), 4).length, 1, 'no idle workers for one tensor');
   });
 
@@ -70,22 +86,34 @@ describe('FNV-1a 64 and the rpc cache files', () => {
       for (const b of data) h = ((h ^ BigInt(b)) * 0x100000001b3n) & 0xffffffffffffffffn;
       return h.toString(16).padStart(16, '0');
     };
-    fc.assert(fc.property(fc.uint8Array({ maxLength: 512 }), (data) => fnvHex(fnv1a64Update(FNV_OFFSET, data)) === ref(data)), { numRuns: 300 });
+    fc.assert(
+      fc.property(fc.uint8Array({ maxLength: 512 }), (data) => fnvHex(fnv1a64Update(FNV_OFFSET, data)) === ref(data)),
+      { numRuns: 300 },
+    );
   });
 
-  it('a stage\'s fill caches only its layers\' tensors, inside the budget, in workers while the event loop runs', async () => {
+  it("a stage's fill caches only its layers' tensors, inside the budget, in workers while the event loop runs", async () => {
     const dir = mkdtempSync(join(tmpdir(), 'relay-rpc-'));
     const path = fixture('large');
     const sha = 'b'.repeat(64);
     const blk1 = readGgufFile(path).tensors.filter((t) => t.name.startsWith('blk.1.') && t.bytes > RPC_HASH_THRESHOLD);
     assert.ok(blk1.length > 0);
     const need = rpcFillBytes(path, sha, dir, [1, 2]);
-    assert.equal(need, blk1.reduce((a, t) => a + t.bytes, 0));
-    assert.throws(() => fillRpcCache(path, sha, dir, [1, 2], () => false), (e: Error & { code?: string }) => e.code === 'CACHE_FULL');
+    assert.equal(
+      need,
+      blk1.reduce((a, t) => a + t.bytes, 0),
+    );
+    assert.throws(
+      () => fillRpcCache(path, sha, dir, [1, 2], () => false),
+      (e: Error & { code?: string }) => e.code === 'CACHE_FULL',
+    );
     assert.deepEqual(readdirSync(dir), [], 'a refused fill writes nothing');
     let ticks = 0;
     const t = setInterval(() => ticks++, 5);
-    await assert.rejects(fillRpcCacheOffThread(path, sha, dir, [1, 2], () => false), (e: Error & { code?: string }) => e.code === 'CACHE_FULL');
+    await assert.rejects(
+      fillRpcCacheOffThread(path, sha, dir, [1, 2], () => false),
+      (e: Error & { code?: string }) => e.code === 'CACHE_FULL',
+    );
     const idx = await fillRpcCacheOffThread(path, sha, dir, [1, 2], (bytes) => bytes === need, 2).finally(() => clearInterval(t));
     assert.ok(ticks > 0, 'the event loop kept running during the fill');
     assert.deepEqual(idx.files.map((f) => f.tensor).sort(), blk1.map((x) => x.name).sort());
@@ -97,7 +125,10 @@ describe('FNV-1a 64 and the rpc cache files', () => {
     assert.deepEqual(direct.files.map((f) => f.name).sort(), idx.files.map((f) => f.name).sort());
     // A second stage's fill of the same model keeps the first stage's entries in the index.
     const both = await fillRpcCacheOffThread(path, sha, dir, [0, 1], () => true, 2);
-    assert.ok(idx.files.every((f) => both.files.some((b) => b.name === f.name)), 'stage 1\'s files stay indexed');
+    assert.ok(
+      idx.files.every((f) => both.files.some((b) => b.name === f.name)),
+      "stage 1's files stay indexed",
+    );
   });
 });
 
@@ -109,7 +140,10 @@ describe('cold shard load without moving weights', { timeout: 300_000 }, () => {
   before(async () => {
     process.env.RELAY_THREADS = '1';
     const home = mkdtempSync(join(tmpdir(), 'relay-hub-'));
-    hub = await startHub(hubConfigFromEnv({ HOME: tmpdir(), RELAY_CONTEXT_SIZE: '512', RELAY_PARALLEL_SLOTS: '1', RELAY_THREADS: '1' }, { port: 0, home, cpuBudgetMb: 800 }), { log, install: llama() });
+    hub = await startHub(hubConfigFromEnv({ HOME: tmpdir(), RELAY_CONTEXT_SIZE: '512', RELAY_PARALLEL_SLOTS: '1', RELAY_THREADS: '1' }, { port: 0, home, cpuBudgetMb: 800 }), {
+      log,
+      install: llama(),
+    });
     nodeHome = mkdtempSync(join(tmpdir(), 'relay-node-'));
     const { credential, hubCert } = await joinHub(hub.url, hubJoinToken(home), 'cellar');
     agent = new NodeAgent(nodeHome, { hub: hub.url, name: 'cellar', credential, hubCert, paused: false, schedule: '', cpuBudgetMb: 800, cacheBudgetMb: 0 }, { log, install: llama() });
@@ -125,7 +159,11 @@ describe('cold shard load without moving weights', { timeout: 300_000 }, () => {
   async function coldLoad(fill: boolean): Promise<{ bytes: number; text: string }> {
     rmSync(agent.cache.rpcCacheDir, { recursive: true, force: true }); // cold: nothing cached on the node
     process.env.RELAY_RPC_CACHE_FILL = fill ? '1' : '0';
-    const res = await fetch(`${hub.url}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: 'large', prompt: 'The sky', max_tokens: 8, temperature: 0, top_k: 1 }) });
+    const res = await fetch(`${hub.url}/v1/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'large', prompt: 'The sky', max_tokens: 8, temperature: 0, top_k: 1 }),
+    });
     const j = (await res.json()) as { choices: { text: string }[] };
     assert.equal(res.status, 200, JSON.stringify(j));
     const [sh] = hub.scheduler.view.shardStatus().filter((x) => x.state === 'ready');
@@ -134,7 +172,7 @@ describe('cold shard load without moving weights', { timeout: 300_000 }, () => {
     return { bytes, text: j.choices[0]!.text };
   }
 
-  it('with the cache filled from the node\'s copy, no tensor over 10 MiB crosses the tunnel; same text', async () => {
+  it("with the cache filled from the node's copy, no tensor over 10 MiB crosses the tunnel; same text", async () => {
     const path = fixture('large');
     await fetch(`${hub.url}/api/models`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ path, name: 'large', required_vram_mb: 800 }) });
     const model = hub.store.data.models.find((m) => m.name === 'large')!;
@@ -143,7 +181,9 @@ describe('cold shard load without moving weights', { timeout: 300_000 }, () => {
     const withFill = await coldLoad(true);
     assert.equal(withFill.text, without.text);
     // The node's stage: llama.cpp numbering puts the CPU hub first, so the node holds blk.1.
-    const bigRemote = readGgufFile(path).tensors.filter((t) => t.name.startsWith('blk.1.') && t.bytes > RPC_HASH_THRESHOLD).reduce((a, t) => a + t.bytes, 0);
+    const bigRemote = readGgufFile(path)
+      .tensors.filter((t) => t.name.startsWith('blk.1.') && t.bytes > RPC_HASH_THRESHOLD)
+      .reduce((a, t) => a + t.bytes, 0);
     assert.ok(bigRemote > 30 * 1024 * 1024);
     assert.ok(without.bytes >= bigRemote, `without the fill ${without.bytes} bytes crossed (big tensors: ${bigRemote})`);
     assert.ok(withFill.bytes + bigRemote <= without.bytes + 1024 * 1024, `with the fill ${withFill.bytes} bytes crossed, without ${without.bytes}`);

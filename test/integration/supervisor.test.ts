@@ -42,7 +42,11 @@ describe('supervisor', () => {
   });
 
   it('terminate sends SIGTERM, then SIGKILL to a child that ignores it; idempotent', async () => {
-    const c = spawnChild({ name: 'stubborn', ...js('process.on("SIGTERM", () => console.log("ignored")); console.log("up"); setInterval(() => {}, 1000)'), readiness: { kind: 'line', pattern: /up/ } });
+    const c = spawnChild({
+      name: 'stubborn',
+      ...js('process.on("SIGTERM", () => console.log("ignored")); console.log("up"); setInterval(() => {}, 1000)'),
+      readiness: { kind: 'line', pattern: /up/ },
+    });
     await c.ready;
     const [a, b] = await Promise.all([c.terminate(300), c.terminate(300)]);
     assert.equal(a.signal, 'SIGKILL');
@@ -57,7 +61,10 @@ describe('supervisor', () => {
   });
 
   it('a missing binary is CHILD_SPAWN_FAILED', () => {
-    assert.throws(() => spawnChild({ name: 'ghost', command: '/nonexistent/llama-server', args: [], readiness: { kind: 'none' } }), (e: unknown) => isRelayError(e, 'CHILD_SPAWN_FAILED'));
+    assert.throws(
+      () => spawnChild({ name: 'ghost', command: '/nonexistent/llama-server', args: [], readiness: { kind: 'none' } }),
+      (e: unknown) => isRelayError(e, 'CHILD_SPAWN_FAILED'),
+    );
   });
 });
 

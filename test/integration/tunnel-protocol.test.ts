@@ -68,7 +68,12 @@ describe('control protocol', { timeout: 120_000 }, () => {
     const n = await rawNode('prober');
     n.send(n.hello);
     assert.equal((await n.next()).type, 'welcome');
-    for (const [bad, code] of [['{not json', 'bad_json'], ['{"type":"format-disk"}', 'unknown_type'], ['{"type":"heartbeat","devices":"many"}', 'bad_message'], ['42', 'bad_message']] as const) {
+    for (const [bad, code] of [
+      ['{not json', 'bad_json'],
+      ['{"type":"format-disk"}', 'unknown_type'],
+      ['{"type":"heartbeat","devices":"many"}', 'bad_message'],
+      ['42', 'bad_message'],
+    ] as const) {
       n.send(bad);
       const reply = await n.next();
       assert.deepEqual([reply.type, reply.code], ['error', code], JSON.stringify(reply));
@@ -99,7 +104,7 @@ describe('control protocol', { timeout: 120_000 }, () => {
 });
 
 describe('rpc streams', { timeout: 300_000 }, () => {
-  it('llama-server on the hub uses a node\'s ggml-rpc-server through the tunnel: same text as one process; the rpc-server listens on 127.0.0.1 only', async () => {
+  it("llama-server on the hub uses a node's ggml-rpc-server through the tunnel: same text as one process; the rpc-server listens on 127.0.0.1 only", async () => {
     const nodeHome = mkdtempSync(join(tmpdir(), 'relay-node-'));
     const { credential, hubCert } = await joinHub(hub.url, hubJoinToken(home), 'rpcnode');
     const agent = new NodeAgent(nodeHome, { hub: hub.url, name: 'rpcnode', credential, hubCert, paused: false, schedule: '', cpuBudgetMb: 1000, cacheBudgetMb: 0 }, { log, install: llama() });
@@ -120,7 +125,9 @@ describe('rpc streams', { timeout: 300_000 }, () => {
         assert.equal(got.text, want.text);
         assert.ok(head.child.output().some((l) => l.includes(`RPC0[${bridge.endpoint}] model buffer size`)));
         // Every tensor but the input embedding (which llama.cpp keeps on the host) crossed the tunnel.
-        const onRpc = readGgufFile(model).tensors.filter((t) => t.name !== 'token_embd.weight').reduce((s, t) => s + t.bytes, 0);
+        const onRpc = readGgufFile(model)
+          .tensors.filter((t) => t.name !== 'token_embd.weight')
+          .reduce((s, t) => s + t.bytes, 0);
         assert.ok(bridge.bytes.toNode >= onRpc, `${bridge.bytes.toNode} bytes crossed the tunnel, the remote tensors are ${onRpc}`);
         assert.equal(conn.bytes.rpc, bridge.bytes.toNode + bridge.bytes.fromNode);
       } finally {
@@ -129,13 +136,15 @@ describe('rpc streams', { timeout: 300_000 }, () => {
       }
       // Find the rpc-server by its port among the node's children: it must listen on loopback only.
       const { readdirSync, readFileSync } = await import('node:fs');
-      const pids = readdirSync('/proc').filter((p) => /^\d+$/.test(p)).filter((p) => {
-        try {
-          return readFileSync(`/proc/${p}/cmdline`, 'utf8').includes(`--port\0${rpcPort}`);
-        } catch {
-          return false;
-        }
-      });
+      const pids = readdirSync('/proc')
+        .filter((p) => /^\d+$/.test(p))
+        .filter((p) => {
+          try {
+            return readFileSync(`/proc/${p}/cmdline`, 'utf8').includes(`--port\0${rpcPort}`);
+          } catch {
+            return false;
+          }
+        });
       assert.equal(pids.length, 1);
       const socks = listeningSockets(Number(pids[0]));
       assert.deepEqual(socks, [{ addr: '0100007F', port: rpcPort }]);

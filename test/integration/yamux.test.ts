@@ -76,7 +76,7 @@ describe('yamux session', { timeout: 120_000 }, () => {
     await p.close();
   });
 
-  it('destroy() resets: the peer\'s stream fails with STREAM_RESET, the session lives on', async () => {
+  it("destroy() resets: the peer's stream fails with STREAM_RESET, the session lives on", async () => {
     const p = await sessionPair('memory');
     const accepted = once(p.server, 'stream') as Promise<[YamuxStream]>;
     const st = p.client.open();
@@ -101,8 +101,14 @@ describe('yamux session', { timeout: 120_000 }, () => {
     const goaway = once(p.client, 'goaway');
     p.server.goAway();
     await goaway;
-    assert.throws(() => p.client.open(), (e: unknown) => isRelayError(e, 'SESSION_CLOSED') && /going away/.test((e as Error).message));
-    assert.throws(() => p.server.open(), (e: unknown) => isRelayError(e, 'SESSION_CLOSED'));
+    assert.throws(
+      () => p.client.open(),
+      (e: unknown) => isRelayError(e, 'SESSION_CLOSED') && /going away/.test((e as Error).message),
+    );
+    assert.throws(
+      () => p.server.open(),
+      (e: unknown) => isRelayError(e, 'SESSION_CLOSED'),
+    );
     remote.end('bye');
     st.end();
     assert.equal((await readAll(st)).toString(), 'bye');

@@ -45,7 +45,9 @@ function readMsg(st: YamuxStream): Promise<Buffer> {
       if (want >= 0 && have >= 8 + want) resolve(Buffer.concat(parts).subarray(8, 8 + want));
     });
     st.once('error', reject);
-    st.once('end', () => { if (want < 0 || have < 8 + want) reject(new Error(`stream ended after ${have} bytes`)); });
+    st.once('end', () => {
+      if (want < 0 || have < 8 + want) reject(new Error(`stream ended after ${have} bytes`));
+    });
   });
 }
 
@@ -63,7 +65,11 @@ function goPattern(n: number): Buffer {
   const b = Buffer.allocUnsafe(n);
   let x = 7;
   for (let i = 0; i < n; i++) {
-    x ^= x << 13; x >>>= 0; x ^= x >>> 17; x ^= x << 5; x >>>= 0;
+    x ^= x << 13;
+    x >>>= 0;
+    x ^= x >>> 17;
+    x ^= x << 5;
+    x >>>= 0;
     b[i] = x & 0xff;
   }
   return b;

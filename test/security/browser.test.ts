@@ -25,7 +25,7 @@ function raw(url: string, o: { method?: string; path: string; headers?: Record<s
 describe('the admin API against browsers', { timeout: 120_000 }, () => {
   let hub: HubProcess;
   const host = (): string => new URL(hub.url).host;
-  const models = async (): Promise<string[]> => ((await hub.api<{ models: { name: string }[] }>('/api/models')).body.models).map((m) => m.name);
+  const models = async (): Promise<string[]> => (await hub.api<{ models: { name: string }[] }>('/api/models')).body.models.map((m) => m.name);
   before(async () => {
     hub = await startHub({ args: ['--cpu-budget-mb', '1000'] });
     await addModel(hub, { path: fixture('dense'), name: 'dense' });
@@ -65,7 +65,7 @@ describe('the admin API against browsers', { timeout: 120_000 }, () => {
     assert.deepEqual(await models(), ['dense']);
   });
 
-  it('a Host that is not the hub\'s own name (DNS rebinding) gets 421, reads included', async () => {
+  it("a Host that is not the hub's own name (DNS rebinding) gets 421, reads included", async () => {
     for (const path of ['/api/models', '/status', '/', '/v1/models']) {
       const r = await raw(hub.url, { path, headers: { host: 'evil.example:7070' } });
       assert.equal(r.status, 421, path);
@@ -76,7 +76,12 @@ describe('the admin API against browsers', { timeout: 120_000 }, () => {
   });
 
   it('the same-origin dashboard may post; the page cannot be framed and runs only its own script', async () => {
-    const same = await raw(hub.url, { method: 'POST', path: '/api/hub/availability', headers: { origin: hub.url, 'sec-fetch-site': 'same-origin', 'content-type': 'application/json', host: host() }, body: '{"paused":false}' });
+    const same = await raw(hub.url, {
+      method: 'POST',
+      path: '/api/hub/availability',
+      headers: { origin: hub.url, 'sec-fetch-site': 'same-origin', 'content-type': 'application/json', host: host() },
+      body: '{"paused":false}',
+    });
     assert.equal(same.status, 200);
     const page = await raw(hub.url, { path: '/' });
     assert.equal(page.headers['x-frame-options'], 'DENY');

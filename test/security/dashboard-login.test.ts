@@ -53,12 +53,17 @@ describe('dashboard login from another machine (a network namespace)', { timeout
     await hub?.stop();
     try {
       ip('netns', 'del', NS); // takes the veth pair with it
-    } catch { /* never made */ }
+    } catch {
+      /* never made */
+    }
   });
 
   const link = async (...flags: string[]): Promise<string> => {
     const out = await run(process.execPath, [relayBin, 'dashboard', '--link', ...flags, '--hub', hub.url]);
-    const url = out.stdout.trim().split('\n').find((u) => u.startsWith(`http://${HUB_ADDR}:`));
+    const url = out.stdout
+      .trim()
+      .split('\n')
+      .find((u) => u.startsWith(`http://${HUB_ADDR}:`));
     assert.ok(url, `a link for ${HUB_ADDR} among: ${out.stdout}`);
     return url;
   };
@@ -66,8 +71,11 @@ describe('dashboard login from another machine (a network namespace)', { timeout
   it('without a login a browser there gets nothing from /status or the admin API', async () => {
     const page = await browser.newPage();
     await page.goto(`${base}/`);
-    const codes = await page.evaluate(async () => [(await fetch('/status')).status, (await fetch('/api/models')).status,
-      (await fetch('/api/hub/availability', { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"paused":true}' })).status]);
+    const codes = await page.evaluate(async () => [
+      (await fetch('/status')).status,
+      (await fetch('/api/models')).status,
+      (await fetch('/api/hub/availability', { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"paused":true}' })).status,
+    ]);
     assert.deepEqual(codes, [403, 403, 403]);
     await page.locator('#banner').waitFor({ state: 'visible' });
     await page.close();
@@ -82,11 +90,11 @@ describe('dashboard login from another machine (a network namespace)', { timeout
     await page.locator('#summary', { hasText: 'llama.cpp' }).waitFor();
     const cookie = (await ctx.cookies()).find((c) => c.name === 'relay_session')!;
     assert.deepEqual([cookie.httpOnly, cookie.sameSite], [true, 'Strict']);
-    await page.getByRole('button', { name: 'Pause the hub\'s devices' }).click();
+    await page.getByRole('button', { name: "Pause the hub's devices" }).click();
     const st = async () => ((await hub.status()) as unknown as { hub: { paused: boolean } }).hub.paused;
     for (let i = 0; i < 100 && !(await st()); i++) await new Promise((r) => setTimeout(r, 50));
     assert.equal(await st(), true);
-    await page.getByRole('button', { name: 'Resume the hub\'s devices' }).click();
+    await page.getByRole('button', { name: "Resume the hub's devices" }).click();
     const again = await (await browser.newContext()).newPage();
     const second = await again.goto(url);
     assert.equal(second?.status(), 401, 'a used link is refused');
@@ -106,7 +114,7 @@ describe('dashboard login from another machine (a network namespace)', { timeout
     await ctx.close();
   });
 
-  it('a node\'s tray asks with its credential over pinned TLS for a read-only link on the address it reaches the hub at', async () => {
+  it("a node's tray asks with its credential over pinned TLS for a read-only link on the address it reaches the hub at", async () => {
     const node = { hub: base, name: 'attic', ...(await joinHub(base, await mintToken(hub), 'attic')) };
     assert.ok(node.hubCert, 'the node pinned the hub');
     const { url } = await requestDashboardLink(node);
@@ -116,13 +124,17 @@ describe('dashboard login from another machine (a network namespace)', { timeout
     await page.goto(url);
     await page.locator('#summary', { hasText: 'llama.cpp' }).waitFor();
     const status = await page.evaluate(async () => (await fetch('/api/hub/availability', { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"paused":true}' })).status);
-    assert.equal(status, 403, 'a node owner\'s login is read-only');
+    assert.equal(status, 403, "a node owner's login is read-only");
     await ctx.close();
     // A wrong credential gets nothing. The credential never goes over plain HTTP: a node without a pinned
     // certificate does not send it, and the hub refuses it there anyway.
     await assert.rejects(requestDashboardLink({ ...node, credential: 'nope' }), (e: Error & { code?: string }) => e.code === 'NODE_AUTH');
     await assert.rejects(requestDashboardLink({ ...node, hubCert: null }), (e: Error & { code?: string }) => e.code === 'NODE_AUTH' && /join again/.test(e.message));
-    const plain = await fetch(`${hub.url}/api/nodes/dashboard-link`, { method: 'POST', headers: { 'content-type': 'application/json', authorization: 'Bearer x', 'x-relay-node': 'attic' }, body: '{}' });
+    const plain = await fetch(`${hub.url}/api/nodes/dashboard-link`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', authorization: 'Bearer x', 'x-relay-node': 'attic' },
+      body: '{}',
+    });
     assert.equal(plain.status, 403);
   });
 });

@@ -22,10 +22,15 @@ describe('/events and a stalled reader', { timeout: 60_000 }, () => {
     const srv = createServer((req, res: ServerResponse) => {
       res.once('close', onClose);
       let seq = 0;
-      serveEvents(req, res, () => {
-        peak = Math.max(peak, res.writableLength); // what the hub holds for this reader before each write
-        return JSON.stringify({ seq: seq++, pad: 'x'.repeat(EVENT) }); // changes every tick: sent whole
-      }, { intervalMs: 2, maxBacklogBytes: CAP });
+      serveEvents(
+        req,
+        res,
+        () => {
+          peak = Math.max(peak, res.writableLength); // what the hub holds for this reader before each write
+          return JSON.stringify({ seq: seq++, pad: 'x'.repeat(EVENT) }); // changes every tick: sent whole
+        },
+        { intervalMs: 2, maxBacklogBytes: CAP },
+      );
     });
     srv.listen(0, '127.0.0.1');
     await once(srv, 'listening');

@@ -45,7 +45,11 @@ describe('hub limits', { timeout: 120_000 }, () => {
     b.writeBigUInt64LE(1n << 30n, o);
     const path = join(mkdtempSync(join(tmpdir(), 'relay-gguf-')), 'huge-array.gguf');
     writeFileSync(path, b);
-    const r = await hub.api<{ error: { code: string; message: string } }>('/api/models', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ path, name: 'huge' }) });
+    const r = await hub.api<{ error: { code: string; message: string } }>('/api/models', {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ path, name: 'huge' }),
+    });
     assert.equal(r.status, 422);
     assert.equal(r.body.error.code, 'gguf_limit_exceeded');
     assert.match(r.body.error.message, /1073741824 exceeds the limit 16777216/);
@@ -68,7 +72,8 @@ describe('hub limits', { timeout: 120_000 }, () => {
     const path = join(mkdtempSync(join(tmpdir(), 'relay-gguf-')), 'long-array.gguf');
     writeFileSync(path, Buffer.concat([head.subarray(0, o), Buffer.alloc(items * 4)]));
     const order: string[] = [];
-    const post = hub.api<{ error: { code: string } }>('/api/models', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ path, name: 'long' }) })
+    const post = hub
+      .api<{ error: { code: string } }>('/api/models', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ path, name: 'long' }) })
       .then((r) => (order.push('register'), r));
     await new Promise((r) => setTimeout(r, 100)); // the registration has reached the hub and its parse has begun
     const list = await hub.api<{ models: unknown[] }>('/api/models').then((r) => (order.push('list'), r));

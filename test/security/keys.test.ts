@@ -46,7 +46,7 @@ describe('API keys on a LAN hub', { timeout: 120_000 }, () => {
     const ls = await run(process.execPath, [relayBin, 'keys', 'ls', '--hub', hub.url]);
     assert.match(ls.stdout, /^\/v1 requires a key\nlaptop\s+relay-/);
     const dup = await run(process.execPath, [relayBin, 'keys', 'create', 'laptop', '--hub', hub.url]).catch((e: { stderr: string }) => e);
-    assert.match((dup).stderr, /key_exists/);
+    assert.match(dup.stderr, /key_exists/);
     await run(process.execPath, [relayBin, 'keys', 'revoke', 'laptop', '--hub', hub.url]);
     assert.equal((await v1(key)).status, 401);
   });

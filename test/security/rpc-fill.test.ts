@@ -37,13 +37,32 @@ describe('a 5 GiB rpc-cache fill keeps the tunnel up', { timeout: 600_000 }, () 
     mkdirSync(models, { recursive: true });
     const tensors = Array.from({ length: LAYERS }, (_, i) => ({ name: `blk.${i}.ffn_up.weight`, dims: TENSOR_DIMS, type: GGML_TYPE_F32 }));
     const path = join(models, `${sha}.gguf`);
-    size = writeSparseGguf(path, [['general.architecture', str('llama')], ['llama.block_count', u32(LAYERS)]], tensors);
+    size = writeSparseGguf(
+      path,
+      [
+        ['general.architecture', str('llama')],
+        ['llama.block_count', u32(LAYERS)],
+      ],
+      tensors,
+    );
     // ... and the hub owns it (a node's copy of a model the hub does not have is evicted when it connects).
     // Recorded directly: hashing 5 GiB to register it is not what this test is about.
     await hub.store.update((data) => {
       data.models.push({
-        name: 'vault-model', path, sha256: sha, size, mtimeMs: 0, required_vram_mb: null, arch: 'llama', block_count: LAYERS,
-        kv_bytes_per_token: 0, expert_count: 0, expert_used_count: 0, context_length: 0, embedding: false, added_at: new Date().toISOString(),
+        name: 'vault-model',
+        path,
+        sha256: sha,
+        size,
+        mtimeMs: 0,
+        required_vram_mb: null,
+        arch: 'llama',
+        block_count: LAYERS,
+        kv_bytes_per_token: 0,
+        expert_count: 0,
+        expert_used_count: 0,
+        context_length: 0,
+        embedding: false,
+        added_at: new Date().toISOString(),
       });
     });
     node = await startNode({ url: hub.url, home }, { name: 'vault', home: nodeHome });

@@ -53,7 +53,11 @@ describe('tunnel limits', { timeout: 180_000 }, () => {
 
   async function joinRaw(name: string): Promise<{ ws: WebSocket; session: Session; control: ControlChannel<{ type: string }, object>; hello: () => Promise<void> }> {
     const { credential, hubCert } = await joinHub(hub.url, await mintToken(hub), name);
-    const ws = new WebSocket(`${tlsUrl(hub.url, 'wss')}${TUNNEL_PATH}`, [WS_SUBPROTOCOL], { headers: { authorization: `Bearer ${credential}`, 'x-relay-node': name }, perMessageDeflate: false, ...pinnedTls(hubCert!) });
+    const ws = new WebSocket(`${tlsUrl(hub.url, 'wss')}${TUNNEL_PATH}`, [WS_SUBPROTOCOL], {
+      headers: { authorization: `Bearer ${credential}`, 'x-relay-node': name },
+      perMessageDeflate: false,
+      ...pinnedTls(hubCert!),
+    });
     await new Promise((resolve, reject) => ws.once('open', resolve).once('error', reject));
     const session = new Session(webSocketDuplex(ws), { client: true, keepAliveIntervalMs: 0, streamWindow: TUNNEL_STREAM_WINDOW });
     session.on('stream', (s: { destroy(): void }) => s.destroy());
@@ -84,7 +88,10 @@ describe('tunnel limits', { timeout: 180_000 }, () => {
   it('a peer that floods PINGs and never reads is disconnected (tunnel_overload); the hub keeps serving', async () => {
     const { ws, hello } = await joinRaw('flood-pings');
     await hello();
-    await until(() => hub.api<{ nodes: { name: string; connected: boolean }[] }>('/api/nodes'), (r) => r.body.nodes.some((n) => n.name === 'flood-pings' && n.connected));
+    await until(
+      () => hub.api<{ nodes: { name: string; connected: boolean }[] }>('/api/nodes'),
+      (r) => r.body.nodes.some((n) => n.name === 'flood-pings' && n.connected),
+    );
     (ws as unknown as { _socket: { pause(): void } })._socket.pause(); // read nothing from now on
     const pings = Buffer.concat(Array.from({ length: 4096 }, (_, i) => frame(2, 1, 0, i)));
     const closed = new Promise<void>((r) => ws.once('close', () => r()));
@@ -94,7 +101,11 @@ describe('tunnel limits', { timeout: 180_000 }, () => {
       for (let i = 0; i < 16 && ws.readyState === WebSocket.OPEN; i++, sent++) ws.send(pings);
     }, 5);
     try {
-      await until(() => hub.logs.some((l) => l.includes('does not read')), (x) => x, 60_000);
+      await until(
+        () => hub.logs.some((l) => l.includes('does not read')),
+        (x) => x,
+        60_000,
+      );
     } finally {
       clearInterval(pump);
     }
@@ -128,8 +139,15 @@ describe('tunnel limits', { timeout: 180_000 }, () => {
       const lines: string[] = [];
       createInterface({ input: victim.stderr! }).on('line', (l) => lines.push(l));
       createInterface({ input: victim.stdout! }).on('line', (l) => lines.push(l));
-      await until(() => lines.some((l) => l.includes('hub connection failed')), (x) => x, 60_000);
-      assert.ok(lines.some((l) => /certificate/.test(l)), lines.join('\n'));
+      await until(
+        () => lines.some((l) => l.includes('hub connection failed')),
+        (x) => x,
+        60_000,
+      );
+      assert.ok(
+        lines.some((l) => /certificate/.test(l)),
+        lines.join('\n'),
+      );
       assert.equal(Buffer.concat(got).length, 0, 'not one byte (no token, no credential) reached the impostor');
     } finally {
       if (victim) {
@@ -151,7 +169,11 @@ describe('tunnel limits', { timeout: 180_000 }, () => {
       const lines: string[] = [];
       createInterface({ input: second.proc.stdout! }).on('line', (l) => lines.push(l));
       createInterface({ input: second.proc.stderr! }).on('line', (l) => lines.push(l));
-      await until(() => lines.some((l) => l.includes('already connected from another process')), (x) => x, 30_000);
+      await until(
+        () => lines.some((l) => l.includes('already connected from another process')),
+        (x) => x,
+        30_000,
+      );
       assert.ok(!first.logs.some((l) => l.includes('lost the hub')), 'the first agent was never evicted');
       const nodes = (await hub.api<{ nodes: { name: string; connected: boolean }[] }>('/api/nodes')).body.nodes;
       assert.equal(nodes.find((n) => n.name === 'twin')?.connected, true);
@@ -180,7 +202,10 @@ describe('tunnel limits', { timeout: 180_000 }, () => {
     createInterface({ input: elder.stdout }).on('line', (l) => lines.push(l));
     const code = await new Promise((r) => elder.once('exit', r));
     assert.equal(code, 2, lines.join('\n'));
-    assert.ok(lines.some((l) => /join again with a token/.test(l)), lines.join('\n'));
+    assert.ok(
+      lines.some((l) => /join again with a token/.test(l)),
+      lines.join('\n'),
+    );
     assert.equal(Buffer.concat(got).length, 0, 'not one byte left the node');
     recorder.close();
     // The hub refuses a plain tunnel from such a node anyway (an older agent would try).

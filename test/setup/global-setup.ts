@@ -10,8 +10,12 @@ import { lavapipeEnv } from '../helpers/llama.js';
 const progress = (l: string): void => console.error(`[llama] ${l}`);
 const install = await ensureLlama({ backend: 'cpu', progress });
 console.error(`[setup] llama.cpp ${install.tag} at ${install.binDir}`);
-if (!install.vocabDir) throw new Error('the suite needs relay\'s own build: unset RELAY_LLAMA_BIN_DIR');
-const vulkan = await ensurePackageModule(BACKEND_PACKAGES.find((p) => p.id === 'vulkan')!, process.env, progress);
+if (!install.vocabDir) throw new Error("the suite needs relay's own build: unset RELAY_LLAMA_BIN_DIR");
+const vulkan = await ensurePackageModule(
+  BACKEND_PACKAGES.find((p) => p.id === 'vulkan')!,
+  process.env,
+  progress,
+);
 const listed = listDevicesWith(install.serverPath, vulkan, { ...process.env, ...lavapipeEnv() });
 if (!listed.devices.some((d) => d.name === 'Vulkan0')) {
   throw new Error(`the Vulkan module lists no Vulkan0 on lavapipe (is mesa-vulkan-drivers installed? scripts/install-deps.sh):\n${listed.output}`);

@@ -8,7 +8,11 @@ import { backendEnv } from '../../src/main/core/llama/backends.js';
 import { freeAfterReservations, type ReplicaView } from '../../src/main/core/scheduler/plan.js';
 
 const linux = (over: Partial<MachineProbe> = {}): MachineProbe => ({
-  platform: 'linux', arch: 'x64', nvidiaSmi: false, vulkanIcds: [], sourceModules: {},
+  platform: 'linux',
+  arch: 'x64',
+  nvidiaSmi: false,
+  vulkanIcds: [],
+  sourceModules: {},
   libs: { 'libcuda.so.1': false, 'libcudart.so.13': false, 'libcublas.so.13': false, 'libcudart.so.12': false, 'libcublas.so.12': false, 'libvulkan.so.1': false },
   ...over,
 });
@@ -16,14 +20,21 @@ const names = (p: MachineProbe, choice: Parameters<typeof backendCandidates>[1] 
 
 describe('backend candidates (pure): CUDA where its runtime loads, else Vulkan, else the CPU', () => {
   it('a gaming PC with the driver and the CUDA 13 runtime: CUDA 13 first, then Vulkan', () => {
-    const p = linux({ nvidiaSmi: true, vulkanIcds: ['/usr/share/vulkan/icd.d/nvidia_icd.json'], libs: { ...linux().libs, 'libcuda.so.1': true, 'libcudart.so.13': true, 'libcublas.so.13': true, 'libvulkan.so.1': true } });
+    const p = linux({
+      nvidiaSmi: true,
+      vulkanIcds: ['/usr/share/vulkan/icd.d/nvidia_icd.json'],
+      libs: { ...linux().libs, 'libcuda.so.1': true, 'libcudart.so.13': true, 'libcublas.so.13': true, 'libvulkan.so.1': true },
+    });
     assert.deepEqual(names(p), ['cuda (@node-llama-cpp/linux-x64-cuda@3.21.1)', 'vulkan (@node-llama-cpp/linux-x64-vulkan@3.21.1)']);
   });
 
   it('the driver without a CUDA runtime (what households have): Vulkan, and the note says why', () => {
     const p = linux({ nvidiaSmi: true, vulkanIcds: ['/usr/share/vulkan/icd.d/nvidia_icd.json'], libs: { ...linux().libs, 'libcuda.so.1': true, 'libvulkan.so.1': true } });
     const c = backendCandidates(p, 'auto');
-    assert.deepEqual(c.candidates.map((x) => x.backend), ['vulkan']);
+    assert.deepEqual(
+      c.candidates.map((x) => x.backend),
+      ['vulkan'],
+    );
     assert.match(c.notes[0]!, /^NVIDIA driver found, CUDA runtime missing \(CUDA 13 runtime .* or CUDA 12 runtime/);
   });
 
@@ -47,7 +58,10 @@ describe('backend candidates (pure): CUDA where its runtime loads, else Vulkan, 
 
   it('--backend narrows the list; cpu has none; metal needs Apple silicon', () => {
     const p = linux({ nvidiaSmi: true, vulkanIcds: ['x.json'], libs: { ...linux().libs, 'libcuda.so.1': true, 'libcudart.so.13': true, 'libcublas.so.13': true, 'libvulkan.so.1': true } });
-    assert.deepEqual(backendCandidates(p, 'vulkan').candidates.map((c) => c.backend), ['vulkan']);
+    assert.deepEqual(
+      backendCandidates(p, 'vulkan').candidates.map((c) => c.backend),
+      ['vulkan'],
+    );
     assert.deepEqual(backendCandidates(p, 'cpu').candidates, []);
     assert.deepEqual(backendCandidates(p, 'metal').notes, ['Metal needs macOS on Apple silicon']);
     const mac = { ...linux(), platform: 'darwin' as const, arch: 'arm64', sourceModules: { metal: '/m/libggml-metal.so' } };
@@ -61,8 +75,16 @@ describe('backend candidates (pure): CUDA where its runtime loads, else Vulkan, 
   });
 });
 
-const reading = (index: number, busId: string, name = 'NVIDIA GeForce RTX 4070', uuid = `GPU-${index}aaa`): GpuReading =>
-  ({ index, name, totalMb: 12282, freeMb: 11000 - index, utilizationPct: index, busId, uuid, source: 'nvml' });
+const reading = (index: number, busId: string, name = 'NVIDIA GeForce RTX 4070', uuid = `GPU-${index}aaa`): GpuReading => ({
+  index,
+  name,
+  totalMb: 12282,
+  freeMb: 11000 - index,
+  utilizationPct: index,
+  busId,
+  uuid,
+  source: 'nvml',
+});
 
 describe('NVML ↔ llama.cpp device matching (pure): by PCI bus id or UUID, not by position', () => {
   // NVML's own index order need not be bus order; CUDA (with CUDA_DEVICE_ORDER=PCI_BUS_ID) is.
@@ -70,7 +92,10 @@ describe('NVML ↔ llama.cpp device matching (pure): by PCI bus id or UUID, not 
   const dev = (name: string, description = 'NVIDIA GeForce RTX 4070') => ({ name, description, totalMib: 12000, freeMib: 9000 });
 
   it('CUDA<i> is the i-th GPU in PCI bus order', () => {
-    assert.deepEqual(['CUDA0', 'CUDA1', 'CUDA2'].map((n) => matchReading(dev(n), readings)?.busId), ['00000000:01:00.0', '00000000:41:00.0', '00000000:81:00.0']);
+    assert.deepEqual(
+      ['CUDA0', 'CUDA1', 'CUDA2'].map((n) => matchReading(dev(n), readings)?.busId),
+      ['00000000:01:00.0', '00000000:41:00.0', '00000000:81:00.0'],
+    );
   });
 
   it('CUDA_VISIBLE_DEVICES by index (bus order) or by UUID prefix renumbers the visible ones', () => {
@@ -87,30 +112,41 @@ describe('NVML ↔ llama.cpp device matching (pure): by PCI bus id or UUID, not 
     assert.equal(matchReading(dev('Vulkan0', 'llvmpipe (LLVM 15.0.6, 256 bits)'), mixed), undefined);
   });
 
-  it('merged devices carry the matched bus id and the driver\'s free memory; unmatched ones keep llama-server\'s', () => {
+  it("merged devices carry the matched bus id and the driver's free memory; unmatched ones keep llama-server's", () => {
     const merged = mergeDevices([dev('CUDA0'), dev('Vulkan0', 'llvmpipe')], readings, 0, { readAt: 42 });
-    assert.deepEqual(merged.map((d) => [d.id, d.reportedFreeMb, d.source, d.busId, d.readAt]), [
-      ['CUDA0', 10999, 'nvml', '00000000:01:00.0', Number.MAX_SAFE_INTEGER],
-      ['Vulkan0', 9000, 'llama-server', null, 42],
-    ]);
+    assert.deepEqual(
+      merged.map((d) => [d.id, d.reportedFreeMb, d.source, d.busId, d.readAt]),
+      [
+        ['CUDA0', 10999, 'nvml', '00000000:01:00.0', Number.MAX_SAFE_INTEGER],
+        ['Vulkan0', 9000, 'llama-server', null, 42],
+      ],
+    );
   });
 
-  it('bus ids compare across NVML\'s and ggml\'s spellings', () => {
+  it("bus ids compare across NVML's and ggml's spellings", () => {
     assert.equal(normalizeBusId('00000000:19:00.0'), normalizeBusId('0000:19:00.0'));
     assert.notEqual(normalizeBusId('00000000:19:00.0'), normalizeBusId('00000000:1A:00.0'));
   });
 
   it('nvidia-smi readings carry the bus id and the UUID', () => {
     const r = parseNvidiaSmi('0, NVIDIA H200, 143771, 143252, 0, 00000000:19:00.0, GPU-5b6a6c1e-aaaa\n');
-    assert.deepEqual(r.map((x) => [x.index, x.busId, x.uuid]), [[0, '00000000:19:00.0', 'GPU-5b6a6c1e-aaaa']]);
+    assert.deepEqual(
+      r.map((x) => [x.index, x.busId, x.uuid]),
+      [[0, '00000000:19:00.0', 'GPU-5b6a6c1e-aaaa']],
+    );
     assert.equal(parseNvidiaSmi('0, GTX, 6144, 6000, 3\n')[0]!.busId, null);
   });
 });
 
-describe('auto-pause input (pure): games are graphics processes; relay\'s children do not count', () => {
+describe("auto-pause input (pure): games are graphics processes; relay's children do not count", () => {
   it('sums other processes over compute and graphics lists, once per process and device', () => {
     const perDevice = [
-      [{ pid: 10, mb: 900 }, { pid: 11, mb: 300 }, /* graphics list: */ { pid: 11, mb: 300 }, { pid: 12, mb: 2000 }],
+      [
+        { pid: 10, mb: 900 },
+        { pid: 11, mb: 300 },
+        /* graphics list: */ { pid: 11, mb: 300 },
+        { pid: 12, mb: 2000 },
+      ],
       [{ pid: 12, mb: 100 }],
     ];
     assert.equal(otherProcessesMb(perDevice, new Set([10])), 300 + 2000 + 100);

@@ -17,7 +17,10 @@ describe('failure memory (pure)', () => {
     for (let i = 0; i < 8; i++) f.failed('north', 'm', 'again');
     const last = f.failed('north', 'm', 'again');
     assert.equal(last.until - last.at, 600_000);
-    assert.deepEqual(f.active().map((b) => [b.node, b.model, b.reason]), [['north', 'm', 'again']]);
+    assert.deepEqual(
+      f.active().map((b) => [b.node, b.model, b.reason]),
+      [['north', 'm', 'again']],
+    );
     f.succeeded('north', 'm');
     assert.equal(f.blocked('north', 'm'), null);
     assert.equal(f.failed('north', 'm', 'fresh start').until - t, 30_000);

@@ -4,19 +4,50 @@ import { statusLines, table } from '../../src/main/cli-status.js';
 
 describe('relay status (pure formatting)', () => {
   it('pads columns to the widest cell and never leaves trailing spaces', () => {
-    assert.deepEqual(table(['A', 'LONG HEADER'], [['xyz', 'b'], ['q', '']]), ['A    LONG HEADER', 'xyz  b', 'q']);
+    assert.deepEqual(
+      table(
+        ['A', 'LONG HEADER'],
+        [
+          ['xyz', 'b'],
+          ['q', ''],
+        ],
+      ),
+      ['A    LONG HEADER', 'xyz  b', 'q'],
+    );
   });
 
   it('shows every part of the pool a person asks about: machines, devices, placements with stages, models, pushes, queues, backoffs', () => {
     const lines = statusLines({
-      relay: '0.1.0', llama_cpp: { tag: 'b7000', backend: 'cpu' }, hub: { availability: 'paused', reason: 'paused by the owner' },
+      relay: '0.1.0',
+      llama_cpp: { tag: 'b7000', backend: 'cpu' },
+      hub: { availability: 'paused', reason: 'paused by the owner' },
       devices: [{ id: 'CPU', description: 'cpu budget', total_mb: 4000, free_mb: 3000 }],
       nodes: [{ name: 'attic', state: 'idle', reason: null, devices: [{ id: 'CUDA0', description: 'RTX 3060', totalMb: 12288, freeMb: 9000 }] }],
       replicas: [{ model: 'qwen', state: 'ready', in_flight: 1, slots: 2, ctx: 4096, node: 'attic', device: 'CUDA0', ms_per_token: 12.34, served: 3 }],
-      shards: [{ model: 'big', state: 'starting', in_flight: 0, slots: 2, ctx: 4096, ms_per_token: null, served: 0, stages: [{ node: 'attic', device: 'CUDA0', layers: [0, 20] }, { node: null, device: 'CPU', layers: [20, 32] }] }],
-      models: [{ name: 'qwen', size: 5 * 1048576, need_mb: 900, fits_now: true, shortfall: null }, { name: 'huge', size: 1048576, need_mb: 99999, fits_now: false, shortfall: 'needs 99999 MB' }],
+      shards: [
+        {
+          model: 'big',
+          state: 'starting',
+          in_flight: 0,
+          slots: 2,
+          ctx: 4096,
+          ms_per_token: null,
+          served: 0,
+          stages: [
+            { node: 'attic', device: 'CUDA0', layers: [0, 20] },
+            { node: null, device: 'CPU', layers: [20, 32] },
+          ],
+        },
+      ],
+      models: [
+        { name: 'qwen', size: 5 * 1048576, need_mb: 900, fits_now: true, shortfall: null },
+        { name: 'huge', size: 1048576, need_mb: 99999, fits_now: false, shortfall: 'needs 99999 MB' },
+      ],
       pushes: [{ node: 'attic', model: 'big', done: 25, total: 100 * 1048576 }],
-      queues: [{ model: 'qwen', waiting: 2 }, { model: 'big', waiting: 0 }],
+      queues: [
+        { model: 'qwen', waiting: 2 },
+        { model: 'big', waiting: 0 },
+      ],
       backoffs: [{ node: 'cellar', model: 'qwen', reason: 'load failed: bad file', until: '2026-11-30T20:00:00.000Z' }],
     });
     const text = lines.join('\n');

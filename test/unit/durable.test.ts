@@ -24,15 +24,19 @@ describe('durable state files', () => {
     writeFileSync(p, '{"n":'); // half a file
     assert.deepEqual(readDurable(p, parse)!.value, { n: 1 });
     writeFileSync(`${p}.bak`, 'garbage');
-    assert.throws(() => readDurable(p, parse), SyntaxError, 'both bad: the file\'s own error, nothing touched');
+    assert.throws(() => readDurable(p, parse), SyntaxError, "both bad: the file's own error, nothing touched");
     assert.equal(readFileSync(p, 'utf8'), '{"n":');
   });
 
   it('a zero-length relay.json at start: the hub starts from relay.json.bak with its models, and rewrites the file', async () => {
     const home = mkdtempSync(join(tmpdir(), 'relay-durable-'));
     const s1 = await Store.open(home);
-    await s1.update((d) => { d.used_join_tokens = ['a']; });
-    await s1.update((d) => { d.used_join_tokens = ['a', 'b']; });
+    await s1.update((d) => {
+      d.used_join_tokens = ['a'];
+    });
+    await s1.update((d) => {
+      d.used_join_tokens = ['a', 'b'];
+    });
     await s1.close();
     truncateSync(join(home, 'relay.json'), 0);
     const s2 = await Store.open(home);

@@ -10,7 +10,11 @@ describe('fit formula (spec: "How much VRAM a replica needs")', () => {
   // weights 4000 MB, kv 131072 B/token (a 7B-class model), ctx 4096, 2 slots:
   // KV = 131072 × 4096 × 2 × scale / MiB = 1024 MB × scale
   const model = { requiredVramMb: 4000, sizeBytes: 1, kvBytesPerToken: 131072 };
-  const table: [kv: 'f16' | 'q8_0' | 'q4_0', kvMb: number][] = [['f16', 1024], ['q8_0', 512], ['q4_0', 286.72]];
+  const table: [kv: 'f16' | 'q8_0' | 'q4_0', kvMb: number][] = [
+    ['f16', 1024],
+    ['q8_0', 512],
+    ['q4_0', 286.72],
+  ];
   for (const [kv, kvMb] of table) {
     it(`${kv}: KV ${kvMb} MB, overhead = 3% weights + 384 + 5% KV, need = sum`, () => {
       const n = fitNeed(model, { ...settings, kvCacheType: kv });
@@ -41,18 +45,31 @@ describe('fit formula (spec: "How much VRAM a replica needs")', () => {
 describe('host placement plan', () => {
   const need = fitNeed({ requiredVramMb: 600, sizeBytes: 1, kvBytesPerToken: null }, settings); // 1002 MB
   const cpu = (reported: number) => ({ id: 'CPU', kind: 'cpu' as const, totalMb: 2000, reportedFreeMb: reported });
-  const rep = (id: string, needMb: number, lastUsedAt: number, inFlight = 0, state: ReplicaView['state'] = 'ready', device = 'CPU'): ReplicaView =>
-    ({ id, model: id, device, needMb, state, inFlight, lastUsedAt });
+  const rep = (id: string, needMb: number, lastUsedAt: number, inFlight = 0, state: ReplicaView['state'] = 'ready', device = 'CPU'): ReplicaView => ({
+    id,
+    model: id,
+    device,
+    needMb,
+    state,
+    inFlight,
+    lastUsedAt,
+  });
 
   it('places on the device with the most free memory that fits', () => {
-    const devs = [{ id: 'CUDA0', kind: 'gpu' as const, totalMb: 6000, reportedFreeMb: 1100 }, { id: 'CUDA1', kind: 'gpu' as const, totalMb: 12000, reportedFreeMb: 9000 }];
+    const devs = [
+      { id: 'CUDA0', kind: 'gpu' as const, totalMb: 6000, reportedFreeMb: 1100 },
+      { id: 'CUDA1', kind: 'gpu' as const, totalMb: 12000, reportedFreeMb: 9000 },
+    ];
     assert.deepEqual(planHostReplica(need, freeAfterReservations(devs, []), []), { kind: 'host', device: 'CUDA1', evict: [] });
   });
 
   it('a CPU budget subtracts every replica relay runs on it; a GPU only those still loading', () => {
     const reps = [rep('a', 500, 1), rep('b', 300, 2, 0, 'starting', 'CUDA0'), rep('c', 700, 3, 0, 'ready', 'CUDA0'), rep('d', 900, 1, 0, 'failed')];
     const free = freeAfterReservations([cpu(2000), { id: 'CUDA0', kind: 'gpu', totalMb: 8000, reportedFreeMb: 4000 }], reps);
-    assert.deepEqual(free.map((d) => d.freeMb), [1500, 3700]);
+    assert.deepEqual(
+      free.map((d) => d.freeMb),
+      [1500, 3700],
+    );
   });
 
   it('evicts the fewest least-recently-used idle replicas to make room, never a busy one', () => {

@@ -4,9 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
 import { isRelayError } from '../../src/shared/errors.js';
-import {
-  bufferSource, deriveModelInfo, GgufValueType, parseGguf, readGgufFile, type ByteSource, type GgufValue,
-} from '../../src/main/core/gguf/index.js';
+import { bufferSource, deriveModelInfo, GgufValueType, parseGguf, readGgufFile, type ByteSource, type GgufValue } from '../../src/main/core/gguf/index.js';
 import { encodeHeader, writeGguf, type MetaEntry, type TensorSpec } from '../fixtures/gguf-writer.js';
 import { ALL_TYPES, SMALL_TENSORS, smallGguf } from '../fixtures/small-gguf.js';
 
@@ -48,11 +46,14 @@ describe('GGUF reader', () => {
       const f = parseGguf(bufferSource(buf));
       assert.equal(f.alignment, alignment);
       assert.equal(f.dataOffset % alignment, 0);
-      assert.deepEqual(f.tensors.map((t) => [t.name, t.typeName, t.bytes]), [
-        ['a', 'f32', 64],
-        ['b', 'f16', 128],
-        ['q', 'q8_0', 3 * 34],
-      ]);
+      assert.deepEqual(
+        f.tensors.map((t) => [t.name, t.typeName, t.bytes]),
+        [
+          ['a', 'f32', 64],
+          ['b', 'f16', 128],
+          ['q', 'q8_0', 3 * 34],
+        ],
+      );
       for (const t of f.tensors) assert.equal(t.offset % alignment, 0);
       // The data really is where the table says: tensor q was filled with 3s.
       const q = f.tensors[2]!;
@@ -153,7 +154,21 @@ describe('GGUF reader', () => {
     b[typeAt + 4 + 8] = 0xff;
     expectCode(() => parseGguf(bufferSource(b)), 'GGUF_BAD_UTF8');
 
-    expectCode(() => parseGguf(bufferSource(smallGguf([['k', { type: T.UINT8, value: 1 }], ['k', { type: T.UINT8, value: 2 }]], []))), 'GGUF_DUPLICATE');
+    expectCode(
+      () =>
+        parseGguf(
+          bufferSource(
+            smallGguf(
+              [
+                ['k', { type: T.UINT8, value: 1 }],
+                ['k', { type: T.UINT8, value: 2 }],
+              ],
+              [],
+            ),
+          ),
+        ),
+      'GGUF_DUPLICATE',
+    );
     const dupT: TensorSpec[] = [SMALL_TENSORS[0]!, SMALL_TENSORS[0]!];
     expectCode(() => parseGguf(bufferSource(smallGguf([], dupT))), 'GGUF_DUPLICATE');
   });
@@ -181,7 +196,10 @@ describe('GGUF reader', () => {
     writeGguf(p, ALL_TYPES, SMALL_TENSORS);
     assert.equal(readGgufFile(p).tensors.length, 3);
     const missing = join(dir, 'nope.gguf');
-    assert.throws(() => readGgufFile(missing), (e: unknown) => isRelayError(e, 'IO_ERROR') && e.message.includes(missing));
+    assert.throws(
+      () => readGgufFile(missing),
+      (e: unknown) => isRelayError(e, 'IO_ERROR') && e.message.includes(missing),
+    );
   });
 });
 
@@ -207,11 +225,13 @@ describe('deriveModelInfo', () => {
   });
 
   it('uses explicit key/value lengths and per-layer kv head arrays', () => {
-    const i = info(base('qwen3', [
-      ['qwen3.attention.head_count_kv', { type: T.ARRAY, itemType: T.INT32, value: new Array(32).fill(0).map((_, l) => (l % 2 ? 4 : 8)) }],
-      ['qwen3.attention.key_length', { type: T.UINT32, value: 192 }],
-      ['qwen3.attention.value_length', { type: T.UINT32, value: 128 }],
-    ]));
+    const i = info(
+      base('qwen3', [
+        ['qwen3.attention.head_count_kv', { type: T.ARRAY, itemType: T.INT32, value: new Array(32).fill(0).map((_, l) => (l % 2 ? 4 : 8)) }],
+        ['qwen3.attention.key_length', { type: T.UINT32, value: 192 }],
+        ['qwen3.attention.value_length', { type: T.UINT32, value: 128 }],
+      ]),
+    );
     assert.equal(i.kvBytesPerToken, 16 * (8 + 4) * (192 + 128) * 2);
     assert.equal(i.headCountKv, 8);
   });
@@ -228,10 +248,13 @@ describe('deriveModelInfo', () => {
   });
 
   it('is MoE only when both expert_count and expert_used_count are set', () => {
-    const e = (count: number | null, used: number | null) => info(base('qwen3moe', [
-      ...(count === null ? [] : [['qwen3moe.expert_count', { type: T.UINT32, value: count }] as MetaEntry]),
-      ...(used === null ? [] : [['qwen3moe.expert_used_count', { type: T.UINT32, value: used }] as MetaEntry]),
-    ]));
+    const e = (count: number | null, used: number | null) =>
+      info(
+        base('qwen3moe', [
+          ...(count === null ? [] : [['qwen3moe.expert_count', { type: T.UINT32, value: count }] as MetaEntry]),
+          ...(used === null ? [] : [['qwen3moe.expert_used_count', { type: T.UINT32, value: used }] as MetaEntry]),
+        ]),
+      );
     assert.equal(e(128, 8).isMoe, true);
     assert.deepEqual([e(128, 8).expertCount, e(128, 8).expertUsedCount], [128, 8]);
     assert.equal(e(128, null).isMoe, false);

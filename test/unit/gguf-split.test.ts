@@ -18,12 +18,17 @@ const tmp = () => mkdtempSync(join(tmpdir(), 'relay-split-'));
 const sha = (p: string) => createHash('sha256').update(readFileSync(p)).digest('hex');
 
 /** A model-shaped GGUF (an architecture and per-layer tensors) small enough to write in a moment. */
-const META: MetaEntry[] = [['general.architecture', str('llama')], ['llama.block_count', u32(3)], ['llama.embedding_length', u32(8)], ['llama.attention.head_count', u32(2)]];
+const META: MetaEntry[] = [
+  ['general.architecture', str('llama')],
+  ['llama.block_count', u32(3)],
+  ['llama.embedding_length', u32(8)],
+  ['llama.attention.head_count', u32(2)],
+];
 const tensor = (name: string, n: number): TensorSpec => ({ name, dims: [n], type: GGML_TYPE_F32, fill: (out) => out.fill(name.length) });
 const TENSORS: TensorSpec[] = [tensor('token_embd.weight', 64), ...[0, 1, 2].flatMap((i) => [tensor(`blk.${i}.attn_q.weight`, 32), tensor(`blk.${i}.ffn_up.weight`, 48)]), tensor('output.weight', 64)];
 
 describe('split GGUFs: read as one model', () => {
-  it('names: llama.cpp\'s -0000i-of-0000N rule, both ways', () => {
+  it("names: llama.cpp's -0000i-of-0000N rule, both ways", () => {
     assert.deepEqual(splitName('/m/Qwen3-235B-Q4_K_M-00002-of-00005.gguf'), { prefix: 'Qwen3-235B-Q4_K_M', no: 2, count: 5 });
     assert.equal(splitName('/m/plain.gguf'), null);
     assert.equal(splitName('/m/x-00006-of-00005.gguf'), null);
@@ -43,27 +48,42 @@ describe('split GGUFs: read as one model', () => {
     assert.equal(r.info.tensorBytes, one.tensorBytes);
     assert.equal(r.info.architecture, 'llama');
     assert.equal(r.info.blockCount, 3);
-    assert.equal(r.info.fileSize, paths.reduce((s, p) => s + readFileSync(p).length, 0));
+    assert.equal(
+      r.info.fileSize,
+      paths.reduce((s, p) => s + readFileSync(p).length, 0),
+    );
     assert.deepEqual(readModelFiles(whole).paths, [whole]);
   });
 
   it('a later part alone, a missing part, parts out of order or a wrong tensor total: GGUF_BAD_SPLIT naming the fix', () => {
     const dir = tmp();
     const paths = writeSplitGguf(dir, 'm', META, TENSORS, 3);
-    assert.throws(() => readModelFiles(paths[1]!), (e: unknown) => isRelayError(e, 'GGUF_BAD_SPLIT') && /give its first part \(m-00001-of-00003\.gguf\)/.test(e.message));
+    assert.throws(
+      () => readModelFiles(paths[1]!),
+      (e: unknown) => isRelayError(e, 'GGUF_BAD_SPLIT') && /give its first part \(m-00001-of-00003\.gguf\)/.test(e.message),
+    );
     // Parts 2 and 3 swapped on disk: each file's split.no says where it belongs.
     renameSync(paths[1]!, join(dir, 'tmp'));
     renameSync(paths[2]!, paths[1]!);
     renameSync(join(dir, 'tmp'), paths[2]!);
-    assert.throws(() => readModelFiles(paths[0]!), (e: unknown) => isRelayError(e, 'GGUF_BAD_SPLIT') && /should be part 2 of 3 but its header says part 3/.test(e.message));
+    assert.throws(
+      () => readModelFiles(paths[0]!),
+      (e: unknown) => isRelayError(e, 'GGUF_BAD_SPLIT') && /should be part 2 of 3 but its header says part 3/.test(e.message),
+    );
     renameSync(paths[1]!, paths[2]!); // part 3 back in its place, part 2 gone
-    assert.throws(() => readModelFiles(paths[0]!), (e: unknown) => isRelayError(e, 'GGUF_BAD_SPLIT') && /part 2 of 3 is missing/.test(e.message));
+    assert.throws(
+      () => readModelFiles(paths[0]!),
+      (e: unknown) => isRelayError(e, 'GGUF_BAD_SPLIT') && /part 2 of 3 is missing/.test(e.message),
+    );
     // A header that declares more tensors than its parts hold.
     const d2 = tmp();
     const first = writeSplitGguf(d2, 'n', META, TENSORS, 2)[0]!;
     writeSplitGguf(d2, 'n', META, TENSORS.slice(0, -1), 2); // the second part loses a tensor; the first is rewritten with its own total
     writeGguf(first, [...META, ['split.no', u16(0)], ['split.count', u16(2)], ['split.tensors.count', i32(TENSORS.length)]], TENSORS.slice(0, Math.ceil((TENSORS.length - 1) / 2)));
-    assert.throws(() => readModelFiles(first), (e: unknown) => isRelayError(e, 'GGUF_BAD_SPLIT') && /declares 8 tensors but the parts hold 7/.test(e.message));
+    assert.throws(
+      () => readModelFiles(first),
+      (e: unknown) => isRelayError(e, 'GGUF_BAD_SPLIT') && /declares 8 tensors but the parts hold 7/.test(e.message),
+    );
   });
 
   it('the registry: one model named after the prefix, every part hashed, sizes summed, a changed or missing part shown', async () => {
@@ -72,10 +92,19 @@ describe('split GGUFs: read as one model', () => {
     const reg = new ModelRegistry(await Store.open(tmp()), pino({ level: 'silent' }));
     const { model } = await reg.add({ path: paths[0]! });
     assert.equal(model.name, 'Big-Q4');
-    assert.deepEqual(model.parts!.map((p) => [p.path, p.sha256]), paths.map((p) => [p, sha(p)]));
+    assert.deepEqual(
+      model.parts!.map((p) => [p.path, p.sha256]),
+      paths.map((p) => [p, sha(p)]),
+    );
     assert.equal(model.sha256, splitId(paths.map(sha)));
-    assert.equal(model.size, paths.reduce((s, p) => s + readFileSync(p).length, 0));
-    assert.deepEqual(modelFiles(model).map((f) => f.path), paths);
+    assert.equal(
+      model.size,
+      paths.reduce((s, p) => s + readFileSync(p).length, 0),
+    );
+    assert.deepEqual(
+      modelFiles(model).map((f) => f.path),
+      paths,
+    );
     assert.equal(reg.fileState(model), 'ok');
     // Adding it again re-hashes nothing and changes nothing.
     assert.equal((await reg.add({ path: paths[0]! })).created, false);
@@ -99,12 +128,30 @@ describe('split GGUFs: read as one model', () => {
     const reg = new ModelRegistry(store, pino({ level: 'silent' }));
     const st = statSync(paths[0]!);
     await store.update((data) => {
-      data.models.push({ name: 'Old', path: paths[0]!, sha256: sha(paths[0]!), size: st.size, mtimeMs: st.mtimeMs, required_vram_mb: null, arch: 'llama', block_count: 3, kv_bytes_per_token: null, expert_count: 0, expert_used_count: 0, context_length: null, embedding: false, added_at: new Date().toISOString() });
+      data.models.push({
+        name: 'Old',
+        path: paths[0]!,
+        sha256: sha(paths[0]!),
+        size: st.size,
+        mtimeMs: st.mtimeMs,
+        required_vram_mb: null,
+        arch: 'llama',
+        block_count: 3,
+        kv_bytes_per_token: null,
+        expert_count: 0,
+        expert_used_count: 0,
+        context_length: null,
+        embedding: false,
+        added_at: new Date().toISOString(),
+      });
     });
     assert.equal(reg.fileState(reg.require('Old')), 'changed');
     const v = await reg.verify('Old');
     assert.equal(v.changed, true);
-    assert.deepEqual(v.model.parts!.map((p) => p.path), paths);
+    assert.deepEqual(
+      v.model.parts!.map((p) => p.path),
+      paths,
+    );
     assert.equal(reg.fileState(v.model), 'ok');
   });
 
@@ -116,20 +163,29 @@ describe('split GGUFs: read as one model', () => {
     const old = new Date(Date.now() - 60_000);
     utimesSync(c.pathOf(other), old, old);
     assert.equal(c.makeRoom(150, [b, a]), true, 'room made by evicting the unrelated file');
-    assert.deepEqual(c.inventory().map((f) => f.sha256), [a]);
+    assert.deepEqual(
+      c.inventory().map((f) => f.sha256),
+      [a],
+    );
     assert.equal(c.makeRoom(250, [b, a]), false, 'part 1 is never evicted for part 2');
     assert.ok(c.has(a));
   });
 
-  it('import: a folder\'s split model is found by its first part, the other parts noted', () => {
+  it("import: a folder's split model is found by its first part, the other parts noted", () => {
     const dir = tmp();
     writeSplitGguf(dir, 'Huge', META, TENSORS, 3);
     const d = discoverFolder(dir);
-    assert.deepEqual(d.found.map((f) => [f.name, basename(f.path)]), [['Huge', 'Huge-00001-of-00003.gguf']]);
-    assert.deepEqual(d.skipped.map((s) => s.why).sort(), [2, 3].map((i) => `part ${i} of 3 of the split model Huge: comes with its first part`));
+    assert.deepEqual(
+      d.found.map((f) => [f.name, basename(f.path)]),
+      [['Huge', 'Huge-00001-of-00003.gguf']],
+    );
+    assert.deepEqual(
+      d.skipped.map((s) => s.why).sort(),
+      [2, 3].map((i) => `part ${i} of 3 of the split model Huge: comes with its first part`),
+    );
   });
 
-  it('the node cache: a split view links llama.cpp\'s names to the parts; evicting a part removes the view', () => {
+  it("the node cache: a split view links llama.cpp's names to the parts; evicting a part removes the view", () => {
     const c = new ModelCache(tmp(), 0);
     const shas = ['a', 'b'].map((x) => x.repeat(64));
     for (const s of shas) writeFileSync(c.pathOf(s), s);
@@ -143,7 +199,13 @@ describe('split GGUFs: read as one model', () => {
     assert.equal(readlinkSync(first.replace('00001-of', '00002-of')), c.pathOf(shas[1]!));
     assert.equal(c.evict(shas[1]!), true);
     assert.equal(existsSync(first), false);
-    assert.throws(() => c.splitView(id, shas), (e: unknown) => isRelayError(e, 'MODEL_FILE_MISSING') && /part 2 of 2/.test(e.message));
-    assert.throws(() => c.splitView('../x', shas), (e: unknown) => isRelayError(e, 'INVALID_ARGUMENT'));
+    assert.throws(
+      () => c.splitView(id, shas),
+      (e: unknown) => isRelayError(e, 'MODEL_FILE_MISSING') && /part 2 of 2/.test(e.message),
+    );
+    assert.throws(
+      () => c.splitView('../x', shas),
+      (e: unknown) => isRelayError(e, 'INVALID_ARGUMENT'),
+    );
   });
 });

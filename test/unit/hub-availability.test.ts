@@ -39,8 +39,10 @@ describe('hub availability', () => {
     const store = await Store.open(mkdtempSync(join(tmpdir(), 'relay-hubav-')));
     let now = new Date(2026, 10, 30, 10, 0); // a Monday, 10:00 local time
     const paused: string[] = [];
-    const a = new HubAvailability({ store, log, activeStreams: () => 0, ownPids: () => new Set(), onPaused: (r) => paused.push(r), tickMs: 60_000, now: () => now },
-      { schedule: 'mon-fri 09:00-17:30' });
+    const a = new HubAvailability(
+      { store, log, activeStreams: () => 0, ownPids: () => new Set(), onPaused: (r) => paused.push(r), tickMs: 60_000, now: () => now },
+      { schedule: 'mon-fri 09:00-17:30' },
+    );
     assert.deepEqual(a.state(), { state: 'paused', reason: 'outside the sharing schedule' });
     assert.deepEqual(paused, ['outside the sharing schedule']);
     now = new Date(2026, 10, 30, 18, 0);

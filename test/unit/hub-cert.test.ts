@@ -18,12 +18,7 @@ describe('hub certificate (hand-built DER)', () => {
   });
 
   it('parses for serials with a leading zero, a high bit or all ones, and the fingerprint is stable', () => {
-    const serials = [
-      Buffer.from('00' + '11'.repeat(15), 'hex'),
-      Buffer.from('0000' + '80'.repeat(14), 'hex'),
-      Buffer.from('ff'.repeat(16), 'hex'),
-      Buffer.from('7f' + '00'.repeat(15), 'hex'),
-    ];
+    const serials = [Buffer.from('00' + '11'.repeat(15), 'hex'), Buffer.from('0000' + '80'.repeat(14), 'hex'), Buffer.from('ff'.repeat(16), 'hex'), Buffer.from('7f' + '00'.repeat(15), 'hex')];
     for (const serial of serials) {
       const { cert } = selfSignedCert('relay hub', 10, new Date('2026-11-30T00:00:00Z'), serial);
       const x = new X509Certificate(cert);

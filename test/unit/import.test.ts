@@ -21,15 +21,19 @@ function blob(root: string, h: string): string {
 }
 
 describe('import: finding the GGUFs already on the machine', () => {
-  it('Ollama: each manifest\'s model layer, named model:tag, its sha256 from the digest; projectors, adapters and missing blobs are notes', () => {
+  it("Ollama: each manifest's model layer, named model:tag, its sha256 from the digest; projectors, adapters and missing blobs are notes", () => {
     const root = tmp();
     const model = blob(root, hex('a'));
     blob(root, hex('b'));
-    manifest(root, ['registry.ollama.ai', 'library', 'qwen3', '8b'], [
-      { mediaType: 'application/vnd.ollama.image.model', digest: `sha256:${hex('a')}` },
-      { mediaType: 'application/vnd.ollama.image.projector', digest: `sha256:${hex('b')}` },
-      { mediaType: 'application/vnd.ollama.image.template', digest: `sha256:${hex('c')}` },
-    ]);
+    manifest(
+      root,
+      ['registry.ollama.ai', 'library', 'qwen3', '8b'],
+      [
+        { mediaType: 'application/vnd.ollama.image.model', digest: `sha256:${hex('a')}` },
+        { mediaType: 'application/vnd.ollama.image.projector', digest: `sha256:${hex('b')}` },
+        { mediaType: 'application/vnd.ollama.image.template', digest: `sha256:${hex('c')}` },
+      ],
+    );
     manifest(root, ['hf.co', 'bartowski', 'Some-Model-GGUF', 'Q4_K_M'], [{ mediaType: 'application/vnd.ollama.image.model', digest: `sha256:${hex('a')}` }]);
     manifest(root, ['registry.ollama.ai', 'library', 'gone', 'latest'], [{ mediaType: 'application/vnd.ollama.image.model', digest: `sha256:${hex('d')}` }]);
     manifest(root, ['registry.ollama.ai', 'library', 'lora', 'x'], [{ mediaType: 'application/vnd.ollama.image.adapter', digest: `sha256:${hex('e')}` }]);
@@ -45,14 +49,17 @@ describe('import: finding the GGUFs already on the machine', () => {
     assert.match(why.join('\n'), /qwen3:8b: a vision projector/);
   });
 
-  it('a folder (LM Studio\'s): every .gguf below it, named after its file; projectors and later split parts are notes', () => {
+  it("a folder (LM Studio's): every .gguf below it, named after its file; projectors and later split parts are notes", () => {
     const root = tmp();
     const dir = join(root, 'lmstudio-community', 'Qwen3-8B-GGUF');
     mkdirSync(dir, { recursive: true });
     for (const f of ['Qwen3-8B-Q4_K_M.gguf', 'mmproj-Qwen3-8B-f16.gguf', 'Big-00002-of-00003.gguf', 'README.md']) writeFileSync(join(dir, f), 'GGUF…');
     writeFileSync(join(dir, 'empty.gguf'), '');
     const d = discoverFolder(root, 'lmstudio');
-    assert.deepEqual(d.found.map((f) => [f.name, f.sha256]), [['Qwen3-8B-Q4_K_M', undefined]]);
+    assert.deepEqual(
+      d.found.map((f) => [f.name, f.sha256]),
+      [['Qwen3-8B-Q4_K_M', undefined]],
+    );
     assert.deepEqual(d.skipped.map((s) => s.why).sort(), [
       'a vision projector (mmproj: not a model llama-server loads on its own)',
       'an empty file',

@@ -1,8 +1,6 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import {
-  cmakeFlags, effectiveFlashAttn, llamaServerArgv, parseListDevices, rpcServerArgv, type LlamaServerOptions,
-} from '../../src/main/core/llama/index.js';
+import { cmakeFlags, effectiveFlashAttn, llamaServerArgv, parseListDevices, rpcServerArgv, type LlamaServerOptions } from '../../src/main/core/llama/index.js';
 import { replicaPlacement } from '../../src/main/core/llama/argv.js';
 
 const base: LlamaServerOptions = { model: '/m.gguf', host: '127.0.0.1', port: 8080, ctx: 4096, slots: 2, cacheType: 'f16' };
@@ -55,10 +53,7 @@ describe('llamaServerArgv', () => {
     assert.equal(flag(a, '--tensor-split'), '1,3');
     assert.equal(flag(a, '--n-gpu-layers'), '99');
     assert.equal(flag(a, '--fit'), 'off');
-    assert.equal(
-      flag(a, '--override-tensor'),
-      'blk\\.[0-1]\\.ffn_(gate|up|down)_exps\\.weight=RPC0[127.0.0.1:50052],blk\\.[2-3]\\.ffn_(gate|up|down)_exps\\.weight=RPC0[127.0.0.1:50053]',
-    );
+    assert.equal(flag(a, '--override-tensor'), 'blk\\.[0-1]\\.ffn_(gate|up|down)_exps\\.weight=RPC0[127.0.0.1:50052],blk\\.[2-3]\\.ffn_(gate|up|down)_exps\\.weight=RPC0[127.0.0.1:50053]');
     const plain = llamaServerArgv(base);
     for (const f of ['--rpc', '--device', '--tensor-split', '--override-tensor', '--n-gpu-layers', '--fit']) assert.equal(plain.includes(f), false, f);
   });
@@ -92,16 +87,29 @@ describe('cmakeFlags', () => {
   it('always builds RPC, portable, shared with loadable backends and an $ORIGIN rpath, and adds the backend switch', () => {
     const cpu = cmakeFlags(null, false);
     for (const f of [
-      '-DGGML_RPC=ON', '-DGGML_NATIVE=OFF', '-DBUILD_SHARED_LIBS=ON', '-DGGML_BACKEND_DL=ON', '-DGGML_CPU_ALL_VARIANTS=OFF',
-      '-DCMAKE_PLATFORM_NO_VERSIONED_SONAME=ON', '-DCMAKE_BUILD_WITH_INSTALL_RPATH=ON', '-DLLAMA_USE_PREBUILT_UI=OFF',
-    ]) assert.ok(cpu.includes(f), f);
+      '-DGGML_RPC=ON',
+      '-DGGML_NATIVE=OFF',
+      '-DBUILD_SHARED_LIBS=ON',
+      '-DGGML_BACKEND_DL=ON',
+      '-DGGML_CPU_ALL_VARIANTS=OFF',
+      '-DCMAKE_PLATFORM_NO_VERSIONED_SONAME=ON',
+      '-DCMAKE_BUILD_WITH_INSTALL_RPATH=ON',
+      '-DLLAMA_USE_PREBUILT_UI=OFF',
+    ])
+      assert.ok(cpu.includes(f), f);
     assert.ok(cpu.includes('-DCMAKE_INSTALL_RPATH=$ORIGIN'));
-    assert.equal(cpu.some((f) => /GGML_(CUDA|VULKAN|METAL)=ON/.test(f)), false);
+    assert.equal(
+      cpu.some((f) => /GGML_(CUDA|VULKAN|METAL)=ON/.test(f)),
+      false,
+    );
     assert.ok(cmakeFlags('cuda', false).includes('-DGGML_CUDA=ON'));
     assert.ok(cmakeFlags('vulkan', false).includes('-DGGML_VULKAN=ON'));
     assert.ok(cmakeFlags('metal', false).includes('-DGGML_METAL=ON'));
     assert.ok(cmakeFlags(null, true).includes('-DCMAKE_CXX_COMPILER_LAUNCHER=ccache'));
-    assert.equal(cpu.some((f) => f.includes('ccache')), false);
+    assert.equal(
+      cpu.some((f) => f.includes('ccache')),
+      false,
+    );
   });
 });
 

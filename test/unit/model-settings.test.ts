@@ -8,7 +8,7 @@ import { applySettings, settingsFor } from '../../src/main/core/scheduler/model-
 describe('per-model settings', () => {
   const pool = hubConfigFromEnv({ HOME: '/tmp', RELAY_CONTEXT_SIZE: '4096', RELAY_REPLICA_CTX: '2048', RELAY_PARALLEL_SLOTS: '2', RELAY_KV_CACHE_TYPE: 'f16' }, { port: 0 });
 
-  it('a model without settings gets the pool\'s; its own override each one, and its ctx is not capped by RELAY_REPLICA_CTX', () => {
+  it("a model without settings gets the pool's; its own override each one, and its ctx is not capped by RELAY_REPLICA_CTX", () => {
     assert.equal(settingsFor(pool, { settings: undefined }), pool);
     const own = settingsFor(pool, { settings: { ctx: 32768, slots: 1, kv_cache_type: 'q8_0', flash_attn: 'on' } });
     assert.deepEqual([own.contextSize, own.replicaCtx, own.parallelSlots, own.kvCacheType, own.flashAttn], [32768, 0, 1, 'q8_0', 'on']);
@@ -16,7 +16,7 @@ describe('per-model settings', () => {
     assert.deepEqual([onlyKv.contextSize, onlyKv.replicaCtx, onlyKv.parallelSlots, onlyKv.kvCacheType], [4096, 2048, 2, 'q4_0']);
   });
 
-  it('the fit follows the formula with the model\'s own ctx, slots and KV type', () => {
+  it("the fit follows the formula with the model's own ctx, slots and KV type", () => {
     const m = { requiredVramMb: 1000, sizeBytes: 0, kvBytesPerToken: 131072 };
     const n = fitNeed(m, settingsFor(pool, { settings: { ctx: 32768, slots: 1, kv_cache_type: 'q8_0' } }));
     assert.deepEqual([n.ctx, n.slots, n.kvCacheType], [32768, 1, 'q8_0']);
@@ -31,17 +31,27 @@ describe('per-model settings', () => {
     s = applySettings(s, { parallel_slots: 3, context_size: null, flash_attn: 'auto' });
     assert.deepEqual(s, { kv_cache_type: 'q4_0', slots: 3, flash_attn: 'auto' });
     for (const bad of [{ context_size: 100 }, { context_size: 1.5 }, { parallel_slots: 0 }, { parallel_slots: '2' }, { kv_cache_type: 'q5_1' }, { flash_attn: true }]) {
-      assert.throws(() => applySettings(undefined, bad), (e: unknown) => isRelayError(e, 'INVALID_REQUEST'), JSON.stringify(bad));
+      assert.throws(
+        () => applySettings(undefined, bad),
+        (e: unknown) => isRelayError(e, 'INVALID_REQUEST'),
+        JSON.stringify(bad),
+      );
     }
   });
 });
 
 describe('per-model settings: the combinations llama-server refuses', () => {
   const pool = hubConfigFromEnv({ HOME: '/tmp', RELAY_FLASH_ATTN: 'off' }, { port: 0 });
-  it('a quantized cache with flash attention off is refused; a pool-wide off does not reach a model\'s own quantized cache', () => {
-    assert.throws(() => applySettings(undefined, { kv_cache_type: 'q8_0', flash_attn: 'off' }), (e: unknown) => isRelayError(e, 'INVALID_REQUEST'));
-    assert.throws(() => applySettings({ flash_attn: 'off' }, { kv_cache_type: 'q4_0' }), (e: unknown) => isRelayError(e, 'INVALID_REQUEST'));
+  it("a quantized cache with flash attention off is refused; a pool-wide off does not reach a model's own quantized cache", () => {
+    assert.throws(
+      () => applySettings(undefined, { kv_cache_type: 'q8_0', flash_attn: 'off' }),
+      (e: unknown) => isRelayError(e, 'INVALID_REQUEST'),
+    );
+    assert.throws(
+      () => applySettings({ flash_attn: 'off' }, { kv_cache_type: 'q4_0' }),
+      (e: unknown) => isRelayError(e, 'INVALID_REQUEST'),
+    );
     assert.equal(settingsFor(pool, { settings: { kv_cache_type: 'q8_0' } }).flashAttn, undefined, 'unset: forced on for a quantized cache');
-    assert.equal(settingsFor(pool, { settings: { ctx: 1024 } }).flashAttn, 'off', 'an f16 model keeps the pool\'s choice');
+    assert.equal(settingsFor(pool, { settings: { ctx: 1024 } }).flashAttn, 'off', "an f16 model keeps the pool's choice");
   });
 });

@@ -17,7 +17,18 @@ const tmp = () => mkdtempSync(join(tmpdir(), 'relay-cache-'));
 
 describe('protocol validation', () => {
   it('accepts well-formed messages and names what is wrong with the rest', () => {
-    const hello = { type: 'hello', protocol: 1, node: 'n1', llama: 'v', devices: [{ id: 'CPU', kind: 'cpu', description: 'x', totalMb: 1, freeMb: 1 }], cache: [], partials: [], replicas: [], availability: 'idle', reason: null };
+    const hello = {
+      type: 'hello',
+      protocol: 1,
+      node: 'n1',
+      llama: 'v',
+      devices: [{ id: 'CPU', kind: 'cpu', description: 'x', totalMb: 1, freeMb: 1 }],
+      cache: [],
+      partials: [],
+      replicas: [],
+      availability: 'idle',
+      reason: null,
+    };
     assert.deepEqual(parseNodeMessage(JSON.stringify(hello)), { ok: true, msg: hello });
     assert.deepEqual(parseNodeMessage('{nope'), { ok: false, code: 'bad_json', message: 'not JSON: {nope' });
     assert.equal((parseNodeMessage('{"type":"launch-missiles"}') as { code: string }).code, 'unknown_type');
@@ -40,7 +51,7 @@ describe('protocol validation', () => {
     assert.equal(parseStreamHeader('{"kind":"shell"}'), null);
   });
 
-  it('start-rpc may describe its stage (for the node\'s status line); a malformed description is refused', () => {
+  it("start-rpc may describe its stage (for the node's status line); a malformed description is refused", () => {
     const rpc = { type: 'start-rpc', id: 3, rpc: 'r1-0', cache: true };
     assert.equal(parseHubMessage(JSON.stringify(rpc)).ok, true, 'the stage is optional (older hubs)');
     const stage = { model: 'big', index: 0, of: 2, layers: [0, 2] };
@@ -52,7 +63,7 @@ describe('protocol validation', () => {
 });
 
 describe('join tokens', () => {
-  it('verify with the hub\'s secret only, and expire', () => {
+  it("verify with the hub's secret only, and expire", () => {
     const secret = Buffer.alloc(32, 7);
     const t = mintJoinToken(secret, 1000, 60_000);
     assert.equal(checkJoinToken(secret, t, 2000).ok, true);
@@ -93,9 +104,17 @@ describe('availability', () => {
   it('auto-pause has hysteresis: a short spike does not pause, a sustained one does, and it resumes only after a quiet spell', () => {
     const ap = new AutoPause({ thresholdMb: 500, pauseAfterMs: 30_000, resumeAfterMs: 60_000 });
     const seq: [number, number, boolean][] = [
-      [0, 100, false], [5_000, 2000, false], [10_000, 100, false], // spike of 5 s: no pause
-      [20_000, 2000, false], [49_000, 2000, false], [50_000, 2000, true], // sustained 30 s: pause
-      [60_000, 100, true], [100_000, 2000, true], [110_000, 100, true], [169_000, 100, true], [170_000, 100, false], // resume after 60 s quiet
+      [0, 100, false],
+      [5_000, 2000, false],
+      [10_000, 100, false], // spike of 5 s: no pause
+      [20_000, 2000, false],
+      [49_000, 2000, false],
+      [50_000, 2000, true], // sustained 30 s: pause
+      [60_000, 100, true],
+      [100_000, 2000, true],
+      [110_000, 100, true],
+      [169_000, 100, true],
+      [170_000, 100, false], // resume after 60 s quiet
     ];
     for (const [t, mb, want] of seq) assert.equal(ap.update(mb, t), want, `t=${t} mb=${mb}`);
   });
@@ -108,8 +127,14 @@ describe('model cache', () => {
   it('names files by validated sha256 only: nothing can land outside the cache dir', () => {
     const c = new ModelCache(tmp(), 0);
     for (const bad of ['../../etc/passwd', `${'a'.repeat(63)}/`, 'A'.repeat(64), '']) {
-      assert.throws(() => c.pathOf(bad), (e: unknown) => isRelayError(e, 'INVALID_ARGUMENT'));
-      assert.throws(() => c.partialOf(bad), (e: unknown) => isRelayError(e, 'INVALID_ARGUMENT'));
+      assert.throws(
+        () => c.pathOf(bad),
+        (e: unknown) => isRelayError(e, 'INVALID_ARGUMENT'),
+      );
+      assert.throws(
+        () => c.partialOf(bad),
+        (e: unknown) => isRelayError(e, 'INVALID_ARGUMENT'),
+      );
     }
   });
 
@@ -151,7 +176,9 @@ describe('model cache', () => {
     c.inUse.add(sha(files[0]!)); // oldest, but in use
     const next = Buffer.alloc(1024, 9);
     await c.receive(Readable.from([next]), sha(next), 0, next.length);
-    const left = readdirSync(join(dir, 'models')).map((f) => f.slice(0, 64)).sort();
+    const left = readdirSync(join(dir, 'models'))
+      .map((f) => f.slice(0, 64))
+      .sort();
     assert.deepEqual(left, [sha(files[0]!), sha(files[2]!), sha(next)].sort()); // files[1] was the LRU not in use
     const huge = Buffer.alloc(8 * 1024, 1);
     await assert.rejects(c.receive(Readable.from([huge]), sha(huge), 0, huge.length), (e: unknown) => isRelayError(e, 'CACHE_FULL'));
@@ -169,7 +196,10 @@ describe('model cache', () => {
     assert.equal(c.budgetBytes, 3 * 1024);
     c.inUse.add(sha(a));
     const b = Buffer.alloc(2 * 1024, 2);
-    const err = await c.receive(Readable.from([b]), sha(b), 0, b.length).then(() => null, (e: unknown) => e);
+    const err = await c.receive(Readable.from([b]), sha(b), 0, b.length).then(
+      () => null,
+      (e: unknown) => e,
+    );
     assert.ok(isRelayError(err, 'CACHE_FULL'), String(err));
     assert.match(err.message, /auto: 50% of the free disk and the cache; set --cache-budget-mb/);
     free -= 2 * 1024; // something else filled the disk: the budget shrinks with it
@@ -196,11 +226,13 @@ describe('model cache', () => {
     const f = Buffer.alloc(4096, 4);
     let release!: () => void;
     const gate = new Promise<void>((r) => (release = r));
-    const src = Readable.from((async function* () {
-      yield f.subarray(0, 1024);
-      await gate;
-      yield f.subarray(1024);
-    })());
+    const src = Readable.from(
+      (async function* () {
+        yield f.subarray(0, 1024);
+        await gate;
+        yield f.subarray(1024);
+      })(),
+    );
     const receiving = c.receive(src, sha(f), 0, f.length);
     while (c.partials().length === 0 || c.partials()[0]!.size < 1024) await new Promise((r) => setTimeout(r, 5));
     assert.deepEqual(c.prune().partials, []);

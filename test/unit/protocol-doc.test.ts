@@ -17,7 +17,10 @@ function messages(): { type: string; fields: string[] }[] {
     const body = m[1]!.replace(/\/\*\*[\s\S]*?\*\//g, '').replace(/\/\/.*$/gm, '');
     const type = /type: '([a-z-]+)'/.exec(body)?.[1];
     if (!type) continue;
-    const fields = body.split(/;|\n/).map((p) => /^\s*(\w+)\??:/.exec(p)?.[1]).filter((f): f is string => !!f && f !== 'type' && f !== 'id');
+    const fields = body
+      .split(/;|\n/)
+      .map((p) => /^\s*(\w+)\??:/.exec(p)?.[1])
+      .filter((f): f is string => !!f && f !== 'type' && f !== 'id');
     out.push({ type, fields });
   }
   return out;
@@ -50,7 +53,10 @@ describe('docs/protocol.md follows src/shared/protocol.ts', () => {
   });
 
   it('every stream kind is documented', () => {
-    const kinds = /export type StreamKind = ([^;]+);/.exec(source)![1]!.match(/'([a-z]+)'/g)!.map((k) => k.slice(1, -1));
+    const kinds = /export type StreamKind = ([^;]+);/
+      .exec(source)![1]!
+      .match(/'([a-z]+)'/g)!
+      .map((k) => k.slice(1, -1));
     for (const k of kinds) assert.match(doc, new RegExp(`"kind":"${k}"`), k);
   });
 });

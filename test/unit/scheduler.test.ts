@@ -21,9 +21,20 @@ const log = pino({ level: 'silent' });
 
 function model(name: string, requiredMb: number): ModelRecord {
   return {
-    name, path: `/models/${name}.gguf`, sha256: `sha-${name}`, size: requiredMb * 1024 * 1024, mtimeMs: 0, required_vram_mb: requiredMb,
-    arch: 'llama', block_count: 4, kv_bytes_per_token: 1024, expert_count: 0, expert_used_count: 0, context_length: 4096,
-    embedding: false, added_at: new Date(0).toISOString(),
+    name,
+    path: `/models/${name}.gguf`,
+    sha256: `sha-${name}`,
+    size: requiredMb * 1024 * 1024,
+    mtimeMs: 0,
+    required_vram_mb: requiredMb,
+    arch: 'llama',
+    block_count: 4,
+    kv_bytes_per_token: 1024,
+    expert_count: 0,
+    expert_used_count: 0,
+    context_length: 4096,
+    embedding: false,
+    added_at: new Date(0).toISOString(),
   };
 }
 
@@ -71,7 +82,14 @@ class ManualLauncher implements Launcher {
 
 function fakeNode(name: string, freeMb: number, extra: Partial<NodeConn> = {}): NodeConn {
   return {
-    name, alive: true, availability: 'idle', reason: null, schedule: '', cache: new Map(), replicas: [], devicesAt: 0,
+    name,
+    alive: true,
+    availability: 'idle',
+    reason: null,
+    schedule: '',
+    cache: new Map(),
+    replicas: [],
+    devicesAt: 0,
     devices: [{ id: 'CPU', kind: 'cpu', description: 'cpu', totalMb: freeMb, freeMb }],
     command: async () => ({ ok: true, data: {} }),
     ...extra,
@@ -80,7 +98,9 @@ function fakeNode(name: string, freeMb: number, extra: Partial<NodeConn> = {}): 
 
 function setup(o: { hubMb?: number; nodes?: NodeConn[]; models: ModelRecord[]; env?: Record<string, string>; hubPaused?: () => boolean; config?: Partial<HubConfig> }) {
   const config = hubConfigFromEnv({ HOME: '/tmp', RELAY_CONTEXT_SIZE: '512', RELAY_PARALLEL_SLOTS: '1', ...o.env }, { port: 0, ...o.config });
-  const devices: Device[] = o.hubMb ? [{ id: 'CPU', kind: 'cpu', description: 'cpu budget', totalMb: o.hubMb, reportedFreeMb: o.hubMb, utilizationPct: null, source: 'cpu-budget', busId: null, readAt: 0 }] : [];
+  const devices: Device[] = o.hubMb
+    ? [{ id: 'CPU', kind: 'cpu', description: 'cpu budget', totalMb: o.hubMb, reportedFreeMb: o.hubMb, utilizationPct: null, source: 'cpu-budget', busId: null, readAt: 0 }]
+    : [];
   const byName = new Map(o.models.map((m) => [m.name, m]));
   const registry = { verify: async (n: string) => ({ model: byName.get(n)!, changed: false }), get: (n: string) => byName.get(n) } as unknown as ModelRegistry;
   const nodes = o.nodes ?? [];
@@ -104,14 +124,16 @@ const where = (l: Lease, launcher: ManualLauncher): string => {
 const tick = (): Promise<void> => new Promise((r) => setImmediate(r));
 
 async function rejected(p: Promise<unknown>): Promise<RelayError> {
-  const err = await p.then(() => null, (e: unknown) => e);
+  const err = await p.then(
+    () => null,
+    (e: unknown) => e,
+  );
   assert.ok(isRelayError(err), `expected a RelayError, got ${String(err)}`);
   return err;
 }
 
 describe('routing (pure)', () => {
-  const v = (id: string, node: string | null, inFlight: number, msPerToken: number | null = null, slots = 2): RouteView =>
-    ({ id, node, state: 'ready', slots, inFlight, msPerToken });
+  const v = (id: string, node: string | null, inFlight: number, msPerToken: number | null = null, slots = 2): RouteView => ({ id, node, state: 'ready', slots, inFlight, msPerToken });
   it('most free slots first; ties: the hub, then the lowest recent time-per-token; saturated and excluded never', () => {
     assert.equal(pickPlacement([v('a', 'n1', 1), v('b', 'n2', 0)])!.id, 'b');
     assert.equal(pickPlacement([v('a', 'n1', 0), v('h', null, 0)])!.id, 'h');
@@ -143,7 +165,10 @@ describe('scheduler with a manual launcher', () => {
     const got = await Promise.all(leases);
     assert.deepEqual(got.map((l) => where(l, launcher)).sort(), ['hub', 'n1', 'n2']);
     assert.equal(launcher.starts[0]!.p.kind, 'host');
-    assert.deepEqual(scheduler.view.status().map((r) => r.in_flight), [1, 1, 1]);
+    assert.deepEqual(
+      scheduler.view.status().map((r) => r.in_flight),
+      [1, 1, 1],
+    );
     // A fourth waits for the first slot anywhere: no room for a fourth placement.
     const fourth = scheduler.acquire('m');
     await tick();
@@ -152,7 +177,13 @@ describe('scheduler with a manual launcher', () => {
     const l4 = await fourth;
     assert.equal(l4.placementId, got[1]!.placementId);
     got[1]!.release(); // a second release changes nothing
-    assert.deepEqual(scheduler.view.status().map((r) => r.in_flight).sort(), [1, 1, 1]);
+    assert.deepEqual(
+      scheduler.view
+        .status()
+        .map((r) => r.in_flight)
+        .sort(),
+      [1, 1, 1],
+    );
   });
 
   it('a waiting request takes whichever comes first: a freed slot, before the new placement is ready', async () => {
@@ -171,7 +202,12 @@ describe('scheduler with a manual launcher', () => {
 
   it('RELAY_MAX_PLACEMENTS_PER_MODEL bounds the placements; a full queue is 429 pool_busy with Retry-After; the timeout is 503 pool_busy', async () => {
     const probe = setup({ models: [m] }).scheduler.need(m).needMb;
-    const { scheduler, launcher } = setup({ hubMb: probe + 5, nodes: [fakeNode('n1', probe + 10)], models: [m], env: { RELAY_MAX_PLACEMENTS_PER_MODEL: '1', RELAY_QUEUE_MAX: '1', RELAY_QUEUE_TIMEOUT_MS: '50' } });
+    const { scheduler, launcher } = setup({
+      hubMb: probe + 5,
+      nodes: [fakeNode('n1', probe + 10)],
+      models: [m],
+      env: { RELAY_MAX_PLACEMENTS_PER_MODEL: '1', RELAY_QUEUE_MAX: '1', RELAY_QUEUE_TIMEOUT_MS: '50' },
+    });
     const l1 = scheduler.acquire('m');
     (await launcher.nth(0)).ok();
     await l1;
@@ -198,7 +234,10 @@ describe('scheduler with a manual launcher', () => {
     assert.equal(retry.p.node?.name, 'n2');
     retry.ok();
     assert.equal(where(await req, launcher), 'n2');
-    assert.deepEqual(scheduler.view.backoffs().map((b) => [b.node, b.model, b.failures]), [['n1', 'm', 1]]);
+    assert.deepEqual(
+      scheduler.view.backoffs().map((b) => [b.node, b.model, b.failures]),
+      [['n1', 'm', 1]],
+    );
     assert.match(scheduler.view.backoffs()[0]!.reason, /^load failed: /);
   });
 
@@ -217,7 +256,10 @@ describe('scheduler with a manual launcher', () => {
     assert.ok(!members.includes(remote), `the re-plan avoids ${remote}: ${members.join(', ')}`);
     second.ok();
     await req;
-    assert.deepEqual(scheduler.view.backoffs().map((b) => [b.node, b.model]), [[remote, 'm']]);
+    assert.deepEqual(
+      scheduler.view.backoffs().map((b) => [b.node, b.model]),
+      [[remote, 'm']],
+    );
   });
 
   it('three failed attempts answer the last error; a paused node or a lost link is no failure of the node', async () => {
@@ -235,7 +277,13 @@ describe('scheduler with a manual launcher', () => {
     assert.equal(err.code, ErrorCode.REPLICA_FAILED);
     assert.equal(attempts.errors.length, 3);
     assert.equal(launcher.starts.length, 3, 'not a fourth try');
-    assert.deepEqual(scheduler.view.backoffs().map((b) => b.node).sort(), ['b', 'c']);
+    assert.deepEqual(
+      scheduler.view
+        .backoffs()
+        .map((b) => b.node)
+        .sort(),
+      ['b', 'c'],
+    );
   });
 
   it('a failure before the first byte excludes that placement for the request: it goes to another or a fresh one', async () => {
@@ -297,7 +345,7 @@ describe('scheduler with a manual launcher', () => {
     assert.equal((await second).placementId, leaseB.placementId);
   });
 
-  it('a placement that crashes while requests wait re-plans them; the hub\'s own pause sends new placements to nodes', async () => {
+  it("a placement that crashes while requests wait re-plans them; the hub's own pause sends new placements to nodes", async () => {
     const probe = setup({ models: [m] }).scheduler.need(m).needMb;
     let paused = false;
     const { scheduler, launcher } = setup({ hubMb: probe + 5, nodes: [fakeNode('n1', probe + 10)], models: [m], hubPaused: () => paused });
@@ -332,7 +380,7 @@ describe('scheduler with a manual launcher', () => {
     await first;
     const second = scheduler.acquire('m');
     await tick();
-    assert.equal(launcher.starts.length, 1, 'the reading (a minute old) does not show the first replica\'s memory yet');
+    assert.equal(launcher.starts.length, 1, "the reading (a minute old) does not show the first replica's memory yet");
     await scheduler.close();
     await rejected(second);
   });

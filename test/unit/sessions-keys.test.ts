@@ -43,7 +43,10 @@ describe('API keys', () => {
     await assert.rejects(keys.create('laptop'), (e: Error & { code?: string }) => e.code === 'KEY_EXISTS');
     await assert.rejects(keys.create('../etc'), (e: Error & { code?: string }) => e.code === 'INVALID_ARGUMENT');
     assert.ok(!JSON.stringify(store.data).includes(key));
-    assert.deepEqual(keys.list().map((k) => [k.name, k.prefix]), [['laptop', key.slice(0, 10)]]);
+    assert.deepEqual(
+      keys.list().map((k) => [k.name, k.prefix]),
+      [['laptop', key.slice(0, 10)]],
+    );
     await keys.revoke('laptop');
     assert.equal(keys.verify(key), null);
     await assert.rejects(keys.revoke('laptop'), (e: Error & { code?: string }) => e.code === 'KEY_NOT_FOUND');

@@ -12,22 +12,39 @@ describe('shard planner', () => {
     assert.deepEqual(splitLayers(4, [1, 1, 1]), [2, 1, 1]);
     assert.deepEqual(splitLayers(3, [100, 0, 0]), [1, 1, 1]);
     assert.deepEqual(splitLayers(2, [1, 1, 1]), []);
-    for (const shares of [[5, 7], [1, 2, 3], [0.1, 9.9, 5]]) assert.equal(splitLayers(37, shares).reduce((a, b) => a + b, 0), 37);
+    for (const shares of [
+      [5, 7],
+      [1, 2, 3],
+      [0.1, 9.9, 5],
+    ])
+      assert.equal(
+        splitLayers(37, shares).reduce((a, b) => a + b, 0),
+        37,
+      );
   });
 
-  it('hostStageLast moves the hub\'s stage to the end and renumbers every range', () => {
+  it("hostStageLast moves the hub's stage to the end and renumbers every range", () => {
     const st = hostStageLast([
       { node: null, layers: [0, 15] as const },
       { node: 'a', layers: [15, 40] as const },
     ]);
-    assert.deepEqual(st, [{ node: 'a', layers: [0, 25] }, { node: null, layers: [25, 40] }]);
+    assert.deepEqual(st, [
+      { node: 'a', layers: [0, 25] },
+      { node: null, layers: [25, 40] },
+    ]);
   });
 
-  it('GPU hub + one node (the spec\'s 1060 + 4070 SUPER shape): two stages, hub last with the output, split by free VRAM', () => {
+  it("GPU hub + one node (the spec's 1060 + 4070 SUPER shape): two stages, hub last with the output, split by free VRAM", () => {
     const plan = planShard([gpu(null, 'CUDA0', 5500), gpu('node', 'CUDA0', 11000)], dense, settings);
     assert.equal(plan.kind, 'shard');
     if (plan.kind !== 'shard') return;
-    assert.deepEqual(plan.stages.map((s) => [s.node, s.layers, s.output]), [['node', [0, 27], false], [null, [27, 40], true]]);
+    assert.deepEqual(
+      plan.stages.map((s) => [s.node, s.layers, s.output]),
+      [
+        ['node', [0, 27], false],
+        [null, [27, 40], true],
+      ],
+    );
     for (const s of plan.stages) assert.ok(s.needMb <= s.freeMb);
     assert.ok(Math.abs(plan.stages[1]!.needMb - stageNeedMb(dense, 13, settings)) < 1e-9);
   });
@@ -39,7 +56,10 @@ describe('shard planner', () => {
     const plan = planShard(devices, { ...dense, weightsMb: 14000 }, settings); // 14 GB needs a third
     assert.equal(plan.kind, 'shard');
     if (plan.kind !== 'shard') return;
-    assert.deepEqual(plan.stages.map((s) => s.node), ['b', 'a', null]);
+    assert.deepEqual(
+      plan.stages.map((s) => s.node),
+      ['b', 'a', null],
+    );
     const weighted = planShard([gpu(null, 'CUDA0', 4000), gpu('a', 'CUDA0', 6000, 3), gpu('b', 'CUDA0', 8000)], { ...dense, weightsMb: 5000 }, settings);
     assert.equal(weighted.kind === 'shard' && weighted.stages[0]!.node, 'a');
   });
@@ -47,7 +67,14 @@ describe('shard planner', () => {
   it('a node lending two GPUs can hold two stages, one per device, each pinned in start-rpc', () => {
     const plan = planShard([gpu(null, 'CUDA0', 3000), gpu('twin', 'CUDA0', 4000), gpu('twin', 'CUDA1', 4000)], dense, settings);
     if (plan.kind !== 'shard') return assert.fail(JSON.stringify(plan));
-    assert.deepEqual(plan.stages.map((st) => [st.node, st.device]), [['twin', 'CUDA0'], ['twin', 'CUDA1'], [null, 'CUDA0']]);
+    assert.deepEqual(
+      plan.stages.map((st) => [st.node, st.device]),
+      [
+        ['twin', 'CUDA0'],
+        ['twin', 'CUDA1'],
+        [null, 'CUDA0'],
+      ],
+    );
   });
 
   it('says none when everything together is too small, or there is no node', () => {
@@ -56,14 +83,31 @@ describe('shard planner', () => {
   });
 
   it('a CPU-budget hub keeps the first layers (llama.cpp runs CPU layers first) and still holds the output', () => {
-    const plan = planShard([{ node: null, device: 'CPU', kind: 'cpu', freeMb: 900, totalMb: 900 }, { node: 'a', device: 'CPU', kind: 'cpu', freeMb: 700, totalMb: 700 }, { node: 'b', device: 'CPU', kind: 'cpu', freeMb: 700, totalMb: 700 }],
-      { name: 'x', blockCount: 4, weightsMb: 1000, kvBytesPerToken: 1024, isMoe: false }, settings);
+    const plan = planShard(
+      [
+        { node: null, device: 'CPU', kind: 'cpu', freeMb: 900, totalMb: 900 },
+        { node: 'a', device: 'CPU', kind: 'cpu', freeMb: 700, totalMb: 700 },
+        { node: 'b', device: 'CPU', kind: 'cpu', freeMb: 700, totalMb: 700 },
+      ],
+      { name: 'x', blockCount: 4, weightsMb: 1000, kvBytesPerToken: 1024, isMoe: false },
+      settings,
+    );
     assert.equal(plan.kind, 'shard');
     if (plan.kind !== 'shard') return;
-    assert.deepEqual(plan.stages.map((s) => [s.node, s.layers, s.output]), [[null, [0, 2], true], ['a', [2, 3], false], ['b', [3, 4], false]]);
+    assert.deepEqual(
+      plan.stages.map((s) => [s.node, s.layers, s.output]),
+      [
+        [null, [0, 2], true],
+        ['a', [2, 3], false],
+        ['b', [3, 4], false],
+      ],
+    );
     const f = shardFlags(plan, { name: 'x', blockCount: 4, weightsMb: 1000, kvBytesPerToken: 1024, isMoe: false }, ['127.0.0.1:1', '127.0.0.1:2']);
     // -ngl counts the output as a layer: remote layers + 1, with the output weight pinned back to the CPU.
-    assert.deepEqual([f.rpc, f.devices, f.gpuLayers, f.tensorSplit, f.overrides, f.fit], [['127.0.0.1:1', '127.0.0.1:2'], ['RPC0', 'RPC1'], 3, [1, 2], [{ pattern: 'output\\.weight', bufferType: 'CPU' }], 'off']);
+    assert.deepEqual(
+      [f.rpc, f.devices, f.gpuLayers, f.tensorSplit, f.overrides, f.fit],
+      [['127.0.0.1:1', '127.0.0.1:2'], ['RPC0', 'RPC1'], 3, [1, 2], [{ pattern: 'output\\.weight', bufferType: 'CPU' }], 'off'],
+    );
     const exp = shardFlags(plan, { name: 'x', blockCount: 4, weightsMb: 1000, kvBytesPerToken: 1024, isMoe: false }, ['127.0.0.1:1', '127.0.0.1:2'], { outputRemote: true });
     assert.deepEqual(exp.overrides, []); // the experiment: the output stays on the last remote stage
   });
@@ -77,7 +121,7 @@ describe('shard planner', () => {
     assert.deepEqual(exp.overrides, [{ pattern: 'output\\.weight', bufferType: 'RPC0[127.0.0.1:9]' }]);
   });
 
-  it('MoE needs: remote stages hold only their layers\' experts; the hub holds attention, KV and embeddings of every layer', () => {
+  it("MoE needs: remote stages hold only their layers' experts; the hub holds attention, KV and embeddings of every layer", () => {
     const moe: ShardModel = { name: 'q', blockCount: 4, weightsMb: 1000, kvBytesPerToken: 4096, isMoe: true, expertWeightsMb: 800 };
     const ctx = settings.contextSize; // replicaContext with RELAY_REPLICA_CTX unset
     const kvAll = (4096 * ctx * settings.parallelSlots) / (1024 * 1024);
@@ -94,10 +138,16 @@ describe('shard planner', () => {
     assert.equal(tight.kind, 'none');
     const roomy = planShard([gpu(null, 'CUDA0', 1100), gpu('a', 'CUDA0', 2000)], moe, settings);
     if (roomy.kind !== 'shard') return assert.fail(JSON.stringify(roomy));
-    assert.deepEqual(roomy.stages.map((st) => [st.node, st.layers, st.output]), [['a', [0, 3], false], [null, [3, 4], true]]);
+    assert.deepEqual(
+      roomy.stages.map((st) => [st.node, st.layers, st.output]),
+      [
+        ['a', [0, 3], false],
+        [null, [3, 4], true],
+      ],
+    );
   });
 
-  it('MoE: one override per remote stage naming only its layers\' expert tensors; unresolvable stages left out; dense unchanged', () => {
+  it("MoE: one override per remote stage naming only its layers' expert tensors; unresolvable stages left out; dense unchanged", () => {
     const moe = { name: 'q', blockCount: 6, weightsMb: 900, kvBytesPerToken: 1024, isMoe: true };
     const cpu = (node: string | null): ShardDevice => ({ node, device: 'CPU', kind: 'cpu', freeMb: node ? 700 : 900, totalMb: 900 });
     const plan = planShard([cpu(null), cpu('a'), cpu('b')], moe, settings);

@@ -65,8 +65,11 @@ describe('config', () => {
     assert.equal(c.home, '/home/x/.local/share/relay');
   });
 
-  it('reads the spec\'s variables and lets flags override them', () => {
-    const c = hubConfigFromEnv({ RELAY_KV_CACHE_TYPE: 'q4_0', RELAY_CONTEXT_SIZE: '8192', RELAY_REPLICA_CTX: '2048', RELAY_PARALLEL_SLOTS: '4', RELAY_FLASH_ATTN: 'off', RELAY_HOME: '/d' }, { port: 0, cpuBudgetMb: 3000 });
+  it("reads the spec's variables and lets flags override them", () => {
+    const c = hubConfigFromEnv(
+      { RELAY_KV_CACHE_TYPE: 'q4_0', RELAY_CONTEXT_SIZE: '8192', RELAY_REPLICA_CTX: '2048', RELAY_PARALLEL_SLOTS: '4', RELAY_FLASH_ATTN: 'off', RELAY_HOME: '/d' },
+      { port: 0, cpuBudgetMb: 3000 },
+    );
     assert.deepEqual([c.kvCacheType, c.contextSize, c.replicaCtx, c.parallelSlots, c.flashAttn, c.home, c.port, c.cpuBudgetMb], ['q4_0', 8192, 2048, 4, 'off', '/d', 0, 3000]);
   });
 
@@ -77,7 +80,10 @@ describe('config', () => {
       [{ RELAY_PARALLEL_SLOTS: '0' }, /RELAY_PARALLEL_SLOTS/],
       [{ RELAY_CONTEXT_SIZE: 'lots' }, /RELAY_CONTEXT_SIZE/],
     ] as const) {
-      assert.throws(() => hubConfigFromEnv(env), (e: unknown) => isRelayError(e, 'INVALID_ARGUMENT') && re.test(e.message));
+      assert.throws(
+        () => hubConfigFromEnv(env),
+        (e: unknown) => isRelayError(e, 'INVALID_ARGUMENT') && re.test(e.message),
+      );
     }
   });
 });
@@ -90,7 +96,7 @@ describe('devices', () => {
     ]);
   });
 
-  it('NVML through koffi: readings where NVIDIA\'s driver is loaded, otherwise null without an error', () => {
+  it("NVML through koffi: readings where NVIDIA's driver is loaded, otherwise null without an error", () => {
     const r = readNvml();
     if (existsSync('/proc/driver/nvidia')) {
       assert.ok(Array.isArray(r) && r.length > 0 && r.every((g) => g.totalMb > 0 && g.freeMb <= g.totalMb));
@@ -100,11 +106,20 @@ describe('devices', () => {
   });
 
   it('merges llama-server devices with driver readings; CPU appears only with a budget; RPC is not host capacity', () => {
-    const listed = [{ name: 'CUDA0', description: 'GTX 1060', totalMib: 6144, freeMib: 6000 }, { name: 'RPC0', description: '127.0.0.1:1', totalMib: 1, freeMib: 1 }];
+    const listed = [
+      { name: 'CUDA0', description: 'GTX 1060', totalMib: 6144, freeMib: 6000 },
+      { name: 'RPC0', description: '127.0.0.1:1', totalMib: 1, freeMib: 1 },
+    ];
     const readings = [{ index: 0, name: 'GTX 1060', totalMb: 6144, freeMb: 5000, utilizationPct: 40, busId: '00000000:01:00.0', uuid: 'GPU-1', source: 'nvml' as const }];
-    assert.deepEqual(mergeDevices(listed, readings, 0).map((d) => [d.id, d.reportedFreeMb, d.utilizationPct, d.source]), [['CUDA0', 5000, 40, 'nvml']]);
+    assert.deepEqual(
+      mergeDevices(listed, readings, 0).map((d) => [d.id, d.reportedFreeMb, d.utilizationPct, d.source]),
+      [['CUDA0', 5000, 40, 'nvml']],
+    );
     assert.deepEqual(mergeDevices([], null, 0), []);
-    assert.deepEqual(mergeDevices([], null, 1500).map((d) => [d.id, d.kind, d.totalMb]), [['CPU', 'cpu', 1500]]);
+    assert.deepEqual(
+      mergeDevices([], null, 1500).map((d) => [d.id, d.kind, d.totalMb]),
+      [['CPU', 'cpu', 1500]],
+    );
   });
 });
 
@@ -132,9 +147,21 @@ describe('file log (the tray app)', () => {
     const file = join(dir, 'logs', 'relay.log');
     createLogger({ name: 'tray', file }).info('first');
     createLogger({ name: 'tray', file }).info('second');
-    assert.deepEqual(readFileSync(file, 'utf8').trim().split('\n').map((l) => (JSON.parse(l) as { msg: string }).msg), ['first', 'second']);
+    assert.deepEqual(
+      readFileSync(file, 'utf8')
+        .trim()
+        .split('\n')
+        .map((l) => (JSON.parse(l) as { msg: string }).msg),
+      ['first', 'second'],
+    );
     createLogger({ name: 'tray', file, maxFileBytes: 10 }).info('third');
     assert.deepEqual(readFileSync(`${file}.1`, 'utf8').trim().split('\n').length, 2);
-    assert.deepEqual(readFileSync(file, 'utf8').trim().split('\n').map((l) => (JSON.parse(l) as { msg: string }).msg), ['third']);
+    assert.deepEqual(
+      readFileSync(file, 'utf8')
+        .trim()
+        .split('\n')
+        .map((l) => (JSON.parse(l) as { msg: string }).msg),
+      ['third'],
+    );
   });
 });

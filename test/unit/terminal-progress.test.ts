@@ -5,7 +5,10 @@ import { formatBar, llamaBuildProgress, showHubPushes, showNodePushes, TerminalP
 
 class FakeStream {
   out = '';
-  constructor(readonly isTTY: boolean, readonly columns = 200) {}
+  constructor(
+    readonly isTTY: boolean,
+    readonly columns = 200,
+  ) {}
   write(s: string): boolean {
     this.out += s;
     return true;
@@ -27,7 +30,11 @@ describe('terminal progress', () => {
     let t = 0;
     const s = new FakeStream(true);
     const logged: string[] = [];
-    const p = new TerminalProgress(s, (l) => logged.push(l), () => t);
+    const p = new TerminalProgress(
+      s,
+      (l) => logged.push(l),
+      () => t,
+    );
     p.update('a', 'push m → n', 0, 100, 'bytes');
     t = 1000;
     p.update('a', 'push m → n', 50, 100, 'bytes');
@@ -44,7 +51,11 @@ describe('terminal progress', () => {
   it('off a terminal: no control characters, one log line per 10%', () => {
     const s = new FakeStream(false);
     const logged: string[] = [];
-    const p = new TerminalProgress(s, (l) => logged.push(l), () => 0);
+    const p = new TerminalProgress(
+      s,
+      (l) => logged.push(l),
+      () => 0,
+    );
     for (let pct = 0; pct <= 100; pct++) p.update('b', 'build', pct, 100, 'percent');
     p.finish('b', 'built');
     assert.equal(s.out, '');
@@ -56,7 +67,11 @@ describe('terminal progress', () => {
   it('the llama.cpp build: cmake percent lines drive the bar, other lines are plain, 100% ends it', () => {
     const s = new FakeStream(true);
     let t = 0;
-    const p = new TerminalProgress(s, () => undefined, () => (t += 200)); // redraws are at most ~10 a second
+    const p = new TerminalProgress(
+      s,
+      () => undefined,
+      () => (t += 200),
+    ); // redraws are at most ~10 a second
     const feed = llamaBuildProgress(p);
     feed('configuring llama.cpp b1 (cpu + rpc, shared)');
     feed('[  7%] Building C object ggml/src/CMakeFiles/ggml-base.dir/ggml.c.o');
@@ -71,7 +86,11 @@ describe('terminal progress', () => {
   it('redraws at most about ten times a second, but always the last one', () => {
     let t = 0;
     const s = new FakeStream(true);
-    const p = new TerminalProgress(s, () => undefined, () => t);
+    const p = new TerminalProgress(
+      s,
+      () => undefined,
+      () => t,
+    );
     for (let i = 1; i <= 50; i++) {
       t += 10; // a chunk every 10 ms
       p.update('k', 'push', i, 50, 'bytes');
@@ -85,7 +104,11 @@ describe('terminal progress', () => {
     mock.timers.enable({ apis: ['setInterval'] });
     try {
       const s = new FakeStream(true);
-      const p = new TerminalProgress(s, () => undefined, () => 0);
+      const p = new TerminalProgress(
+        s,
+        () => undefined,
+        () => 0,
+      );
       const pushes = [{ node: 'attic', model: 'qwen', sha256: 'a'.repeat(64), done: 10, total: 40 }];
       const stop = showHubPushes(p, () => pushes);
       mock.timers.tick(500);
@@ -101,7 +124,11 @@ describe('terminal progress', () => {
 
   it('a node shows what it receives; a push that stops says the hub resumes it', () => {
     const s = new FakeStream(true);
-    const p = new TerminalProgress(s, () => undefined, () => 0);
+    const p = new TerminalProgress(
+      s,
+      () => undefined,
+      () => 0,
+    );
     const agent = new EventEmitter();
     showNodePushes(p, agent);
     agent.emit('push-progress', { sha256: 'b'.repeat(64), done: 5, total: 10 });

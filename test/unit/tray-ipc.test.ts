@@ -6,12 +6,38 @@ import { IPC_CHANNELS, STATE_EVENT, validateIpc, type AppState, type NodeView } 
 import { buildTrayMenu, statusLine, trayIcon } from '../../src/main/app/tray-menu.js';
 
 const node = (o: Partial<NodeView> = {}): NodeView => ({
-  name: 'kitchen', hub: 'http://hub:7070', connected: true, availability: 'idle', reason: null, paused: false,
-  schedule: '', outsideSchedule: false, replicas: [], stages: [], ...o,
+  name: 'kitchen',
+  hub: 'http://hub:7070',
+  connected: true,
+  availability: 'idle',
+  reason: null,
+  paused: false,
+  schedule: '',
+  outsideSchedule: false,
+  replicas: [],
+  stages: [],
+  ...o,
 });
 const nodeState = (o: Partial<NodeView> = {}): AppState => ({ mode: 'node', hub: null, node: node(o), startAtLogin: false, error: null });
-const hubState = (replicas: { model: string; where: string }[] = [], shards: { model: string; stages: number }[] = [], paused = false): AppState =>
-  ({ mode: 'hub', hub: { url: 'http://127.0.0.1:7070', serving: true, replicas, shards, nodes: 2, paused, availability: paused ? 'paused' : 'idle', reason: paused ? 'paused by the owner' : null, v1Url: 'http://192.168.1.20:7070/v1', apiKeyRequired: true, apiKey: null }, node: null, startAtLogin: true, error: null });
+const hubState = (replicas: { model: string; where: string }[] = [], shards: { model: string; stages: number }[] = [], paused = false): AppState => ({
+  mode: 'hub',
+  hub: {
+    url: 'http://127.0.0.1:7070',
+    serving: true,
+    replicas,
+    shards,
+    nodes: 2,
+    paused,
+    availability: paused ? 'paused' : 'idle',
+    reason: paused ? 'paused by the owner' : null,
+    v1Url: 'http://192.168.1.20:7070/v1',
+    apiKeyRequired: true,
+    apiKey: null,
+  },
+  node: null,
+  startAtLogin: true,
+  error: null,
+});
 
 describe('tray', () => {
   it('the icon reflects the state', () => {
@@ -33,31 +59,42 @@ describe('tray', () => {
     assert.equal(statusLine(hubState()), 'Hub idle · 2 nodes');
   });
 
-  it('a node\'s menu: status, pause toggle reflecting the state, schedule, dashboard, mode, login, quit', () => {
+  it("a node's menu: status, pause toggle reflecting the state, schedule, dashboard, mode, login, quit", () => {
     const m = buildTrayMenu(nodeState({ paused: true, schedule: 'mon-fri 09:00-17:30' }));
-    assert.deepEqual(m.map((i) => i.label ?? '—'), [
-      'Sharing paused', '—', 'Pause sharing', 'Schedule: paused mon-fri 09:00-17:30', 'Open dashboard', 'Settings…', 'Mode: node (change…)', 'Start at login', '—', 'Quit relay',
-    ]);
+    assert.deepEqual(
+      m.map((i) => i.label ?? '—'),
+      ['Sharing paused', '—', 'Pause sharing', 'Schedule: paused mon-fri 09:00-17:30', 'Open dashboard', 'Settings…', 'Mode: node (change…)', 'Start at login', '—', 'Quit relay'],
+    );
     const pause = m.find((i) => i.action === 'toggle-pause')!;
     assert.deepEqual([pause.type, pause.checked], ['checkbox', true]);
     assert.equal(m[0]!.enabled, false);
   });
 
-  it('a hub\'s menu pauses the hub\'s own GPUs (nodes keep serving); an unset app offers setup first', () => {
+  it("a hub's menu pauses the hub's own GPUs (nodes keep serving); an unset app offers setup first", () => {
     const m = buildTrayMenu(hubState());
     const pause = m.find((i) => i.action === 'toggle-pause')!;
-    assert.deepEqual([pause.label, pause.type, pause.checked], ['Pause this machine\'s GPUs (nodes keep serving)', 'checkbox', false]);
+    assert.deepEqual([pause.label, pause.type, pause.checked], ["Pause this machine's GPUs (nodes keep serving)", 'checkbox', false]);
     const paused = hubState([], [], true);
     assert.equal(buildTrayMenu(paused).find((i) => i.action === 'toggle-pause')!.checked, true);
-    assert.equal(statusLine(paused), 'Hub idle · 2 nodes · this machine\'s GPUs paused (paused by the owner)');
+    assert.equal(statusLine(paused), "Hub idle · 2 nodes · this machine's GPUs paused (paused by the owner)");
     assert.equal(m.find((i) => i.action === 'toggle-start-at-login')!.checked, true);
     const fresh = buildTrayMenu({ mode: null, hub: null, node: null, startAtLogin: false, error: null });
     assert.equal(fresh.find((i) => i.action === 'open-setup')!.label, 'Set up: hub or node…');
-    assert.equal(fresh.some((i) => i.action === 'open-dashboard'), false);
+    assert.equal(
+      fresh.some((i) => i.action === 'open-dashboard'),
+      false,
+    );
     assert.equal(m.find((i) => i.action === 'add-node')?.label, 'Add a node…', 'a hub adds nodes from its tray');
-    assert.equal(fresh.some((i) => i.action === 'add-node'), false);
+    assert.equal(
+      fresh.some((i) => i.action === 'add-node'),
+      false,
+    );
     assert.equal(m.find((i) => i.action === 'open-settings')?.label, 'Settings…');
-    assert.equal(fresh.some((i) => i.action === 'open-settings'), false, 'nothing to set before setup');
+    assert.equal(
+      fresh.some((i) => i.action === 'open-settings'),
+      false,
+      'nothing to set before setup',
+    );
   });
 });
 

@@ -22,7 +22,11 @@ describe('yamux session options (DefaultConfig / VerifyConfig)', () => {
       [{ keepAliveIntervalMs: 1000, keepAliveTimeoutMs: 0 }, /needs keepAliveTimeoutMs/],
       [{ keepAliveIntervalMs: -1 }, /keepAliveIntervalMs must be >= 0/],
     ] as const) {
-      assert.throws(() => verifySessionOptions({ client: true, ...o }), (e: unknown) => isRelayError(e, 'INVALID_ARGUMENT') && re.test(e.message), JSON.stringify(o));
+      assert.throws(
+        () => verifySessionOptions({ client: true, ...o }),
+        (e: unknown) => isRelayError(e, 'INVALID_ARGUMENT') && re.test(e.message),
+        JSON.stringify(o),
+      );
     }
   });
 });

@@ -17,31 +17,42 @@ export function appState(c: { settings: AppSettings; hub: Hub | null; agent: Nod
     mode: c.settings.mode,
     startAtLogin: c.settings.startAtLogin,
     error: c.error,
-    hub: hub ? {
-      url: loopbackUrl(hub.url),
-      serving: true,
-      replicas: hub.scheduler.view.status().filter((r) => r.state === 'ready').map((r) => ({ model: r.model, where: r.node ?? 'hub' })),
-      shards: hub.scheduler.view.shardStatus().filter((s) => s.state === 'ready').map((s) => ({ model: s.model, stages: s.stages.length })),
-      nodes: hub.nodes.connected().length,
-      paused: hub.availability.settings().paused,
-      v1Url: `${lanUrl(hub.url, c.settings.hubListen)}/v1`,
-      apiKeyRequired: beyondLoopback(c.settings.hubListen) || hub.keys.any,
-      apiKey: c.apiKey,
-      availability: hub.availability.state().state,
-      reason: hub.availability.state().reason,
-    } : null,
-    node: agent && ns && running ? {
-      name: ns.name,
-      hub: ns.hub,
-      connected: agent.connected,
-      availability: agent.availability().state,
-      reason: agent.availability().reason,
-      paused: ns.paused,
-      schedule: ns.schedule,
-      outsideSchedule: inPauseWindow(parseSchedule(ns.schedule), new Date()),
-      replicas: running.replicas,
-      stages: running.stages.map((st) => ({ model: st.model, index: st.index, of: st.of })),
-    } : null,
+    hub: hub
+      ? {
+          url: loopbackUrl(hub.url),
+          serving: true,
+          replicas: hub.scheduler.view
+            .status()
+            .filter((r) => r.state === 'ready')
+            .map((r) => ({ model: r.model, where: r.node ?? 'hub' })),
+          shards: hub.scheduler.view
+            .shardStatus()
+            .filter((s) => s.state === 'ready')
+            .map((s) => ({ model: s.model, stages: s.stages.length })),
+          nodes: hub.nodes.connected().length,
+          paused: hub.availability.settings().paused,
+          v1Url: `${lanUrl(hub.url, c.settings.hubListen)}/v1`,
+          apiKeyRequired: beyondLoopback(c.settings.hubListen) || hub.keys.any,
+          apiKey: c.apiKey,
+          availability: hub.availability.state().state,
+          reason: hub.availability.state().reason,
+        }
+      : null,
+    node:
+      agent && ns && running
+        ? {
+            name: ns.name,
+            hub: ns.hub,
+            connected: agent.connected,
+            availability: agent.availability().state,
+            reason: agent.availability().reason,
+            paused: ns.paused,
+            schedule: ns.schedule,
+            outsideSchedule: inPauseWindow(parseSchedule(ns.schedule), new Date()),
+            replicas: running.replicas,
+            stages: running.stages.map((st) => ({ model: st.model, index: st.index, of: st.of })),
+          }
+        : null,
   };
 }
 

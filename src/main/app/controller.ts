@@ -7,8 +7,7 @@
 import { hostname } from 'node:os';
 import { join } from 'node:path';
 import type { Logger } from 'pino';
-import { isRelayError } from '../../shared/errors.js';
-import { IPC_CHANNELS, validateIpc, type AppState, type IpcChannel, type IpcResult, type SettingsChange, type SettingsView, type SetupRequest } from '../../shared/ipc.js';
+import { type AppState, type IpcChannel, type IpcResult, type SettingsChange, type SettingsView, type SetupRequest } from '../../shared/ipc.js';
 import { hubConfigFromEnv } from '../core/config.js';
 import { startHub, type Hub } from '../core/hub/index.js';
 import { ensureLlama } from '../core/llama/build.js';
@@ -17,6 +16,7 @@ import { NodeAgent } from '../core/node/agent.js';
 import { readSettings, writeSettings } from '../core/node/settings.js';
 import { joinHub } from '../core/node/hub-client.js';
 import { ipcSenderAllowed, navigationAllowed } from './navigation.js';
+import { gateIpc } from './ipc-gate.js';
 import { dashboardOpenUrl, loopbackUrl } from './hub-urls.js';
 import { beyondLoopback } from '../core/hub/keys.js';
 import type { TrayAction } from './tray-menu.js';
@@ -131,7 +131,12 @@ export class AppController {
     try {
       const install = await ensureLlama({ env, progress: (l) => log.info(`[llama build] ${l}`) });
       if (this.settings.mode === 'hub') {
-        const config = hubConfigFromEnv(env, { home: join(this.o.userData, 'hub'), host: this.settings.hubListen, port: this.keepPort ?? this.settings.hubPort, cpuBudgetMb: this.settings.cpuBudgetMb });
+        const config = hubConfigFromEnv(env, {
+          home: join(this.o.userData, 'hub'),
+          host: this.settings.hubListen,
+          port: this.keepPort ?? this.settings.hubPort,
+          cpuBudgetMb: this.settings.cpuBudgetMb,
+        });
         this.keepPort = null;
         this.hub = await startHub(config, { log, install });
       } else if (this.settings.mode === 'node') {
@@ -208,23 +213,15 @@ export class AppController {
     this.render();
   }
 
-  /** Which windows may call which channel (navigation.ts ipcSenderAllowed). */
-  senderAllowed(channel: IpcChannel, senderUrl: string): boolean {
-    return ipcSenderAllowed(channel, senderUrl, this.o.pagesUrl, this.dashboardUrl());
-  }
-
   /** One IPC call from a window: checked, then run. Never throws; errors come back as a coded result. */
-  async handleIpc(channel: string, payload: unknown, senderUrl: string): Promise<IpcResult<unknown>> {
-    if (!(IPC_CHANNELS as readonly string[]).includes(channel)) return { ok: false, code: 'UNKNOWN_CHANNEL', message: `no IPC channel ${channel}` };
-    const ch = channel as IpcChannel;
-    if (!this.senderAllowed(ch, senderUrl)) return { ok: false, code: 'FORBIDDEN', message: `${senderUrl || 'an unknown page'} may not call ${ch}` };
-    if (!validateIpc(ch, payload)) return { ok: false, code: 'INVALID_ARGUMENT', message: `bad payload for ${ch}` };
-    try {
-      return { ok: true, value: await this.run(ch, payload) };
-    } catch (err) {
-      // relay's own errors keep their stable code (a refused join token: NODE_AUTH; an unreachable hub: HUB_UNREACHABLE).
-      return { ok: false, code: isRelayError(err) ? err.code : 'FAILED', message: (err as Error).message };
-    }
+  handleIpc(channel: string, payload: unknown, senderUrl: string): Promise<IpcResult<unknown>> {
+    return gateIpc(
+      channel,
+      payload,
+      senderUrl,
+      (ch, url) => ipcSenderAllowed(ch, url, this.o.pagesUrl, this.dashboardUrl()), // which page may call what: navigation.ts
+      (ch, p) => this.run(ch, p),
+    );
   }
 
   private async run(channel: IpcChannel, payload: unknown): Promise<unknown> {
@@ -241,22 +238,21 @@ export class AppController {
         return null;
       case 'relay:get-settings':
         return this.settingsView();
-      case 'relay:save-settings': {
-        // One change at a time, after any setup in progress.
-        const run = this.setups.then(() => this.changeSettings(payload as SettingsChange));
-        this.setups = run.catch(() => undefined);
-        await run;
+      case 'relay:save-settings':
+        await this.oneAtATime(() => this.changeSettings(payload as SettingsChange));
         this.render();
         return this.settingsView();
-      }
-      case 'relay:setup': {
-        // One setup at a time (a double-clicked Start, two windows): each runs after the previous ends.
-        const run = this.setups.then(() => this.setup(payload as SetupRequest));
-        this.setups = run.catch(() => undefined);
-        await run;
+      case 'relay:setup':
+        await this.oneAtATime(() => this.setup(payload as SetupRequest));
         return this.state();
-      }
     }
+  }
+
+  /** Setups and settings changes run one after another (a double-clicked Start, two windows). */
+  private oneAtATime(job: () => Promise<void>): Promise<void> {
+    const run = this.setups.then(job);
+    this.setups = run.catch(() => undefined);
+    return run;
   }
 
   /** What the settings page shows (app-state.ts). */
@@ -317,13 +313,23 @@ export class AppController {
   private async setup(req: SetupRequest): Promise<void> {
     if (req.mode === 'node') {
       const hubUrl = req.hubUrl!.replace(/\/+$/, '');
-      const name = req.name ?? hostname().replace(/[^A-Za-z0-9._-]/g, '-').slice(0, 64);
+      const name =
+        req.name ??
+        hostname()
+          .replace(/[^A-Za-z0-9._-]/g, '-')
+          .slice(0, 64);
       const { credential, hubCert } = await joinHub(hubUrl, req.token!, name);
       await this.stop();
       const prev = readSettings(this.nodeHome);
       writeSettings(this.nodeHome, {
-        hub: hubUrl, name, credential, hubCert, paused: false,
-        schedule: prev?.schedule ?? '', cpuBudgetMb: prev?.cpuBudgetMb ?? this.settings.cpuBudgetMb, cacheBudgetMb: prev?.cacheBudgetMb ?? 'auto',
+        hub: hubUrl,
+        name,
+        credential,
+        hubCert,
+        paused: false,
+        schedule: prev?.schedule ?? '',
+        cpuBudgetMb: prev?.cpuBudgetMb ?? this.settings.cpuBudgetMb,
+        cacheBudgetMb: prev?.cacheBudgetMb ?? 'auto',
         autoPause: prev?.autoPause ?? false,
       });
     } else {

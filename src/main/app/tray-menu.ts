@@ -55,7 +55,7 @@ export function buildTrayMenu(s: AppState): TrayItem[] {
     items.push({ label: 'Pause sharing', type: 'checkbox', checked: s.node.paused, action: 'toggle-pause' });
     items.push({ label: s.node.schedule ? `Schedule: paused ${s.node.schedule}` : 'Schedule: always sharing', enabled: false });
   }
-  if (s.mode === 'hub' && s.hub) items.push({ label: 'Pause this machine\'s GPUs (nodes keep serving)', type: 'checkbox', checked: s.hub.paused, action: 'toggle-pause' });
+  if (s.mode === 'hub' && s.hub) items.push({ label: "Pause this machine's GPUs (nodes keep serving)", type: 'checkbox', checked: s.hub.paused, action: 'toggle-pause' });
   if (s.mode !== null) items.push({ label: 'Open dashboard', action: 'open-dashboard' });
   // The hub's dashboard shows a fresh join token (it carries the hub's address) and the command for a node.
   if (s.mode === 'hub' && s.hub) items.push({ label: 'Add a node…', action: 'add-node' });

@@ -125,7 +125,7 @@ export function hubConfigFromEnv(env: NodeJS.ProcessEnv = process.env, overrides
     replicaCtx: int(env, 'RELAY_REPLICA_CTX', HUB_DEFAULTS.replicaCtx),
     parallelSlots: int(env, 'RELAY_PARALLEL_SLOTS', HUB_DEFAULTS.parallelSlots),
     kvCacheType: kv,
-    flashAttn: fa === undefined || fa === '' as FlashAttn ? undefined : fa,
+    flashAttn: fa === undefined || fa === ('' as FlashAttn) ? undefined : fa,
     cpuBudgetMb: int(env, 'RELAY_CPU_BUDGET_MB', HUB_DEFAULTS.cpuBudgetMb),
     keepAliveMs: int(env, 'RELAY_KEEP_ALIVE_MS', HUB_DEFAULTS.keepAliveMs),
     apiKey: env.RELAY_API_KEY || undefined,
@@ -140,7 +140,10 @@ export function hubConfigFromEnv(env: NodeJS.ProcessEnv = process.env, overrides
     threads: env.RELAY_THREADS ? int(env, 'RELAY_THREADS', 0) : undefined,
     pushMaxMibPerSec: int(env, 'RELAY_PUSH_MAX_MBPS', 0),
     loopbackAdmin: env.RELAY_LOOPBACK_ADMIN !== '0',
-    allowedHosts: (env.RELAY_ALLOWED_HOSTS ?? '').split(',').map((h) => h.trim()).filter(Boolean),
+    allowedHosts: (env.RELAY_ALLOWED_HOSTS ?? '')
+      .split(',')
+      .map((h) => h.trim())
+      .filter(Boolean),
     hubSchedule: env.RELAY_HUB_SCHEDULE,
     hubAutoPause: env.RELAY_HUB_AUTO_PAUSE === undefined || env.RELAY_HUB_AUTO_PAUSE === '' ? undefined : env.RELAY_HUB_AUTO_PAUSE === '1',
     tlsCertPath: env.RELAY_TLS_CERT || undefined,

@@ -28,7 +28,10 @@ if (!app.requestSingleInstanceLock()) {
     openWindow(target) {
       if (!win || win.isDestroyed()) {
         win = new BrowserWindow({
-          width: 1100, height: 800, title: 'relay', icon: asset('icon.png'),
+          width: 1100,
+          height: 800,
+          title: 'relay',
+          icon: asset('icon.png'),
           webPreferences: { preload: join(root, 'dist', 'src', 'main', 'electron', 'preload.cjs'), contextIsolation: true, nodeIntegration: false, sandbox: true },
         });
         // The window (which holds the IPC bridge) shows the app's pages and the hub's dashboard, nothing else;
@@ -55,7 +58,10 @@ if (!app.requestSingleInstanceLock()) {
       if (tray) {
         tray.setImage(nativeImage.createFromPath(asset(`tray-${trayIcon(s)}.png`)));
         const template: MenuItemConstructorOptions[] = buildTrayMenu(s).map((i) => ({
-          label: i.label, type: i.type ?? 'normal', checked: i.checked, enabled: i.enabled ?? true,
+          label: i.label,
+          type: i.type ?? 'normal',
+          checked: i.checked,
+          enabled: i.enabled ?? true,
           click: i.action ? () => void controller.onTray(i.action!) : undefined,
         }));
         tray.setContextMenu(Menu.buildFromTemplate(template));

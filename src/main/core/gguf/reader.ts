@@ -1,14 +1,6 @@
 import { closeSync, fstatSync, openSync, readSync } from 'node:fs';
 import { ErrorCode, RelayError } from '../../../shared/errors.js';
-import {
-  ggmlType,
-  GgufValueType,
-  minEncodedSize,
-  SCALAR_SIZE,
-  type GgufScalarType,
-  type GgufScalar,
-  type GgufValue,
-} from './types.js';
+import { ggmlType, GgufValueType, minEncodedSize, SCALAR_SIZE, type GgufScalarType, type GgufScalar, type GgufValue } from './types.js';
 
 /**
  * Limits that keep a hostile header from causing a huge allocation or a long loop. Every count is also
@@ -145,21 +137,31 @@ class Cursor {
     this.pos += size;
     const v = this.view;
     switch (type) {
-      case GgufValueType.UINT8: return v.getUint8(i);
-      case GgufValueType.INT8: return v.getInt8(i);
-      case GgufValueType.UINT16: return v.getUint16(i, true);
-      case GgufValueType.INT16: return v.getInt16(i, true);
-      case GgufValueType.UINT32: return v.getUint32(i, true);
-      case GgufValueType.INT32: return v.getInt32(i, true);
-      case GgufValueType.FLOAT32: return v.getFloat32(i, true);
+      case GgufValueType.UINT8:
+        return v.getUint8(i);
+      case GgufValueType.INT8:
+        return v.getInt8(i);
+      case GgufValueType.UINT16:
+        return v.getUint16(i, true);
+      case GgufValueType.INT16:
+        return v.getInt16(i, true);
+      case GgufValueType.UINT32:
+        return v.getUint32(i, true);
+      case GgufValueType.INT32:
+        return v.getInt32(i, true);
+      case GgufValueType.FLOAT32:
+        return v.getFloat32(i, true);
       case GgufValueType.BOOL: {
         const b = v.getUint8(i);
         if (b > 1) this.fail(ErrorCode.GGUF_BAD_VALUE_TYPE, `${what} is a bool with byte ${b}`, this.pos - 1);
         return b === 1;
       }
-      case GgufValueType.UINT64: return v.getBigUint64(i, true);
-      case GgufValueType.INT64: return v.getBigInt64(i, true);
-      default: return v.getFloat64(i, true); // FLOAT64
+      case GgufValueType.UINT64:
+        return v.getBigUint64(i, true);
+      case GgufValueType.INT64:
+        return v.getBigInt64(i, true);
+      default:
+        return v.getFloat64(i, true); // FLOAT64
     }
   }
 

@@ -106,9 +106,7 @@ export interface GgmlTypeInfo {
   readonly typeSize: number;
 }
 
-const BY_ID = new Map<number, GgmlTypeInfo>(
-  GGML_TYPES.map(([id, name, blockSize, typeSize]) => [id, { id, name, blockSize, typeSize }]),
-);
+const BY_ID = new Map<number, GgmlTypeInfo>(GGML_TYPES.map(([id, name, blockSize, typeSize]) => [id, { id, name, blockSize, typeSize }]));
 
 export function ggmlType(id: number): GgmlTypeInfo | undefined {
   return BY_ID.get(id);

@@ -47,7 +47,10 @@ export function matchReading(d: ListedDevice, readings: readonly GpuReading[], c
     const byBus = [...readings].sort((a, b) => (a.busId && b.busId ? normalizeBusId(a.busId).localeCompare(normalizeBusId(b.busId)) : a.index - b.index));
     let visible: (GpuReading | undefined)[] = byBus;
     if (cudaVisible !== undefined && cudaVisible.trim() !== '') {
-      visible = cudaVisible.split(',').map((e) => e.trim()).map((e) => (/^\d+$/.test(e) ? byBus[Number(e)] : byBus.find((r) => r.uuid !== null && e.startsWith('GPU-') && r.uuid.startsWith(e))));
+      visible = cudaVisible
+        .split(',')
+        .map((e) => e.trim())
+        .map((e) => (/^\d+$/.test(e) ? byBus[Number(e)] : byBus.find((r) => r.uuid !== null && e.startsWith('GPU-') && r.uuid.startsWith(e))));
     }
     return visible[Number(cuda[1])];
   }
@@ -59,12 +62,7 @@ export function matchReading(d: ListedDevice, readings: readonly GpuReading[], c
 }
 
 /** Pure: merge llama-server's list with driver readings. */
-export function mergeDevices(
-  listed: readonly ListedDevice[],
-  readings: readonly GpuReading[] | null,
-  cpuBudgetMb: number,
-  opts: { cudaVisible?: string | undefined; readAt?: number } = {},
-): Device[] {
+export function mergeDevices(listed: readonly ListedDevice[], readings: readonly GpuReading[] | null, cpuBudgetMb: number, opts: { cudaVisible?: string | undefined; readAt?: number } = {}): Device[] {
   const out: Device[] = [];
   const readAt = opts.readAt ?? 0;
   for (const d of listed) {
@@ -85,8 +83,15 @@ export function mergeDevices(
   }
   if (cpuBudgetMb > 0) {
     out.push({
-      id: 'CPU', kind: 'cpu', description: `CPU (opted-in budget of ${cpuBudgetMb} MB)`, totalMb: cpuBudgetMb, reportedFreeMb: cpuBudgetMb,
-      utilizationPct: null, source: 'cpu-budget', busId: null, readAt: Number.MAX_SAFE_INTEGER,
+      id: 'CPU',
+      kind: 'cpu',
+      description: `CPU (opted-in budget of ${cpuBudgetMb} MB)`,
+      totalMb: cpuBudgetMb,
+      reportedFreeMb: cpuBudgetMb,
+      utilizationPct: null,
+      source: 'cpu-budget',
+      busId: null,
+      readAt: Number.MAX_SAFE_INTEGER,
     });
   }
   return out;

@@ -19,7 +19,15 @@ export interface GpuReading {
 
 type Fn = (...args: unknown[]) => number;
 interface Nvml {
-  init: Fn; shutdown: Fn; count: Fn; handle: Fn; memory: Fn; util: Fn; name: Fn; pci: Fn | null; uuid: Fn | null;
+  init: Fn;
+  shutdown: Fn;
+  count: Fn;
+  handle: Fn;
+  memory: Fn;
+  util: Fn;
+  name: Fn;
+  pci: Fn | null;
+  uuid: Fn | null;
   /** Compute and graphics process lists (a game is a graphics process); null on a driver without them. */
   procs: { compute: Fn; graphics: Fn } | null;
 }
@@ -48,12 +56,19 @@ function load(): Nvml | null {
     };
     try {
       koffi.struct('nvmlPciInfo_t', {
-        busIdLegacy: koffi.array('char', 16), domain: 'uint32', bus: 'uint32', device: 'uint32',
-        pciDeviceId: 'uint32', pciSubSystemId: 'uint32', busId: koffi.array('char', 32),
+        busIdLegacy: koffi.array('char', 16),
+        domain: 'uint32',
+        bus: 'uint32',
+        device: 'uint32',
+        pciDeviceId: 'uint32',
+        pciSubSystemId: 'uint32',
+        busId: koffi.array('char', 32),
       });
       cached.pci = lib.func('int nvmlDeviceGetPciInfo_v3(void *device, _Out_ nvmlPciInfo_t *pci)') as Fn;
       cached.uuid = lib.func('int nvmlDeviceGetUUID(void *device, _Out_ char *uuid, uint32 length)') as Fn;
-    } catch { /* an old driver: devices are matched by order */ }
+    } catch {
+      /* an old driver: devices are matched by order */
+    }
     try {
       koffi.struct('nvmlProcessInfo_t', { pid: 'uint32', usedGpuMemory: 'uint64', gpuInstanceId: 'uint32', computeInstanceId: 'uint32' });
       const sig = '(void *device, _Inout_ uint32 *count, _Out_ nvmlProcessInfo_t *infos)';
@@ -77,7 +92,7 @@ export function nvmlAvailable(): boolean {
 /** Whether the opt-in auto-pause detector can see other programs' GPU use here, and why not. */
 export function autoPauseSupport(): { available: boolean; why: string } {
   const n = load();
-  if (!n) return { available: false, why: 'NVIDIA\'s NVML (libnvidia-ml.so.1) is not here: auto-pause sees processes on NVIDIA GPUs only' };
+  if (!n) return { available: false, why: "NVIDIA's NVML (libnvidia-ml.so.1) is not here: auto-pause sees processes on NVIDIA GPUs only" };
   if (!n.procs) return { available: false, why: 'this NVIDIA driver has no process lists (nvmlDeviceGet*RunningProcesses_v3)' };
   return { available: true, why: 'NVML lists compute and graphics processes (games included)' };
 }

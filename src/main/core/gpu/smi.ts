@@ -16,7 +16,11 @@ export function parseNvidiaSmi(text: string): GpuReading[] {
     if (!Number.isInteger(i) || !Number.isFinite(t) || !Number.isFinite(f)) continue;
     const u = Number(util);
     out.push({
-      index: i, name: name!, totalMb: t, freeMb: f, utilizationPct: Number.isFinite(u) ? u : null,
+      index: i,
+      name: name!,
+      totalMb: t,
+      freeMb: f,
+      utilizationPct: Number.isFinite(u) ? u : null,
       busId: busId && /^[0-9a-f]+:[0-9a-f]+:[0-9a-f]+\.[0-9a-f]$/i.test(busId) ? busId : null,
       uuid: uuid && uuid.startsWith('GPU-') ? uuid : null,
       source: 'nvidia-smi',

@@ -48,9 +48,14 @@ export function hubAuth(config: HubConfig, keys: ApiKeys): HubAuth {
       if (!keyRequired()) return next();
       const token = bearer(req);
       if (token && isApiKey(token)) return next();
-      next(new RelayError(ErrorCode.INVALID_API_KEY, !config.apiKey && !keys.any
-        ? `this hub listens on ${config.host}, beyond this machine, so /v1 needs an API key: make one with \`relay keys create NAME\` (or on the dashboard) and send Authorization: Bearer <key>`
-        : 'a valid API key is required: send Authorization: Bearer <key>'));
+      next(
+        new RelayError(
+          ErrorCode.INVALID_API_KEY,
+          !config.apiKey && !keys.any
+            ? `this hub listens on ${config.host}, beyond this machine, so /v1 needs an API key: make one with \`relay keys create NAME\` (or on the dashboard) and send Authorization: Bearer <key>`
+            : 'a valid API key is required: send Authorization: Bearer <key>',
+        ),
+      );
     },
     requireAdmin: (readOnly) => (req, _res, next) => {
       const remote = config.loopbackAdmin ? req.socket.remoteAddress : undefined;
@@ -58,9 +63,12 @@ export function hubAuth(config: HubConfig, keys: ApiKeys): HubAuth {
       // A browser logged in through a one-time link (relay dashboard --link): admin, or read-only views only.
       const role = logins.role(cookieValue(req.get('cookie'), SESSION_COOKIE));
       if (role === 'admin' || (role === 'read' && readOnly)) return next();
-      next(new RelayError(ErrorCode.FORBIDDEN, role === 'read'
-        ? 'this dashboard login is read-only'
-        : 'the admin API answers loopback clients, a dashboard login (relay dashboard --link on the hub machine), or RELAY_ADMIN_TOKEN'));
+      next(
+        new RelayError(
+          ErrorCode.FORBIDDEN,
+          role === 'read' ? 'this dashboard login is read-only' : 'the admin API answers loopback clients, a dashboard login (relay dashboard --link on the hub machine), or RELAY_ADMIN_TOKEN',
+        ),
+      );
     },
   };
 }

@@ -113,9 +113,9 @@ export class HubAvailability {
     const was = this.last;
     this.last = a.state;
     if (a.state === 'paused' && was !== 'paused') {
-      this.d.log.info({ reason: a.reason }, 'the hub\'s own devices are paused: its placements stop, requests go to nodes');
+      this.d.log.info({ reason: a.reason }, "the hub's own devices are paused: its placements stop, requests go to nodes");
       this.d.onPaused(a.reason ?? 'paused');
-    } else if (a.state !== 'paused' && was === 'paused') this.d.log.info('the hub\'s own devices are available again');
+    } else if (a.state !== 'paused' && was === 'paused') this.d.log.info("the hub's own devices are available again");
   }
 
   /** Stops the clock; resolves once the settings given at start are stored. */

@@ -15,7 +15,10 @@ import { ErrorCode, RelayError } from '../../../shared/errors.js';
 
 /** This machine's non-internal IPv4 addresses: where other machines on the network reach it. */
 export function lanAddresses(interfaces = networkInterfaces()): string[] {
-  return Object.values(interfaces).flat().filter((a) => a !== undefined && a.family === 'IPv4' && !a.internal).map((a) => a!.address);
+  return Object.values(interfaces)
+    .flat()
+    .filter((a) => a !== undefined && a.family === 'IPv4' && !a.internal)
+    .map((a) => a!.address);
 }
 
 export function isLoopback(addr: string | undefined): boolean {
@@ -70,11 +73,10 @@ export function browserGuard(names: ReadonlySet<string>) {
     res.setHeader('x-content-type-options', 'nosniff');
     res.setHeader('referrer-policy', 'no-referrer');
     if (!hostAllowed(req.headers.host, names)) {
-      return next(new RelayError(ErrorCode.MISDIRECTED_REQUEST,
-        `this hub does not answer to the name "${req.headers.host}" (add it with RELAY_ALLOWED_HOSTS if it is really this machine)`));
+      return next(new RelayError(ErrorCode.MISDIRECTED_REQUEST, `this hub does not answer to the name "${req.headers.host}" (add it with RELAY_ALLOWED_HOSTS if it is really this machine)`));
     }
     if (!SAFE_METHODS.has(req.method) && !sameOrigin(req.get('origin'), req.get('sec-fetch-site'), req.headers.host)) {
-      return next(new RelayError(ErrorCode.FORBIDDEN, 'a request from another site\'s page is refused (Origin / Sec-Fetch-Site)'));
+      return next(new RelayError(ErrorCode.FORBIDDEN, "a request from another site's page is refused (Origin / Sec-Fetch-Site)"));
     }
     next();
   };

@@ -78,12 +78,16 @@ export async function startHub(config: HubConfig, deps: { log: Logger; install?:
       metrics.loadSeconds.add({ model }, seconds);
     },
   });
-  availability = new HubAvailability({
-    store, log: log.child({ c: 'hub-availability' }),
-    activeStreams: () => scheduler.view.hubStreams(),
-    ownPids: () => scheduler.view.localPids(),
-    onPaused: (reason) => void scheduler.hubPaused(reason),
-  }, { schedule: config.hubSchedule, autoPause: config.hubAutoPause });
+  availability = new HubAvailability(
+    {
+      store,
+      log: log.child({ c: 'hub-availability' }),
+      activeStreams: () => scheduler.view.hubStreams(),
+      ownPids: () => scheduler.view.localPids(),
+      onPaused: (reason) => void scheduler.hubPaused(reason),
+    },
+    { schedule: config.hubSchedule, autoPause: config.hubAutoPause },
+  );
   // Replica bookkeeping follows the nodes: lost or paused → torn down; every report → reconciled.
   nodes.on('lost', (conn, err: Error) => scheduler.nodeLost(conn, `disconnected (${err.message})`));
   nodes.on('availability', (conn) => {
@@ -104,7 +108,17 @@ export async function startHub(config: HubConfig, deps: { log: Logger; install?:
     nodeDevices: () => nodes.connected().flatMap((c) => scheduler.view.nodeDevicesFree(c.name, c.devices).map((d) => ({ node: c.name, id: d.id, totalMb: d.totalMb, freeMb: d.freeMb }))),
   });
   const app = createApp({
-    config, registry, scheduler, nodes, metrics, log, version: packageVersion(), availability, keys, nodesOverTlsOnly: true, spares,
+    config,
+    registry,
+    scheduler,
+    nodes,
+    metrics,
+    log,
+    version: packageVersion(),
+    availability,
+    keys,
+    nodesOverTlsOnly: true,
+    spares,
     cpuBudgetMb: () => inventory.cpuBudget,
     history: charts.history,
     llama: { tag: install.tag, version: install.version, backend: install.backend, backend_reason: install.backendReason },
@@ -126,21 +140,23 @@ export async function startHub(config: HubConfig, deps: { log: Logger; install?:
   // it needs the socket): destroyed on close, so closing never waits on one. A socket silent for 30 s is cut.
   const sockets = new Set<Socket>();
   const server: NetServer = await new Promise((resolve, reject) => {
-    const s = plain ? createNetServer((socket) => {
-      // What http.Server does for the sockets it accepts itself: without it Nagle holds each small SSE chunk
-      // written while the previous one is unacknowledged (a token waits for the client's delayed ACK).
-      socket.setNoDelay(true);
-      sockets.add(socket);
-      socket.setTimeout(30_000, () => socket.destroy());
-      socket.once('close', () => sockets.delete(socket));
-      socket.once('readable', () => {
-        socket.setTimeout(0);
-        const first = socket.read(1) as Buffer | null;
-        if (!first) return socket.destroy();
-        socket.unshift(first);
-        (first[0] === 0x16 ? secure : plain).emit('connection', socket); // 0x16: a TLS handshake record
-      });
-    }) : secure;
+    const s = plain
+      ? createNetServer((socket) => {
+          // What http.Server does for the sockets it accepts itself: without it Nagle holds each small SSE chunk
+          // written while the previous one is unacknowledged (a token waits for the client's delayed ACK).
+          socket.setNoDelay(true);
+          sockets.add(socket);
+          socket.setTimeout(30_000, () => socket.destroy());
+          socket.once('close', () => sockets.delete(socket));
+          socket.once('readable', () => {
+            socket.setTimeout(0);
+            const first = socket.read(1) as Buffer | null;
+            if (!first) return socket.destroy();
+            socket.unshift(first);
+            (first[0] === 0x16 ? secure : plain).emit('connection', socket); // 0x16: a TLS handshake record
+          });
+        })
+      : secure;
     s.once('error', reject);
     s.listen(config.port, config.host, () => resolve(s));
   });
@@ -176,7 +192,7 @@ export async function startHub(config: HubConfig, deps: { log: Logger; install?:
     setCpuBudgetMb(mb: number) {
       if (!Number.isInteger(mb) || mb < 0) throw new RelayError(ErrorCode.INVALID_ARGUMENT, `the CPU budget must be a whole number of MB >= 0, got ${mb}`);
       inventory.setCpuBudgetMb(mb);
-      log.info({ cpu_budget_mb: mb }, 'the hub\'s CPU budget changed');
+      log.info({ cpu_budget_mb: mb }, "the hub's CPU budget changed");
     },
     close() {
       closing ??= (async () => {

@@ -30,7 +30,9 @@ export class ApiKeys {
 
   list(): ApiKeyView[] {
     return (this.store.data.api_keys ?? []).map((k) => ({
-      name: k.name, prefix: k.prefix, created_at: k.created_at,
+      name: k.name,
+      prefix: k.prefix,
+      created_at: k.created_at,
       last_used_at: this.lastUsed.has(k.name) ? new Date(this.lastUsed.get(k.name)!).toISOString() : k.last_used_at,
     }));
   }
@@ -78,10 +80,12 @@ export class ApiKeys {
     const prev = this.lastUsed.get(name) ?? 0;
     this.lastUsed.set(name, now);
     if (now - prev < 60_000) return;
-    void this.store.update((d) => {
-      const k = d.api_keys?.find((x) => x.name === name);
-      if (k) k.last_used_at = new Date(now).toISOString();
-    }).catch(() => undefined);
+    void this.store
+      .update((d) => {
+        const k = d.api_keys?.find((x) => x.name === name);
+        if (k) k.last_used_at = new Date(now).toISOString();
+      })
+      .catch(() => undefined);
   }
 }
 

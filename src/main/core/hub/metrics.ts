@@ -4,12 +4,19 @@
 type Labels = Record<string, string>;
 
 function key(labels: Labels): string {
-  return Object.entries(labels).sort(([a], [b]) => a.localeCompare(b)).map(([k, v]) => `${k}="${v.replace(/["\\\n]/g, '_')}"`).join(',');
+  return Object.entries(labels)
+    .sort(([a], [b]) => a.localeCompare(b))
+    .map(([k, v]) => `${k}="${v.replace(/["\\\n]/g, '_')}"`)
+    .join(',');
 }
 
 class Family {
   readonly values = new Map<string, number>();
-  constructor(readonly name: string, readonly type: 'counter' | 'gauge', readonly help: string) {}
+  constructor(
+    readonly name: string,
+    readonly type: 'counter' | 'gauge',
+    readonly help: string,
+  ) {}
   add(labels: Labels, v = 1): void {
     const k = key(labels);
     this.values.set(k, (this.values.get(k) ?? 0) + v);

@@ -85,9 +85,7 @@ export function proxyToReplica(opts: {
   const up = http.request(url, {
     method: 'POST',
     // A node replica: the request rides a fresh http stream through that node's tunnel.
-    ...(lease.connect
-      ? { createConnection: lease.connect }
-      : spares ? { createConnection: () => spares.take(url.hostname, Number(url.port)) } : { agent }),
+    ...(lease.connect ? { createConnection: lease.connect } : spares ? { createConnection: () => spares.take(url.hostname, Number(url.port)) } : { agent }),
     headers: {
       'content-type': 'application/json',
       'content-length': String(opts.body.byteLength),

@@ -49,5 +49,4 @@ export const mountAdmin: Mount = (app, { d, raw, auth }) => {
       next(err);
     }
   });
-
 };

@@ -19,7 +19,15 @@ export function modelViewer(d: AppDeps): (m: ModelRecord) => ModelRecord & Model
       ...m,
       file,
       need_mb: Math.ceil(need.needMb),
-      need: { weights_mb: Math.ceil(need.weightsMb), kv_mb: Math.ceil(need.kvMb), overhead_mb: Math.ceil(need.overheadMb), ctx: need.ctx, slots: need.slots, kv_scale: need.kvScale, kv_cache_type: need.kvCacheType },
+      need: {
+        weights_mb: Math.ceil(need.weightsMb),
+        kv_mb: Math.ceil(need.kvMb),
+        overhead_mb: Math.ceil(need.overheadMb),
+        ctx: need.ctx,
+        slots: need.slots,
+        kv_scale: need.kvScale,
+        kv_cache_type: need.kvCacheType,
+      },
       fits_now: a.available && file !== 'missing',
       shortfall: file === 'missing' ? `the file is gone from ${modelFiles(m).find((f) => !existsSync(f.path))?.path ?? m.path} (register it again, or remove the model)` : a.reason,
     };
@@ -115,5 +123,4 @@ export const mountModels: Mount = (app, { d, raw, auth, modelView }) => {
       next(err);
     }
   });
-
 };

@@ -13,7 +13,7 @@ export const mountNodes: Mount = (app, { d, raw, auth }) => {
   app.post('/api/nodes/join', raw, async (req, res, next) => {
     try {
       if (d.nodesOverTlsOnly && !(req.socket instanceof TLSSocket)) {
-        throw new RelayError(ErrorCode.FORBIDDEN, 'join over TLS: `relay up --token` does so itself with a token that carries this hub\'s certificate fingerprint');
+        throw new RelayError(ErrorCode.FORBIDDEN, "join over TLS: `relay up --token` does so itself with a token that carries this hub's certificate fingerprint");
       }
       const body = parseJson(req);
       const r = await nodes.join(textField(body.token), textField(body.name));
@@ -43,14 +43,14 @@ export const mountNodes: Mount = (app, { d, raw, auth }) => {
       // The address nodes reach this hub at: the one it listens on, else the one this request came in on (the
       // dashboard opened from another machine), else the first LAN address; loopback when it listens on nothing else.
       const local = (req.socket.localAddress ?? '').replace(/^::ffff:/, '');
-      const lan = !beyondLoopback(config.host) ? undefined
-        : config.host !== '0.0.0.0' && config.host !== '::' ? config.host
-          : local && !isLoopback(local) ? local : lanAddresses()[0];
+      const lan = !beyondLoopback(config.host) ? undefined : config.host !== '0.0.0.0' && config.host !== '::' ? config.host : local && !isLoopback(local) ? local : lanAddresses()[0];
       const host = lan ?? '127.0.0.1';
       const hubUrl = `http://${host.includes(':') ? `[${host}]` : host}:${req.socket.localPort}`;
       const token = hubJoinToken(config.home, hubUrl);
       res.status(201).json({
-        token, hub_url: hubUrl, command: `npx relay up --hub ${hubUrl} --token ${token}`,
+        token,
+        hub_url: hubUrl,
+        command: `npx relay up --hub ${hubUrl} --token ${token}`,
         expires_at: new Date(Date.now() + JOIN_TOKEN_TTL_MS).toISOString(),
         note: lan ? null : 'this hub listens on 127.0.0.1 only: a node on another machine cannot reach it (start it with --listen 0.0.0.0, or tick "other machines" in the tray\'s setup)',
       });
@@ -85,5 +85,4 @@ export const mountNodes: Mount = (app, { d, raw, auth }) => {
       next(err);
     }
   });
-
 };

@@ -72,8 +72,14 @@ export const mountV1: Mount = (app, { d, raw, auth, recent }) => {
       const done = (status: number, usage: { promptTokens: number; completionTokens: number; tokensPerSecond: number | null } | null = null): void => {
         metrics.requests.add({ endpoint, status: String(status) });
         recent.add({
-          at: new Date(t0).toISOString(), model, endpoint, status, ms: Date.now() - t0,
-          prompt_tokens: usage?.promptTokens ?? null, completion_tokens: usage?.completionTokens ?? null, tokens_per_second: usage?.tokensPerSecond ?? null,
+          at: new Date(t0).toISOString(),
+          model,
+          endpoint,
+          status,
+          ms: Date.now() - t0,
+          prompt_tokens: usage?.promptTokens ?? null,
+          completion_tokens: usage?.completionTokens ?? null,
+          tokens_per_second: usage?.tokensPerSecond ?? null,
         });
       };
       try {
@@ -102,7 +108,13 @@ export const mountV1: Mount = (app, { d, raw, auth, recent }) => {
             return;
           }
           const outcome = await proxyToReplica({
-            lease, path: `/v1/${endpoint}`, body: req.body as Buffer, req, res, log, spares: d.spares,
+            lease,
+            path: `/v1/${endpoint}`,
+            body: req.body as Buffer,
+            req,
+            res,
+            log,
+            spares: d.spares,
             onDone: (status, usage) => {
               done(status, usage);
               if (usage) {

@@ -36,7 +36,20 @@ export function buildStatus({ d, auth, recent, modelView }: HubHttp) {
     devices: scheduler.view.deviceStatus(),
     models: registry.list().map((m) => {
       const v = modelView(m);
-      return { name: m.name, size: m.size, sha256: m.sha256, path: m.path, parts: modelFiles(m).length, file: v.file, settings: m.settings ?? null, need_mb: v.need_mb, need: v.need, fits_now: v.fits_now, shortfall: v.shortfall, embedding: m.embedding };
+      return {
+        name: m.name,
+        size: m.size,
+        sha256: m.sha256,
+        path: m.path,
+        parts: modelFiles(m).length,
+        file: v.file,
+        settings: m.settings ?? null,
+        need_mb: v.need_mb,
+        need: v.need,
+        fits_now: v.fits_now,
+        shortfall: v.shortfall,
+        embedding: m.embedding,
+      };
     }),
     replicas: scheduler.view.status(),
     shards: scheduler.view.shardStatus(),
@@ -48,7 +61,6 @@ export function buildStatus({ d, auth, recent, modelView }: HubHttp) {
     recent: recent.list,
   };
 }
-
 
 /** /status, its live /events, the charts' history, /metrics and the dashboard page. */
 export const mountStatus: Mount = (app, h) => {
@@ -76,5 +88,4 @@ export const mountStatus: Mount = (app, h) => {
     res.setHeader('content-security-policy', pageCsp(html));
     res.type('html').send(html);
   });
-
 };

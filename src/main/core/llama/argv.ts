@@ -60,14 +60,22 @@ export function effectiveFlashAttn(cacheType: KvCacheType, explicit: FlashAttn |
 
 export function llamaServerArgv(o: LlamaServerOptions): string[] {
   const a = [
-    '--model', o.model,
-    '--host', o.host,
-    '--port', String(o.port),
-    '--ctx-size', String(o.ctx * o.slots),
-    '--parallel', String(o.slots),
-    '--cache-type-k', o.cacheType,
-    '--cache-type-v', o.cacheType,
-    '--flash-attn', effectiveFlashAttn(o.cacheType, o.flashAttn),
+    '--model',
+    o.model,
+    '--host',
+    o.host,
+    '--port',
+    String(o.port),
+    '--ctx-size',
+    String(o.ctx * o.slots),
+    '--parallel',
+    String(o.slots),
+    '--cache-type-k',
+    o.cacheType,
+    '--cache-type-v',
+    o.cacheType,
+    '--flash-attn',
+    effectiveFlashAttn(o.cacheType, o.flashAttn),
     '--no-webui',
   ];
   if (o.gpuLayers !== undefined) a.push('--n-gpu-layers', String(o.gpuLayers));

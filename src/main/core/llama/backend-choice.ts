@@ -37,21 +37,36 @@ export interface BackendPackage {
 const NLC = '3.21.1';
 export const BACKEND_PACKAGES: readonly BackendPackage[] = [
   {
-    id: 'cuda13', backend: 'cuda', platform: 'linux', arch: 'x64', package: '@node-llama-cpp/linux-x64-cuda', version: NLC,
+    id: 'cuda13',
+    backend: 'cuda',
+    platform: 'linux',
+    arch: 'x64',
+    package: '@node-llama-cpp/linux-x64-cuda',
+    version: NLC,
     integrity: 'sha512-idsE55VoD/FbvLhnBC9krUJaUoC0XnebseAAnCpm/brKf61HEbu+idgbb5eN6mxkjLSrHtILprJ0nDcUJjVrFg==',
     file: /^package\/bins\/linux-x64-cuda\/libggml-cuda\.so$/,
     needs: ['libcuda.so.1', 'libcudart.so.13', 'libcublas.so.13'],
     runtime: 'CUDA 13 runtime (libcudart.so.13, libcublas.so.13)',
   },
   {
-    id: 'cuda12', backend: 'cuda', platform: 'linux', arch: 'x64', package: '@node-llama-cpp/linux-x64-cuda-ext', version: NLC,
+    id: 'cuda12',
+    backend: 'cuda',
+    platform: 'linux',
+    arch: 'x64',
+    package: '@node-llama-cpp/linux-x64-cuda-ext',
+    version: NLC,
     integrity: 'sha512-1PuURowccBcks3CCoMe1mTHh5vD0V5bFHMUEgtbI/OSDjpP+Pdbn+lf42CGUrepTzR8kCH1HovQ7d8q6/vuIKA==',
     file: /^package\/bins\/linux-x64-cuda\/fallback\/libggml-cuda\.so$/,
     needs: ['libcuda.so.1', 'libcudart.so.12', 'libcublas.so.12'],
     runtime: 'CUDA 12 runtime (libcudart.so.12, libcublas.so.12)',
   },
   {
-    id: 'vulkan', backend: 'vulkan', platform: 'linux', arch: 'x64', package: '@node-llama-cpp/linux-x64-vulkan', version: NLC,
+    id: 'vulkan',
+    backend: 'vulkan',
+    platform: 'linux',
+    arch: 'x64',
+    package: '@node-llama-cpp/linux-x64-vulkan',
+    version: NLC,
     integrity: 'sha512-flEeSzONQ6OIm5bYKLQf4eEnBzcC5WugFbyPUwkCqyyOFZ8pH0H9ulQ7ZNDLSIczeKneMRJornlyY1Hq7d3GDA==',
     file: /^package\/bins\/linux-x64-vulkan\/libggml-vulkan\.so$/,
     needs: ['libvulkan.so.1'],
@@ -73,9 +88,7 @@ export interface MachineProbe {
   readonly sourceModules: Readonly<Partial<Record<GpuBackend, string>>>;
 }
 
-export type Candidate =
-  | { readonly backend: GpuBackend; readonly from: 'source'; readonly module: string }
-  | { readonly backend: GpuBackend; readonly from: 'package'; readonly pkg: BackendPackage };
+export type Candidate = { readonly backend: GpuBackend; readonly from: 'source'; readonly module: string } | { readonly backend: GpuBackend; readonly from: 'package'; readonly pkg: BackendPackage };
 
 export interface CandidateList {
   readonly candidates: readonly Candidate[];
@@ -108,9 +121,11 @@ export function backendCandidates(probe: MachineProbe, choice: BackendChoice, pa
         if (missing.length === 0) out.push({ backend: 'cuda', from: 'package', pkg: p });
       }
       if (!out.some((c) => c.backend === 'cuda')) {
-        notes.push(cuda.length === 0
-          ? `NVIDIA driver found, but no prebuilt CUDA module for ${probe.platform}-${probe.arch} (build one: relay llama build --backend cuda)`
-          : `NVIDIA driver found, CUDA runtime missing (${cuda.map((p) => p.runtime).join(' or ')})`);
+        notes.push(
+          cuda.length === 0
+            ? `NVIDIA driver found, but no prebuilt CUDA module for ${probe.platform}-${probe.arch} (build one: relay llama build --backend cuda)`
+            : `NVIDIA driver found, CUDA runtime missing (${cuda.map((p) => p.runtime).join(' or ')})`,
+        );
       }
     }
   }

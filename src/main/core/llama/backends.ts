@@ -4,8 +4,17 @@ import { createRequire } from 'node:module';
 import { basename, join } from 'node:path';
 import { ErrorCode, RelayError } from '../../../shared/errors.js';
 import {
-  BACKEND_PACKAGES, backendCandidates, describeCandidate, devicePrefix, GPU_BACKENDS, librariesToProbe,
-  type BackendChoice, type BackendPackage, type Candidate, type GpuBackend, type MachineProbe,
+  BACKEND_PACKAGES,
+  backendCandidates,
+  describeCandidate,
+  devicePrefix,
+  GPU_BACKENDS,
+  librariesToProbe,
+  type BackendChoice,
+  type BackendPackage,
+  type Candidate,
+  type GpuBackend,
+  type MachineProbe,
 } from './backend-choice.js';
 import { parseListDevices, type ListedDevice } from './devices.js';
 import { cacheRoot, packFromRegistry, type Progress } from './fetch.js';
@@ -58,7 +67,9 @@ function vulkanIcds(env: NodeJS.ProcessEnv): string[] {
   const dirs = ['/usr/share/vulkan/icd.d', '/usr/local/share/vulkan/icd.d', '/etc/vulkan/icd.d'];
   return dirs.flatMap((d) => {
     try {
-      return readdirSync(d).filter((f) => f.endsWith('.json')).map((f) => join(d, f));
+      return readdirSync(d)
+        .filter((f) => f.endsWith('.json'))
+        .map((f) => join(d, f));
     } catch {
       return [];
     }
@@ -186,7 +197,11 @@ export async function resolveBackend(opts: {
     if (mine.length > 0) {
       const why = notes.length > 0 ? `${notes.join('; ')}: ` : '';
       return {
-        backend: c.backend, module, from, devices, notes,
+        backend: c.backend,
+        module,
+        from,
+        devices,
+        notes,
         reason: `${why}using ${describeCandidate(c)}: ${mine.map((d) => `${d.name} ${d.description}`).join(', ')}`,
       };
     }

@@ -1,16 +1,12 @@
 import { spawnSync } from 'node:child_process';
-import {
-  copyFileSync, cpSync, existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, statSync, writeFileSync,
-} from 'node:fs';
+import { copyFileSync, cpSync, existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { availableParallelism } from 'node:os';
 import { join } from 'node:path';
 import { ErrorCode, RelayError } from '../../../shared/errors.js';
 import type { BackendChoice, GpuBackend } from './backend-choice.js';
 import { moduleFileName } from './backends.js';
 import { cacheRoot, packFromRegistry, run, type Progress } from './fetch.js';
-import {
-  chooseBackend, findLlama, installDir, isShippedFile, LAYOUT, LLAMA_SOURCE, readVersion, SERVER_BIN, type InstallManifest, type LlamaInstall,
-} from './install.js';
+import { chooseBackend, findLlama, installDir, isShippedFile, LAYOUT, LLAMA_SOURCE, readVersion, SERVER_BIN, type InstallManifest, type LlamaInstall } from './install.js';
 
 /** Building the shared llama.cpp (and GPU modules with a local toolkit) into the cache; install.ts finds it. */
 
@@ -19,7 +15,6 @@ const BACKEND_FLAGS: Record<GpuBackend, string[]> = {
   vulkan: ['-DGGML_VULKAN=ON'],
   metal: ['-DGGML_METAL=ON'],
 };
-
 
 function hasCommand(cmd: string): boolean {
   return spawnSync(cmd, ['--version'], { stdio: 'ignore' }).status === 0;
@@ -85,11 +80,18 @@ async function withLock<T>(lockDir: string, progress: Progress, fn: () => Promis
       let owner = NaN;
       try {
         owner = Number(readFileSync(join(lockDir, 'pid'), 'utf8'));
-      } catch { /* being written */ }
+      } catch {
+        /* being written */
+      }
       let alive = false;
       try {
-        if (owner > 0) { process.kill(owner, 0); alive = true; }
-      } catch { /* gone */ }
+        if (owner > 0) {
+          process.kill(owner, 0);
+          alive = true;
+        }
+      } catch {
+        /* gone */
+      }
       if (!alive && Number.isFinite(owner)) {
         rmSync(lockDir, { recursive: true, force: true });
         continue;
@@ -128,7 +130,10 @@ async function buildTargets(gpu: GpuBackend | null, env: NodeJS.ProcessEnv, prog
       if (m) {
         const pct = Number(m[1]);
         // Every new percent: a terminal shows it as a bar; logs keep one line in ten (TerminalProgress).
-        if (pct > lastPct) { lastPct = pct; return true; }
+        if (pct > lastPct) {
+          lastPct = pct;
+          return true;
+        }
         return false;
       }
       return /error/i.test(l);
@@ -214,4 +219,3 @@ export async function ensureLlama(opts: { backend?: BackendChoice; env?: NodeJS.
   const { install } = await chooseBackend(base, { choice: opts.backend, env, progress });
   return install;
 }
-

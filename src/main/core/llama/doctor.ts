@@ -6,12 +6,7 @@ import type { LlamaInstall } from './install.js';
  * `relay doctor`'s report, pure: what the machine has, the backend relay uses and why, the devices, and
  * whether auto-pause can work here. One line per fact, aligned like the rest of the CLI's output.
  */
-export function doctorLines(
-  install: LlamaInstall,
-  r: BackendResolution,
-  probe: MachineProbe,
-  autoPause: { available: boolean; why: string },
-): string[] {
+export function doctorLines(install: LlamaInstall, r: BackendResolution, probe: MachineProbe, autoPause: { available: boolean; why: string }): string[] {
   const yes = (b: boolean): string => (b ? 'yes' : 'no');
   const lib = (name: string): string => `${name} ${yes(probe.libs[name] === true)}`;
   const cudaLibs = Object.keys(probe.libs).filter((l) => /cud/.test(l));
@@ -21,7 +16,13 @@ export function doctorLines(
     `llama.cpp        ${install.tag} (${install.version})`,
     `NVIDIA driver    ${yes(probe.libs['libcuda.so.1'] === true || probe.nvidiaSmi)} (libcuda.so.1 ${yes(probe.libs['libcuda.so.1'] === true)}, nvidia-smi ${yes(probe.nvidiaSmi)})`,
   ];
-  if (cudaLibs.some((l) => l !== 'libcuda.so.1')) out.push(`CUDA runtime     ${cudaLibs.filter((l) => l !== 'libcuda.so.1').map(lib).join(', ')}`);
+  if (cudaLibs.some((l) => l !== 'libcuda.so.1'))
+    out.push(
+      `CUDA runtime     ${cudaLibs
+        .filter((l) => l !== 'libcuda.so.1')
+        .map(lib)
+        .join(', ')}`,
+    );
   if ('libvulkan.so.1' in probe.libs) {
     out.push(`Vulkan           loader ${yes(probe.libs['libvulkan.so.1'] === true)}, drivers: ${probe.vulkanIcds.map((f) => f.split('/').pop()).join(', ') || 'none'}`);
   }

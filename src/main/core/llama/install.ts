@@ -3,9 +3,7 @@ import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { ErrorCode, RelayError } from '../../../shared/errors.js';
 import { devicePrefix, GPU_BACKENDS, type BackendChoice, type GpuBackend } from './backend-choice.js';
-import {
-  backendChoiceFromEnv, backendEnv, listDevicesWith, modulesIn, resolveBackend, shippedModulesIn, type BackendResolution,
-} from './backends.js';
+import { backendChoiceFromEnv, backendEnv, listDevicesWith, modulesIn, resolveBackend, shippedModulesIn, type BackendResolution } from './backends.js';
 import { cacheRoot, type Progress } from './fetch.js';
 
 export { cacheRoot, type Progress } from './fetch.js';
@@ -119,7 +117,10 @@ export function withBackend(install: LlamaInstall, r: Pick<BackendResolution, 'b
 }
 
 /** Choose the backend for `install` (see backends.ts): source-built or shipped modules first, then the registry's. */
-export async function chooseBackend(install: LlamaInstall, opts: { choice?: BackendChoice; env?: NodeJS.ProcessEnv; progress?: Progress } = {}): Promise<{ install: LlamaInstall; resolution: BackendResolution }> {
+export async function chooseBackend(
+  install: LlamaInstall,
+  opts: { choice?: BackendChoice; env?: NodeJS.ProcessEnv; progress?: Progress } = {},
+): Promise<{ install: LlamaInstall; resolution: BackendResolution }> {
   const env = opts.env ?? process.env;
   const choice = opts.choice ?? backendChoiceFromEnv(env);
   if (install.source === 'env' && choice === 'auto') {
@@ -152,4 +153,3 @@ export function builtInBackend(serverPath: string, env: NodeJS.ProcessEnv): Back
 export function isShippedFile(name: string): boolean {
   return name === SERVER_BIN || name === RPC_BIN || /\.(so(\.\d+)*|dylib|dll)$/.test(name);
 }
-

@@ -48,7 +48,9 @@ function installExitHook(): void {
     for (const c of live) {
       try {
         c.kill('SIGKILL');
-      } catch { /* already gone */ }
+      } catch {
+        /* already gone */
+      }
     }
   });
 }
@@ -137,9 +139,18 @@ export class ManagedChild {
       });
       const r = spec.readiness;
       if (r.kind === 'none') settle();
-      else if (r.kind === 'line') lineWaiters.push((l) => { if (r.pattern.test(l)) settle(); });
-      else if (r.kind === 'tcp') void pollTcp(r.host, r.port, r.intervalMs ?? 100, () => settled).then((ok) => { if (ok) settle(); });
-      else void pollHealth(r.url, r.intervalMs ?? 100, () => settled).then((ok) => { if (ok) settle(); });
+      else if (r.kind === 'line')
+        lineWaiters.push((l) => {
+          if (r.pattern.test(l)) settle();
+        });
+      else if (r.kind === 'tcp')
+        void pollTcp(r.host, r.port, r.intervalMs ?? 100, () => settled).then((ok) => {
+          if (ok) settle();
+        });
+      else
+        void pollHealth(r.url, r.intervalMs ?? 100, () => settled).then((ok) => {
+          if (ok) settle();
+        });
     });
     // A caller that only awaits `exited` must not see an unhandled rejection from `ready`.
     this.ready.catch(() => undefined);
@@ -199,7 +210,9 @@ async function pollHealth(url: string, intervalMs: number, stop: () => boolean):
       const res = await fetch(url, { signal: AbortSignal.timeout(2000) });
       await res.body?.cancel();
       if (res.status === 200) return true;
-    } catch { /* not listening yet */ }
+    } catch {
+      /* not listening yet */
+    }
     await new Promise((r) => setTimeout(r, intervalMs));
   }
   return false;
@@ -209,7 +222,10 @@ async function pollTcp(host: string, port: number, intervalMs: number, stop: () 
   while (!stop()) {
     const ok = await new Promise<boolean>((resolve) => {
       const sock = connect({ host, port });
-      sock.once('connect', () => { sock.destroy(); resolve(true); });
+      sock.once('connect', () => {
+        sock.destroy();
+        resolve(true);
+      });
       sock.once('error', () => resolve(false));
     });
     if (ok) return true;

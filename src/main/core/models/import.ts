@@ -36,7 +36,10 @@ const OLLAMA_NOT_MODELS: Record<string, string> = {
 
 /** A name the registry accepts: letters, digits and . _ : - ; anything else becomes '-'. */
 export function importName(s: string): string {
-  const n = s.replace(/[^A-Za-z0-9._:-]+/g, '-').replace(/^[^A-Za-z0-9]+/, '').slice(0, 128);
+  const n = s
+    .replace(/[^A-Za-z0-9._:-]+/g, '-')
+    .replace(/^[^A-Za-z0-9]+/, '')
+    .slice(0, 128);
   return n.length > 0 ? n : 'model';
 }
 
@@ -71,7 +74,9 @@ function walk(dir: string, out: string[] = [], depth = 0): string[] {
     else if (e.isSymbolicLink()) {
       try {
         if (statSync(p).isFile()) out.push(p);
-      } catch { /* a dangling link */ }
+      } catch {
+        /* a dangling link */
+      }
     }
   }
   return out;

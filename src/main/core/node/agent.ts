@@ -3,10 +3,7 @@ import type { Server } from 'node:http';
 import { join } from 'node:path';
 import type { Logger } from 'pino';
 import { ErrorCode, RelayError, fromWireCode, isRelayError, wireCode } from '../../../shared/errors.js';
-import {
-  PROTOCOL_VERSION, parseHubMessage,
-  type Availability, type Command, type DeviceInfo, type HubToNode, type NodeToHub, type RunningReplica, type StageInfo,
-} from '../../../shared/protocol.js';
+import { PROTOCOL_VERSION, parseHubMessage, type Availability, type Command, type DeviceInfo, type HubToNode, type NodeToHub, type RunningReplica, type StageInfo } from '../../../shared/protocol.js';
 import { HostInventory } from '../gpu/inventory.js';
 import type { LlamaInstall } from '../llama/install.js';
 import { ControlChannel, openStream, replyErr, replyOk } from '../tunnel/channel.js';
@@ -149,7 +146,15 @@ export class NodeAgent extends EventEmitter {
   private heartbeat(): void {
     const a = this.availability();
     this.lastSent = a.state;
-    this.control?.send({ type: 'heartbeat', devices: this.devices(), availability: a.state, reason: a.reason, replicas: this.runningReplicas(), cache: this.cache.inventory(), schedule: this.settings.schedule });
+    this.control?.send({
+      type: 'heartbeat',
+      devices: this.devices(),
+      availability: a.state,
+      reason: a.reason,
+      replicas: this.runningReplicas(),
+      cache: this.cache.inventory(),
+      schedule: this.settings.schedule,
+    });
   }
 
   // ---- connection ----
@@ -205,61 +210,72 @@ export class NodeAgent extends EventEmitter {
 
   /** One connection: resolves when it ends (so the loop reconnects), rejects on refusal. */
   private connectOnce(): Promise<void> {
-    return openTunnel(this.settings).then((session) => new Promise((resolve, reject) => {
-      const st = openStream(session, { kind: 'control' });
-      const control = new ControlChannel<HubToNode, NodeToHub>(st, parseHubMessage);
-      const a = this.availability();
-      control.send({
-        type: 'hello', protocol: PROTOCOL_VERSION, node: this.settings.name, llama: this.d.install.version,
-        devices: this.devices(), cache: this.cache.inventory(), partials: this.cache.partials(), replicas: this.runningReplicas(),
-        availability: a.state, reason: a.reason, schedule: this.settings.schedule,
-      });
-      const welcomeTimer = setTimeout(() => session.destroy(new RelayError(ErrorCode.TUNNEL_PROTOCOL, 'no welcome from the hub')), 10_000);
-      control.on('message', (m: HubToNode) => {
-        if (m.type === 'welcome') {
-          clearTimeout(welcomeTimer);
-          this.session = session;
-          this.control = control;
-          this.connected = true;
-          this.lastSent = a.state;
-          if (this.orphanTimer) clearTimeout(this.orphanTimer);
-          this.orphanTimer = null;
-          this.d.log.info({ hub: this.settings.hub, protocol: m.protocol }, 'connected to the hub');
-          this.emit('connected');
-          return;
-        }
-        if (m.type === 'error') {
-          clearTimeout(welcomeTimer);
-          this.d.log.error({ code: m.code }, `hub: ${m.message}`);
-          if (m.code === 'version_mismatch') reject(new RelayError(ErrorCode.VERSION_MISMATCH, `the hub refused this node: ${m.message}`));
-          // Another agent holds this credential: keep retrying with backoff (it may be stopping), never evict it.
-          else reject(new RelayError(fromWireCode(m.code), `the hub refused this connection: ${m.message}`));
-          return;
-        }
-        void this.onCommand(m);
-      });
-      session.on('stream', (s: YamuxStream) => void this.onStream(s));
-      session.once('close', (err: Error) => {
-        clearTimeout(welcomeTimer);
-        const was = this.connected;
-        this.connected = false;
-        this.session = null;
-        this.control = null;
-        if (was) this.d.log.warn({ why: err.message }, 'lost the hub');
-        // The hub already tore down what ran here; if it stays away, release the device too. A quick
-        // reconnect keeps them, and the hub's reconciliation stops what it no longer expects.
-        if (was && !this.orphanTimer) {
-          const ms = this.config.orphanMs;
-          this.orphanTimer = setTimeout(() => {
-            this.orphanTimer = null;
-            if (!this.connected) void this.stopEverything(`the hub has been unreachable for ${ms} ms`);
-          }, ms);
-          this.orphanTimer.unref();
-        }
-        this.emit('disconnected');
-        resolve();
-      });
-    }));
+    return openTunnel(this.settings).then(
+      (session) =>
+        new Promise((resolve, reject) => {
+          const st = openStream(session, { kind: 'control' });
+          const control = new ControlChannel<HubToNode, NodeToHub>(st, parseHubMessage);
+          const a = this.availability();
+          control.send({
+            type: 'hello',
+            protocol: PROTOCOL_VERSION,
+            node: this.settings.name,
+            llama: this.d.install.version,
+            devices: this.devices(),
+            cache: this.cache.inventory(),
+            partials: this.cache.partials(),
+            replicas: this.runningReplicas(),
+            availability: a.state,
+            reason: a.reason,
+            schedule: this.settings.schedule,
+          });
+          const welcomeTimer = setTimeout(() => session.destroy(new RelayError(ErrorCode.TUNNEL_PROTOCOL, 'no welcome from the hub')), 10_000);
+          control.on('message', (m: HubToNode) => {
+            if (m.type === 'welcome') {
+              clearTimeout(welcomeTimer);
+              this.session = session;
+              this.control = control;
+              this.connected = true;
+              this.lastSent = a.state;
+              if (this.orphanTimer) clearTimeout(this.orphanTimer);
+              this.orphanTimer = null;
+              this.d.log.info({ hub: this.settings.hub, protocol: m.protocol }, 'connected to the hub');
+              this.emit('connected');
+              return;
+            }
+            if (m.type === 'error') {
+              clearTimeout(welcomeTimer);
+              this.d.log.error({ code: m.code }, `hub: ${m.message}`);
+              if (m.code === 'version_mismatch') reject(new RelayError(ErrorCode.VERSION_MISMATCH, `the hub refused this node: ${m.message}`));
+              // Another agent holds this credential: keep retrying with backoff (it may be stopping), never evict it.
+              else reject(new RelayError(fromWireCode(m.code), `the hub refused this connection: ${m.message}`));
+              return;
+            }
+            void this.onCommand(m);
+          });
+          session.on('stream', (s: YamuxStream) => void this.onStream(s));
+          session.once('close', (err: Error) => {
+            clearTimeout(welcomeTimer);
+            const was = this.connected;
+            this.connected = false;
+            this.session = null;
+            this.control = null;
+            if (was) this.d.log.warn({ why: err.message }, 'lost the hub');
+            // The hub already tore down what ran here; if it stays away, release the device too. A quick
+            // reconnect keeps them, and the hub's reconciliation stops what it no longer expects.
+            if (was && !this.orphanTimer) {
+              const ms = this.config.orphanMs;
+              this.orphanTimer = setTimeout(() => {
+                this.orphanTimer = null;
+                if (!this.connected) void this.stopEverything(`the hub has been unreachable for ${ms} ms`);
+              }, ms);
+              this.orphanTimer.unref();
+            }
+            this.emit('disconnected');
+            resolve();
+          });
+        }),
+    );
   }
 
   // ---- commands (commands.ts) ----
@@ -281,7 +297,10 @@ export class NodeAgent extends EventEmitter {
   /** Emits 'push-progress' {sha256, done, total} while a push is received and 'push-end' {sha256, ok} after. */
   private onStream(st: YamuxStream): Promise<void> {
     return serveHubStream(st, {
-      work: this.work, cache: this.cache, spares: this.spares, log: this.d.log,
+      work: this.work,
+      cache: this.cache,
+      spares: this.spares,
+      log: this.d.log,
       active: (delta) => {
         this.activeStreams += delta;
         void this.availabilityChanged();

@@ -38,11 +38,15 @@ function parseTime(t: string): number {
 
 /** "mon-fri 09:00-17:30; sat,sun 22:00-07:00" → windows in which sharing is paused. */
 export function parseSchedule(spec: string): PauseWindow[] {
-  return spec.split(';').map((s) => s.trim()).filter(Boolean).map((entry) => {
-    const m = /^(\S+)\s+(\d{1,2}:\d{2})-(\d{1,2}:\d{2})$/.exec(entry);
-    if (!m) throw new Error(`bad schedule entry "${entry}" (e.g. "mon-fri 09:00-17:30")`);
-    return { days: parseDays(m[1]!), fromMin: parseTime(m[2]!), toMin: parseTime(m[3]!) };
-  });
+  return spec
+    .split(';')
+    .map((s) => s.trim())
+    .filter(Boolean)
+    .map((entry) => {
+      const m = /^(\S+)\s+(\d{1,2}:\d{2})-(\d{1,2}:\d{2})$/.exec(entry);
+      if (!m) throw new Error(`bad schedule entry "${entry}" (e.g. "mon-fri 09:00-17:30")`);
+      return { days: parseDays(m[1]!), fromMin: parseTime(m[2]!), toMin: parseTime(m[3]!) };
+    });
 }
 
 /** Whether local time `at` falls in a pause window. */

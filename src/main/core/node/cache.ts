@@ -89,7 +89,9 @@ export class ModelCache {
     const now = new Date();
     try {
       utimesSync(this.pathOf(sha256), now, now);
-    } catch { /* evicted meanwhile */ }
+    } catch {
+      /* evicted meanwhile */
+    }
   }
 
   private list(dir: string, ext: string): CachedFile[] {
@@ -238,7 +240,9 @@ export class ModelCache {
       let uses = false;
       try {
         uses = readdirSync(dir).some((f) => linksTo(join(dir, f), resolve(target)));
-      } catch { /* not a view: leave it */ }
+      } catch {
+        /* not a view: leave it */
+      }
       if (uses) rmSync(dir, { recursive: true, force: true });
     }
   }
@@ -329,7 +333,8 @@ export function cacheReport(c: ModelCache): CacheReport {
     budget: { setting: c.budget, bytes: c.budgetBytes },
     used_bytes: c.usedBytes(),
     disk_free_bytes: diskFreeBytes(c.root),
-    files: c.inventory()
+    files: c
+      .inventory()
       .map((f) => ({ ...f, last_used: statSync(c.pathOf(f.sha256)).mtime.toISOString(), in_use: c.inUse.has(f.sha256) }))
       .sort((a, b) => b.last_used.localeCompare(a.last_used)),
     partials: c.partials(),

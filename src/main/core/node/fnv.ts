@@ -84,32 +84,68 @@ const [PTR, LEN, H, STOP, WORD] = [0, 1, 2, 3, 4];
 
 /** `while (ptr < stop) { body; ptr += step }` */
 const loopUntilStop = (body: number[], step: number): number[] => [
-  ...BLOCK, ...LOOP,
-  ...get(PTR), ...get(STOP), I32_GE_U, ...BR_IF(1),
+  ...BLOCK,
+  ...LOOP,
+  ...get(PTR),
+  ...get(STOP),
+  I32_GE_U,
+  ...BR_IF(1),
   ...body,
-  ...get(PTR), ...i32c(step), I32_ADD, ...put(PTR),
-  ...BR(0), END, END,
+  ...get(PTR),
+  ...i32c(step),
+  I32_ADD,
+  ...put(PTR),
+  ...BR(0),
+  END,
+  END,
 ];
-const mixByteOfWord = (k: number): number[] => [
-  ...get(H), ...get(WORD), ...(k ? [...i64c(BigInt(8 * k)), I64_SHR_U] : []), ...i64c(0xffn), I64_AND, I64_XOR,
-  ...i64c(PRIME), I64_MUL, ...put(H),
-];
+const mixByteOfWord = (k: number): number[] => [...get(H), ...get(WORD), ...(k ? [...i64c(BigInt(8 * k)), I64_SHR_U] : []), ...i64c(0xffn), I64_AND, I64_XOR, ...i64c(PRIME), I64_MUL, ...put(H)];
 const mixOneByte = [...get(H), ...get(PTR), ...I64_LOAD8_U, I64_XOR, ...i64c(PRIME), I64_MUL, ...put(H)];
 const fnvBody = [
-  ...get(PTR), ...get(LEN), ...i32c(-8), I32_AND, I32_ADD, ...put(STOP), // stop = ptr + (len & ~7)
+  ...get(PTR),
+  ...get(LEN),
+  ...i32c(-8),
+  I32_AND,
+  I32_ADD,
+  ...put(STOP), // stop = ptr + (len & ~7)
   ...loopUntilStop([...get(PTR), ...I64_LOAD, ...put(WORD), ...[0, 1, 2, 3, 4, 5, 6, 7].flatMap(mixByteOfWord)], 8),
-  ...get(PTR), ...get(LEN), ...i32c(7), I32_AND, I32_ADD, ...put(STOP), // stop = ptr + (len & 7)
+  ...get(PTR),
+  ...get(LEN),
+  ...i32c(7),
+  I32_AND,
+  I32_ADD,
+  ...put(STOP), // stop = ptr + (len & 7)
   ...loopUntilStop(mixOneByte, 1),
-  ...get(H), END,
+  ...get(H),
+  END,
 ];
-const fnvFunc = [...vec([[1, I32], [1, I64]]), ...fnvBody]; // locals: stop (i32), word (i64)
+const fnvFunc = [
+  ...vec([
+    [1, I32],
+    [1, I64],
+  ]),
+  ...fnvBody,
+]; // locals: stop (i32), word (i64)
 export const FNV_WASM_BUFFER = 4 * 1024 * 1024;
 const MODULE = new Uint8Array([
-  0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00,
+  0x00,
+  0x61,
+  0x73,
+  0x6d,
+  0x01,
+  0x00,
+  0x00,
+  0x00,
   ...section(1, vec([[0x60, ...vec([[I32], [I32], [I64]]), ...vec([[I64]])]])), // type: (i32, i32, i64) -> i64
   ...section(3, vec([[0]])), // one function of type 0
   ...section(5, vec([[0x00, ...uleb(FNV_WASM_BUFFER / 65536)]])), // memory: 64 pages
-  ...section(7, vec([[...bytesOf('fnv'), 0x00, 0], [...bytesOf('mem'), 0x02, 0]])), // exports
+  ...section(
+    7,
+    vec([
+      [...bytesOf('fnv'), 0x00, 0],
+      [...bytesOf('mem'), 0x02, 0],
+    ]),
+  ), // exports
   ...section(10, vec([[...uleb(fnvFunc.length), ...fnvFunc]])), // code
 ]);
 let compiled: object | null = null;

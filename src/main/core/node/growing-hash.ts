@@ -79,7 +79,10 @@ export function appendWriter(path: string, start: number, onFlushed: (bytes: num
       });
     },
     writev(chunks, cb) {
-      writeAll(chunks.map((c) => c.chunk as Buffer), cb);
+      writeAll(
+        chunks.map((c) => c.chunk as Buffer),
+        cb,
+      );
     },
     final(cb) {
       close(fd!, (err) => {

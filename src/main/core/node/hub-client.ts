@@ -48,7 +48,10 @@ export function tlsUrl(hub: string, scheme: 'https' | 'wss'): string {
   return hub.replace(/^(https?|wss?):\/\//, `${scheme}://`).replace(/\/+$/, '');
 }
 
-interface HubAnswer { status: number; json: Record<string, unknown> & { error?: { code: string; message: string } } }
+interface HubAnswer {
+  status: number;
+  json: Record<string, unknown> & { error?: { code: string; message: string } };
+}
 
 /** POST JSON to the hub: over pinned TLS when `pem` is given, else plain (a hub without its own certificate). */
 function postJson(hub: string, path: string, body: unknown, pem: string | null, headers: Record<string, string> = {}): Promise<HubAnswer> {
@@ -62,19 +65,25 @@ function postJson(hub: string, path: string, body: unknown, pem: string | null, 
     }
   };
   if (!pem) {
-    return fetch(`${hub.replace(/\/+$/, '')}${path}`, { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body: text })
-      .then(async (res) => parse(res.status, await res.text()), (err: Error) => Promise.reject(unreachable(err)));
+    return fetch(`${hub.replace(/\/+$/, '')}${path}`, { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body: text }).then(
+      async (res) => parse(res.status, await res.text()),
+      (err: Error) => Promise.reject(unreachable(err)),
+    );
   }
   return new Promise((resolve, reject) => {
-    const req = httpsRequest(`${tlsUrl(hub, 'https')}${path}`, {
-      method: 'POST',
-      headers: { 'content-type': 'application/json', 'content-length': Buffer.byteLength(text), ...headers },
-      ...pinnedTls(pem),
-    }, (res) => {
-      let raw = '';
-      res.on('data', (c: Buffer) => (raw += c.toString()));
-      res.on('end', () => resolve(parse(res.statusCode ?? 0, raw)));
-    });
+    const req = httpsRequest(
+      `${tlsUrl(hub, 'https')}${path}`,
+      {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', 'content-length': Buffer.byteLength(text), ...headers },
+        ...pinnedTls(pem),
+      },
+      (res) => {
+        let raw = '';
+        res.on('data', (c: Buffer) => (raw += c.toString()));
+        res.on('end', () => resolve(parse(res.statusCode ?? 0, raw)));
+      },
+    );
     req.setTimeout(30_000, () => req.destroy(new Error('no answer within 30 s')));
     req.on('error', (err) => reject(isRelayError(err) ? err : unreachable(err)));
     req.end(text);
@@ -102,7 +111,10 @@ export async function joinHub(hub: string, token: string, name: string): Promise
  */
 export async function requestDashboardLink(s: { hub: string; name: string; credential: string; hubCert?: string | null }): Promise<{ url: string; expiresAt: string }> {
   if (!s.hubCert && !s.hub.startsWith('https:')) {
-    throw new RelayError(ErrorCode.NODE_AUTH, 'this node has not pinned its hub\'s certificate (it joined before the hub had one): join again with a token from `relay nodes token`; the credential is not sent in clear');
+    throw new RelayError(
+      ErrorCode.NODE_AUTH,
+      "this node has not pinned its hub's certificate (it joined before the hub had one): join again with a token from `relay nodes token`; the credential is not sent in clear",
+    );
   }
   const r = await postJson(s.hub, '/api/nodes/dashboard-link', {}, s.hubCert ?? null, { authorization: `Bearer ${s.credential}`, 'x-relay-node': s.name });
   const path = r.json.path;

@@ -21,7 +21,12 @@ export function openTunnel(s: Pick<NodeSettings, 'hub' | 'hubCert' | 'credential
   // Without a pin only an https:// hub (a certificate the system trusts) is dialled: the credential never
   // crosses in clear. A node that joined before its hub had a certificate has to join again.
   if (!pin && !s.hub.startsWith('https:')) {
-    return Promise.reject(new RelayError(ErrorCode.NODE_AUTH, `this node has not pinned ${s.hub}'s certificate (it joined before the hub had one), and will not send its credential in clear: join again with a token from \`relay nodes token\``));
+    return Promise.reject(
+      new RelayError(
+        ErrorCode.NODE_AUTH,
+        `this node has not pinned ${s.hub}'s certificate (it joined before the hub had one), and will not send its credential in clear: join again with a token from \`relay nodes token\``,
+      ),
+    );
   }
   const url = pin ? `${tlsUrl(s.hub, 'wss')}${TUNNEL_PATH}` : `${s.hub.replace(/^http/, 'ws').replace(/\/+$/, '')}${TUNNEL_PATH}`;
   return new Promise((resolve, reject) => {
@@ -38,7 +43,9 @@ export function openTunnel(s: Pick<NodeSettings, 'hub' | 'hubCert' | 'credential
         let msg = body;
         try {
           msg = (JSON.parse(body) as { error: { message: string } }).error.message;
-        } catch { /* plain text */ }
+        } catch {
+          /* plain text */
+        }
         const code = res.statusCode === 401 ? ErrorCode.NODE_AUTH : res.statusCode === 426 ? ErrorCode.VERSION_MISMATCH : ErrorCode.HUB_UNREACHABLE;
         reject(new RelayError(code, `the hub refused this node (${res.statusCode}): ${msg}`));
       });

@@ -55,9 +55,7 @@ export function planRpcFill(ggufPath: string, sha256: string, dir: string, layer
   // Files of an earlier fill (another stage's, or this one's) that are still there are kept and not redone.
   const kept = (readIndex(dir, sha256)?.files ?? []).filter((f) => existsSync(join(dir, f.name)));
   const done = new Set(kept.map((f) => f.tensor));
-  const todo = g.tensors
-    .filter((t) => t.bytes > RPC_HASH_THRESHOLD && inLayers(t.name, layers) && !done.has(t.name))
-    .map((t) => ({ tensor: t.name, start: g.dataOffset + t.offset, bytes: t.bytes }));
+  const todo = g.tensors.filter((t) => t.bytes > RPC_HASH_THRESHOLD && inLayers(t.name, layers) && !done.has(t.name)).map((t) => ({ tensor: t.name, start: g.dataOffset + t.offset, bytes: t.bytes }));
   return { kept, todo, need: todo.reduce((sum, t) => sum + t.bytes, 0) };
 }
 

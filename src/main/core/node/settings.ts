@@ -55,6 +55,7 @@ export function applyChange(current: NodeSettings, change: NodeSettingsChange): 
     throw new RelayError(ErrorCode.INVALID_ARGUMENT, `schedule: ${(err as Error).message}`);
   }
   if (!Number.isInteger(next.cpuBudgetMb) || next.cpuBudgetMb < 0) throw new RelayError(ErrorCode.INVALID_ARGUMENT, `the CPU budget must be a whole number of MB >= 0, got ${next.cpuBudgetMb}`);
-  if (next.cacheBudgetMb !== 'auto' && (!Number.isInteger(next.cacheBudgetMb) || next.cacheBudgetMb < 0)) throw new RelayError(ErrorCode.INVALID_ARGUMENT, `the cache budget must be "auto" or a whole number of MB >= 0, got ${next.cacheBudgetMb}`);
+  if (next.cacheBudgetMb !== 'auto' && (!Number.isInteger(next.cacheBudgetMb) || next.cacheBudgetMb < 0))
+    throw new RelayError(ErrorCode.INVALID_ARGUMENT, `the cache budget must be "auto" or a whole number of MB >= 0, got ${next.cacheBudgetMb}`);
   return { next, schedule };
 }

@@ -21,7 +21,6 @@ interface LocalReplica {
   stopping: boolean;
 }
 
-
 /**
  * What runs on this node for the hub: llama-server replicas and ggml-rpc-servers (shard stages), all on
  * 127.0.0.1. Keeps the files they read in use in the cache. Emits 'running' whenever the set changes and

@@ -58,4 +58,3 @@ export class NodeConn extends EventEmitter {
     this.session.close();
   }
 }
-

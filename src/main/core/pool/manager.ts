@@ -5,8 +5,16 @@ import type { Logger } from 'pino';
 import { WebSocketServer, type WebSocket } from 'ws';
 import { ErrorCode, RelayError, wireCode } from '../../../shared/errors.js';
 import {
-  PROTOCOL_VERSION, TUNNEL_PATH, TUNNEL_STREAM_WINDOW, WS_SUBPROTOCOL, parseNodeMessage,
-  type Availability, type CachedFile, type Hello, type HubToNode, type NodeToHub,
+  PROTOCOL_VERSION,
+  TUNNEL_PATH,
+  TUNNEL_STREAM_WINDOW,
+  WS_SUBPROTOCOL,
+  parseNodeMessage,
+  type Availability,
+  type CachedFile,
+  type Hello,
+  type HubToNode,
+  type NodeToHub,
 } from '../../../shared/protocol.js';
 import { ControlChannel, TUNNEL_PRIORITY_LEVELS, acceptStream } from '../tunnel/channel.js';
 import { webSocketDuplex } from '../tunnel/transport.js';
@@ -90,20 +98,22 @@ export class NodeManager extends EventEmitter {
    */
   async evictUnregistered(conn?: NodeConn): Promise<string[]> {
     const told: string[] = [];
-    await Promise.all((conn ? [conn] : this.connected()).map(async (c) => {
-      for (const sha256 of [...c.cache.keys()]) {
-        // Read the registry afresh for each file: a model registered while earlier evictions ran is kept.
-        if (this.d.store.data.models.some((m) => usesFile(m, sha256))) continue;
-        c.cache.delete(sha256);
-        told.push(c.name);
-        try {
-          const r = await c.command({ type: 'evict', sha256 }, 30_000);
-          this.d.log.info({ node: c.name, sha256, removed: (r.data as { removed?: boolean } | undefined)?.removed }, 'evicted a file no registered model uses from the node\'s cache');
-        } catch (err) {
-          this.d.log.warn({ node: c.name, sha256, err: (err as Error).message }, 'could not evict a removed model from the node\'s cache');
+    await Promise.all(
+      (conn ? [conn] : this.connected()).map(async (c) => {
+        for (const sha256 of [...c.cache.keys()]) {
+          // Read the registry afresh for each file: a model registered while earlier evictions ran is kept.
+          if (this.d.store.data.models.some((m) => usesFile(m, sha256))) continue;
+          c.cache.delete(sha256);
+          told.push(c.name);
+          try {
+            const r = await c.command({ type: 'evict', sha256 }, 30_000);
+            this.d.log.info({ node: c.name, sha256, removed: (r.data as { removed?: boolean } | undefined)?.removed }, "evicted a file no registered model uses from the node's cache");
+          } catch (err) {
+            this.d.log.warn({ node: c.name, sha256, err: (err as Error).message }, "could not evict a removed model from the node's cache");
+          }
         }
-      }
-    }));
+      }),
+    );
     return told;
   }
 
@@ -136,10 +146,15 @@ export class NodeManager extends EventEmitter {
     server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => {
       const refuse = (status: number, code: string, message: string): void => {
         const body = JSON.stringify({ error: { code, message } });
-        socket.end(`HTTP/1.1 ${status} ${status === 401 ? 'Unauthorized' : 'Upgrade Required'}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`);
+        socket.end(
+          `HTTP/1.1 ${status} ${status === 401 ? 'Unauthorized' : 'Upgrade Required'}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`,
+        );
       };
       if (new URL(req.url ?? '/', 'http://x').pathname !== TUNNEL_PATH) return refuse(404, 'not_found', 'no such endpoint');
-      const offered = (req.headers['sec-websocket-protocol'] ?? '').split(',').map((s) => s.trim()).filter(Boolean);
+      const offered = (req.headers['sec-websocket-protocol'] ?? '')
+        .split(',')
+        .map((s) => s.trim())
+        .filter(Boolean);
       if (!offered.includes(WS_SUBPROTOCOL)) {
         return refuse(426, 'version_mismatch', `this hub speaks ${WS_SUBPROTOCOL}; the node offered ${offered.join(', ') || 'nothing'}`);
       }
@@ -159,7 +174,13 @@ export class NodeManager extends EventEmitter {
     // Nodes open one stream (control); the hub opens the rest. 1024 streams and 1024 queued control frames bound
     // what one node can make the hub hold.
     const session = new Session(webSocketDuplex(ws), {
-      client: false, keepAliveIntervalMs: 10_000, keepAliveTimeoutMs: 20_000, streamWindow: TUNNEL_STREAM_WINDOW, maxStreams: 1024, maxControlFrames: 1024, priorityLevels: TUNNEL_PRIORITY_LEVELS,
+      client: false,
+      keepAliveIntervalMs: 10_000,
+      keepAliveTimeoutMs: 20_000,
+      streamWindow: TUNNEL_STREAM_WINDOW,
+      maxStreams: 1024,
+      maxControlFrames: 1024,
+      priorityLevels: TUNNEL_PRIORITY_LEVELS,
     });
     const first = await new Promise<YamuxStream | null>((resolve) => {
       const t = setTimeout(() => resolve(null), this.d.helloTimeoutMs ?? 10_000);
@@ -212,10 +233,17 @@ export class NodeManager extends EventEmitter {
     // credential would otherwise evict each other in a loop); a first one that is gone (half-open) is replaced.
     const prev = this.conns.get(name);
     if (prev?.alive) {
-      const answers = await prev.session.ping(2000).then(() => true, () => false);
+      const answers = await prev.session.ping(2000).then(
+        () => true,
+        () => false,
+      );
       if (answers && prev.alive) {
-        log.warn('a second agent presented this node\'s credential while the first is connected: refused');
-        control.send({ type: 'error', code: wireCode(ErrorCode.NODE_IN_USE), message: `node "${name}" is already connected from another process (one agent per credential: stop the other one first)` });
+        log.warn("a second agent presented this node's credential while the first is connected: refused");
+        control.send({
+          type: 'error',
+          code: wireCode(ErrorCode.NODE_IN_USE),
+          message: `node "${name}" is already connected from another process (one agent per credential: stop the other one first)`,
+        });
         session.close();
         return;
       }

@@ -53,7 +53,10 @@ interface Held {
 
 /** llama-server's lines that say where weights and KV landed, as `<buffer type> model|KV buffer size = N MiB`. */
 function loadReport(server: RunningLlamaServer): string[] {
-  return server.child.output().filter((l) => /(model|KV) buffer size/.test(l)).map((l) => l.replace(/^.*?(load_tensors|llama_kv_cache\w*):\s*/, '').trim());
+  return server.child
+    .output()
+    .filter((l) => /(model|KV) buffer size/.test(l))
+    .map((l) => l.replace(/^.*?(load_tensors|llama_kv_cache\w*):\s*/, '').trim());
 }
 
 /** OpenAI-style embeddings need a pooled vector: a header without a pooling type gets mean pooling. */
@@ -100,8 +103,15 @@ export class LlamaLauncher implements Launcher {
   private serverOptions(model: ModelRecord, p: Placement) {
     const c = settingsFor(this.deps.config, model);
     return {
-      model: model.path, ctx: p.fit.ctx, slots: p.fit.slots, cacheType: c.kvCacheType, flashAttn: c.flashAttn,
-      alias: model.name, threads: c.threads, metrics: true, readyTimeoutMs: c.loadTimeoutMs,
+      model: model.path,
+      ctx: p.fit.ctx,
+      slots: p.fit.slots,
+      cacheType: c.kvCacheType,
+      flashAttn: c.flashAttn,
+      alias: model.name,
+      threads: c.threads,
+      metrics: true,
+      readyTimeoutMs: c.loadTimeoutMs,
     };
   }
 
@@ -143,10 +153,23 @@ export class LlamaLauncher implements Launcher {
       if (!cachedIn(conn.cache, model)) await this.deps.nodes!.push(conn, model);
       log.info({ device: p.device, need: describeNeed(model.name, p.fit) }, 'starting node replica');
       const files = modelFiles(model);
-      const reply = await conn.command({
-        type: 'start-replica', replica: p.id, sha256: model.sha256, ...(files.length > 1 ? { parts: files.map((f) => f.sha256) } : {}), ctx: p.fit.ctx, slots: p.fit.slots, cacheType: c.kvCacheType,
-        flashAttn: c.flashAttn ?? null, embedding: model.embedding, pooling: poolingFor(model), alias: model.name, device: p.device,
-      }, c.loadTimeoutMs);
+      const reply = await conn.command(
+        {
+          type: 'start-replica',
+          replica: p.id,
+          sha256: model.sha256,
+          ...(files.length > 1 ? { parts: files.map((f) => f.sha256) } : {}),
+          ctx: p.fit.ctx,
+          slots: p.fit.slots,
+          cacheType: c.kvCacheType,
+          flashAttn: c.flashAttn ?? null,
+          embedding: model.embedding,
+          pooling: poolingFor(model),
+          alias: model.name,
+          device: p.device,
+        },
+        c.loadTimeoutMs,
+      );
       const pid = typeof reply.data?.pid === 'number' ? reply.data.pid : null;
       return { baseUrl: `http://${conn.name}.node.relay`, connect: () => conn.open({ kind: 'http', replica: p.id }), port: null, pid, buffers: [], exited: null, tail: () => '' };
     } catch (err) {
@@ -176,7 +199,7 @@ export class LlamaLauncher implements Launcher {
             log.warn({ node: conn.name, err: err.message }, 'rpc cache fill failed: the load sends the tensors instead');
             return null;
           });
-          if (filled) log.info({ node: conn.name, files: filled.data?.files }, 'rpc cache filled from the node\'s copy');
+          if (filled) log.info({ node: conn.name, files: filled.data?.files }, "rpc cache filled from the node's copy");
         }
         const info = { model: model.name, index: plan.stages.indexOf(stage), of: plan.stages.length, layers: [stage.layers[0], stage.layers[1]] as [number, number] };
         try {
@@ -189,7 +212,12 @@ export class LlamaLauncher implements Launcher {
         }
       }
       const sm = shardModel(model)!;
-      const flags = shardFlags(plan, sm, h.members.map((m) => m.bridge?.endpoint), { outputRemote: process.env.RELAY_EXPERIMENT_OUTPUT_REMOTE === '1' });
+      const flags = shardFlags(
+        plan,
+        sm,
+        h.members.map((m) => m.bridge?.endpoint),
+        { outputRemote: process.env.RELAY_EXPERIMENT_OUTPUT_REMOTE === '1' },
+      );
       for (const w of flags.warnings) log.warn(w);
       h.warnings = flags.warnings;
       const server = await startLlamaServer(this.deps.install, {
@@ -208,8 +236,11 @@ export class LlamaLauncher implements Launcher {
       return this.local(server, 'the shard head');
     } catch (err) {
       const tail = ((err as RelayError).details?.tail as string | undefined) ?? '';
-      throw new RelayError(isRelayError(err, ErrorCode.NODE_LOST) ? ErrorCode.NODE_LOST : ErrorCode.REPLICA_FAILED,
-        `could not start a shard of "${model.name}": ${(err as Error).message}`, { model: model.name, tail, node: (err as RelayError).details?.node });
+      throw new RelayError(isRelayError(err, ErrorCode.NODE_LOST) ? ErrorCode.NODE_LOST : ErrorCode.REPLICA_FAILED, `could not start a shard of "${model.name}": ${(err as Error).message}`, {
+        model: model.name,
+        tail,
+        node: (err as RelayError).details?.node,
+      });
     }
   }
 
@@ -222,18 +253,24 @@ export class LlamaLauncher implements Launcher {
     }
     if (!h) return;
     await h.server?.child.terminate(p.kind === 'shard' ? 5000 : 10_000);
-    await Promise.all(h.members.map(async (m) => {
-      await m.bridge?.close();
-      if (m.conn.alive) await m.conn.command({ type: 'stop-rpc', rpc: m.rpcId }, 30_000).catch(() => undefined);
-    }));
+    await Promise.all(
+      h.members.map(async (m) => {
+        await m.bridge?.close();
+        if (m.conn.alive) await m.conn.command({ type: 'stop-rpc', rpc: m.rpcId }, 30_000).catch(() => undefined);
+      }),
+    );
   }
 
   shardInfo(p: Placement): ShardInfo | null {
     const h = this.held.get(p.id);
     if (!h || p.kind !== 'shard') return null;
     return {
-      members: h.members.map((m) => ({ node: m.conn.name, endpoint: m.bridge?.endpoint ?? null, bytes: m.bridge ? m.bridge.bytes.toNode + m.bridge.bytes.fromNode : null,
-        roundTrips: m.bridge?.bytes.roundTrips ?? null })),
+      members: h.members.map((m) => ({
+        node: m.conn.name,
+        endpoint: m.bridge?.endpoint ?? null,
+        bytes: m.bridge ? m.bridge.bytes.toNode + m.bridge.bytes.fromNode : null,
+        roundTrips: m.bridge?.bytes.roundTrips ?? null,
+      })),
       warnings: h.warnings,
       buffers: h.buffers,
     };

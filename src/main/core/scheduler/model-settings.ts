@@ -25,9 +25,12 @@ export function settingsFor<C extends FitSettings & { readonly flashAttn?: Flash
     ...(s.ctx !== undefined ? { contextSize: s.ctx, replicaCtx: 0 } : {}),
     ...(s.slots !== undefined ? { parallelSlots: s.slots } : {}),
     ...(s.kv_cache_type !== undefined ? { kvCacheType: s.kv_cache_type } : {}),
-    ...(s.flash_attn !== undefined ? { flashAttn: s.flash_attn }
-      // A model's own quantized cache needs flash attention: a pool-wide "off" does not carry over to it.
-      : s.kv_cache_type !== undefined && s.kv_cache_type !== 'f16' && c.flashAttn === 'off' ? { flashAttn: undefined } : {}),
+    ...(s.flash_attn !== undefined
+      ? { flashAttn: s.flash_attn }
+      : // A model's own quantized cache needs flash attention: a pool-wide "off" does not carry over to it.
+        s.kv_cache_type !== undefined && s.kv_cache_type !== 'f16' && c.flashAttn === 'off'
+        ? { flashAttn: undefined }
+        : {}),
   };
 }
 
@@ -56,7 +59,8 @@ export function applySettings(prev: ModelSettings | undefined, body: Record<stri
   const kv = body.kv_cache_type;
   if (kv === null) delete out.kv_cache_type;
   else if (kv !== undefined) {
-    if (!(KV_CACHE_TYPES as readonly unknown[]).includes(kv)) throw new RelayError(ErrorCode.INVALID_REQUEST, `kv_cache_type must be one of ${KV_CACHE_TYPES.join(', ')}, or null; got ${JSON.stringify(kv)}`);
+    if (!(KV_CACHE_TYPES as readonly unknown[]).includes(kv))
+      throw new RelayError(ErrorCode.INVALID_REQUEST, `kv_cache_type must be one of ${KV_CACHE_TYPES.join(', ')}, or null; got ${JSON.stringify(kv)}`);
     out.kv_cache_type = kv as KvCacheType;
   }
   const fa = body.flash_attn;

@@ -1,9 +1,11 @@
+import { randomUUID } from 'node:crypto';
 import type { Duplex } from 'node:stream';
 import type { FlashAttn, KvCacheType } from '../llama/argv.js';
 import type { NodeConn } from '../pool/manager.js';
 import type { ModelRecord } from '../store/store.js';
 import type { FitBreakdown } from './fit.js';
 import type { ShardPlan } from './shard.js';
+import type { NewPlacement } from './placer.js';
 
 /**
  * A placement is one running copy of a model that can answer requests: a replica on the hub's own device
@@ -113,8 +115,43 @@ export interface ReplicaStatus extends PlacementStatus {
 }
 
 export interface ShardStatus extends PlacementStatus {
-  readonly stages: { index: number; node: string | null; device: string; layers: [number, number]; need_mb: number; free_mb: number; output: boolean; rpc_endpoint: string | null; rpc_bytes: number | null; rpc_round_trips: number | null }[];
+  readonly stages: {
+    index: number;
+    node: string | null;
+    device: string;
+    layers: [number, number];
+    need_mb: number;
+    free_mb: number;
+    output: boolean;
+    rpc_endpoint: string | null;
+    rpc_bytes: number | null;
+    rpc_round_trips: number | null;
+  }[];
   readonly warnings: readonly string[];
   /** llama-server's own report of where the weights went (its "model buffer size" lines). */
   readonly buffers: readonly string[];
+}
+
+/** A placement about to start for `model` as the placer planned it (a fresh id; nothing running yet). */
+export function newPlacement(model: ModelRecord, plan: NewPlacement, fit: FitBreakdown, now: number): Placement {
+  return {
+    id: randomUUID().slice(0, 8),
+    kind: plan.kind,
+    model: model.name,
+    sha256: model.sha256,
+    node: plan.kind === 'node' ? plan.conn : null,
+    device: plan.kind === 'shard' ? (plan.plan.stages.find((st) => st.node === null)?.device ?? 'none') : plan.device,
+    fit,
+    shardPlan: plan.kind === 'shard' ? plan.plan : null,
+    state: 'starting',
+    running: null,
+    inFlight: 0,
+    served: 0,
+    startedAt: now,
+    readyAt: 0,
+    lastUsedAt: now,
+    msPerToken: null,
+    idleTimer: null,
+    failure: null,
+  };
 }

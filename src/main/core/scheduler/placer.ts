@@ -173,8 +173,11 @@ export class Placer {
     const message = this.shortfall(model);
     const needMb = Math.ceil(this.need(model).needMb);
     if (this.couldFitLater(model)) {
-      return new RelayError(ErrorCode.POOL_BUSY, `"${model.name}" fits once busy placements finish, paused machines return or backoffs expire: ${message}`,
-        { model: model.name, need_mb: needMb, retry_after_s: 10 });
+      return new RelayError(ErrorCode.POOL_BUSY, `"${model.name}" fits once busy placements finish, paused machines return or backoffs expire: ${message}`, {
+        model: model.name,
+        need_mb: needMb,
+        retry_after_s: 10,
+      });
     }
     return new RelayError(ErrorCode.MODEL_UNAVAILABLE, message, { model: model.name, need_mb: needMb });
   }
@@ -183,21 +186,23 @@ export class Placer {
   shortfall(model: ModelRecord): string {
     const plan = planHostReplica(this.need(model), freeAfterReservations(this.hubDevices({}), this.views(null)), []);
     const hub = plan.kind === 'none' ? shortfallMessage(model.name, plan) : `${model.name}: the hub's device fits it`;
-    const paused = this.d.hubPaused() ? ' (the hub\'s own devices are paused)' : '';
+    const paused = this.d.hubPaused() ? " (the hub's own devices are paused)" : '';
     return `${hub}${paused}; ${this.nodesSummary(model.name)}`;
   }
 
   private nodesSummary(model: string): string {
     const records = (this.d.nodes?.records() ?? []).filter((r) => !r.revoked_at);
     if (records.length === 0) return 'no node has joined (relay nodes token, then relay up on another machine)';
-    return `nodes: ${records.map((r) => {
-      const conn = this.d.nodes?.get(r.name);
-      if (!conn?.alive) return `${r.name} offline`;
-      if (conn.availability === 'paused') return `${conn.name} paused (${conn.reason ?? 'by its owner'})`;
-      const b = this.d.failures.blocked(conn.name, model);
-      const free = freeAfterReservations(nodeDevices(conn), this.views(conn.name));
-      const devs = free.map((dv) => `${dv.id} ${fmtMb(dv.freeMb)} free of ${fmtMb(dv.totalMb)}`).join(', ') || 'no devices';
-      return `${conn.name} ${devs}${b ? ` (skipped for "${model}" until ${new Date(b.until).toISOString()}: ${b.reason})` : ''}`;
-    }).join('; ')}`;
+    return `nodes: ${records
+      .map((r) => {
+        const conn = this.d.nodes?.get(r.name);
+        if (!conn?.alive) return `${r.name} offline`;
+        if (conn.availability === 'paused') return `${conn.name} paused (${conn.reason ?? 'by its owner'})`;
+        const b = this.d.failures.blocked(conn.name, model);
+        const free = freeAfterReservations(nodeDevices(conn), this.views(conn.name));
+        const devs = free.map((dv) => `${dv.id} ${fmtMb(dv.freeMb)} free of ${fmtMb(dv.totalMb)}`).join(', ') || 'no devices';
+        return `${conn.name} ${devs}${b ? ` (skipped for "${model}" until ${new Date(b.until).toISOString()}: ${b.reason})` : ''}`;
+      })
+      .join('; ')}`;
   }
 }

@@ -45,9 +45,7 @@ export function freeAfterReservations(
     const mine = replicas.filter((r) => r.device === d.id && r.state !== 'failed');
     const unseen = (r: ReplicaView): boolean => r.state === 'starting' || (d.readAt !== undefined && (r.readyAt ?? 0) >= d.readAt);
     const kept = mine.filter((r) => !r.evict);
-    const reserved = d.kind === 'cpu'
-      ? kept.reduce((s, r) => s + r.needMb, 0)
-      : kept.filter(unseen).reduce((s, r) => s + r.needMb, 0);
+    const reserved = d.kind === 'cpu' ? kept.reduce((s, r) => s + r.needMb, 0) : kept.filter(unseen).reduce((s, r) => s + r.needMb, 0);
     // An evicted placement the GPU's reading already counts gives its room back.
     const freed = d.kind === 'cpu' ? 0 : mine.filter((r) => r.evict && !unseen(r)).reduce((s, r) => s + r.needMb, 0);
     return { id: d.id, kind: d.kind, totalMb: d.totalMb, freeMb: Math.max(0, d.reportedFreeMb - reserved + freed) };
@@ -84,9 +82,7 @@ export function planHostReplica(need: FitBreakdown, devices: readonly DeviceView
 
   let best: { device: string; evict: string[] } | null = null;
   for (const d of byFree) {
-    const idle = replicas
-      .filter((r) => r.device === d.id && r.state === 'ready' && r.inFlight === 0)
-      .sort((a, b) => a.lastUsedAt - b.lastUsedAt);
+    const idle = replicas.filter((r) => r.device === d.id && r.state === 'ready' && r.inFlight === 0).sort((a, b) => a.lastUsedAt - b.lastUsedAt);
     let free = d.freeMb;
     const evict: string[] = [];
     for (const r of idle) {
@@ -106,8 +102,9 @@ export function describeNeed(model: string, n: FitBreakdown): string {
 
 /** The 503 message: need vs free per device, and what the pool lacks. */
 export function shortfallMessage(model: string, plan: Extract<HostPlan, { kind: 'none' }>): string {
-  const devices = plan.perDevice.length === 0
-    ? 'this hub has no GPU and no CPU budget (start it with --cpu-budget-mb N to let it serve on CPU)'
-    : `free: ${plan.perDevice.map((d) => `${d.id} ${fmtMb(d.freeMb)} of ${fmtMb(d.totalMb)}`).join(', ')}`;
+  const devices =
+    plan.perDevice.length === 0
+      ? 'this hub has no GPU and no CPU budget (start it with --cpu-budget-mb N to let it serve on CPU)'
+      : `free: ${plan.perDevice.map((d) => `${d.id} ${fmtMb(d.freeMb)} of ${fmtMb(d.totalMb)}`).join(', ')}`;
   return `${describeNeed(model, plan.need)}; ${devices}; no connected node can host it`;
 }

@@ -51,8 +51,7 @@ export class WaitQueue {
   checkRoom(model: string): void {
     const n = this.size(model);
     if (n >= this.limits.max) {
-      throw new RelayError(ErrorCode.POOL_BUSY, `${n} requests are already waiting for "${model}" (RELAY_QUEUE_MAX=${this.limits.max})`,
-        { model, retry_after_s: 5 }, { status: 429 });
+      throw new RelayError(ErrorCode.POOL_BUSY, `${n} requests are already waiting for "${model}" (RELAY_QUEUE_MAX=${this.limits.max})`, { model, retry_after_s: 5 }, { status: 429 });
     }
   }
 
@@ -61,8 +60,13 @@ export class WaitQueue {
     let waiter!: Waiter;
     const lease = new Promise<Lease>((resolve, reject) => {
       const onAbort = (): void => waiter.reject(new RelayError(ErrorCode.INVALID_REQUEST, 'the client went away while waiting'));
-      const timer = setTimeout(() => waiter.reject(new RelayError(ErrorCode.POOL_BUSY,
-        `no slot of "${model.name}" came free within ${this.limits.timeoutMs} ms (RELAY_QUEUE_TIMEOUT_MS)`, { model: model.name, retry_after_s: 10 })), this.limits.timeoutMs);
+      const timer = setTimeout(
+        () =>
+          waiter.reject(
+            new RelayError(ErrorCode.POOL_BUSY, `no slot of "${model.name}" came free within ${this.limits.timeoutMs} ms (RELAY_QUEUE_TIMEOUT_MS)`, { model: model.name, retry_after_s: 10 }),
+          ),
+        this.limits.timeoutMs,
+      );
       const settle = (): void => {
         clearTimeout(timer);
         signal?.removeEventListener('abort', onAbort);
@@ -72,9 +76,16 @@ export class WaitQueue {
         if (q?.length === 0) this.byModel.delete(model.name);
       };
       waiter = {
-        model, attempts,
-        resolve: (l) => { settle(); resolve(l); },
-        reject: (err) => { settle(); reject(err); },
+        model,
+        attempts,
+        resolve: (l) => {
+          settle();
+          resolve(l);
+        },
+        reject: (err) => {
+          settle();
+          reject(err);
+        },
       };
       this.byModel.set(model.name, [...(this.byModel.get(model.name) ?? []), waiter]);
       signal?.addEventListener('abort', onAbort, { once: true });

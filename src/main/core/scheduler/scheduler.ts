@@ -1,4 +1,3 @@
-import { randomUUID } from 'node:crypto';
 import type { Logger } from 'pino';
 import { ErrorCode, RelayError, isRelayError } from '../../../shared/errors.js';
 export { newAttempts, type Attempts } from './queue.js';
@@ -10,7 +9,7 @@ import type { ModelRecord } from '../store/store.js';
 import { FailureMemory } from './backoff.js';
 import type { FitBreakdown } from './fit.js';
 import type { Launcher } from './launcher.js';
-import { isLive, machinesOf, type Lease, type Placement } from './placement.js';
+import { isLive, machinesOf, newPlacement, type Lease, type Placement } from './placement.js';
 import { HUB, Placer, type NewPlacement } from './placer.js';
 import { newAttempts, WaitQueue, type Attempts, type Waiter } from './queue.js';
 import { nextMsPerToken, pickPlacement, wantsAnother } from './routing.js';
@@ -57,12 +56,24 @@ export class Scheduler {
     this.failures = new FailureMemory(() => this.now());
     this.waiting = new WaitQueue({ max: d.config.queueMax, timeoutMs: d.config.queueTimeoutMs });
     this.placer = new Placer({
-      config: d.config, devices: d.devices, nodes: d.nodes, failures: this.failures, log: d.log,
-      placements: () => this.placements.values(), hubPaused: () => d.hubPaused?.() ?? false,
+      config: d.config,
+      devices: d.devices,
+      nodes: d.nodes,
+      failures: this.failures,
+      log: d.log,
+      placements: () => this.placements.values(),
+      hubPaused: () => d.hubPaused?.() ?? false,
     });
     this.view = new PoolView({
-      config: d.config, registry: d.registry, launcher: d.launcher, devices: d.devices,
-      placements: this.placements, failed: this.failed, failures: this.failures, waiting: this.waiting, placer: this.placer,
+      config: d.config,
+      registry: d.registry,
+      launcher: d.launcher,
+      devices: d.devices,
+      placements: this.placements,
+      failed: this.failed,
+      failures: this.failures,
+      waiting: this.waiting,
+      placer: this.placer,
     });
   }
 
@@ -184,28 +195,11 @@ export class Scheduler {
   }
 
   private start(model: ModelRecord, plan: NewPlacement): Placement {
-    const p: Placement = {
-      id: randomUUID().slice(0, 8),
-      kind: plan.kind,
-      model: model.name,
-      sha256: model.sha256,
-      node: plan.kind === 'node' ? plan.conn : null,
-      device: plan.kind === 'shard' ? (plan.plan.stages.find((st) => st.node === null)?.device ?? 'none') : plan.device,
-      fit: this.need(model),
-      shardPlan: plan.kind === 'shard' ? plan.plan : null,
-      state: 'starting',
-      running: null,
-      inFlight: 0,
-      served: 0,
-      startedAt: this.now(),
-      readyAt: 0,
-      lastUsedAt: this.now(),
-      msPerToken: null,
-      idleTimer: null,
-      failure: null,
-    };
+    const p = newPlacement(model, plan, this.need(model), this.now());
     // Victims are marked stopping in this same tick, so a concurrent plan counts their room as taken.
-    const stops = plan.evict.map((id) => this.placements.get(id)).filter((v): v is Placement => v !== undefined)
+    const stops = plan.evict
+      .map((id) => this.placements.get(id))
+      .filter((v): v is Placement => v !== undefined)
       .map((v) => this.stop(v, `evicted (least recently used) to make room for "${model.name}"`));
     this.placements.set(p.id, p);
     const log = this.d.log.child({ placement: p.id, model: model.name, kind: p.kind, node: p.node?.name });

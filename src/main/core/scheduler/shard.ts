@@ -46,9 +46,7 @@ export interface Stage {
   readonly output: boolean;
 }
 
-export type ShardPlan =
-  | { readonly kind: 'shard'; readonly stages: readonly Stage[] }
-  | { readonly kind: 'none'; readonly reason: string };
+export type ShardPlan = { readonly kind: 'shard'; readonly stages: readonly Stage[] } | { readonly kind: 'none'; readonly reason: string };
 
 const MIB = 1024 * 1024;
 
@@ -81,8 +79,7 @@ export function stageNeedMb(model: ShardModel, layers: number, s: FitSettings, r
   const share = layers / model.blockCount;
   const experts = model.isMoe && model.expertWeightsMb != null ? Math.min(model.expertWeightsMb, model.weightsMb) : null;
   const kvShare = experts === null ? share : role === 'hub' ? 1 : 0;
-  const weights = experts === null ? model.weightsMb * share
-    : role === 'hub' ? model.weightsMb - experts + experts * share : experts * share;
+  const weights = experts === null ? model.weightsMb * share : role === 'hub' ? model.weightsMb - experts + experts * share : experts * share;
   const ctx = replicaContext(s);
   const kv = model.kvBytesPerToken ? (model.kvBytesPerToken * kvShare * ctx * s.parallelSlots * KV_SCALE[s.kvCacheType]) / MIB : 0;
   return weights + kv + weights * 0.03 + FIXED_OVERHEAD_MB + kv * 0.05;
@@ -117,7 +114,10 @@ export function planShard(devices: readonly ShardDevice[], model: ShardModel, s:
   for (let k = 1; k <= remote.length; k++) {
     const members = [...remote.slice(0, k), ...(hub ? [hub] : [])];
     if (members.length < 2 || members.length > model.blockCount) continue;
-    const counts = splitLayers(model.blockCount, members.map((d) => d.freeMb * (d.weight ?? 1)));
+    const counts = splitLayers(
+      model.blockCount,
+      members.map((d) => d.freeMb * (d.weight ?? 1)),
+    );
     let at = 0;
     const stages: Stage[] = members.map((d, i) => {
       const n = counts[i]!;
@@ -182,10 +182,13 @@ export function shardFlags(plan: Extract<ShardPlan, { kind: 'shard' }>, model: S
         overrides.push({ pattern: `blk\\.(${layerAlternation(st.layers[0], st.layers[1])})\\.ffn_(gate|up|down)_exps\\.weight`, bufferType: `RPC0[${ep}]` });
       });
       return {
-        rpc, devices,
+        rpc,
+        devices,
         gpuLayers: hubGpu ? n + 1 : 0,
         tensorSplit: hubGpu ? [...rpcNames.map(() => 0), 1] : [],
-        overrides, fit: 'off', warnings,
+        overrides,
+        fit: 'off',
+        warnings,
       };
     } catch (err) {
       warnings.push(`could not build expert overrides (${(err as Error).message}): plain layer split instead`);

@@ -46,8 +46,13 @@ export function shardStatus(p: Placement, c: HubConfig, info: ShardInfo | null):
     stages: (p.shardPlan?.stages ?? []).map((st, index) => {
       const m = st.node === null ? undefined : info?.members[remote++];
       return {
-        index, node: st.node, device: st.device, layers: [st.layers[0], st.layers[1]] as [number, number],
-        need_mb: Math.ceil(st.needMb), free_mb: Math.floor(st.freeMb), output: st.output,
+        index,
+        node: st.node,
+        device: st.device,
+        layers: [st.layers[0], st.layers[1]] as [number, number],
+        need_mb: Math.ceil(st.needMb),
+        free_mb: Math.floor(st.freeMb),
+        output: st.output,
         rpc_endpoint: m?.endpoint ?? null,
         rpc_bytes: m?.bytes ?? null,
         rpc_round_trips: m?.roundTrips ?? null,
@@ -60,7 +65,10 @@ export function shardStatus(p: Placement, c: HubConfig, info: ShardInfo | null):
 
 /** A node's devices with what relay placed there subtracted (a CPU budget is bookkeeping the node cannot see). */
 export function nodeDevicesFree<D extends { id: string; kind: 'gpu' | 'cpu'; totalMb: number; freeMb: number }>(devices: readonly D[], views: readonly ReplicaView[]): D[] {
-  const free = freeAfterReservations(devices.map((d) => ({ id: d.id, kind: d.kind, totalMb: d.totalMb, reportedFreeMb: d.freeMb })), views);
+  const free = freeAfterReservations(
+    devices.map((d) => ({ id: d.id, kind: d.kind, totalMb: d.totalMb, reportedFreeMb: d.freeMb })),
+    views,
+  );
   return devices.map((d, i) => ({ ...d, freeMb: Math.floor(free[i]!.freeMb) }));
 }
 
@@ -68,7 +76,13 @@ export function nodeDevicesFree<D extends { id: string; kind: 'gpu' | 'cpu'; tot
 export function deviceStatus(devices: readonly Device[], views: readonly ReplicaView[]) {
   const free = freeAfterReservations(devices, views);
   return devices.map((d, i) => ({
-    id: d.id, kind: d.kind, description: d.description, total_mb: d.totalMb, free_mb: Math.floor(free[i]!.freeMb),
-    utilization_pct: d.utilizationPct, source: d.source, bus_id: d.busId,
+    id: d.id,
+    kind: d.kind,
+    description: d.description,
+    total_mb: d.totalMb,
+    free_mb: Math.floor(free[i]!.freeMb),
+    utilization_pct: d.utilizationPct,
+    source: d.source,
+    bus_id: d.busId,
   }));
 }

@@ -41,7 +41,12 @@ export class PoolView {
   /** Backoffs in force (for /status and the dashboard); the hub itself is named "hub". */
   backoffs(): { node: string; model: string; failures: number; reason: string; since: string; until: string }[] {
     return this.s.failures.active().map((b) => ({
-      node: b.node, model: b.model, failures: b.failures, reason: b.reason, since: new Date(b.at).toISOString(), until: new Date(b.until).toISOString(),
+      node: b.node,
+      model: b.model,
+      failures: b.failures,
+      reason: b.reason,
+      since: new Date(b.at).toISOString(),
+      until: new Date(b.until).toISOString(),
     }));
   }
 
@@ -55,11 +60,15 @@ export class PoolView {
   }
 
   status() {
-    return this.all().filter((p) => p.kind !== 'shard').map((p) => replicaStatus(p, settingsFor(this.s.config, this.s.registry.get(p.model))));
+    return this.all()
+      .filter((p) => p.kind !== 'shard')
+      .map((p) => replicaStatus(p, settingsFor(this.s.config, this.s.registry.get(p.model))));
   }
 
   shardStatus() {
-    return this.all().filter((p) => p.kind === 'shard').map((p) => shardStatus(p, settingsFor(this.s.config, this.s.registry.get(p.model)), this.s.launcher.shardInfo(p)));
+    return this.all()
+      .filter((p) => p.kind === 'shard')
+      .map((p) => shardStatus(p, settingsFor(this.s.config, this.s.registry.get(p.model)), this.s.launcher.shardInfo(p)));
   }
 
   nodeDevicesFree(node: string, devices: readonly { id: string; kind: 'gpu' | 'cpu'; description: string; totalMb: number; freeMb: number }[]) {

@@ -1,8 +1,6 @@
 import { EventEmitter } from 'node:events';
 import { ErrorCode, RelayError } from '../../../shared/errors.js';
-import {
-  MAX_CONTROL_LINE_BYTES, MAX_HEADER_LINE_BYTES, parseStreamHeader, type Parsed, type Reply, type StreamHeader, type StreamKind,
-} from '../../../shared/protocol.js';
+import { MAX_CONTROL_LINE_BYTES, MAX_HEADER_LINE_BYTES, parseStreamHeader, type Parsed, type Reply, type StreamHeader, type StreamKind } from '../../../shared/protocol.js';
 import type { Session, YamuxStream } from './yamux/session.js';
 
 /**

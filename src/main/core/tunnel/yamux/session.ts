@@ -1,9 +1,7 @@
 import { EventEmitter } from 'node:events';
 import type { Duplex } from 'node:stream';
 import { ErrorCode, RelayError } from '../../../../shared/errors.js';
-import {
-  Flag, FrameDecoder, FrameType, GoAwayCode, HEADER_BYTES, INITIAL_WINDOW, ProtocolError, type FrameHeader,
-} from './frame.js';
+import { Flag, FrameDecoder, FrameType, GoAwayCode, HEADER_BYTES, INITIAL_WINDOW, ProtocolError, type FrameHeader } from './frame.js';
 import { stateOf, YamuxStream, type StreamOwner } from './stream.js';
 import { FrameWriter } from './writer.js';
 

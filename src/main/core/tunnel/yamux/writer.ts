@@ -55,7 +55,6 @@ export class FrameWriter {
     this.control.length = 0;
   }
 
-
   /** Queue a control frame ahead of all data; false when the peer has left too many unread (the caller ends the session). */
   sendControl(type: number, flags: number, id: number, length: number): boolean {
     if (this.control.length >= this.o.maxControlFrames) return false;
