@@ -51,7 +51,7 @@ describe("node caches follow the hub's models", { timeout: 300_000 }, () => {
       assert.deepEqual(await cached(north), [b.sha256]);
       await north.stop();
       const states = await until(
-        async () => ((await hub.status()).nodes as { state: string }[]).map((n) => n.state),
+        async () => (await hub.status()).nodes.map((n) => n.state),
         (st) => st.every((x) => x === 'offline'),
         30_000,
       );

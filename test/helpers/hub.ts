@@ -1,3 +1,4 @@
+import type { ReplicaStatus, StatusDto } from '../../src/shared/status.js';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -17,28 +18,9 @@ export interface HubProcess {
   status(): Promise<HubStatus>;
 }
 
-export interface ReplicaStatusJson {
-  id: string;
-  model: string;
-  state: string;
-  pid: number | null;
-  port: number | null;
-  ctx: number;
-  slots: number;
-  kv_cache_type: string;
-  flash_attn: string;
-  in_flight: number;
-  failure: { message: string; tail: string } | null;
-  node?: string | null;
-}
-export interface HubStatus {
-  kv_cache_type: string;
-  devices: { id: string; free_mb: number; total_mb: number }[];
-  models: { name: string; fits_now: boolean; shortfall: string | null; need_mb: number }[];
-  replicas: ReplicaStatusJson[];
-  shards: unknown[];
-  nodes: unknown[];
-}
+/** /status as the hub sends it (src/shared/status.ts). */
+export type HubStatus = StatusDto;
+export type ReplicaStatusJson = ReplicaStatus;
 
 const relayBin = new URL('../../../bin/relay.js', import.meta.url).pathname;
 

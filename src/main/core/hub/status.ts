@@ -4,16 +4,17 @@ import { modelFiles } from '../models/files.js';
 import { pageCsp } from './guard.js';
 import { serveEvents } from './events.js';
 import type { AppDeps, HubHttp, Mount } from './http.js';
+import type { HubAvailabilityStatus, StatusDto } from '../../../shared/status.js';
 
 /** The hub's own devices as /status and POST /api/hub/availability show them. */
-export function hubView(d: AppDeps) {
+export function hubView(d: AppDeps): HubAvailabilityStatus {
   const a = d.availability.state();
   const s = d.availability.settings();
   return { availability: a.state, reason: a.reason, paused: s.paused, schedule: s.schedule, auto_pause: s.autoPause };
 }
 
 /** /status: the whole pool as the dashboard, `relay status` and the tests read it. */
-export function buildStatus({ d, auth, recent, modelView }: HubHttp) {
+export function buildStatus({ d, auth, recent, modelView }: HubHttp): StatusDto {
   const { config, registry, scheduler, nodes } = d;
   return {
     relay: d.version,
@@ -56,7 +57,7 @@ export function buildStatus({ d, auth, recent, modelView }: HubHttp) {
     backoffs: scheduler.view.backoffs(),
     queues: scheduler.view.queues(),
     api_keys: d.keys.list(),
-    nodes: nodes.status().map((n) => ({ ...n, devices: scheduler.view.nodeDevicesFree(String(n.name), n.devices as never) })),
+    nodes: nodes.status().map((n) => ({ ...n, devices: scheduler.view.nodeDevicesFree(n.name, n.devices) })),
     pushes: [...nodes.pushes.values()],
     recent: recent.list,
   };

@@ -24,6 +24,7 @@ import { usesFile } from '../models/files.js';
 import { checkJoinToken, credentialHash, newCredential } from './tokens.js';
 import { NodeConn } from './conn.js';
 import { WeightPusher, type PushProgress } from './push.js';
+import type { NodeStatus } from '../../../shared/status.js';
 
 export { NodeConn } from './conn.js';
 export type { PushProgress } from './push.js';
@@ -309,7 +310,7 @@ export class NodeManager extends EventEmitter {
     return [...this.conns.values()].filter((c) => c.alive);
   }
 
-  status(): Record<string, unknown>[] {
+  status(): NodeStatus[] {
     return this.records().map((r) => {
       const c = this.conns.get(r.name);
       return {

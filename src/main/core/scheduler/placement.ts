@@ -1,6 +1,5 @@
 import { randomUUID } from 'node:crypto';
 import type { Duplex } from 'node:stream';
-import type { FlashAttn, KvCacheType } from '../llama/argv.js';
 import type { NodeConn } from '../pool/manager.js';
 import type { ModelRecord } from '../store/store.js';
 import type { FitBreakdown } from './fit.js';
@@ -85,52 +84,7 @@ export function isLive(p: Placement): boolean {
 }
 
 /** What /status says of any placement (a replica or a shard). */
-export interface PlacementStatus {
-  readonly id: string;
-  readonly model: string;
-  readonly state: PlacementState;
-  /** The local llama-server (host replica, shard head); for a node replica, the node's. */
-  readonly port: number | null;
-  readonly pid: number | null;
-  readonly ctx: number;
-  readonly slots: number;
-  readonly in_flight: number;
-  readonly served: number;
-  readonly kv_cache_type: KvCacheType;
-  readonly ms_per_token: number | null;
-  readonly failure: Failure | null;
-}
-
-export interface ReplicaStatus extends PlacementStatus {
-  readonly sha256: string;
-  readonly where: 'host' | 'node';
-  readonly node: string | null;
-  readonly device: string;
-  readonly flash_attn: FlashAttn;
-  readonly need_mb: number;
-  readonly started_at: string;
-  readonly last_used_at: string;
-  /** llama-server's load report for a host replica: where its weights and KV landed (`Vulkan0 model buffer size = …`). */
-  readonly buffers: readonly string[];
-}
-
-export interface ShardStatus extends PlacementStatus {
-  readonly stages: {
-    index: number;
-    node: string | null;
-    device: string;
-    layers: [number, number];
-    need_mb: number;
-    free_mb: number;
-    output: boolean;
-    rpc_endpoint: string | null;
-    rpc_bytes: number | null;
-    rpc_round_trips: number | null;
-  }[];
-  readonly warnings: readonly string[];
-  /** llama-server's own report of where the weights went (its "model buffer size" lines). */
-  readonly buffers: readonly string[];
-}
+export type { PlacementStatus, ReplicaStatus, ShardStatus } from '../../../shared/status.js';
 
 /** A placement about to start for `model` as the placer planned it (a fresh id; nothing running yet). */
 export function newPlacement(model: ModelRecord, plan: NewPlacement, fit: FitBreakdown, now: number): Placement {

@@ -1,0 +1,149 @@
+/**
+ * The hub's /status (and /events, /api/nodes) as it goes over the wire: one set of shapes for the hub that
+ * builds it (hub/status.ts is typed against StatusDto), `relay status`, the tray and the tests. snake_case,
+ * with the exceptions docs/glossary.md lists (a node's devices are its own DeviceInfo, camelCase).
+ */
+import type { Availability, DeviceInfo, RunningReplica } from './protocol.js';
+
+export type KvCacheTypeName = 'f16' | 'q8_0' | 'q4_0';
+export type PlacementStateName = 'starting' | 'ready' | 'failed' | 'stopping';
+
+export interface PlacementStatus {
+  readonly id: string;
+  readonly model: string;
+  readonly state: PlacementStateName;
+  /** The local llama-server (host replica, shard head); for a node replica, the node's. */
+  readonly port: number | null;
+  readonly pid: number | null;
+  readonly ctx: number;
+  readonly slots: number;
+  readonly in_flight: number;
+  readonly served: number;
+  readonly kv_cache_type: KvCacheTypeName;
+  readonly ms_per_token: number | null;
+  readonly failure: { readonly message: string; readonly tail: string; readonly at: string } | null;
+}
+
+export interface ReplicaStatus extends PlacementStatus {
+  readonly sha256: string;
+  readonly where: 'host' | 'node';
+  readonly node: string | null;
+  readonly device: string;
+  readonly flash_attn: 'on' | 'off' | 'auto';
+  readonly need_mb: number;
+  readonly started_at: string;
+  readonly last_used_at: string;
+  /** llama-server's load report for a host replica: where its weights and KV landed (`Vulkan0 model buffer size = …`). */
+  readonly buffers: readonly string[];
+}
+
+export interface StageStatus {
+  index: number;
+  node: string | null;
+  device: string;
+  layers: [number, number];
+  need_mb: number;
+  free_mb: number;
+  output: boolean;
+  rpc_endpoint: string | null;
+  rpc_bytes: number | null;
+  rpc_round_trips: number | null;
+}
+
+export interface ShardStatus extends PlacementStatus {
+  readonly stages: StageStatus[];
+  readonly warnings: readonly string[];
+  /** llama-server's own report of where the weights went (its "model buffer size" lines). */
+  readonly buffers: readonly string[];
+}
+
+/** One of the hub's own devices, with what relay's placements have reserved taken off. */
+export interface DeviceStatus {
+  readonly id: string;
+  readonly kind: 'gpu' | 'cpu';
+  readonly description: string;
+  readonly total_mb: number;
+  readonly free_mb: number;
+  readonly utilization_pct: number | null;
+  readonly source: string;
+  readonly bus_id: string | null;
+}
+
+/** A node as the hub sees it (also GET /api/nodes). */
+export interface NodeStatus {
+  readonly name: string;
+  readonly state: Availability | 'offline' | 'revoked';
+  readonly reason: string | null;
+  readonly schedule: string | null;
+  readonly connected: boolean;
+  /** The node's report (camelCase: its DeviceInfo), free memory after the hub's reservations. */
+  readonly devices: readonly DeviceInfo[];
+  readonly cache: readonly { sha256: string; size: number }[];
+  readonly replicas: readonly RunningReplica[];
+  readonly last_seen: string | null;
+  readonly created_at: string;
+  readonly revoked_at: string | null;
+  readonly bytes: { http: number; rpc: number; file: number } | null;
+}
+
+export interface ModelStatus {
+  readonly name: string;
+  readonly size: number;
+  readonly sha256: string;
+  readonly path: string;
+  /** Files: 1, or a split model's parts. */
+  readonly parts: number;
+  readonly file: 'ok' | 'missing' | 'changed';
+  /** The model's own settings (absent ones are the pool's), null for none. */
+  readonly settings: { readonly ctx?: number; readonly slots?: number; readonly kv_cache_type?: KvCacheTypeName; readonly flash_attn?: 'on' | 'off' | 'auto' } | null;
+  readonly need_mb: number;
+  readonly need: { weights_mb: number; kv_mb: number; overhead_mb: number; ctx: number; slots: number; kv_scale: number; kv_cache_type: string };
+  readonly fits_now: boolean;
+  readonly shortfall: string | null;
+  readonly embedding: boolean;
+}
+
+export interface HubAvailabilityStatus {
+  readonly availability: Availability;
+  readonly reason: string | null;
+  readonly paused: boolean;
+  readonly schedule: string;
+  readonly auto_pause: boolean;
+}
+
+export interface PushStatus {
+  readonly node: string;
+  readonly model: string;
+  readonly sha256: string;
+  readonly done: number;
+  readonly total: number;
+  readonly started_at: string;
+}
+
+/** GET /status. */
+export interface StatusDto {
+  readonly relay: string;
+  readonly llama_cpp: { readonly tag: string; readonly version: string; readonly backend: string; readonly backend_reason: string };
+  readonly kv_cache_type: KvCacheTypeName;
+  readonly settings: Readonly<Record<string, unknown>>;
+  readonly hub: HubAvailabilityStatus;
+  readonly devices: readonly DeviceStatus[];
+  readonly models: readonly ModelStatus[];
+  readonly replicas: readonly ReplicaStatus[];
+  readonly shards: readonly ShardStatus[];
+  readonly backoffs: readonly { node: string; model: string; failures: number; reason: string; since: string; until: string }[];
+  readonly queues: readonly { model: string; waiting: number }[];
+  readonly api_keys: readonly { name: string; prefix: string; created_at: string; last_used_at: string | null }[];
+  readonly nodes: readonly NodeStatus[];
+  readonly pushes: readonly PushStatus[];
+  readonly recent: readonly {
+    at: string;
+    model: string;
+    endpoint: string;
+    status: number;
+    prompt_tokens: number | null;
+    completion_tokens: number | null;
+    tokens_per_second: number | null;
+    ms: number;
+  }[];
+}
