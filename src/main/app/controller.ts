@@ -62,35 +62,35 @@ export class AppController {
   /** The port a hub restarted for a new address keeps (nodes joined at it come back by themselves). */
   private keepPort: number | null = null;
 
-  constructor(private readonly o: AppControllerOptions) {
-    if (!o.pagesUrl.endsWith('/')) throw new Error('pagesUrl must name a folder (end with /)');
+  constructor(private readonly opts: AppControllerOptions) {
+    if (!opts.pagesUrl.endsWith('/')) throw new Error('pagesUrl must name a folder (end with /)');
     this.settings = this.loadSettings();
   }
 
   get nodeHome(): string {
-    return join(this.o.userData, 'node');
+    return join(this.opts.userData, 'node');
   }
 
   private get settingsFile(): string {
-    return join(this.o.userData, 'settings.json');
+    return join(this.opts.userData, 'settings.json');
   }
 
   private loadSettings(): AppSettings {
-    const r = readAppSettings(this.settingsFile, { ...DEFAULT_SETTINGS, ...this.o.defaults });
-    if (r.recovered) this.o.log.warn({ why: r.recovered }, 'settings.json was unreadable: started from its last good copy');
+    const r = readAppSettings(this.settingsFile, { ...DEFAULT_SETTINGS, ...this.opts.defaults });
+    if (r.recovered) this.opts.log.warn({ why: r.recovered }, 'settings.json was unreadable: started from its last good copy');
     // A damaged settings file: start as a first run, and say so; the file is left for the user.
     if (r.error) this.lastError = r.error;
     return r.settings;
   }
 
   private saveSettings(): void {
-    writeAppSettings(this.o.userData, this.settingsFile, this.settings);
+    writeAppSettings(this.opts.userData, this.settingsFile, this.settings);
   }
 
   /** The app started: the setup page on a first run, otherwise the chosen mode. */
   async start(): Promise<void> {
     this.render();
-    if (this.settings.mode === null) this.o.shell.openWindow({ page: 'setup' });
+    if (this.settings.mode === null) this.opts.shell.openWindow({ page: 'setup' });
     else await this.launch();
   }
 
@@ -106,7 +106,7 @@ export class AppController {
 
   /** Whether the window may navigate to `url`: the app's own pages or the dashboard's origin (see navigation.ts). */
   navigationAllowed(url: string): boolean {
-    return navigationAllowed(url, this.o.pagesUrl, this.dashboardUrl());
+    return navigationAllowed(url, this.opts.pagesUrl, this.dashboardUrl());
   }
 
   /** The dashboard this app shows: its own hub's, or (node mode) the hub it joined. */
@@ -121,18 +121,18 @@ export class AppController {
   }
 
   render(): void {
-    this.o.shell.render(this.state());
+    this.opts.shell.render(this.state());
   }
 
   private async startMode(): Promise<void> {
     this.lastError = null;
-    const env = this.o.llamaBinDir ? { ...(this.o.env ?? process.env), RELAY_LLAMA_BIN_DIR: this.o.llamaBinDir } : (this.o.env ?? process.env);
-    const log = this.o.log;
+    const env = this.opts.llamaBinDir ? { ...(this.opts.env ?? process.env), RELAY_LLAMA_BIN_DIR: this.opts.llamaBinDir } : (this.opts.env ?? process.env);
+    const log = this.opts.log;
     try {
       const install = await ensureLlama({ env, progress: (l) => log.info(`[llama build] ${l}`) });
       if (this.settings.mode === 'hub') {
         const config = hubConfigFromEnv(env, {
-          home: join(this.o.userData, 'hub'),
+          home: join(this.opts.userData, 'hub'),
           host: this.settings.hubListen,
           port: this.keepPort ?? this.settings.hubPort,
           cpuBudgetMb: this.settings.cpuBudgetMb,
@@ -142,7 +142,7 @@ export class AppController {
       } else if (this.settings.mode === 'node') {
         const s = readSettings(this.nodeHome);
         if (!s) throw new Error('node mode is not set up: choose it again with a hub URL and a join token');
-        const agent = new NodeAgent(this.nodeHome, s, { log, install, heartbeatMs: this.o.heartbeatMs });
+        const agent = new NodeAgent(this.nodeHome, s, { log, install, heartbeatMs: this.opts.heartbeatMs });
         this.agent = agent;
         for (const ev of ['connected', 'disconnected', 'availability', 'running']) agent.on(ev, () => this.render());
         agent.on('fatal', (err: Error) => {
@@ -187,27 +187,27 @@ export class AppController {
       case 'open-dashboard': {
         const url = this.dashboardUrl();
         const node = this.settings.mode === 'node' ? readSettings(this.nodeHome) : null;
-        this.o.shell.openWindow(url ? { url: await dashboardOpenUrl(url, node, this.o.log) } : { page: 'setup' });
+        this.opts.shell.openWindow(url ? { url: await dashboardOpenUrl(url, node, this.opts.log) } : { page: 'setup' });
         break;
       }
       case 'add-node': {
         const url = this.dashboardUrl();
-        if (url && this.settings.mode === 'hub') this.o.shell.openWindow({ url: `${url}/#add-node` });
+        if (url && this.settings.mode === 'hub') this.opts.shell.openWindow({ url: `${url}/#add-node` });
         break;
       }
       case 'open-setup':
-        this.o.shell.openWindow({ page: 'setup' });
+        this.opts.shell.openWindow({ page: 'setup' });
         break;
       case 'open-settings':
-        this.o.shell.openWindow({ page: this.settings.mode === null ? 'setup' : 'settings' });
+        this.opts.shell.openWindow({ page: this.settings.mode === null ? 'setup' : 'settings' });
         break;
       case 'toggle-start-at-login':
         this.settings.startAtLogin = !this.settings.startAtLogin;
-        this.o.shell.setLoginItem(this.settings.startAtLogin);
+        this.opts.shell.setLoginItem(this.settings.startAtLogin);
         this.saveSettings();
         break;
       case 'quit':
-        this.o.shell.quit();
+        this.opts.shell.quit();
         return;
     }
     this.render();
@@ -219,7 +219,7 @@ export class AppController {
       channel,
       payload,
       senderUrl,
-      (ch, url) => ipcSenderAllowed(ch, url, this.o.pagesUrl, this.dashboardUrl()), // which page may call what: navigation.ts
+      (ch, url) => ipcSenderAllowed(ch, url, this.opts.pagesUrl, this.dashboardUrl()), // which page may call what: navigation.ts
       (ch, p) => this.run(ch, p),
     );
   }
@@ -282,7 +282,7 @@ export class AppController {
     if (c.cpuBudgetMb !== undefined) this.settings.cpuBudgetMb = c.cpuBudgetMb;
     if (c.startAtLogin !== undefined && c.startAtLogin !== this.settings.startAtLogin) {
       this.settings.startAtLogin = c.startAtLogin;
-      this.o.shell.setLoginItem(c.startAtLogin);
+      this.opts.shell.setLoginItem(c.startAtLogin);
     }
     // A LAN change only when it changes reachability (a hand-set address that already matches stays as it is).
     const before = this.settings.hubListen;
@@ -291,7 +291,7 @@ export class AppController {
     this.saveSettings();
     if (relisten) {
       const listen = this.settings.hubListen;
-      this.o.log.info({ listen }, 'the hub moves to a new address: restarting it in this process');
+      this.opts.log.info({ listen }, 'the hub moves to a new address: restarting it in this process');
       this.keepPort = this.hub?.port ?? null;
       await this.stop();
       await this.launch();

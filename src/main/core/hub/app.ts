@@ -27,7 +27,7 @@ export function createApp(d: AppDeps): express.Express {
 
   const body = readBody(config.maxBodyBytes);
   const h: HubHttp = {
-    d,
+    deps: d,
     raw: (req, res, next) => requireJson(req, res, (err?: unknown) => (err ? next(err) : body(req, res, next))),
     auth: hubAuth(config, d.keys),
     recent: new RecentRequests(),

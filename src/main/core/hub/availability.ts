@@ -32,7 +32,7 @@ export class HubAvailability {
   private readonly timer: NodeJS.Timeout;
 
   constructor(
-    private readonly d: {
+    private readonly deps: {
       store: Store;
       log: Logger;
       /** Placements running on the hub's devices (busy vs idle) and their pids (not "other programs"). */
@@ -46,13 +46,13 @@ export class HubAvailability {
     initial: Partial<HubAvailabilitySettings> = {},
   ) {
     // Flags given at start (--schedule, --auto-pause) override the stored settings and are stored.
-    const saved = d.store.data.hub_availability;
+    const saved = deps.store.data.hub_availability;
     const s = { paused: saved?.paused ?? false, schedule: initial.schedule ?? saved?.schedule ?? '', autoPause: initial.autoPause ?? saved?.auto_pause ?? false };
     this.windows = HubAvailability.parse(s.schedule);
     this.current = s;
     if (initial.schedule !== undefined || initial.autoPause !== undefined) this.saving = this.save(s);
-    if (s.autoPause && !autoPauseSupport().available) d.log.warn(`hub auto-pause stays off on this machine: ${autoPauseSupport().why}`);
-    this.timer = setInterval(() => this.tick(), d.tickMs ?? 5000);
+    if (s.autoPause && !autoPauseSupport().available) deps.log.warn(`hub auto-pause stays off on this machine: ${autoPauseSupport().why}`);
+    this.timer = setInterval(() => this.tick(), deps.tickMs ?? 5000);
     this.timer.unref();
     this.tick();
   }
@@ -70,7 +70,7 @@ export class HubAvailability {
   }
 
   private async save(s: HubAvailabilitySettings): Promise<void> {
-    await this.d.store.update((data) => {
+    await this.deps.store.update((data) => {
       data.hub_availability = { paused: s.paused, schedule: s.schedule, auto_pause: s.autoPause };
     });
   }
@@ -79,9 +79,9 @@ export class HubAvailability {
     const s = this.settings();
     return availabilityOf({
       manualPause: s.paused,
-      scheduled: inPauseWindow(this.windows, this.d.now?.() ?? new Date()),
+      scheduled: inPauseWindow(this.windows, this.deps.now?.() ?? new Date()),
       autoPaused: this.autoPaused,
-      activeStreams: this.d.activeStreams(),
+      activeStreams: this.deps.activeStreams(),
     });
   }
 
@@ -106,16 +106,16 @@ export class HubAvailability {
   /** Re-evaluates the schedule and auto-pause; a change to paused stops the hub's placements. */
   tick(): void {
     if (this.settings().autoPause) {
-      const other = otherProcessesGpuMb(this.d.ownPids());
+      const other = otherProcessesGpuMb(this.deps.ownPids());
       if (other !== null) this.autoPaused = this.autoPause.update(other, Date.now());
     } else this.autoPaused = false;
     const a = this.state();
     const was = this.last;
     this.last = a.state;
     if (a.state === 'paused' && was !== 'paused') {
-      this.d.log.info({ reason: a.reason }, "the hub's own devices are paused: its placements stop, requests go to nodes");
-      this.d.onPaused(a.reason ?? 'paused');
-    } else if (a.state !== 'paused' && was === 'paused') this.d.log.info("the hub's own devices are available again");
+      this.deps.log.info({ reason: a.reason }, "the hub's own devices are paused: its placements stop, requests go to nodes");
+      this.deps.onPaused(a.reason ?? 'paused');
+    } else if (a.state !== 'paused' && was === 'paused') this.deps.log.info("the hub's own devices are available again");
   }
 
   /** Stops the clock; resolves once the settings given at start are stored. */

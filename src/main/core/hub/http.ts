@@ -39,7 +39,7 @@ export interface AppDeps {
 
 /** What every group of routes shares: the deps, the JSON body reader, the auth checks, the request log, the model view. */
 export interface HubHttp {
-  readonly d: AppDeps;
+  readonly deps: AppDeps;
   /** A JSON body: application/json only (415 otherwise), read up to the size limit. */
   readonly raw: RequestHandler;
   readonly auth: HubAuth;

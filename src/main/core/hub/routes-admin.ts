@@ -3,7 +3,7 @@ import { parseJson, textField, type Mount } from './http.js';
 import { hubView } from './status.js';
 
 /** /v1 API keys (the key is in the 201 answer only) and the hub's own availability. */
-export const mountAdmin: Mount = (app, { d, raw, auth }) => {
+export const mountAdmin: Mount = (app, { deps: d, raw, auth }) => {
   app.get('/api/keys', auth.requireAdmin(true), (_req, res) => {
     res.json({ keys: d.keys.list(), required: auth.keyRequired() });
   });

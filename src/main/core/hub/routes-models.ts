@@ -35,7 +35,7 @@ export function modelViewer(d: AppDeps): (m: ModelRecord) => ModelRecord & Model
 }
 
 /** The registry over HTTP: list, add (with hashing progress), per-model settings, import, remove. */
-export const mountModels: Mount = (app, { d, raw, auth, modelView }) => {
+export const mountModels: Mount = (app, { deps: d, raw, auth, modelView }) => {
   const { registry, scheduler, nodes } = d;
   app.get('/api/models', auth.requireAdmin(true), (_req, res) => {
     res.json({ models: registry.list().map((m) => modelView(m)) });

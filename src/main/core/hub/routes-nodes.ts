@@ -7,7 +7,7 @@ import { parseJson, textField, type Mount } from './http.js';
 import { SET_PAUSED_WAIT_MS } from '../timeouts.js';
 
 /** Nodes: joining (open, over TLS), their dashboard links, "Add a node" tokens, the list, pause/resume, revoke. */
-export const mountNodes: Mount = (app, { d, raw, auth }) => {
+export const mountNodes: Mount = (app, { deps: d, raw, auth }) => {
   const { config, nodes } = d;
   // Joining is open to the network: the join token is the credential for this one call.
   app.post('/api/nodes/join', raw, async (req, res, next) => {

@@ -53,7 +53,7 @@ function validate(endpoint: Endpoint, body: Record<string, unknown>): string {
  * The OpenAI-compatible surface: /v1/models, and chat completions, completions and embeddings relayed to a
  * placement of the model the scheduler leases (failing over before the first byte).
  */
-export const mountV1: Mount = (app, { d, raw, auth, recent }) => {
+export const mountV1: Mount = (app, { deps: d, raw, auth, recent }) => {
   const { registry, scheduler, metrics, log } = d;
   app.get('/v1/models', auth.requireApiKey, (_req, res) => {
     res.json({

@@ -14,7 +14,7 @@ export function hubView(d: AppDeps): HubAvailabilityStatus {
 }
 
 /** /status: the whole pool as the dashboard, `relay status` and the tests read it. */
-export function buildStatus({ d, auth, recent, modelView }: HubHttp): StatusDto {
+export function buildStatus({ deps: d, auth, recent, modelView }: HubHttp): StatusDto {
   const { config, registry, scheduler, nodes } = d;
   return {
     relay: d.version,
@@ -65,7 +65,7 @@ export function buildStatus({ d, auth, recent, modelView }: HubHttp): StatusDto 
 
 /** /status, its live /events, the charts' history, /metrics and the dashboard page. */
 export const mountStatus: Mount = (app, h) => {
-  const { d, auth } = h;
+  const { deps: d, auth } = h;
   const { scheduler, metrics } = d;
   app.get('/status', auth.requireAdmin(true), (_req, res) => {
     res.json(buildStatus(h));

@@ -55,14 +55,14 @@ export class NodeAgent extends EventEmitter {
   constructor(
     readonly home: string,
     private settings: NodeSettings,
-    private readonly d: { log: Logger; install: LlamaInstall; heartbeatMs?: number; config?: NodeConfig },
+    private readonly deps: { log: Logger; install: LlamaInstall; heartbeatMs?: number; config?: NodeConfig },
   ) {
     super();
     this.cache = new ModelCache(join(home, 'cache'), cacheBudgetBytes(settings.cacheBudgetMb));
-    this.inventory = new HostInventory(d.install, settings.cpuBudgetMb);
+    this.inventory = new HostInventory(deps.install, settings.cpuBudgetMb);
     this.schedule = parseSchedule(settings.schedule);
-    this.config = d.config ?? nodeConfigFromEnv();
-    this.work = new Workloads({ install: d.install, cache: this.cache, log: d.log, threads: this.config.threads });
+    this.config = deps.config ?? nodeConfigFromEnv();
+    this.work = new Workloads({ install: deps.install, cache: this.cache, log: deps.log, threads: this.config.threads });
     this.work.on('running', () => this.emit('running'));
     this.work.on('exited', () => {
       if (this.connected) this.heartbeat(); // the hub learns at once
@@ -94,7 +94,7 @@ export class NodeAgent extends EventEmitter {
     this.inventory.setCpuBudgetMb(next.cpuBudgetMb);
     this.cache.budget = cacheBudgetBytes(next.cacheBudgetMb);
     if (!next.autoPause) this.autoPaused = false;
-    this.d.log.info({ schedule: next.schedule, auto_pause: next.autoPause ?? false, cpu_budget_mb: next.cpuBudgetMb, cache_budget_mb: next.cacheBudgetMb }, 'node settings changed');
+    this.deps.log.info({ schedule: next.schedule, auto_pause: next.autoPause ?? false, cpu_budget_mb: next.cpuBudgetMb, cache_budget_mb: next.cacheBudgetMb }, 'node settings changed');
     await this.availabilityChanged();
     if (this.connected) this.heartbeat(); // the hub sees the new schedule and devices now
   }
@@ -166,13 +166,13 @@ export class NodeAgent extends EventEmitter {
       cache: () => cacheReport(this.cache),
       prune: () => {
         const r = this.cache.prune();
-        this.d.log.info({ removed: r.removed.length, partials: r.partials.length, kept: r.kept.length }, 'cache pruned (relay cache prune)');
+        this.deps.log.info({ removed: r.removed.length, partials: r.partials.length, kept: r.kept.length }, 'cache pruned (relay cache prune)');
         if (this.connected) this.heartbeat(); // the hub learns at once that the files are gone
         return r;
       },
     });
     const support = autoPauseSupport();
-    if (this.settings.autoPause && !support.available) this.d.log.warn(`--auto-pause stays off on this machine: ${support.why}`);
+    if (this.settings.autoPause && !support.available) this.deps.log.warn(`--auto-pause stays off on this machine: ${support.why}`);
     const tick = setInterval(() => {
       if (this.settings.autoPause) {
         const own = new Set(this.work.pids());
@@ -181,7 +181,7 @@ export class NodeAgent extends EventEmitter {
       }
       if (this.connected) this.heartbeat();
       void this.availabilityChanged(); // schedule windows open and close with the clock
-    }, this.d.heartbeatMs ?? this.config.heartbeatMs);
+    }, this.deps.heartbeatMs ?? this.config.heartbeatMs);
     tick.unref();
     this.timers.push(tick);
     void this.connectLoop();
@@ -195,11 +195,11 @@ export class NodeAgent extends EventEmitter {
       } catch (err) {
         if (isRelayError(err) && (err.code === ErrorCode.NODE_AUTH || err.code === ErrorCode.VERSION_MISMATCH)) {
           this.fatal = err;
-          this.d.log.error({ code: err.code }, err.message);
+          this.deps.log.error({ code: err.code }, err.message);
           this.emit('fatal', err);
           return;
         }
-        this.d.log.warn({ err: (err as Error).message, retryInMs: this.backoffMs }, 'hub connection failed');
+        this.deps.log.warn({ err: (err as Error).message, retryInMs: this.backoffMs }, 'hub connection failed');
       }
       if (this.stopped) return;
       const wait = this.backoffMs * (0.75 + Math.random() * 0.5);
@@ -220,7 +220,7 @@ export class NodeAgent extends EventEmitter {
             type: 'hello',
             protocol: PROTOCOL_VERSION,
             node: this.settings.name,
-            llama: this.d.install.version,
+            llama: this.deps.install.version,
             devices: this.devices(),
             cache: this.cache.inventory(),
             partials: this.cache.partials(),
@@ -239,13 +239,13 @@ export class NodeAgent extends EventEmitter {
               this.lastSent = a.state;
               if (this.orphanTimer) clearTimeout(this.orphanTimer);
               this.orphanTimer = null;
-              this.d.log.info({ hub: this.settings.hub, protocol: m.protocol }, 'connected to the hub');
+              this.deps.log.info({ hub: this.settings.hub, protocol: m.protocol }, 'connected to the hub');
               this.emit('connected');
               return;
             }
             if (m.type === 'error') {
               clearTimeout(welcomeTimer);
-              this.d.log.error({ code: m.code }, `hub: ${m.message}`);
+              this.deps.log.error({ code: m.code }, `hub: ${m.message}`);
               if (m.code === 'version_mismatch') reject(new RelayError(ErrorCode.VERSION_MISMATCH, `the hub refused this node: ${m.message}`));
               // Another agent holds this credential: keep retrying with backoff (it may be stopping), never evict it.
               else reject(new RelayError(fromWireCode(m.code), `the hub refused this connection: ${m.message}`));
@@ -260,7 +260,7 @@ export class NodeAgent extends EventEmitter {
             this.connected = false;
             this.session = null;
             this.control = null;
-            if (was) this.d.log.warn({ why: err.message }, 'lost the hub');
+            if (was) this.deps.log.warn({ why: err.message }, 'lost the hub');
             // The hub already tore down what ran here; if it stays away, release the device too. A quick
             // reconnect keeps them, and the hub's reconciliation stops what it no longer expects.
             if (was && !this.orphanTimer) {
@@ -300,7 +300,7 @@ export class NodeAgent extends EventEmitter {
       work: this.work,
       cache: this.cache,
       spares: this.spares,
-      log: this.d.log,
+      log: this.deps.log,
       active: (delta) => {
         this.activeStreams += delta;
         void this.availabilityChanged();

@@ -84,18 +84,18 @@ export class AutoPause {
   private overSince: number | null = null;
   private underSince: number | null = null;
 
-  constructor(private readonly o: { thresholdMb: number; pauseAfterMs: number; resumeAfterMs: number }) {}
+  constructor(private readonly opts: { thresholdMb: number; pauseAfterMs: number; resumeAfterMs: number }) {}
 
   update(otherProcessesMb: number, nowMs: number): boolean {
-    const over = otherProcessesMb > this.o.thresholdMb;
+    const over = otherProcessesMb > this.opts.thresholdMb;
     if (over) {
       this.underSince = null;
       this.overSince ??= nowMs;
-      if (!this.paused && nowMs - this.overSince >= this.o.pauseAfterMs) this.paused = true;
+      if (!this.paused && nowMs - this.overSince >= this.opts.pauseAfterMs) this.paused = true;
     } else {
       this.overSince = null;
       this.underSince ??= nowMs;
-      if (this.paused && nowMs - this.underSince >= this.o.resumeAfterMs) this.paused = false;
+      if (this.paused && nowMs - this.underSince >= this.opts.resumeAfterMs) this.paused = false;
     }
     return this.paused;
   }

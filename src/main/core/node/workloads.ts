@@ -31,13 +31,13 @@ export class Workloads extends EventEmitter {
   private readonly rpcs = new Map<string, RunningRpcServer>();
   private readonly stages = new Map<string, StageInfo>();
 
-  constructor(private readonly d: { install: LlamaInstall; cache: ModelCache; log: Logger; threads?: number }) {
+  constructor(private readonly deps: { install: LlamaInstall; cache: ModelCache; log: Logger; threads?: number }) {
     super();
   }
 
   /** Start (or find) replica `c.replica` of the cached model (every part of a split one must be here). */
   async startReplica(c: StartReplica, nodeName: string): Promise<{ pid: number | undefined; port: number }> {
-    const { cache, log } = this.d;
+    const { cache, log } = this.deps;
     const existing = this.replicas.get(c.replica);
     if (existing && !existing.stopping) return { pid: existing.server.child.pid, port: existing.server.port };
     const files = c.parts ?? [c.sha256];
@@ -49,7 +49,7 @@ export class Workloads extends EventEmitter {
       cache.touch(f);
     }
     try {
-      const server = await startLlamaServer(this.d.install, {
+      const server = await startLlamaServer(this.deps.install, {
         name: `llama-server[${c.alias}]`,
         model: c.parts ? cache.splitView(c.sha256, c.parts) : cache.pathOf(c.sha256),
         ctx: c.ctx,
@@ -60,8 +60,8 @@ export class Workloads extends EventEmitter {
         embedding: c.embedding,
         pooling: c.pooling ?? undefined,
         metrics: true,
-        threads: this.d.threads,
-        ...replicaPlacement(c.device, this.d.install.backend),
+        threads: this.deps.threads,
+        ...replicaPlacement(c.device, this.deps.install.backend),
       });
       const rep: LocalReplica = { id: c.replica, sha256: c.sha256, files, model: c.alias, server, stopping: false };
       this.replicas.set(c.replica, rep);
@@ -86,14 +86,14 @@ export class Workloads extends EventEmitter {
   /** Files no running replica reads any more may be evicted again. */
   private release(files: readonly string[]): void {
     const used = new Set([...this.replicas.values()].filter((r) => !r.stopping).flatMap((r) => r.files));
-    for (const f of files) if (!used.has(f)) this.d.cache.inUse.delete(f);
+    for (const f of files) if (!used.has(f)) this.deps.cache.inUse.delete(f);
   }
 
   async stopReplica(id: string, why: string): Promise<void> {
     const r = this.replicas.get(id);
     if (!r) return;
     r.stopping = true;
-    this.d.log.info({ replica: id, why }, 'stopping replica');
+    this.deps.log.info({ replica: id, why }, 'stopping replica');
     await r.server.child.terminate(CHILD_STOP_GRACE_MS);
     this.replicas.delete(id);
     this.emit('running');
@@ -105,7 +105,7 @@ export class Workloads extends EventEmitter {
     if (existing) return existing;
     // LLAMA_CACHE=<cache>/llama: ggml-rpc-server's tensor cache is <cache>/llama/rpc, inside the node's budget.
     // One rpc-server per stage, pinned to the stage's device (-d): two stages on this node use two devices.
-    const r = await startRpcServer(this.d.install, { cache, cacheDir: join(this.d.cache.root, 'llama'), name: `ggml-rpc-server[${id}]`, device });
+    const r = await startRpcServer(this.deps.install, { cache, cacheDir: join(this.deps.cache.root, 'llama'), name: `ggml-rpc-server[${id}]`, device });
     this.rpcs.set(id, r);
     if (stage) this.stages.set(id, stage);
     this.emit('running');

@@ -40,7 +40,7 @@ export class NodeManager extends EventEmitter {
   private readonly wss = new WebSocketServer({ noServer: true, perMessageDeflate: false, maxPayload: 64 * 1024 * 1024 });
 
   constructor(
-    private readonly d: {
+    private readonly deps: {
       store: Store;
       log: Logger;
       hubVersion: string;
@@ -51,7 +51,7 @@ export class NodeManager extends EventEmitter {
     },
   ) {
     super();
-    this.pusher = new WeightPusher({ log: d.log, pushMaxBytesPerSec: d.pushMaxBytesPerSec });
+    this.pusher = new WeightPusher({ log: deps.log, pushMaxBytesPerSec: deps.pushMaxBytesPerSec });
   }
 
   /** Weight pushes running now (push.ts). */
@@ -67,17 +67,17 @@ export class NodeManager extends EventEmitter {
   // ---- membership ----
 
   records(): readonly NodeRecord[] {
-    return this.d.store.data.nodes;
+    return this.deps.store.data.nodes;
   }
 
   async join(token: string, name: string): Promise<{ name: string; credential: string }> {
     if (typeof name !== 'string' || !/^[A-Za-z0-9._-]{1,64}$/.test(name)) {
       throw new RelayError(ErrorCode.INVALID_REQUEST, 'a node name is 1-64 letters, digits, . _ or -');
     }
-    const check = checkJoinToken(this.d.secret, token);
+    const check = checkJoinToken(this.deps.secret, token);
     if (!check.ok) throw new RelayError(ErrorCode.NODE_AUTH, `join refused: ${check.why}`);
     const credential = newCredential();
-    await this.d.store.update((data) => {
+    await this.deps.store.update((data) => {
       data.used_join_tokens ??= [];
       if (data.used_join_tokens.includes(check.id)) throw new RelayError(ErrorCode.NODE_AUTH, 'join refused: the token was already used');
       const existing = data.nodes.find((n) => n.name === name);
@@ -86,7 +86,7 @@ export class NodeManager extends EventEmitter {
       data.nodes = data.nodes.filter((n) => n.name !== name);
       data.nodes.push({ name, credential_sha256: credentialHash(credential), created_at: new Date().toISOString(), revoked_at: null, last_seen: null });
     });
-    this.d.log.info({ node: name }, 'node joined');
+    this.deps.log.info({ node: name }, 'node joined');
     return { name, credential };
   }
 
@@ -103,14 +103,14 @@ export class NodeManager extends EventEmitter {
       (conn ? [conn] : this.connected()).map(async (c) => {
         for (const sha256 of [...c.cache.keys()]) {
           // Read the registry afresh for each file: a model registered while earlier evictions ran is kept.
-          if (this.d.store.data.models.some((m) => usesFile(m, sha256))) continue;
+          if (this.deps.store.data.models.some((m) => usesFile(m, sha256))) continue;
           c.cache.delete(sha256);
           told.push(c.name);
           try {
             const r = await c.command({ type: 'evict', sha256 }, 30_000);
-            this.d.log.info({ node: c.name, sha256, removed: (r.data as { removed?: boolean } | undefined)?.removed }, "evicted a file no registered model uses from the node's cache");
+            this.deps.log.info({ node: c.name, sha256, removed: (r.data as { removed?: boolean } | undefined)?.removed }, "evicted a file no registered model uses from the node's cache");
           } catch (err) {
-            this.d.log.warn({ node: c.name, sha256, err: (err as Error).message }, "could not evict a removed model from the node's cache");
+            this.deps.log.warn({ node: c.name, sha256, err: (err as Error).message }, "could not evict a removed model from the node's cache");
           }
         }
       }),
@@ -119,7 +119,7 @@ export class NodeManager extends EventEmitter {
   }
 
   async revoke(name: string): Promise<void> {
-    await this.d.store.update((data) => {
+    await this.deps.store.update((data) => {
       const n = data.nodes.find((x) => x.name === name);
       if (!n) throw new RelayError(ErrorCode.NODE_NOT_FOUND, `no node named "${name}"`);
       n.revoked_at = new Date().toISOString();
@@ -129,7 +129,7 @@ export class NodeManager extends EventEmitter {
       c.close('revoked by the hub owner');
       c.session.destroy(new RelayError(ErrorCode.NODE_AUTH, 'revoked'));
     }
-    this.d.log.warn({ node: name }, 'node revoked');
+    this.deps.log.warn({ node: name }, 'node revoked');
   }
 
   /** The node a request comes from, by its name and credential headers; NODE_AUTH when either is wrong or it was revoked. */
@@ -163,7 +163,7 @@ export class NodeManager extends EventEmitter {
       try {
         rec = this.authenticate(req);
       } catch (err) {
-        this.d.log.warn({ node: req.headers['x-relay-node'], why: (err as Error).message }, 'node refused');
+        this.deps.log.warn({ node: req.headers['x-relay-node'], why: (err as Error).message }, 'node refused');
         return refuse(401, 'node_auth', (err as Error).message);
       }
       this.wss.handleUpgrade(req, socket, head, (ws) => void this.onConnection(ws, rec.name));
@@ -171,7 +171,7 @@ export class NodeManager extends EventEmitter {
   }
 
   private async onConnection(ws: WebSocket, name: string): Promise<void> {
-    const log = this.d.log.child({ node: name });
+    const log = this.deps.log.child({ node: name });
     // Nodes open one stream (control); the hub opens the rest. 1024 streams and 1024 queued control frames bound
     // what one node can make the hub hold.
     const session = new Session(webSocketDuplex(ws), {
@@ -184,7 +184,7 @@ export class NodeManager extends EventEmitter {
       priorityLevels: TUNNEL_PRIORITY_LEVELS,
     });
     const first = await new Promise<YamuxStream | null>((resolve) => {
-      const t = setTimeout(() => resolve(null), this.d.helloTimeoutMs ?? 10_000);
+      const t = setTimeout(() => resolve(null), this.deps.helloTimeoutMs ?? 10_000);
       session.once('stream', (st: YamuxStream) => {
         clearTimeout(t);
         resolve(st);
@@ -203,7 +203,7 @@ export class NodeManager extends EventEmitter {
     }
     const control = new ControlChannel<NodeToHub, HubToNode>(first, parseNodeMessage);
     const hello = await new Promise<Hello | null>((resolve) => {
-      const t = setTimeout(() => resolve(null), this.d.helloTimeoutMs ?? 10_000);
+      const t = setTimeout(() => resolve(null), this.deps.helloTimeoutMs ?? 10_000);
       control.once('message', (m: NodeToHub) => {
         clearTimeout(t);
         resolve(m.type === 'hello' ? m : null);
@@ -220,8 +220,8 @@ export class NodeManager extends EventEmitter {
       session.close();
       return;
     }
-    if (hello.llama !== this.d.llamaVersion) {
-      control.send({ type: 'error', code: 'version_mismatch', message: `llama.cpp build differs (ggml RPC needs the same one): hub "${this.d.llamaVersion}", node "${hello.llama}"` });
+    if (hello.llama !== this.deps.llamaVersion) {
+      control.send({ type: 'error', code: 'version_mismatch', message: `llama.cpp build differs (ggml RPC needs the same one): hub "${this.deps.llamaVersion}", node "${hello.llama}"` });
       session.close();
       return;
     }
@@ -253,10 +253,10 @@ export class NodeManager extends EventEmitter {
 
     const conn = new NodeConn(name, session, control, hello);
     this.conns.set(name, conn);
-    control.send({ type: 'welcome', protocol: PROTOCOL_VERSION, hub: this.d.hubVersion });
+    control.send({ type: 'welcome', protocol: PROTOCOL_VERSION, hub: this.deps.hubVersion });
     void this.evictUnregistered(conn);
     log.info({ devices: hello.devices.map((d) => `${d.id}:${d.freeMb}/${d.totalMb}MB`), availability: hello.availability, replicas: hello.replicas.length }, 'node connected');
-    void this.d.store.update((data) => {
+    void this.deps.store.update((data) => {
       const r = data.nodes.find((n) => n.name === name);
       if (r) r.last_seen = new Date().toISOString();
     });
@@ -297,7 +297,7 @@ export class NodeManager extends EventEmitter {
     if (was !== a) {
       // idle ↔ busy flips with every request: debug; pausing and resuming matter to the owner: info.
       const level = a === 'paused' || was === 'paused' ? 'info' : 'debug';
-      this.d.log[level]({ node: conn.name, availability: a, reason }, 'node availability');
+      this.deps.log[level]({ node: conn.name, availability: a, reason }, 'node availability');
       this.emit('availability', conn, was);
     }
   }

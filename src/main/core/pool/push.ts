@@ -25,7 +25,7 @@ export class WeightPusher {
   /** Pushes running now, by node:sha256 (the dashboard's bars, /status). */
   readonly pushes = new Map<string, PushProgress>();
 
-  constructor(private readonly d: { log: Logger; pushMaxBytesPerSec?: number }) {}
+  constructor(private readonly deps: { log: Logger; pushMaxBytesPerSec?: number }) {}
 
   /**
    * Make sure `node` holds `model`'s bytes (sha256-verified by the node): resume a partial push, re-push once
@@ -67,7 +67,7 @@ export class WeightPusher {
       const key = `${conn.name}:${sha256}`;
       const progress: PushProgress = { node: conn.name, model: label, sha256, done: offset, total: size, started_at: new Date().toISOString() };
       this.pushes.set(key, progress);
-      this.d.log.info({ node: conn.name, model: label, offset, size }, offset > 0 ? 'resuming weight push' : 'pushing weights');
+      this.deps.log.info({ node: conn.name, model: label, offset, size }, offset > 0 ? 'resuming weight push' : 'pushing weights');
       try {
         const st = conn.open({ kind: 'file', sha256, offset, size });
         const result = readResult(st);
@@ -79,16 +79,16 @@ export class WeightPusher {
           },
         });
         const src = createReadStream(file.path, { start: offset, highWaterMark: 1024 * 1024 });
-        const limited = this.d.pushMaxBytesPerSec ? [rateLimit(this.d.pushMaxBytesPerSec)] : [];
+        const limited = this.deps.pushMaxBytesPerSec ? [rateLimit(this.deps.pushMaxBytesPerSec)] : [];
         await (pipeline as (streams: unknown[], opts: { end: boolean }) => Promise<void>)([src, ...limited, counter, st], { end: true });
         const r = await result;
         if (r.ok) {
           conn.cache.set(sha256, size);
-          this.d.log.info({ node: conn.name, model: label }, 'weights pushed and verified');
+          this.deps.log.info({ node: conn.name, model: label }, 'weights pushed and verified');
           return;
         }
         if (r.code === 'hash_mismatch' && attempt === 0) {
-          this.d.log.warn({ node: conn.name, model: label, message: r.message }, 'pushed weights failed verification: pushing again from zero');
+          this.deps.log.warn({ node: conn.name, model: label, message: r.message }, 'pushed weights failed verification: pushing again from zero');
           continue;
         }
         throw new RelayError(r.code ? fromWireCode(r.code) : ErrorCode.UPSTREAM_ERROR, `push to node ${conn.name} failed: ${r.message}`, { node: conn.name });

@@ -55,18 +55,18 @@ function nodeDevices(conn: NodeConn) {
 }
 
 export class Placer {
-  constructor(private readonly d: PlacerDeps) {}
+  constructor(private readonly deps: PlacerDeps) {}
 
   need(model: ModelRecord): FitBreakdown {
-    const need = fitNeed({ requiredVramMb: model.required_vram_mb, sizeBytes: model.size, kvBytesPerToken: model.kv_bytes_per_token }, settingsFor(this.d.config, model));
-    this.d.log.debug({ model: model.name, fit: need }, 'fit-check');
+    const need = fitNeed({ requiredVramMb: model.required_vram_mb, sizeBytes: model.size, kvBytesPerToken: model.kv_bytes_per_token }, settingsFor(this.deps.config, model));
+    this.deps.log.debug({ model: model.name, fit: need }, 'fit-check');
     return need;
   }
 
   /** Placements as the pure planner sees them, on one machine: the hub (node null) or a node by name. */
   views(node: string | null, evicting?: ReadonlySet<string>): ReplicaView[] {
     const out: ReplicaView[] = [];
-    for (const p of this.d.placements()) {
+    for (const p of this.deps.placements()) {
       if (p.state === 'failed') continue;
       const base = { id: p.id, model: p.model, state: p.state, inFlight: p.inFlight, lastUsedAt: p.lastUsedAt, readyAt: p.readyAt, evict: evicting?.has(p.id) ?? false };
       if (p.shardPlan) {
@@ -79,17 +79,17 @@ export class Placer {
   }
 
   private hubDevices(w: WhatIf): Device[] {
-    if (this.d.hubPaused() && !w.ignorePause) return [];
-    return this.d.devices();
+    if (this.deps.hubPaused() && !w.ignorePause) return [];
+    return this.deps.devices();
   }
 
   private usable(conn: NodeConn, model: string, w: WhatIf): boolean {
     if (conn.availability === 'paused' && !w.ignorePause) return false;
-    return w.ignoreBackoff || !this.d.failures.blocked(conn.name, model);
+    return w.ignoreBackoff || !this.deps.failures.blocked(conn.name, model);
   }
 
   private hubUsable(model: string, w: WhatIf): boolean {
-    return w.ignoreBackoff || !this.d.failures.blocked(HUB, model);
+    return w.ignoreBackoff || !this.deps.failures.blocked(HUB, model);
   }
 
   private planHost(model: ModelRecord, w: WhatIf): Extract<HostPlan, { kind: 'host' }> | null {
@@ -102,7 +102,7 @@ export class Placer {
   private planNode(model: ModelRecord, w: WhatIf): { conn: NodeConn; device: string } | null {
     const need = this.need(model);
     let best: { conn: NodeConn; device: string; cached: boolean; free: number } | null = null;
-    for (const conn of this.d.nodes?.connected() ?? []) {
+    for (const conn of this.deps.nodes?.connected() ?? []) {
       if (!this.usable(conn, model.name, w)) continue;
       const devices = nodeDevices(conn);
       const plan = planHostReplica(need, freeAfterReservations(devices, this.views(conn.name, w.evicting)), []);
@@ -121,12 +121,12 @@ export class Placer {
     const devices: ShardDevice[] = this.hubUsable(model.name, w)
       ? freeAfterReservations(this.hubDevices(w), this.views(null, w.evicting)).map((dv) => ({ node: null, device: dv.id, kind: dv.kind, freeMb: dv.freeMb, totalMb: dv.totalMb }))
       : [];
-    for (const conn of this.d.nodes?.connected() ?? []) {
+    for (const conn of this.deps.nodes?.connected() ?? []) {
       if (!this.usable(conn, model.name, w)) continue;
       const free = freeAfterReservations(nodeDevices(conn), this.views(conn.name, w.evicting));
       for (const dv of free) devices.push({ node: conn.name, device: dv.id, kind: dv.kind, freeMb: dv.freeMb, totalMb: dv.totalMb });
     }
-    return planShard(devices, sm, settingsFor(this.d.config, model));
+    return planShard(devices, sm, settingsFor(this.deps.config, model));
   }
 
   /** One try in the spec's order with the given what-ifs; no evictions beyond `w.evicting`. */
@@ -149,7 +149,7 @@ export class Placer {
   place(model: ModelRecord, first: boolean): NewPlacement | null {
     const plain = this.tryPlan(model, {}, first);
     if (plain || !first) return plain;
-    const idle = [...this.d.placements()].filter((p) => p.state === 'ready' && p.inFlight === 0);
+    const idle = [...this.deps.placements()].filter((p) => p.state === 'ready' && p.inFlight === 0);
     const victims = chooseEvictions(idle, (ev) => this.tryPlan(model, { evicting: ev }, true) !== null);
     return victims ? this.tryPlan(model, { evicting: new Set(victims.map((v) => v.id)) }, true) : null;
   }
@@ -159,7 +159,7 @@ export class Placer {
    * Then the pool is busy (retry later); otherwise the pool as configured cannot hold M.
    */
   couldFitLater(model: ModelRecord): boolean {
-    const all = new Set([...this.d.placements()].filter((p) => p.state !== 'failed').map((p) => p.id));
+    const all = new Set([...this.deps.placements()].filter((p) => p.state !== 'failed').map((p) => p.id));
     return this.tryPlan(model, { evicting: all, ignorePause: true, ignoreBackoff: true }, true) !== null;
   }
 
@@ -186,19 +186,19 @@ export class Placer {
   shortfall(model: ModelRecord): string {
     const plan = planHostReplica(this.need(model), freeAfterReservations(this.hubDevices({}), this.views(null)), []);
     const hub = plan.kind === 'none' ? shortfallMessage(model.name, plan) : `${model.name}: the hub's device fits it`;
-    const paused = this.d.hubPaused() ? " (the hub's own devices are paused)" : '';
+    const paused = this.deps.hubPaused() ? " (the hub's own devices are paused)" : '';
     return `${hub}${paused}; ${this.nodesSummary(model.name)}`;
   }
 
   private nodesSummary(model: string): string {
-    const records = (this.d.nodes?.records() ?? []).filter((r) => !r.revoked_at);
+    const records = (this.deps.nodes?.records() ?? []).filter((r) => !r.revoked_at);
     if (records.length === 0) return 'no node has joined (relay nodes token, then relay up on another machine)';
     return `nodes: ${records
       .map((r) => {
-        const conn = this.d.nodes?.get(r.name);
+        const conn = this.deps.nodes?.get(r.name);
         if (!conn?.alive) return `${r.name} offline`;
         if (conn.availability === 'paused') return `${conn.name} paused (${conn.reason ?? 'by its owner'})`;
-        const b = this.d.failures.blocked(conn.name, model);
+        const b = this.deps.failures.blocked(conn.name, model);
         const free = freeAfterReservations(nodeDevices(conn), this.views(conn.name));
         const devs = free.map((dv) => `${dv.id} ${fmtMb(dv.freeMb)} free of ${fmtMb(dv.totalMb)}`).join(', ') || 'no devices';
         return `${conn.name} ${devs}${b ? ` (skipped for "${model}" until ${new Date(b.until).toISOString()}: ${b.reason})` : ''}`;

@@ -52,23 +52,23 @@ export class Scheduler {
   /** Reads of the table for /status, the dashboard, the tray and auto-pause (view.ts). */
   readonly view: PoolView;
 
-  constructor(private readonly d: SchedulerDeps) {
+  constructor(private readonly deps: SchedulerDeps) {
     this.failures = new FailureMemory(() => this.now());
-    this.waiting = new WaitQueue({ max: d.config.queueMax, timeoutMs: d.config.queueTimeoutMs });
+    this.waiting = new WaitQueue({ max: deps.config.queueMax, timeoutMs: deps.config.queueTimeoutMs });
     this.placer = new Placer({
-      config: d.config,
-      devices: d.devices,
-      nodes: d.nodes,
+      config: deps.config,
+      devices: deps.devices,
+      nodes: deps.nodes,
       failures: this.failures,
-      log: d.log,
+      log: deps.log,
       placements: () => this.placements.values(),
-      hubPaused: () => d.hubPaused?.() ?? false,
+      hubPaused: () => deps.hubPaused?.() ?? false,
     });
     this.view = new PoolView({
-      config: d.config,
-      registry: d.registry,
-      launcher: d.launcher,
-      devices: d.devices,
+      config: deps.config,
+      registry: deps.registry,
+      launcher: deps.launcher,
+      devices: deps.devices,
       placements: this.placements,
       failed: this.failed,
       failures: this.failures,
@@ -78,7 +78,7 @@ export class Scheduler {
   }
 
   private now(): number {
-    return this.d.now?.() ?? Date.now();
+    return this.deps.now?.() ?? Date.now();
   }
 
   need(model: ModelRecord): FitBreakdown {
@@ -106,7 +106,7 @@ export class Scheduler {
   async acquire(name: string, attempts: Attempts = newAttempts(), signal?: AbortSignal): Promise<Lease> {
     if (this.closed) throw new RelayError(ErrorCode.MODEL_UNAVAILABLE, 'the hub is shutting down');
     // A file that changed on disk is re-hashed first and its old placements stopped: never serve old bytes.
-    const { model, changed } = await this.d.registry.verify(name);
+    const { model, changed } = await this.deps.registry.verify(name);
     if (changed) await this.stopModel(name, 'model file changed on disk');
     if (this.waiting.size(model.name) === 0) {
       const free = pickPlacement(this.routeViews(model), attempts.exclude);
@@ -133,7 +133,7 @@ export class Scheduler {
     const left = (): Waiter[] => this.waiting.of(name);
     // A waiter is stranded when every live placement of M already failed it (or M has none).
     const stranded = (): Waiter[] => left().filter((w) => !this.of(model).some((p) => isLive(p) && !w.attempts.exclude.has(p.id)));
-    const max = this.d.config.maxPlacementsPerModel;
+    const max = this.deps.config.maxPlacementsPerModel;
     const below = (): boolean => max <= 0 || this.of(model).filter(isLive).length < max;
     while (left().length > 0 && ((stranded().length > 0 && below()) || wantsAnother(this.routeViews(model), left().length, max))) {
       const first = !this.of(model).some(isLive);
@@ -189,8 +189,8 @@ export class Scheduler {
     if (p.idleTimer) clearTimeout(p.idleTimer);
     p.idleTimer = setTimeout(() => {
       p.idleTimer = null;
-      if (p.inFlight === 0 && p.state === 'ready') void this.stop(p, `idle for ${this.d.config.keepAliveMs} ms`);
-    }, this.d.config.keepAliveMs);
+      if (p.inFlight === 0 && p.state === 'ready') void this.stop(p, `idle for ${this.deps.config.keepAliveMs} ms`);
+    }, this.deps.config.keepAliveMs);
     p.idleTimer.unref();
   }
 
@@ -202,12 +202,12 @@ export class Scheduler {
       .filter((v): v is Placement => v !== undefined)
       .map((v) => this.stop(v, `evicted (least recently used) to make room for "${model.name}"`));
     this.placements.set(p.id, p);
-    const log = this.d.log.child({ placement: p.id, model: model.name, kind: p.kind, node: p.node?.name });
+    const log = this.deps.log.child({ placement: p.id, model: model.name, kind: p.kind, node: p.node?.name });
     void (async () => {
       await Promise.all(stops);
-      const running = await this.d.launcher.start(p, model);
+      const running = await this.deps.launcher.start(p, model);
       if (p.state !== 'starting') {
-        await this.d.launcher.stop(p);
+        await this.deps.launcher.stop(p);
         return;
       }
       p.running = running;
@@ -216,12 +216,12 @@ export class Scheduler {
       this.failed.delete(model.name);
       for (const m of machinesOf(p)) this.failures.succeeded(m ?? HUB, model.name);
       const seconds = (this.now() - p.startedAt) / 1000;
-      this.d.onLoad?.(model.name, seconds);
+      this.deps.onLoad?.(model.name, seconds);
       log.info({ seconds, pid: running.pid, port: running.port }, 'placement ready');
       void running.exited?.then((why) => {
         if (p.state !== 'ready' || this.closed) return;
         this.markFailed(p, why, running.tail());
-        if (p.kind === 'shard') void this.d.launcher.stop(p);
+        if (p.kind === 'shard') void this.deps.launcher.stop(p);
         this.pump(p.model);
       });
       this.pump(model.name);
@@ -231,11 +231,11 @@ export class Scheduler {
       // Already failed (its node was lost) or stopped (paused, evicted): that path re-planned the waiters.
       if (p.state !== 'starting') return;
       this.markFailed(p, e.message.split('\n')[0] ?? 'load failed', (e.details.tail as string | undefined) ?? '');
-      void this.d.launcher.stop(p);
+      void this.deps.launcher.stop(p);
       // The machine's own failure (not its owner pausing it, not the link dropping) keeps M off it a while.
       // A shard names the node whose stage failed; a head that fails (a lost RPC link aborts it) names nobody.
       const machine = p.kind === 'node' ? p.node!.name : p.kind === 'host' ? HUB : typeof e.details.node === 'string' ? e.details.node : null;
-      const conn = p.node ?? (machine !== null && machine !== HUB ? this.d.nodes?.get(machine) : undefined);
+      const conn = p.node ?? (machine !== null && machine !== HUB ? this.deps.nodes?.get(machine) : undefined);
       const excused = e.code === ErrorCode.MODEL_UNAVAILABLE || e.code === ErrorCode.NODE_LOST || (conn != null && (!conn.alive || conn.availability === 'paused'));
       if (machine && !excused) this.noteFailure(machine, model.name, `load failed: ${e.message.split('\n')[0]}`);
       this.placementFailed(model.name, e);
@@ -254,7 +254,7 @@ export class Scheduler {
 
   private noteFailure(machine: string, model: string, reason: string): void {
     const b = this.failures.failed(machine, model, reason);
-    this.d.log.warn({ machine, model, reason, failures: b.failures, retry_in_s: Math.round((b.until - b.at) / 1000) }, 'machine skipped for this model for a while');
+    this.deps.log.warn({ machine, model, reason, failures: b.failures, retry_in_s: Math.round((b.until - b.at) / 1000) }, 'machine skipped for this model for a while');
   }
 
   private markFailed(p: Placement, message: string, tail: string): void {
@@ -263,15 +263,15 @@ export class Scheduler {
     if (p.idleTimer) clearTimeout(p.idleTimer);
     this.placements.delete(p.id);
     this.failed.set(p.model, p);
-    this.d.log.warn({ placement: p.id, model: p.model, message, tail }, 'placement failed');
+    this.deps.log.warn({ placement: p.id, model: p.model, message, tail }, 'placement failed');
   }
 
   private async stop(p: Placement, reason: string): Promise<void> {
     if (p.state === 'stopping' || p.state === 'failed') return;
     p.state = 'stopping';
     if (p.idleTimer) clearTimeout(p.idleTimer);
-    this.d.log.info({ placement: p.id, model: p.model, node: p.node?.name, reason }, 'stopping placement');
-    await this.d.launcher.stop(p);
+    this.deps.log.info({ placement: p.id, model: p.model, node: p.node?.name, reason }, 'stopping placement');
+    await this.deps.launcher.stop(p);
     this.placements.delete(p.id);
     this.pumpAll();
   }
@@ -293,7 +293,7 @@ export class Scheduler {
   nodeLost(conn: NodeConn, why: string): void {
     for (const p of this.on(conn)) {
       this.markFailed(p, `node ${conn.name} ${why}`, '');
-      void this.d.launcher.stop(p);
+      void this.deps.launcher.stop(p);
       this.placementFailed(p.model, new RelayError(ErrorCode.NODE_LOST, `node ${conn.name} ${why}`, { node: conn.name }));
     }
   }
@@ -323,7 +323,7 @@ export class Scheduler {
     for (const x of conn.replicas) {
       const ours = this.placements.get(x.replica);
       if (!ours || ours.node?.name !== conn.name) {
-        this.d.log.info({ node: conn.name, replica: x.replica }, 'node runs a replica the hub does not expect: stopping it');
+        this.deps.log.info({ node: conn.name, replica: x.replica }, 'node runs a replica the hub does not expect: stopping it');
         await conn.command({ type: 'stop-replica', replica: x.replica }, STOP_REPLICA_WAIT_MS).catch(() => undefined);
       }
     }

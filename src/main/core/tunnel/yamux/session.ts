@@ -87,7 +87,7 @@ export function verifySessionOptions(o: SessionOptions): ResolvedSessionOptions 
 
 export class Session extends EventEmitter implements StreamOwner {
   readonly streamWindow: number;
-  private readonly o: ResolvedSessionOptions;
+  private readonly opts: ResolvedSessionOptions;
   private readonly streams = new Map<number, YamuxStream>();
   private nextId: number;
   private readonly writer: FrameWriter;
@@ -106,9 +106,9 @@ export class Session extends EventEmitter implements StreamOwner {
     opts: SessionOptions,
   ) {
     super();
-    this.o = verifySessionOptions(opts);
-    this.streamWindow = this.o.streamWindow;
-    this.writer = new FrameWriter(transport, this.o, this.stats, { onFinished: (s) => this.forget(s), onFlushed: () => this.emit('flushed') });
+    this.opts = verifySessionOptions(opts);
+    this.streamWindow = this.opts.streamWindow;
+    this.writer = new FrameWriter(transport, this.opts, this.stats, { onFinished: (s) => this.forget(s), onFlushed: () => this.emit('flushed') });
     this.nextId = opts.client ? 1 : 2;
     this.decoder = new FrameDecoder((h) => {
       const s = this.streams.get(h.streamId);
@@ -119,10 +119,10 @@ export class Session extends EventEmitter implements StreamOwner {
     transport.on('error', (err: Error) => this.destroy(new RelayError(ErrorCode.SESSION_CLOSED, `tunnel transport failed: ${err.message}`)));
     transport.on('close', () => this.destroy(new RelayError(ErrorCode.SESSION_CLOSED, 'tunnel transport closed')));
     transport.on('end', () => this.destroy(new RelayError(ErrorCode.SESSION_CLOSED, 'tunnel transport ended')));
-    const interval = this.o.keepAliveIntervalMs;
+    const interval = this.opts.keepAliveIntervalMs;
     if (interval > 0) {
       this.keepAliveTimer = setInterval(() => {
-        this.ping(this.o.keepAliveTimeoutMs).catch((err: Error) => this.destroy(err));
+        this.ping(this.opts.keepAliveTimeoutMs).catch((err: Error) => this.destroy(err));
       }, interval);
       this.keepAliveTimer.unref();
     }
@@ -140,7 +140,7 @@ export class Session extends EventEmitter implements StreamOwner {
    * Open an outbound stream at a priority level (0 = most urgent; by default the middle one). Its SYN goes
    * out at once (so the peer can accept before any data).
    */
-  open(priority: number = Math.floor(this.o.priorityLevels / 2)): YamuxStream {
+  open(priority: number = Math.floor(this.opts.priorityLevels / 2)): YamuxStream {
     if (this.dead) throw new RelayError(ErrorCode.SESSION_CLOSED, `the tunnel is closed: ${this.dead.message}`);
     if (this.remoteGoAway || this.localGoAway) throw new RelayError(ErrorCode.SESSION_CLOSED, 'the tunnel is going away: no new streams');
     if (this.nextId > 0xffffffff) throw new RelayError(ErrorCode.SESSION_CLOSED, 'stream ids exhausted');
@@ -260,14 +260,14 @@ export class Session extends EventEmitter implements StreamOwner {
     let s = this.streams.get(h.streamId);
     if (h.flags & Flag.SYN) {
       if (s) throw new ProtocolError(`duplicate SYN for stream ${h.streamId}`);
-      if ((h.streamId % 2 === 1) === this.o.client || h.streamId === 0) throw new ProtocolError(`peer opened stream ${h.streamId} with our parity`);
+      if ((h.streamId % 2 === 1) === this.opts.client || h.streamId === 0) throw new ProtocolError(`peer opened stream ${h.streamId} with our parity`);
       // Refused, not buffered: over the cap, going away, or nobody listening for streams yet (a peer that opens
       // streams before its session is wired up would otherwise park a window of data in each).
-      if (this.localGoAway || this.streams.size >= this.o.maxStreams || this.listenerCount('stream') === 0) {
+      if (this.localGoAway || this.streams.size >= this.opts.maxStreams || this.listenerCount('stream') === 0) {
         this.sendControl(FrameType.WINDOW_UPDATE, Flag.RST, h.streamId, 0);
         return;
       }
-      s = new YamuxStream(this, h.streamId, Flag.ACK, Math.floor(this.o.priorityLevels / 2));
+      s = new YamuxStream(this, h.streamId, Flag.ACK, Math.floor(this.opts.priorityLevels / 2));
       this.streams.set(h.streamId, s);
       this.stats.streamsAccepted++;
       // ACK now, with our larger window: the opener may be waiting to learn the stream exists.

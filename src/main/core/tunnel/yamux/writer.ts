@@ -23,11 +23,11 @@ export class FrameWriter {
 
   constructor(
     private readonly transport: Duplex,
-    private readonly o: ResolvedSessionOptions,
+    private readonly opts: ResolvedSessionOptions,
     private readonly stats: { framesOut: number; bytesOut: number },
-    private readonly d: { onFinished(s: YamuxStream): void; onFlushed(): void },
+    private readonly deps: { onFinished(s: YamuxStream): void; onFlushed(): void },
   ) {
-    this.ready = Array.from({ length: o.priorityLevels }, () => new Set());
+    this.ready = Array.from({ length: opts.priorityLevels }, () => new Set());
     transport.on('drain', () => {
       this.waitingDrain = false;
       this.pump();
@@ -57,7 +57,7 @@ export class FrameWriter {
 
   /** Queue a control frame ahead of all data; false when the peer has left too many unread (the caller ends the session). */
   sendControl(type: number, flags: number, id: number, length: number): boolean {
-    if (this.control.length >= this.o.maxControlFrames) return false;
+    if (this.control.length >= this.opts.maxControlFrames) return false;
     this.control.push([encodeHeader(type, flags, id, length)]);
     this.pump();
     return true;
@@ -66,7 +66,7 @@ export class FrameWriter {
   /** `s` has data or a FIN to send. */
   schedule(s: YamuxStream): void {
     if (this.stopped || stateOf(s).reset) return;
-    this.ready[Math.min(this.o.priorityLevels - 1, Math.max(0, s.priority))]!.add(s);
+    this.ready[Math.min(this.opts.priorityLevels - 1, Math.max(0, s.priority))]!.add(s);
     this.pump();
   }
 
@@ -92,7 +92,7 @@ export class FrameWriter {
     const w = stateOf(s).pending[0];
     if (w) {
       if (stateOf(s).sendWindow === 0) return null; // resumes on WINDOW_UPDATE
-      const n = Math.min(w.chunk.byteLength - w.offset, stateOf(s).sendWindow, this.o.maxFrameBytes);
+      const n = Math.min(w.chunk.byteLength - w.offset, stateOf(s).sendWindow, this.opts.maxFrameBytes);
       const payload = w.chunk.subarray(w.offset, w.offset + n);
       w.offset += n;
       stateOf(s).sendWindow -= n;
@@ -120,7 +120,7 @@ export class FrameWriter {
     stateOf(s).finPending = null;
     stateOf(s).localClosed = true;
     queueMicrotask(() => cb());
-    if (stateOf(s).finished) this.d.onFinished(s);
+    if (stateOf(s).finished) this.deps.onFinished(s);
     return Flag.FIN;
   }
 
@@ -129,7 +129,7 @@ export class FrameWriter {
     this.pumping = true;
     try {
       while (!this.stopped) {
-        if (this.transport.writableLength >= this.o.maxQueuedBytes) {
+        if (this.transport.writableLength >= this.opts.maxQueuedBytes) {
           this.waitingDrain = true;
           return;
         }
@@ -146,7 +146,7 @@ export class FrameWriter {
           batch.length = 0;
           small = 0;
         };
-        while (bytes < this.o.maxBatchBytes) {
+        while (bytes < this.opts.maxBatchBytes) {
           const f = this.control.shift() ?? this.nextDataFrame();
           if (!f) break;
           for (const b of f) {
@@ -163,7 +163,7 @@ export class FrameWriter {
         }
         flushSmall();
         if (bytes === 0) {
-          this.d.onFlushed();
+          this.deps.onFlushed();
           return;
         }
         this.stats.bytesOut += bytes;
