@@ -1,14 +1,13 @@
 import assert from 'node:assert/strict';
 import { mkdirSync, mkdtempSync, readFileSync } from 'node:fs';
-import { homedir, tmpdir } from 'node:os';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import { pathToFileURL } from 'node:url';
+import { artifacts, pagesUrl, quiet, RecordingShell, TRAY_ENV as ENV } from '../helpers/tray.js';
 import { chromium, type Browser, type Page } from 'playwright-core';
-import type { AppState, SettingsView } from '../../src/shared/ipc.js';
-import { AppController, type AppShell } from '../../src/main/app/controller.js';
+import type { SettingsView } from '../../src/shared/ipc.js';
+import { AppController } from '../../src/main/app/controller.js';
 import { buildTrayMenu, trayIcon } from '../../src/main/app/tray-menu.js';
-import { createLogger } from '../../src/main/core/log.js';
 import { startHub, type HubProcess } from '../helpers/hub.js';
 import { listeningSockets, mintToken } from '../helpers/node.js';
 import { until } from '../helpers/proc.js';
@@ -18,31 +17,8 @@ import { until } from '../helpers/proc.js';
  * controller as in tray-app.test.ts: the weekly schedule, auto-pause, CPU and cache budgets, start at login,
  * LAN exposure and the /v1 URL, applied without restarting the app and kept across one.
  */
-const ENV = { RELAY_CONTEXT_SIZE: '512', RELAY_PARALLEL_SLOTS: '1', RELAY_THREADS: '1' };
 Object.assign(process.env, ENV);
-const repo = new URL('../../../', import.meta.url).pathname;
-const pagesUrl = `${pathToFileURL(join(repo, 'src', 'renderer')).href}/`;
 const settingsPage = `${pagesUrl}settings.html`;
-const artifacts = process.env.RELAY_TEST_ARTIFACTS ?? join(homedir(), '.cache', 'relay', 'artifacts');
-const quiet = () => createLogger({ name: 'tray-settings-test', level: process.env.RELAY_LOG_LEVEL ?? 'warn', pretty: false });
-
-class RecordingShell implements AppShell {
-  windows: unknown[] = [];
-  loginItem: boolean | null = null;
-  last: AppState | null = null;
-  openWindow(t: unknown) {
-    this.windows.push(t);
-  }
-  setLoginItem(open: boolean) {
-    this.loginItem = open;
-  }
-  quit() {
-    /* not asked here */
-  }
-  render(s: AppState) {
-    this.last = s;
-  }
-}
 
 /** The settings page with the preload's window.relay reproduced: each call goes to controller.handleIpc as the page. */
 async function openSettings(browser: Browser, app: () => AppController): Promise<Page> {
