@@ -9,8 +9,6 @@ interface Dev {
   description?: string;
   total_mb?: number;
   free_mb?: number;
-  totalMb?: number;
-  freeMb?: number;
 }
 interface Placement {
   model: string;
@@ -51,8 +49,8 @@ export function table(header: readonly string[], rows: readonly (readonly string
 }
 
 const mem = (d: Dev): string => {
-  const free = d.free_mb ?? d.freeMb ?? 0;
-  const total = d.total_mb ?? d.totalMb ?? 0;
+  const free = d.free_mb ?? 0;
+  const total = d.total_mb ?? 0;
   return `${free} of ${total} MB free`;
 };
 

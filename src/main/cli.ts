@@ -138,7 +138,7 @@ async function cmdNodes(sub: string | undefined, args: string[]): Promise<number
   if (sub === 'ls') {
     const res = await api(base, '/api/nodes');
     const j = (await res.json()) as {
-      nodes?: { name: string; state: string; reason: string | null; devices: { id: string; freeMb: number; totalMb: number }[]; last_seen: string | null; replicas: unknown[] }[];
+      nodes?: { name: string; state: string; reason: string | null; devices: { id: string; free_mb: number; total_mb: number }[]; last_seen: string | null; replicas: unknown[] }[];
       error?: { code: string; message: string };
     };
     if (!res.ok || !j.nodes) return apiFailure(j);
@@ -148,7 +148,7 @@ async function cmdNodes(sub: string | undefined, args: string[]): Promise<number
     }
     if (j.nodes.length === 0) console.log('no nodes (relay nodes token, then relay up on another machine)');
     for (const n of j.nodes) {
-      const devs = n.devices.map((d) => `${d.id} ${d.freeMb}/${d.totalMb} MB`).join(', ') || '-';
+      const devs = n.devices.map((d) => `${d.id} ${d.free_mb}/${d.total_mb} MB`).join(', ') || '-';
       console.log(`${n.name.padEnd(16)} ${n.state.padEnd(8)} ${devs}  replicas ${n.replicas.length}  last seen ${n.last_seen ?? 'never'}${n.reason ? `  (${n.reason})` : ''}`);
     }
     return 0;

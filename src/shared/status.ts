@@ -1,9 +1,9 @@
 /**
  * The hub's /status (and /events, /api/nodes) as it goes over the wire: one set of shapes for the hub that
- * builds it (hub/status.ts is typed against StatusDto), `relay status`, the tray and the tests. snake_case,
- * with the exceptions docs/glossary.md lists (a node's devices are its own DeviceInfo, camelCase).
+ * builds it (hub/status.ts is typed against StatusDto), `relay status`, the tray and the tests. snake_case
+ * throughout (the hub ↔ node protocol's camelCase DeviceInfo is mapped at the hub).
  */
-import type { Availability, DeviceInfo, RunningReplica } from './protocol.js';
+import type { Availability, RunningReplica } from './protocol.js';
 
 export type KvCacheTypeName = 'f16' | 'q8_0' | 'q4_0';
 export type PlacementStateName = 'starting' | 'ready' | 'failed' | 'stopping';
@@ -69,6 +69,17 @@ export interface DeviceStatus {
   readonly bus_id: string | null;
 }
 
+/** A node's device as its last report gave it (in /status: with the hub's reservations taken off). */
+export interface NodeDeviceStatus {
+  readonly id: string;
+  readonly kind: 'gpu' | 'cpu';
+  readonly description: string;
+  readonly total_mb: number;
+  readonly free_mb: number;
+  /** How old the node's reading was when it reported. */
+  readonly age_ms: number | null;
+}
+
 /** A node as the hub sees it (also GET /api/nodes). */
 export interface NodeStatus {
   readonly name: string;
@@ -76,8 +87,7 @@ export interface NodeStatus {
   readonly reason: string | null;
   readonly schedule: string | null;
   readonly connected: boolean;
-  /** The node's report (camelCase: its DeviceInfo), free memory after the hub's reservations. */
-  readonly devices: readonly DeviceInfo[];
+  readonly devices: readonly NodeDeviceStatus[];
   readonly cache: readonly { sha256: string; size: number }[];
   readonly replicas: readonly RunningReplica[];
   readonly last_seen: string | null;

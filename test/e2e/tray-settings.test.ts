@@ -146,8 +146,8 @@ describe('tray settings page, node mode', { timeout: 240_000 }, () => {
     await page.getByLabel(/Start relay at login/).check();
     await save(page);
     await page.close();
-    const cpu = (await until(hubNode, (n) => n.devices.find((d) => d.id === 'CPU')?.totalMb === 600, 20_000)).devices.find((d) => d.id === 'CPU');
-    assert.equal(cpu?.totalMb, 600);
+    const cpu = (await until(hubNode, (n) => n.devices.find((d) => d.id === 'CPU')?.total_mb === 600, 20_000)).devices.find((d) => d.id === 'CPU');
+    assert.equal(cpu?.total_mb, 600);
     assert.equal(app.agent!.cache.budget, 2048 * 1024 * 1024);
     const saved = JSON.parse(readFileSync(join(userData, 'node', 'node.json'), 'utf8')) as { cpuBudgetMb: number; cacheBudgetMb: number };
     assert.deepEqual([saved.cpuBudgetMb, saved.cacheBudgetMb], [600, 2048]);
@@ -164,7 +164,7 @@ describe('tray settings page, node mode', { timeout: 240_000 }, () => {
     await app.start();
     const v = (await app.handleIpc('relay:get-settings', null, settingsPage)) as { ok: true; value: SettingsView };
     assert.deepEqual([v.value.cpuBudgetMb, v.value.cacheBudgetMb, v.value.startAtLogin], [600, 2048, true]);
-    await until(hubNode, (n) => n.state === 'idle' && n.devices.find((d) => d.id === 'CPU')?.totalMb === 600, 20_000);
+    await until(hubNode, (n) => n.state === 'idle' && n.devices.find((d) => d.id === 'CPU')?.total_mb === 600, 20_000);
   });
 });
 

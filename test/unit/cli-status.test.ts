@@ -22,7 +22,7 @@ describe('relay status (pure formatting)', () => {
       llama_cpp: { tag: 'b7000', backend: 'cpu' },
       hub: { availability: 'paused', reason: 'paused by the owner' },
       devices: [{ id: 'CPU', description: 'cpu budget', total_mb: 4000, free_mb: 3000 }],
-      nodes: [{ name: 'attic', state: 'idle', reason: null, devices: [{ id: 'CUDA0', description: 'RTX 3060', totalMb: 12288, freeMb: 9000 }] }],
+      nodes: [{ name: 'attic', state: 'idle', reason: null, devices: [{ id: 'CUDA0', description: 'RTX 3060', total_mb: 12288, free_mb: 9000 }] }],
       replicas: [{ model: 'qwen', state: 'ready', in_flight: 1, slots: 2, ctx: 4096, node: 'attic', device: 'CUDA0', ms_per_token: 12.34, served: 3 }],
       shards: [
         {

@@ -5,6 +5,7 @@ import { pageCsp } from './guard.js';
 import { serveEvents } from './events.js';
 import type { AppDeps, HubHttp, Mount } from './http.js';
 import type { HubAvailabilityStatus, StatusDto } from '../../../shared/status.js';
+import { nodeDeviceStatus } from '../pool/manager.js';
 
 /** The hub's own devices as /status and POST /api/hub/availability show them. */
 export function hubView(d: AppDeps): HubAvailabilityStatus {
@@ -57,7 +58,11 @@ export function buildStatus({ deps: d, auth, recent, modelView }: HubHttp): Stat
     backoffs: scheduler.view.backoffs(),
     queues: scheduler.view.queues(),
     api_keys: d.keys.list(),
-    nodes: nodes.status().map((n) => ({ ...n, devices: scheduler.view.nodeDevicesFree(n.name, n.devices) })),
+    // Each connected node's devices with what relay's placements there have reserved taken off.
+    nodes: nodes.status().map((n) => {
+      const conn = nodes.get(n.name);
+      return conn ? { ...n, devices: scheduler.view.nodeDevicesFree(n.name, conn.devices).map(nodeDeviceStatus) } : n;
+    }),
     pushes: [...nodes.pushes.values()],
     recent: recent.list,
   };

@@ -12,6 +12,7 @@ import {
   parseNodeMessage,
   type Availability,
   type CachedFile,
+  type DeviceInfo,
   type Hello,
   type HubToNode,
   type NodeToHub,
@@ -24,7 +25,12 @@ import { usesFile } from '../models/files.js';
 import { checkJoinToken, credentialHash, newCredential } from './tokens.js';
 import { NodeConn } from './conn.js';
 import { WeightPusher, type PushProgress } from './push.js';
-import type { NodeStatus } from '../../../shared/status.js';
+import type { NodeDeviceStatus, NodeStatus } from '../../../shared/status.js';
+
+/** A node's DeviceInfo (the protocol's camelCase) as /status and /api/nodes show it (snake_case). */
+export function nodeDeviceStatus(d: DeviceInfo): NodeDeviceStatus {
+  return { id: d.id, kind: d.kind, description: d.description, total_mb: d.totalMb, free_mb: d.freeMb, age_ms: d.ageMs ?? null };
+}
 
 export { NodeConn } from './conn.js';
 export type { PushProgress } from './push.js';
@@ -319,7 +325,7 @@ export class NodeManager extends EventEmitter {
         reason: c?.reason ?? null,
         schedule: c?.schedule ?? null,
         connected: Boolean(c?.alive),
-        devices: c?.devices ?? [],
+        devices: (c?.devices ?? []).map(nodeDeviceStatus),
         cache: c ? [...c.cache].map(([sha256, size]) => ({ sha256, size })) : [],
         replicas: c?.replicas ?? [],
         last_seen: c ? new Date(c.lastSeen).toISOString() : r.last_seen,
