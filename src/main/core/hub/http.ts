@@ -45,8 +45,14 @@ export interface HubHttp {
   readonly auth: HubAuth;
   readonly recent: RecentRequests;
   /** A model as the admin API and /status show it: the record, its need and whether it can run now. */
-  readonly modelView: (m: ModelRecord) => ModelRecord & ModelViewExtra;
+  readonly modelView: (m: ModelRecord) => ModelView;
 }
+
+/** A model on the admin API: the stored record in snake_case (mtime_ms), with its need and whether it runs now. */
+export type ModelView = Omit<ModelRecord, 'mtimeMs' | 'parts'> & {
+  mtime_ms: number;
+  parts?: { path: string; sha256: string; size: number; mtime_ms: number }[];
+} & ModelViewExtra;
 
 export interface ModelViewExtra {
   file: 'ok' | 'missing' | 'changed';

@@ -5,18 +5,21 @@ import { discover } from '../models/import.js';
 import { modelFiles } from '../models/files.js';
 import { applySettings, sameSettings } from '../scheduler/model-settings.js';
 import type { ModelRecord } from '../store/store.js';
-import { parseJson, textField, type AppDeps, type ModelViewExtra, type Mount } from './http.js';
+import { parseJson, textField, type AppDeps, type ModelView, type Mount } from './http.js';
 
 /** A model as the admin API and /status show it: the record, its need and whether it can run now. */
-export function modelViewer(d: AppDeps): (m: ModelRecord) => ModelRecord & ModelViewExtra {
+export function modelViewer(d: AppDeps): (m: ModelRecord) => ModelView {
   const { registry, scheduler } = d;
   return (m) => {
     const need = scheduler.need(m);
     const a = scheduler.availability(m);
     // A file that is gone is shown as such (and a request for it gets model_file_missing, never stale bytes).
     const file = registry.fileState(m);
+    const { mtimeMs, parts, ...rest } = m;
     return {
-      ...m,
+      ...rest,
+      mtime_ms: mtimeMs,
+      ...(parts ? { parts: parts.map((p) => ({ path: p.path, sha256: p.sha256, size: p.size, mtime_ms: p.mtimeMs })) } : {}),
       file,
       need_mb: Math.ceil(need.needMb),
       need: {
