@@ -1,3 +1,5 @@
+import { cliConfigFromEnv } from './core/config.js';
+
 /** What the CLI's commands share: flags and the hub's admin API. */
 
 export function intFlag(v: string | undefined, name: string): number | undefined {
@@ -8,12 +10,13 @@ export function intFlag(v: string | undefined, name: string): number | undefined
 }
 
 export function hubUrl(v: string | undefined): string {
-  return (v ?? process.env.RELAY_HUB_URL ?? 'http://127.0.0.1:7070').replace(/\/+$/, '');
+  return (v ?? cliConfigFromEnv().hubUrl).replace(/\/+$/, '');
 }
 
 export async function api(base: string, path: string, init: RequestInit = {}): Promise<Response> {
   const headers = new Headers(init.headers);
-  if (process.env.RELAY_ADMIN_TOKEN) headers.set('authorization', `Bearer ${process.env.RELAY_ADMIN_TOKEN}`);
+  const token = cliConfigFromEnv().adminToken;
+  if (token) headers.set('authorization', `Bearer ${token}`);
   try {
     return await fetch(`${base}${path}`, { ...init, headers });
   } catch (err) {

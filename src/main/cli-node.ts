@@ -2,7 +2,7 @@ import { existsSync, readFileSync } from 'node:fs';
 import { hostname } from 'node:os';
 import { join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
-import { defaultHome, nodeConfigFromEnv } from './core/config.js';
+import { cliConfigFromEnv, defaultHome, nodeConfigFromEnv } from './core/config.js';
 import { tokenHubUrl } from './core/pool/tokens.js';
 import { ensureLlama, terminateAll } from './core/llama/index.js';
 import { backendOf } from './cli-llama.js';
@@ -18,7 +18,7 @@ import { parseSchedule } from './core/node/availability.js';
 /** `relay up` (run a node) and `relay pause|resume` (a node's, or with --hub the hub's own devices). */
 
 export function nodeHome(v: string | undefined): string {
-  return v ? resolve(v) : (process.env.RELAY_NODE_HOME ?? join(defaultHome(), 'node'));
+  return v ? resolve(v) : (cliConfigFromEnv().nodeHome ?? join(defaultHome(), 'node'));
 }
 
 export async function cmdUp(args: string[]): Promise<number> {
@@ -72,7 +72,7 @@ export async function cmdUp(args: string[]): Promise<number> {
   const terminal = new TerminalProgress(process.stderr, (l) => log.info(l));
   const install = await ensureLlama({ backend, progress: llamaBuildProgress(terminal) });
   log.info({ backend: install.backend, module: install.backendModule }, install.backendReason);
-  const agent = new NodeAgent(home, settings, { log, install, config: nodeConfigFromEnv(process.env) });
+  const agent = new NodeAgent(home, settings, { log, install, config: nodeConfigFromEnv() });
   if (terminal.tty) showNodePushes(terminal, agent);
   agent.on('connected', () => console.log(`relay node ${name} connected to ${hub}`));
   // Listening before start: a refusal can come at once (a node that must join again never dials).

@@ -4,7 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
 import { isRelayError } from '../../src/shared/errors.js';
-import { hubConfigFromEnv } from '../../src/main/core/config.js';
+import { cliConfigFromEnv, hubConfigFromEnv, nodeConfigFromEnv } from '../../src/main/core/config.js';
 import { mergeDevices } from '../../src/main/core/gpu/inventory.js';
 import { parseNvidiaSmi } from '../../src/main/core/gpu/smi.js';
 import { readNvml } from '../../src/main/core/gpu/nvml.js';
@@ -59,6 +59,17 @@ describe('store', () => {
 });
 
 describe('config', () => {
+  it('the node and the CLI read their environment in one place each, with the documented defaults', () => {
+    assert.deepEqual(nodeConfigFromEnv({}), { threads: undefined, orphanMs: 60_000, heartbeatMs: 5000 });
+    assert.deepEqual(nodeConfigFromEnv({ RELAY_THREADS: '2', RELAY_NODE_ORPHAN_MS: '1500', RELAY_HEARTBEAT_MS: '500' }), { threads: 2, orphanMs: 1500, heartbeatMs: 500 });
+    assert.throws(
+      () => nodeConfigFromEnv({ RELAY_NODE_ORPHAN_MS: 'soon' }),
+      (e: unknown) => isRelayError(e, 'INVALID_ARGUMENT'),
+    );
+    assert.deepEqual(cliConfigFromEnv({}), { hubUrl: 'http://127.0.0.1:7070', adminToken: undefined, nodeHome: undefined });
+    assert.deepEqual(cliConfigFromEnv({ RELAY_HUB_URL: 'http://desk:7070', RELAY_ADMIN_TOKEN: 't', RELAY_NODE_HOME: '/n' }), { hubUrl: 'http://desk:7070', adminToken: 't', nodeHome: '/n' });
+  });
+
   it('has documented defaults', () => {
     const c = hubConfigFromEnv({ HOME: '/home/x' });
     assert.deepEqual([c.port, c.host, c.contextSize, c.replicaCtx, c.parallelSlots, c.kvCacheType, c.flashAttn, c.cpuBudgetMb], [7070, '127.0.0.1', 4096, 0, 2, 'f16', undefined, 0]);

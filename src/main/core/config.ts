@@ -79,6 +79,24 @@ export function nodeConfigFromEnv(env: NodeJS.ProcessEnv = process.env): NodeCon
   };
 }
 
+/** What the `relay` command's clients (models, nodes, keys, status, pause) read from the environment. */
+export interface CliConfig {
+  /** The hub the admin commands talk to when --hub is not given (RELAY_HUB_URL). */
+  readonly hubUrl: string;
+  /** Sent as the bearer token to the admin API (RELAY_ADMIN_TOKEN), for a hub on another machine. */
+  readonly adminToken: string | undefined;
+  /** A node's data dir when --home is not given (RELAY_NODE_HOME). */
+  readonly nodeHome: string | undefined;
+}
+
+export function cliConfigFromEnv(env: NodeJS.ProcessEnv = process.env): CliConfig {
+  return {
+    hubUrl: env.RELAY_HUB_URL || 'http://127.0.0.1:7070',
+    adminToken: env.RELAY_ADMIN_TOKEN || undefined,
+    nodeHome: env.RELAY_NODE_HOME || undefined,
+  };
+}
+
 export function defaultHome(env: NodeJS.ProcessEnv = process.env): string {
   if (env.RELAY_HOME) return env.RELAY_HOME;
   const homedir = (): string => env.HOME ?? env.USERPROFILE ?? osHomedir();
