@@ -277,37 +277,39 @@ export class Session extends EventEmitter implements StreamOwner {
       this.emit('stream', s);
     }
     if (!s) return; // a late frame for a stream we already forgot: nothing to do
+    const st = stateOf(s);
     if (h.flags & Flag.RST) {
-      stateOf(s).reset = true;
+      st.reset = true;
       this.forget(s);
       s.destroy(new RelayError(ErrorCode.STREAM_RESET, `stream ${s.id} was reset by the peer`));
       return;
     }
     if (h.type === FrameType.WINDOW_UPDATE && h.length > 0) {
-      const was = stateOf(s).sendWindow;
-      stateOf(s).sendWindow += h.length;
-      if (was === 0 && (stateOf(s).pending.length > 0 || stateOf(s).finPending)) this.schedule(s);
+      const was = st.sendWindow;
+      st.sendWindow += h.length;
+      if (was === 0 && (st.pending.length > 0 || st.finPending)) this.schedule(s);
     }
     if (h.type === FrameType.DATA && payload) {
-      if (payload.byteLength > stateOf(s).recvWindow) throw new ProtocolError(`stream ${s.id} overran its window`);
-      stateOf(s).recvWindow -= payload.byteLength;
-      stateOf(s).bytesRead += payload.byteLength;
-      if (!stateOf(s).remoteClosed) s.push(payload);
+      if (payload.byteLength > st.recvWindow) throw new ProtocolError(`stream ${s.id} overran its window`);
+      st.recvWindow -= payload.byteLength;
+      st.bytesRead += payload.byteLength;
+      if (!st.remoteClosed) s.push(payload);
       this.maybeGrant(s);
     }
-    if (h.flags & Flag.FIN && !stateOf(s).remoteClosed) {
-      stateOf(s).remoteClosed = true;
+    if (h.flags & Flag.FIN && !st.remoteClosed) {
+      st.remoteClosed = true;
       s.push(null);
-      if (stateOf(s).finished) this.forget(s);
+      if (st.finished) this.forget(s);
     }
   }
 
   /** Return window to the peer once the reader has consumed half of it (hashicorp's rule). */
   maybeGrant(s: YamuxStream): void {
-    if (stateOf(s).reset || stateOf(s).remoteClosed || this.dead) return;
-    const delta = this.streamWindow - stateOf(s).recvWindow - s.readableLength;
+    const st = stateOf(s);
+    if (st.reset || st.remoteClosed || this.dead) return;
+    const delta = this.streamWindow - st.recvWindow - s.readableLength;
     if (delta >= this.streamWindow / 2) {
-      stateOf(s).recvWindow += delta;
+      st.recvWindow += delta;
       this.sendControl(FrameType.WINDOW_UPDATE, 0, s.id, delta);
     }
   }
@@ -333,13 +335,14 @@ export class Session extends EventEmitter implements StreamOwner {
   }
 
   onStreamDestroyed(s: YamuxStream, _err: Error | null): void {
-    if (!stateOf(s).finished && !this.dead) {
+    const st = stateOf(s);
+    if (!st.finished && !this.dead) {
       // Destroyed locally before a clean close both ways: tell the peer.
-      stateOf(s).reset = true;
+      st.reset = true;
       this.sendControl(FrameType.WINDOW_UPDATE, Flag.RST, s.id, 0);
     }
-    stateOf(s).reset = stateOf(s).reset || !stateOf(s).finished;
-    for (const w of stateOf(s).pending.splice(0)) queueMicrotask(() => w.cb(new RelayError(ErrorCode.STREAM_RESET, `stream ${s.id} was destroyed`)));
+    st.reset = st.reset || !st.finished;
+    for (const w of st.pending.splice(0)) queueMicrotask(() => w.cb(new RelayError(ErrorCode.STREAM_RESET, `stream ${s.id} was destroyed`)));
     this.forget(s);
   }
 }

@@ -41,11 +41,12 @@ export interface StreamOwner {
   onStreamDestroyed(s: YamuxStream, err: Error | null): void;
 }
 
-const states = new WeakMap<YamuxStream, StreamState>();
+/** The key of a stream's state: a symbol this module and the session share, so it is no public field. */
+const STATE = Symbol('yamux stream state');
 
-/** The session's handle on a stream's state: not part of the stream's public surface. */
+/** The session's handle on a stream's state (a property read: it is on the per-frame path). */
 export function stateOf(s: YamuxStream): StreamState {
-  return states.get(s)!;
+  return s[STATE];
 }
 
 /**
@@ -55,6 +56,7 @@ export function stateOf(s: YamuxStream): StreamState {
 export class YamuxStream extends Duplex {
   /** Opaque tag for the layer above (stream kind). */
   kind: string | null = null;
+  readonly [STATE]: StreamState;
 
   constructor(
     private readonly owner: StreamOwner,
@@ -63,7 +65,7 @@ export class YamuxStream extends Duplex {
     priority: number,
   ) {
     super({ allowHalfOpen: true, readableHighWaterMark: owner.streamWindow, writableHighWaterMark: 64 * 1024 });
-    states.set(this, new StreamState(openFlags, priority));
+    this[STATE] = new StreamState(openFlags, priority);
   }
 
   /** 0 = most urgent. May be changed once the stream's purpose is known (the acceptor learns it from a header). */

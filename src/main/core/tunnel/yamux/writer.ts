@@ -77,8 +77,9 @@ export class FrameWriter {
         set.delete(s);
         const f = this.frameFrom(s);
         if (f) {
-          if (stateOf(s).pending.length > 0 || stateOf(s).finPending) {
-            if (stateOf(s).sendWindow > 0 || (stateOf(s).pending.length === 0 && stateOf(s).finPending)) set.add(s); // to the back of its level
+          const st = stateOf(s);
+          if (st.pending.length > 0 || st.finPending) {
+            if (st.sendWindow > 0 || (st.pending.length === 0 && st.finPending)) set.add(s); // to the back of its level
           }
           return f;
         }
@@ -88,39 +89,41 @@ export class FrameWriter {
   }
 
   private frameFrom(s: YamuxStream): Frame | null {
-    if (stateOf(s).reset) return null;
-    const w = stateOf(s).pending[0];
+    const st = stateOf(s);
+    if (st.reset) return null;
+    const w = st.pending[0];
     if (w) {
-      if (stateOf(s).sendWindow === 0) return null; // resumes on WINDOW_UPDATE
-      const n = Math.min(w.chunk.byteLength - w.offset, stateOf(s).sendWindow, this.opts.maxFrameBytes);
+      if (st.sendWindow === 0) return null; // resumes on WINDOW_UPDATE
+      const n = Math.min(w.chunk.byteLength - w.offset, st.sendWindow, this.opts.maxFrameBytes);
       const payload = w.chunk.subarray(w.offset, w.offset + n);
       w.offset += n;
-      stateOf(s).sendWindow -= n;
-      stateOf(s).bytesWritten += n;
-      let flags = stateOf(s).openFlags;
-      stateOf(s).openFlags = 0;
+      st.sendWindow -= n;
+      st.bytesWritten += n;
+      let flags = st.openFlags;
+      st.openFlags = 0;
       if (w.offset === w.chunk.byteLength) {
-        stateOf(s).pending.shift();
+        st.pending.shift();
         // The chunk is in the transport's queue (bounded by maxQueued): accept the next one.
         queueMicrotask(() => w.cb());
       }
-      if (stateOf(s).pending.length === 0 && stateOf(s).finPending) flags |= this.takeFin(s);
+      if (st.pending.length === 0 && st.finPending) flags |= this.takeFin(s);
       return [encodeHeader(FrameType.DATA, flags, s.id, n), payload];
     }
-    if (stateOf(s).finPending) {
-      const flags = stateOf(s).openFlags | this.takeFin(s);
-      stateOf(s).openFlags = 0;
+    if (st.finPending) {
+      const flags = st.openFlags | this.takeFin(s);
+      st.openFlags = 0;
       return [encodeHeader(FrameType.WINDOW_UPDATE, flags, s.id, 0)];
     }
     return null;
   }
 
   private takeFin(s: YamuxStream): number {
-    const cb = stateOf(s).finPending!;
-    stateOf(s).finPending = null;
-    stateOf(s).localClosed = true;
+    const st = stateOf(s);
+    const cb = st.finPending!;
+    st.finPending = null;
+    st.localClosed = true;
     queueMicrotask(() => cb());
-    if (stateOf(s).finished) this.deps.onFinished(s);
+    if (st.finished) this.deps.onFinished(s);
     return Flag.FIN;
   }
 
