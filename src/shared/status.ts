@@ -8,6 +8,13 @@ import type { Availability, RunningReplica } from './protocol.js';
 export type KvCacheTypeName = 'f16' | 'q8_0' | 'q4_0';
 export type PlacementStateName = 'starting' | 'ready' | 'failed' | 'stopping';
 
+/** Why a placement failed: the message and the end of its process's output. */
+export interface PlacementFailure {
+  readonly message: string;
+  readonly tail: string;
+  readonly at: string;
+}
+
 export interface PlacementStatus {
   readonly id: string;
   readonly model: string;
@@ -21,7 +28,7 @@ export interface PlacementStatus {
   readonly served: number;
   readonly kv_cache_type: KvCacheTypeName;
   readonly ms_per_token: number | null;
-  readonly failure: { readonly message: string; readonly tail: string; readonly at: string } | null;
+  readonly failure: PlacementFailure | null;
 }
 
 export interface ReplicaStatus extends PlacementStatus {
@@ -130,6 +137,18 @@ export interface PushStatus {
   readonly started_at: string;
 }
 
+/** One request through /v1, as the dashboard's request log shows it. */
+export interface RecentRequest {
+  at: string;
+  model: string;
+  endpoint: string;
+  status: number;
+  prompt_tokens: number | null;
+  completion_tokens: number | null;
+  tokens_per_second: number | null;
+  ms: number;
+}
+
 /** GET /status. */
 export interface StatusDto {
   readonly relay: string;
@@ -146,14 +165,5 @@ export interface StatusDto {
   readonly api_keys: readonly { name: string; prefix: string; created_at: string; last_used_at: string | null }[];
   readonly nodes: readonly NodeStatus[];
   readonly pushes: readonly PushStatus[];
-  readonly recent: readonly {
-    at: string;
-    model: string;
-    endpoint: string;
-    status: number;
-    prompt_tokens: number | null;
-    completion_tokens: number | null;
-    tokens_per_second: number | null;
-    ms: number;
-  }[];
+  readonly recent: readonly RecentRequest[];
 }

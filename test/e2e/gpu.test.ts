@@ -10,6 +10,7 @@ import { directTexts, fixture, lavapipeEnv, vulkanModule } from '../helpers/llam
 import { startNode, type NodeProcess } from '../helpers/node.js';
 import { assertExpertStages } from '../helpers/shards.js';
 import { GREEDY } from '../helpers/openai.js';
+import type { ShardStatus } from '../../src/shared/status.js';
 
 /**
  * A GPU hub for real: `relay hub --backend vulkan` loads the prebuilt Vulkan module into relay's own build,
@@ -26,24 +27,7 @@ const PROMPTS = ['The quick brown fox', 'In a hole in the ground there lived'];
 const TOKENS = 16;
 const W_MOE = 1700;
 
-interface StageJson {
-  index: number;
-  node: string | null;
-  device: string;
-  layers: [number, number];
-  need_mb: number;
-  output: boolean;
-  rpc_endpoint: string | null;
-  rpc_bytes: number | null;
-}
-interface ShardJson {
-  id: string;
-  model: string;
-  state: string;
-  pid: number;
-  stages: StageJson[];
-  buffers: string[];
-}
+type ShardJson = ShardStatus;
 interface ReplicaJson {
   id: string;
   model: string;
@@ -139,7 +123,7 @@ describe('GPU hub on lavapipe (Vulkan module, hub GPU runs the last stage)', { t
       JSON.stringify(sh.stages),
     );
     // The planner's invocation: RPC devices first, the hub's GPU last, every layer and the output offloaded.
-    const argv = argvOf(sh.pid);
+    const argv = argvOf(sh.pid!);
     const devices = argv[argv.indexOf('--device') + 1]!.split(',');
     assert.equal(devices.at(-1), 'Vulkan0');
     assert.ok(devices.slice(0, -1).every((d) => /^RPC\d$/.test(d)));

@@ -7,6 +7,7 @@ import { startNode, type NodeProcess } from '../helpers/node.js';
 import { assertExpertStages } from '../helpers/shards.js';
 import { GREEDY, streamUntil } from '../helpers/openai.js';
 import { until, waitGone } from '../helpers/proc.js';
+import type { ShardStatus } from '../../src/shared/status.js';
 
 /**
  * Shards with real processes: a hub and two nodes whose CPU budgets are each too small for the model (the
@@ -18,24 +19,7 @@ const ENV = { RELAY_CONTEXT_SIZE: '512', RELAY_PARALLEL_SLOTS: '1', RELAY_THREAD
 // need 800 MB of weights → 1209 MB on one device; the hub (600) and each node (800) hold one part.
 const BIG = 800;
 
-interface StageJson {
-  index: number;
-  node: string | null;
-  device: string;
-  layers: [number, number];
-  need_mb: number;
-  output: boolean;
-  rpc_endpoint: string | null;
-  rpc_bytes: number | null;
-}
-interface ShardJson {
-  id: string;
-  model: string;
-  state: string;
-  pid: number;
-  stages: StageJson[];
-  buffers: string[];
-}
+type ShardJson = ShardStatus;
 
 async function shardsOf(h: HubProcess): Promise<ShardJson[]> {
   return (await h.status()).shards as unknown as ShardJson[];
@@ -125,7 +109,7 @@ describe('shards', { timeout: 600_000 }, () => {
     const sh = (await shardsOf(p.hub)).find((x) => x.model === 'dense' && x.state === 'ready')!;
     const stream = await client.completions.create({ model: 'dense', prompt: 'Tell a very long tale', max_tokens: 400, stream: true, ...extra });
     assert.equal(await streamUntil(stream, 3, () => p.nodes[1]!.local('/pause', 'POST')), 'error');
-    assert.ok(await waitGone(sh.pid, 30_000), 'the shard head stopped');
+    assert.ok(await waitGone(sh.pid!, 30_000), 'the shard head stopped');
     const err = await client.completions.create({ model: 'dense', prompt: 'x', max_tokens: 2 }).catch((e: unknown) => e);
     assert.ok(err instanceof OpenAI.APIError && err.status === 503, String(err));
     const msg = (err.error as { message: string }).message;

@@ -1,18 +1,14 @@
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
-
-interface Stage {
-  node: string | null;
-  layers: [number, number];
-  rpc_endpoint: string | null;
-}
+import type { ShardStatus } from '../../src/shared/status.js';
 
 /**
  * A MoE shard of the moewide fixture, as the head llama-server runs it: one --override-tensor per remote stage
  * naming only that stage's layers' expert tensors, and llama-server's report putting exactly those bytes
  * (64 experts × 3 × 128 × 256 f32 = 24 MiB per layer) in that stage's RPC buffer.
  */
-export function assertExpertStages(sh: { pid: number; stages: Stage[]; buffers: string[] }): void {
+export function assertExpertStages(sh: Pick<ShardStatus, 'pid' | 'stages' | 'buffers'>): void {
+  assert.ok(sh.pid !== null, 'the shard head runs');
   const argv = readFileSync(`/proc/${sh.pid}/cmdline`, 'utf8').split('\0');
   const ot = argv[argv.indexOf('--override-tensor') + 1]!;
   const remote = sh.stages.filter((st) => st.node);

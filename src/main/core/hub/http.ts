@@ -13,6 +13,7 @@ import type { History } from './history.js';
 import type { SpareSockets } from '../llama/spare-sockets.js';
 import type { ApiKeys } from './keys.js';
 import type { HubAuth } from './auth.js';
+import type { ModelStatus } from '../../../shared/status.js';
 import type { RecentRequests } from './routes-v1.js';
 
 /** What the hub's HTTP surface is built from (hub/index.ts assembles it). */
@@ -54,13 +55,8 @@ export type ModelView = Omit<ModelRecord, 'mtimeMs' | 'parts'> & {
   parts?: { path: string; sha256: string; size: number; mtime_ms: number }[];
 } & ModelViewExtra;
 
-export interface ModelViewExtra {
-  file: 'ok' | 'missing' | 'changed';
-  need_mb: number;
-  need: { weights_mb: number; kv_mb: number; overhead_mb: number; ctx: number; slots: number; kv_scale: number; kv_cache_type: string };
-  fits_now: boolean;
-  shortfall: string | null;
-}
+/** What the admin API adds to a model record: the same fields /status shows for it. */
+export type ModelViewExtra = Pick<ModelStatus, 'file' | 'need_mb' | 'need' | 'fits_now' | 'shortfall'>;
 
 /** A group of routes, mounted on the app in the order app.ts gives. */
 export type Mount = (app: Express, h: HubHttp) => void;

@@ -2,18 +2,7 @@ import { ErrorCode, httpError, isRelayError, RelayError } from '../../../shared/
 import { MAX_ATTEMPTS, newAttempts } from '../scheduler/scheduler.js';
 import { proxyToReplica } from './proxy.js';
 import { parseJson, type Mount } from './http.js';
-
-/** One request through /v1, as the dashboard's request log shows it. */
-export interface RecentRequest {
-  at: string;
-  model: string;
-  endpoint: string;
-  status: number;
-  prompt_tokens: number | null;
-  completion_tokens: number | null;
-  tokens_per_second: number | null;
-  ms: number;
-}
+import type { RecentRequest } from '../../../shared/status.js';
 
 /** The last requests through /v1, newest first, for the dashboard. */
 export class RecentRequests {

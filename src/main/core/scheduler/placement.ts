@@ -5,6 +5,7 @@ import type { ModelRecord } from '../store/store.js';
 import type { FitBreakdown } from './fit.js';
 import type { ShardPlan } from './shard.js';
 import type { NewPlacement } from './placer.js';
+import type { PlacementFailure, PlacementStateName } from '../../../shared/status.js';
 
 /**
  * A placement is one running copy of a model that can answer requests: a replica on the hub's own device
@@ -12,13 +13,8 @@ import type { NewPlacement } from './placer.js';
  * have several at once; the scheduler keeps them in one table and the launcher makes them real.
  */
 export type PlacementKind = 'host' | 'node' | 'shard';
-export type PlacementState = 'starting' | 'ready' | 'failed' | 'stopping';
-
-export interface Failure {
-  readonly message: string;
-  readonly tail: string;
-  readonly at: string;
-}
+export type PlacementState = PlacementStateName;
+export type Failure = PlacementFailure;
 
 /** What the launcher hands back once a placement answers: how to reach it and how to watch it. */
 export interface Running {
