@@ -11,7 +11,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
-import { hubConfigFromEnv } from '../src/main/core/config.js';
+import { hubConfigFromEnv, type HubConfig } from '../src/main/core/config.js';
 import { startHub, type Hub } from '../src/main/core/hub/index.js';
 import { startLlamaServer, startRpcServer } from '../src/main/core/llama/index.js';
 import { createLogger } from '../src/main/core/log.js';
@@ -49,7 +49,12 @@ async function concurrent(url: string, model: string, clients: number): Promise<
 const log = createLogger({ level: 'warn', pretty: false });
 process.env.RELAY_THREADS = '1';
 const home = mkdtempSync(join(tmpdir(), 'relay-bench-hub-'));
-const hub: Hub = await startHub(hubConfigFromEnv({ HOME: tmpdir(), RELAY_CONTEXT_SIZE: '1024', RELAY_PARALLEL_SLOTS: '2', RELAY_THREADS: '1' }, { port: 0, home, cpuBudgetMb: 800 }), {
+// The launcher reads rpcCacheFill and experimentOutputRemote at each shard start: the bench changes them in place.
+const config: { -readonly [K in keyof HubConfig]: HubConfig[K] } = hubConfigFromEnv(
+  { HOME: tmpdir(), RELAY_CONTEXT_SIZE: '1024', RELAY_PARALLEL_SLOTS: '2', RELAY_THREADS: '1' },
+  { port: 0, home, cpuBudgetMb: 800 },
+);
+const hub: Hub = await startHub(config, {
   log,
   install: llama(),
 });
@@ -153,9 +158,9 @@ try {
     return v;
   };
   const hubLast = { small: await perToken('small'), wide: await perToken('wide') };
-  process.env.RELAY_EXPERIMENT_OUTPUT_REMOTE = '1';
+  config.experimentOutputRemote = true;
   const hubFirst = { small: await perToken('small'), wide: await perToken('wide') };
-  delete process.env.RELAY_EXPERIMENT_OUTPUT_REMOTE;
+  config.experimentOutputRemote = false;
   rows.push(
     '| bytes over the tunnel per generated token | 32,000-token vocabulary | 128,256-token vocabulary |',
     '| --- | --- | --- |',
@@ -170,7 +175,7 @@ try {
   await hub.nodes.push(hub.nodes.get('bench')!, model);
   const cold = async (fill: boolean) => {
     rmSync(agent.cache.rpcCacheDir, { recursive: true, force: true });
-    process.env.RELAY_RPC_CACHE_FILL = fill ? '1' : '0';
+    config.rpcCacheFill = fill;
     const t0 = performance.now();
     await gen(hub.url, 'dense', 1);
     const seconds = (performance.now() - t0) / 1000;
@@ -180,7 +185,7 @@ try {
   };
   const a = await cold(false);
   const b = await cold(true);
-  delete process.env.RELAY_RPC_CACHE_FILL;
+  config.rpcCacheFill = true;
   rows.push(
     '| cold shard load (first request, 137 MB fixture) | bytes over rpc streams | time to first answer |',
     '| --- | --- | --- |',

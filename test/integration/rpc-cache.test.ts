@@ -4,7 +4,7 @@ import { existsSync, mkdtempSync, readdirSync, rmSync, statSync } from 'node:fs'
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import { hubConfigFromEnv } from '../../src/main/core/config.js';
+import { hubConfigFromEnv, type HubConfig } from '../../src/main/core/config.js';
 import { readGgufFile } from '../../src/main/core/gguf/index.js';
 import { startHub, type Hub } from '../../src/main/core/hub/index.js';
 import { createLogger } from '../../src/main/core/log.js';
@@ -137,10 +137,13 @@ describe('cold shard load without moving weights', { timeout: 300_000 }, () => {
   let hub: Hub;
   let agent: NodeAgent;
   let nodeHome: string;
+  // The launcher reads rpcCacheFill at each shard start: the test changes it in place between the two loads.
+  let config: { -readonly [K in keyof HubConfig]: HubConfig[K] };
   before(async () => {
     process.env.RELAY_THREADS = '1';
     const home = mkdtempSync(join(tmpdir(), 'relay-hub-'));
-    hub = await startHub(hubConfigFromEnv({ HOME: tmpdir(), RELAY_CONTEXT_SIZE: '512', RELAY_PARALLEL_SLOTS: '1', RELAY_THREADS: '1' }, { port: 0, home, cpuBudgetMb: 800 }), {
+    config = hubConfigFromEnv({ HOME: tmpdir(), RELAY_CONTEXT_SIZE: '512', RELAY_PARALLEL_SLOTS: '1', RELAY_THREADS: '1' }, { port: 0, home, cpuBudgetMb: 800 });
+    hub = await startHub(config, {
       log,
       install: llama(),
     });
@@ -151,14 +154,13 @@ describe('cold shard load without moving weights', { timeout: 300_000 }, () => {
     if (!agent.connected) await once(agent, 'connected');
   });
   after(async () => {
-    delete process.env.RELAY_RPC_CACHE_FILL;
     await agent?.stop();
     await hub?.close();
   });
 
   async function coldLoad(fill: boolean): Promise<{ bytes: number; text: string }> {
     rmSync(agent.cache.rpcCacheDir, { recursive: true, force: true }); // cold: nothing cached on the node
-    process.env.RELAY_RPC_CACHE_FILL = fill ? '1' : '0';
+    config.rpcCacheFill = fill;
     const res = await fetch(`${hub.url}/v1/completions`, {
       method: 'POST',
       headers: { 'content-type': 'application/json' },

@@ -59,6 +59,13 @@ export interface HubConfig {
   /** PEM files: with both set the hub serves HTTPS, and nodes dial wss:// (RELAY_TLS_CERT, RELAY_TLS_KEY). */
   readonly tlsCertPath: string | undefined;
   readonly tlsKeyPath: string | undefined;
+  /**
+   * Shard stages on a node that holds the GGUF fill ggml-rpc-server's cache from that copy (RELAY_RPC_CACHE_FILL=0
+   * turns it off, for measuring). Read at each shard start, so a benchmark may change it on a running hub.
+   */
+  readonly rpcCacheFill: boolean;
+  /** bench/shard's hub-first experiment: the output layer on the remote stage (RELAY_EXPERIMENT_OUTPUT_REMOTE=1); never for use. */
+  readonly experimentOutputRemote: boolean;
 }
 
 /** What `relay up` and the tray's node mode read from the environment. */
@@ -166,6 +173,8 @@ export function hubConfigFromEnv(env: NodeJS.ProcessEnv = process.env, overrides
     hubAutoPause: env.RELAY_HUB_AUTO_PAUSE === undefined || env.RELAY_HUB_AUTO_PAUSE === '' ? undefined : env.RELAY_HUB_AUTO_PAUSE === '1',
     tlsCertPath: env.RELAY_TLS_CERT || undefined,
     tlsKeyPath: env.RELAY_TLS_KEY || undefined,
+    rpcCacheFill: env.RELAY_RPC_CACHE_FILL !== '0',
+    experimentOutputRemote: env.RELAY_EXPERIMENT_OUTPUT_REMOTE === '1',
     ...Object.fromEntries(Object.entries(overrides).filter(([, v]) => v !== undefined)),
   };
   verifyConfig(cfg);

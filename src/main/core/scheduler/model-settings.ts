@@ -1,5 +1,6 @@
 import { ErrorCode, RelayError } from '../../../shared/errors.js';
 import { KV_CACHE_TYPES, type FlashAttn, type KvCacheType } from '../llama/argv.js';
+import type { ModelRecord } from '../store/store.js';
 import type { FitSettings } from './fit.js';
 
 /**
@@ -73,4 +74,9 @@ export function applySettings(prev: ModelSettings | undefined, body: Record<stri
     throw new RelayError(ErrorCode.INVALID_REQUEST, `a ${out.kv_cache_type} KV cache needs flash attention: llama-server refuses a quantized V cache with flash_attn off`);
   }
   return out;
+}
+
+/** OpenAI-style embeddings need a pooled vector: a header without a pooling type gets mean pooling. */
+export function poolingFor(model: ModelRecord): 'mean' | null {
+  return model.embedding && (model.pooling_type === null || model.pooling_type === undefined) ? 'mean' : null;
 }

@@ -6,10 +6,9 @@ import type { NodeConn, NodeManager } from '../pool/manager.js';
 import type { ModelRecord } from '../store/store.js';
 import type { FailureMemory } from './backoff.js';
 import { fitNeed, fmtMb, type FitBreakdown } from './fit.js';
-import { shardModel } from './launcher.js';
 import type { Placement } from './placement.js';
 import { chooseEvictions, freeAfterReservations, planHostReplica, shortfallMessage, type HostPlan, type ReplicaView } from './plan.js';
-import { planShard, type ShardDevice, type ShardPlan } from './shard.js';
+import { planShard, shardModel, type ShardDevice, type ShardPlan } from './shard.js';
 import { settingsFor } from './model-settings.js';
 import { cachedIn } from '../models/files.js';
 

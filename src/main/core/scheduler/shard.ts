@@ -1,3 +1,4 @@
+import type { ModelRecord } from '../store/store.js';
 import { FIXED_OVERHEAD_MB, KV_SCALE, replicaContext, type FitSettings } from './fit.js';
 
 /**
@@ -32,6 +33,21 @@ export interface ShardModel {
    * these move to remote stages; null = unknown (a model registered before relay read it): proportional shares.
    */
   readonly expertWeightsMb?: number | null;
+}
+
+/** The split planner's view of a model (null: the header gives no layer count to split). */
+export function shardModel(model: ModelRecord): ShardModel | null {
+  if (!model.block_count) return null;
+  const weightsMb = model.required_vram_mb ?? model.size / (1024 * 1024);
+  return {
+    name: model.name,
+    blockCount: model.block_count,
+    weightsMb,
+    kvBytesPerToken: model.kv_bytes_per_token,
+    isMoe: model.expert_count > 0 && model.expert_used_count > 0,
+    // The experts' share of the weights, scaled like the weights themselves (required_vram_mb or the file).
+    expertWeightsMb: model.expert_bytes != null && model.tensor_bytes ? weightsMb * (model.expert_bytes / model.tensor_bytes) : null,
+  };
 }
 
 export interface Stage {

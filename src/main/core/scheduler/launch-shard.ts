@@ -1,0 +1,149 @@
+import type { Logger } from 'pino';
+import { ErrorCode, RelayError, isRelayError } from '../../../shared/errors.js';
+import type { HubConfig } from '../config.js';
+import type { LlamaInstall } from '../llama/install.js';
+import { startLlamaServer, type RunningLlamaServer } from '../llama/processes.js';
+import type { NodeConn, NodeManager } from '../pool/manager.js';
+import { openRpcBridge, type RpcBridge } from '../pool/rpc-bridge.js';
+import type { ModelRecord } from '../store/store.js';
+import { loadReport, localRunning, serverOptions } from './launch-host.js';
+import type { Placement, Running } from './placement.js';
+import { shardFlags, shardModel, type Stage } from './shard.js';
+
+/** A shard head gets less time than a host replica to exit: its stages' servers go down right after it. */
+const HEAD_STOP_GRACE_MS = 5000;
+/** Filling a stage's ggml-rpc-server cache reads that stage's tensors from the node's copy of the GGUF. */
+const RPC_FILL_TIMEOUT_MS = 10 * 60_000;
+const START_RPC_TIMEOUT_MS = 60_000;
+const STOP_RPC_TIMEOUT_MS = 30_000;
+
+export interface ShardInfo {
+  readonly members: readonly { node: string; endpoint: string | null; bytes: number | null; roundTrips: number | null }[];
+  readonly warnings: readonly string[];
+  readonly buffers: readonly string[];
+}
+
+/** One remote stage: a ggml-rpc-server on a node, bridged to a local port the head dials. */
+interface Member {
+  stage: Stage;
+  conn: NodeConn;
+  rpcId: string;
+  bridge: RpcBridge | null;
+}
+
+interface Held {
+  head: RunningLlamaServer | null;
+  members: Member[];
+  warnings: string[];
+  buffers: string[];
+}
+
+/**
+ * Shards: a ggml-rpc-server per remote stage on its node (its cache filled from the node's copy of the GGUF
+ * when it has one), each bridged to a local port, then the head llama-server on the hub driving them all.
+ * Members are recorded as they start, so a stop while the shard is still starting tears down what exists.
+ */
+export class ShardLauncher {
+  private readonly held = new Map<string, Held>();
+
+  constructor(private readonly deps: { config: HubConfig; install: LlamaInstall; nodes: NodeManager | undefined; log: Logger }) {}
+
+  async start(p: Placement, model: ModelRecord): Promise<Running> {
+    const plan = p.shardPlan!;
+    const h: Held = { head: null, members: [], warnings: [], buffers: [] };
+    this.held.set(p.id, h);
+    const log = this.deps.log.child({ placement: p.id, model: model.name, shard: true });
+    try {
+      log.info({ stages: plan.stages.map((st) => `${st.node ?? 'hub'}:${st.device} [${st.layers[0]},${st.layers[1]})${st.output ? ' +output' : ''}`) }, 'starting shard');
+      let i = 0;
+      for (const stage of plan.stages) {
+        if (stage.node === null) continue;
+        const conn = this.deps.nodes?.get(stage.node);
+        if (!conn) throw new RelayError(ErrorCode.NODE_LOST, `node ${stage.node} left before its stage started`);
+        const member: Member = { stage, conn, rpcId: `${p.id}-${i++}`, bridge: null };
+        h.members.push(member);
+        await this.fillRpcCache(conn, model, stage, log);
+        const info = { model: model.name, index: plan.stages.indexOf(stage), of: plan.stages.length, layers: [stage.layers[0], stage.layers[1]] as [number, number] };
+        try {
+          await conn.command({ type: 'start-rpc', rpc: member.rpcId, cache: true, stage: info, device: stage.device }, START_RPC_TIMEOUT_MS);
+          member.bridge = await openRpcBridge(conn, member.rpcId);
+        } catch (err) {
+          // The stage's node itself failed (not the head): name it, so failure memory keeps M off it a while.
+          if (isRelayError(err, ErrorCode.NODE_LOST) || isRelayError(err, ErrorCode.MODEL_UNAVAILABLE)) throw err;
+          throw new RelayError(ErrorCode.REPLICA_FAILED, `stage ${info.index + 1} of ${info.of} on node ${conn.name}: ${(err as Error).message}`, { node: conn.name });
+        }
+      }
+      const flags = shardFlags(
+        plan,
+        shardModel(model)!,
+        h.members.map((m) => m.bridge?.endpoint),
+        { outputRemote: this.deps.config.experimentOutputRemote },
+      );
+      for (const w of flags.warnings) log.warn(w);
+      h.warnings = flags.warnings;
+      const head = await startLlamaServer(this.deps.install, {
+        ...serverOptions(this.deps.config, model, p),
+        name: `llama-server[${model.name} shard]`,
+        rpc: flags.rpc,
+        devices: flags.devices,
+        gpuLayers: flags.gpuLayers,
+        tensorSplit: flags.tensorSplit.length > 0 ? flags.tensorSplit : undefined,
+        overrides: flags.overrides,
+        fit: flags.fit,
+      });
+      h.head = head;
+      h.buffers = loadReport(head).filter((l) => /model buffer size/.test(l));
+      // Any RPC failure aborts llama-server (upstream): the shard is failed, the next request re-plans.
+      return localRunning(head, 'the shard head');
+    } catch (err) {
+      const tail = ((err as RelayError).details?.tail as string | undefined) ?? '';
+      throw new RelayError(isRelayError(err, ErrorCode.NODE_LOST) ? ErrorCode.NODE_LOST : ErrorCode.REPLICA_FAILED, `could not start a shard of "${model.name}": ${(err as Error).message}`, {
+        model: model.name,
+        tail,
+        node: (err as RelayError).details?.node,
+      });
+    }
+  }
+
+  /**
+   * A node that already holds the GGUF fills ggml-rpc-server's cache from it: then the cold load sends hashes,
+   * not tensors over 10 MiB (HubConfig.rpcCacheFill, RELAY_RPC_CACHE_FILL=0, turns this off, for measuring).
+   * A split model's parts are not read for the fill yet: its stages load by sending the tensors.
+   */
+  private async fillRpcCache(conn: NodeConn, model: ModelRecord, stage: Stage, log: Logger): Promise<void> {
+    if (model.parts || !conn.cache.has(model.sha256) || !this.deps.config.rpcCacheFill) return;
+    const filled = await conn.command({ type: 'fill-rpc-cache', sha256: model.sha256, layers: [stage.layers[0], stage.layers[1]] }, RPC_FILL_TIMEOUT_MS).catch((err: Error) => {
+      log.warn({ node: conn.name, err: err.message }, 'rpc cache fill failed: the load sends the tensors instead');
+      return null;
+    });
+    if (filled) log.info({ node: conn.name, files: filled.data?.files }, "rpc cache filled from the node's copy");
+  }
+
+  async stop(p: Placement): Promise<void> {
+    const h = this.held.get(p.id);
+    this.held.delete(p.id);
+    if (!h) return;
+    await h.head?.child.terminate(HEAD_STOP_GRACE_MS);
+    await Promise.all(
+      h.members.map(async (m) => {
+        await m.bridge?.close();
+        if (m.conn.alive) await m.conn.command({ type: 'stop-rpc', rpc: m.rpcId }, STOP_RPC_TIMEOUT_MS).catch(() => undefined);
+      }),
+    );
+  }
+
+  info(p: Placement): ShardInfo | null {
+    const h = this.held.get(p.id);
+    if (!h) return null;
+    return {
+      members: h.members.map((m) => ({
+        node: m.conn.name,
+        endpoint: m.bridge?.endpoint ?? null,
+        bytes: m.bridge ? m.bridge.bytes.toNode + m.bridge.bytes.fromNode : null,
+        roundTrips: m.bridge?.bytes.roundTrips ?? null,
+      })),
+      warnings: h.warnings,
+      buffers: h.buffers,
+    };
+  }
+}
