@@ -20,8 +20,8 @@ import { startHub, type Hub } from '../src/main/core/hub/index.js';
 import type { Logger } from '../src/main/core/log.js';
 import { NodeAgent } from '../src/main/core/node/agent.js';
 import { joinHub } from '../src/main/core/node/hub-client.js';
-import { selfSignedCert } from '../src/main/core/pool/hub-cert.js';
-import { hubJoinToken } from '../src/main/core/pool/tokens.js';
+import { selfSignedCert } from '../src/main/core/pairing/hub-cert.js';
+import { hubJoinToken } from '../src/main/core/pairing/tokens.js';
 import { llama } from '../test/helpers/llama.js';
 
 const CHUNK = Buffer.alloc(256 * 1024, 7);

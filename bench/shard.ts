@@ -17,7 +17,7 @@ import { startLlamaServer, startRpcServer } from '../src/main/core/llama/index.j
 import { createLogger } from '../src/main/core/log.js';
 import { NodeAgent } from '../src/main/core/node/agent.js';
 import { joinHub } from '../src/main/core/node/hub-client.js';
-import { hubJoinToken } from '../src/main/core/pool/tokens.js';
+import { hubJoinToken } from '../src/main/core/pairing/tokens.js';
 import { ensureFixture, type FixtureName } from '../test/fixtures/models.js';
 import { llama } from '../test/helpers/llama.js';
 import { openRpcBridge } from '../src/main/core/pool/rpc-bridge.js';

@@ -3,7 +3,7 @@ import { hostname } from 'node:os';
 import { join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { cliConfigFromEnv, defaultHome, nodeConfigFromEnv } from './core/config.js';
-import { tokenHubUrl } from './core/pool/tokens.js';
+import { tokenHubUrl } from './core/pairing/tokens.js';
 import { ensureLlama, terminateAll } from './core/llama/index.js';
 import { backendOf } from './cli-llama.js';
 import { cacheBudgetFlag } from './cli-cache.js';
@@ -13,7 +13,7 @@ import { createLogger } from './core/log.js';
 import { NodeAgent } from './core/node/agent.js';
 import { readSettings, writeSettings, type NodeSettings } from './core/node/settings.js';
 import { joinHub } from './core/node/hub-client.js';
-import { parseSchedule } from './core/node/availability.js';
+import { parseSchedule } from './core/availability.js';
 
 /** `relay up` (run a node) and `relay pause|resume` (a node's, or with --hub the hub's own devices). */
 

@@ -4,7 +4,7 @@ import { isRelayError } from '../shared/errors.js';
 import { hubConfigFromEnv, type HubConfig } from './core/config.js';
 import { packageVersion, startHub } from './core/hub/index.js';
 import { defaultHome } from './core/config.js';
-import { hubJoinToken } from './core/pool/tokens.js';
+import { hubJoinToken } from './core/pairing/tokens.js';
 import { ensureLlama, terminateAll } from './core/llama/index.js';
 import { backendOf, cmdDoctor, cmdLlamaBuild } from './cli-llama.js';
 import { cmdCache } from './cli-cache.js';
@@ -12,7 +12,7 @@ import { api, apiFailure, hubUrl, intFlag } from './cli-api.js';
 import { cmdModels } from './cli-models.js';
 import { statusLines, type StatusJson } from './cli-status.js';
 import { cmdPause, cmdUp, nodeHome } from './cli-node.js';
-import { parseSchedule } from './core/node/availability.js';
+import { parseSchedule } from './core/availability.js';
 import { llamaBuildProgress, showHubPushes, TerminalProgress } from './terminal-progress.js';
 import { createLogger } from './core/log.js';
 

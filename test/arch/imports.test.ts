@@ -48,3 +48,52 @@ describe('architecture', () => {
     assert.deepEqual(offenders, []);
   });
 });
+
+/**
+ * The layers a chat request walks down and back up: /v1 (hub) → scheduler → pool (the hub's side of a node)
+ * → tunnel → yamux, and on the node: node → tunnel → yamux. A layer imports only the layers below it, so each
+ * file has one job and the walk has one direction; hub and node meet only in what both stand on (`base`: the
+ * GGUF reader, llama.cpp, the GPU inventory, the store and registry, pairing, the sharing rules, config, log).
+ */
+const LAYERS: Record<string, readonly string[]> = {
+  shared: ['shared'],
+  yamux: ['shared', 'yamux'],
+  tunnel: ['shared', 'yamux', 'tunnel'],
+  base: ['shared', 'base'],
+  pool: ['shared', 'yamux', 'tunnel', 'base', 'pool'],
+  node: ['shared', 'yamux', 'tunnel', 'base', 'node'],
+  scheduler: ['shared', 'base', 'pool', 'scheduler'],
+  hub: ['shared', 'base', 'pool', 'scheduler', 'hub'],
+  app: ['shared', 'yamux', 'tunnel', 'base', 'pool', 'node', 'scheduler', 'hub', 'app'],
+};
+
+function layerOf(file: string): string {
+  const r = relative(root, file).replace(/\\/g, '/');
+  if (r.startsWith('src/shared/')) return 'shared';
+  if (r.startsWith('src/main/core/tunnel/yamux/')) return 'yamux';
+  const m = /^src\/main\/core\/(tunnel|pool|node|scheduler|hub)\//.exec(r);
+  if (m) return m[1]!;
+  if (r.startsWith('src/main/core/')) return 'base';
+  return 'app'; // src/main/app, src/main/electron, the CLI
+}
+
+describe('layers', () => {
+  it('every import goes down the layers (hub → scheduler → pool → tunnel → yamux; node → tunnel)', () => {
+    const offenders: string[] = [];
+    for (const f of sources(join(root, 'src'))) {
+      const from = layerOf(f);
+      for (const i of imports(f)) {
+        if (!i.startsWith('.')) continue;
+        const to = layerOf(join(f, '..', i.replace(/\.js$/, '.ts')));
+        if (!LAYERS[from]!.includes(to)) offenders.push(`${relative(root, f)} (${from}) -> ${i} (${to})`);
+      }
+    }
+    assert.deepEqual(offenders, []);
+  });
+
+  it('the layer map names every folder of src/main/core', () => {
+    const folders = readdirSync(join(root, 'src', 'main', 'core'), { withFileTypes: true }).filter((e) => e.isDirectory());
+    assert.ok(folders.length > 5);
+    for (const d of folders) assert.ok(LAYERS[layerOf(join(root, 'src', 'main', 'core', d.name, 'x.ts'))], d.name);
+  });
+});

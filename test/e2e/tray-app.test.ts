@@ -10,7 +10,7 @@ import { addModel } from '../helpers/hub.js';
 import { fixture } from '../helpers/llama.js';
 import { listeningSockets } from '../helpers/node.js';
 import { alive, killAllJsonLineProcesses, startJsonLineProcess, waitGone } from '../helpers/proc.js';
-import { tokenHubUrl } from '../../src/main/core/pool/tokens.js';
+import { tokenHubUrl } from '../../src/main/core/pairing/tokens.js';
 import { completion, pagesUrl, quiet, RecordingShell, TRAY_ENV as ENV } from '../helpers/tray.js';
 
 /**

@@ -13,7 +13,7 @@ import { joinHub } from '../../src/main/core/node/hub-client.js';
 import fc from 'fast-check';
 import { FNV_OFFSET, FNV_WASM_BUFFER, WasmFnv, fnv1a64Update, fnvHex } from '../../src/main/core/node/fnv.js';
 import { RPC_HASH_THRESHOLD, evictRpcCache, fillRpcCache, fillRpcCacheOffThread, rpcFillBytes, shareOut } from '../../src/main/core/node/rpc-cache.js';
-import { hubJoinToken } from '../../src/main/core/pool/tokens.js';
+import { hubJoinToken } from '../../src/main/core/pairing/tokens.js';
 import { fixture, llama } from '../helpers/llama.js';
 
 describe('FNV-1a 64 and the rpc cache files', () => {

@@ -9,7 +9,7 @@ import { PROTOCOL_VERSION, WS_SUBPROTOCOL } from '../../src/shared/protocol.js';
 import { hubConfigFromEnv } from '../../src/main/core/config.js';
 import { startHub, type Hub } from '../../src/main/core/hub/index.js';
 import { openRpcBridge } from '../../src/main/core/pool/rpc-bridge.js';
-import { hubJoinToken } from '../../src/main/core/pool/tokens.js';
+import { hubJoinToken } from '../../src/main/core/pairing/tokens.js';
 import { readGgufFile } from '../../src/main/core/gguf/index.js';
 import { startLlamaServer } from '../../src/main/core/llama/index.js';
 import { createLogger } from '../../src/main/core/log.js';

@@ -12,7 +12,7 @@ import { webSocketDuplex } from '../../src/main/core/tunnel/transport.js';
 import { Session } from '../../src/main/core/tunnel/yamux/session.js';
 import { writeSettings } from '../../src/main/core/node/settings.js';
 import { joinHub, pinnedTls, tlsUrl } from '../../src/main/core/node/hub-client.js';
-import { selfSignedCert } from '../../src/main/core/pool/hub-cert.js';
+import { selfSignedCert } from '../../src/main/core/pairing/hub-cert.js';
 import { createServer as createTlsServer } from 'node:tls';
 import { createServer as createNetServer, type AddressInfo } from 'node:net';
 import { once } from 'node:events';

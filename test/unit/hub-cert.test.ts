@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { X509Certificate } from 'node:crypto';
 import { describe, it } from 'node:test';
-import { certFingerprint, derInteger, selfSignedCert } from '../../src/main/core/pool/hub-cert.js';
+import { certFingerprint, derInteger, selfSignedCert } from '../../src/main/core/pairing/hub-cert.js';
 
 /**
  * The hub's self-signed certificate is built by hand in DER. A CI run once failed because a random serial began

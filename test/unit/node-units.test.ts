@@ -7,8 +7,8 @@ import { Readable } from 'node:stream';
 import { describe, it } from 'node:test';
 import { isRelayError } from '../../src/shared/errors.js';
 import { parseHubMessage, parseNodeMessage, parseStreamHeader } from '../../src/shared/protocol.js';
-import { checkJoinToken, mintJoinToken } from '../../src/main/core/pool/tokens.js';
-import { AutoPause, availabilityOf, inPauseWindow, parseSchedule } from '../../src/main/core/node/availability.js';
+import { checkJoinToken, mintJoinToken } from '../../src/main/core/pairing/tokens.js';
+import { AutoPause, availabilityOf, inPauseWindow, parseSchedule } from '../../src/main/core/availability.js';
 import { ModelCache } from '../../src/main/core/node/cache.js';
 import { cacheBudgetFlag } from '../../src/main/cli-cache.js';
 

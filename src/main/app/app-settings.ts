@@ -1,7 +1,7 @@
 import { mkdirSync } from 'node:fs';
 import type { AppMode, ScheduleWindow } from '../../shared/ipc.js';
 import { readDurable, writeDurable } from '../core/durable.js';
-import { parseSchedule } from '../core/node/availability.js';
+import { parseSchedule } from '../core/availability.js';
 
 /** The app's own pages (src/renderer/<page>.html). */
 export type AppPage = 'setup' | 'settings';

@@ -2,7 +2,7 @@ import type { AppState, SettingsView } from '../../shared/ipc.js';
 import type { Hub } from '../core/hub/index.js';
 import { beyondLoopback } from '../core/hub/keys.js';
 import { autoPauseSupport } from '../core/gpu/nvml.js';
-import { inPauseWindow, parseSchedule } from '../core/node/availability.js';
+import { inPauseWindow, parseSchedule } from '../core/availability.js';
 import type { NodeAgent } from '../core/node/agent.js';
 import { readSettings, type NodeSettings } from '../core/node/settings.js';
 import { scheduleWindows, type AppSettings } from './app-settings.js';

@@ -2,7 +2,7 @@ import type { Logger } from 'pino';
 import type { Availability } from '../../../shared/protocol.js';
 import { ErrorCode, RelayError } from '../../../shared/errors.js';
 import { autoPauseSupport, otherProcessesGpuMb } from '../gpu/nvml.js';
-import { AutoPause, availabilityOf, inPauseWindow, parseSchedule, type PauseWindow } from '../node/availability.js';
+import { AutoPause, availabilityOf, inPauseWindow, parseSchedule, type PauseWindow } from '../availability.js';
 import type { Store } from '../store/store.js';
 
 /**

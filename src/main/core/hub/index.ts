@@ -21,8 +21,8 @@ import { ApiKeys, beyondLoopback } from './keys.js';
 import { HubMetrics } from './metrics.js';
 import { startHistory } from './history.js';
 import { NodeManager } from '../pool/manager.js';
-import { joinSecret } from '../pool/tokens.js';
-import { certFingerprint, ensureHubCert } from '../pool/hub-cert.js';
+import { joinSecret } from '../pairing/tokens.js';
+import { certFingerprint, ensureHubCert } from '../pairing/hub-cert.js';
 
 /**
  * The hub's composition root: store, registry, inventory, scheduler and the HTTP surface, wired once.

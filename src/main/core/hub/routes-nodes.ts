@@ -1,6 +1,6 @@
 import { TLSSocket } from 'node:tls';
 import { ErrorCode, RelayError } from '../../../shared/errors.js';
-import { hubJoinToken, JOIN_TOKEN_TTL_MS } from '../pool/tokens.js';
+import { hubJoinToken, JOIN_TOKEN_TTL_MS } from '../pairing/tokens.js';
 import { isLoopback, lanAddresses } from './guard.js';
 import { beyondLoopback } from './keys.js';
 import { parseJson, textField, type Mount } from './http.js';

@@ -4,10 +4,9 @@ import { basename, isAbsolute } from 'node:path';
 import type { Logger } from 'pino';
 import { ErrorCode, RelayError } from '../../../shared/errors.js';
 import { readModelFilesOffThread, splitName } from '../gguf/index.js';
-import type { ModelPart, ModelRecord, Store } from '../store/store.js';
+import type { ModelPart, ModelRecord, ModelSettings, Store } from '../store/store.js';
 import { modelFiles, splitId } from './files.js';
 import type { Discovery, Skipped } from './import.js';
-import type { ModelSettings } from '../scheduler/model-settings.js';
 
 /**
  * The models the hub owns. A record is bound to the bytes it was hashed from: when the file's size or mtime

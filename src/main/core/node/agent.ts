@@ -11,7 +11,7 @@ import { serveHubStream } from './streams.js';
 import { runCommand } from './commands.js';
 import type { Session, YamuxStream } from '../tunnel/yamux/session.js';
 import { autoPauseSupport, otherProcessesGpuMb } from '../gpu/nvml.js';
-import { AutoPause, availabilityOf, inPauseWindow, parseSchedule, type PauseWindow } from './availability.js';
+import { AutoPause, availabilityOf, inPauseWindow, parseSchedule, type PauseWindow } from '../availability.js';
 import { cacheReport, ModelCache } from './cache.js';
 import { SpareSockets } from '../llama/spare-sockets.js';
 import { openTunnel } from './link.js';

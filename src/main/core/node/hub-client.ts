@@ -2,8 +2,8 @@ import { request as httpsRequest } from 'node:https';
 import { isIP } from 'node:net';
 import { connect as tlsConnect, type PeerCertificate } from 'node:tls';
 import { ErrorCode, RelayError, fromWireCode, isRelayError } from '../../../shared/errors.js';
-import { certFingerprint, derFingerprint } from '../pool/hub-cert.js';
-import { tokenFingerprint } from '../pool/tokens.js';
+import { certFingerprint, derFingerprint } from '../pairing/hub-cert.js';
+import { tokenFingerprint } from '../pairing/tokens.js';
 
 /**
  * The node's HTTP calls to its hub, outside the tunnel: joining (a token for a credential) and asking for a

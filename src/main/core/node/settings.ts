@@ -2,7 +2,7 @@ import { chmodSync, mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { ErrorCode, RelayError } from '../../../shared/errors.js';
 import { readDurable, writeDurable } from '../durable.js';
-import { parseSchedule, type PauseWindow } from './availability.js';
+import { parseSchedule, type PauseWindow } from '../availability.js';
 
 export interface NodeSettings {
   /** What `relay up` persists in NODE_DIR/node.json. */

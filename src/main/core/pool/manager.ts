@@ -22,7 +22,7 @@ import { webSocketDuplex } from '../tunnel/transport.js';
 import { Session, type YamuxStream } from '../tunnel/yamux/session.js';
 import type { ModelRecord, NodeRecord, Store } from '../store/store.js';
 import { usesFile } from '../models/files.js';
-import { checkJoinToken, credentialHash, newCredential } from './tokens.js';
+import { checkJoinToken, credentialHash, newCredential } from '../pairing/tokens.js';
 import { NodeConn } from './conn.js';
 import { WeightPusher, type PushProgress } from './push.js';
 import type { NodeDeviceStatus, NodeStatus } from '../../../shared/status.js';

@@ -1,7 +1,9 @@
 import { ErrorCode, RelayError } from '../../../shared/errors.js';
 import { KV_CACHE_TYPES, type FlashAttn, type KvCacheType } from '../llama/argv.js';
-import type { ModelRecord } from '../store/store.js';
+import type { ModelRecord, ModelSettings } from '../store/store.js';
 import type { FitSettings } from './fit.js';
+
+export type { ModelSettings } from '../store/store.js';
 
 /**
  * A model's own llama-server settings, over the pool-wide ones (RELAY_CONTEXT_SIZE, RELAY_PARALLEL_SLOTS,
@@ -9,14 +11,6 @@ import type { FitSettings } from './fit.js';
  * those settings for a model goes through `settingsFor`: the fit, the 503 message, /status and every
  * llama-server launched for it (host replica, node replica, shard head), so they cannot disagree.
  */
-export interface ModelSettings {
-  /** Context per slot (tokens). */
-  ctx?: number;
-  slots?: number;
-  kv_cache_type?: KvCacheType;
-  flash_attn?: FlashAttn;
-}
-
 export function settingsFor<C extends FitSettings & { readonly flashAttn?: FlashAttn | undefined }>(c: C, m: { readonly settings?: ModelSettings | undefined } | undefined): C {
   const s = m?.settings;
   if (!s) return c;

@@ -3,12 +3,21 @@ import { join } from 'node:path';
 import { Low, type Adapter } from 'lowdb';
 import { readDurable, writeDurable } from '../durable.js';
 import { ErrorCode, RelayError } from '../../../shared/errors.js';
-import type { ModelSettings } from '../scheduler/model-settings.js';
+import type { FlashAttn, KvCacheType } from '../llama/argv.js';
 
 /**
  * The hub's embedded JSON store (lowdb). lowdb's file adapter writes a temp file and renames it, so a killed
  * hub leaves either the old or the new file, never a torn one. Writes are serialized through `update`.
  */
+/** A model's own llama-server settings over the pool-wide ones; how they apply is scheduler/model-settings.ts. */
+export interface ModelSettings {
+  /** Context per slot (tokens). */
+  ctx?: number;
+  slots?: number;
+  kv_cache_type?: KvCacheType;
+  flash_attn?: FlashAttn;
+}
+
 export const SCHEMA_VERSION = 2;
 
 /** One file of a split model: where it is on the hub, its hash and the size and mtime it was hashed at. */

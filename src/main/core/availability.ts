@@ -1,4 +1,4 @@
-import type { Availability } from '../../../shared/protocol.js';
+import type { Availability } from '../../shared/protocol.js';
 
 /**
  * When a node shares its GPU: pure functions of the owner's choices and the clock, so they are table-tested.
