@@ -1,7 +1,7 @@
 import { resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { isRelayError } from '../shared/errors.js';
-import { hubConfigFromEnv, type HubConfig } from './core/config.js';
+import { hubConfigFromEnv, type HubConfig, processEnv } from './core/config.js';
 import { packageVersion, startHub } from './core/hub/index.js';
 import { defaultHome } from './core/config.js';
 import { hubJoinToken } from './core/pairing/tokens.js';
@@ -100,7 +100,7 @@ async function cmdHub(args: string[]): Promise<number> {
     hubSchedule: values.schedule,
     hubAutoPause: values['auto-pause'],
   };
-  const config = hubConfigFromEnv(process.env, overrides);
+  const config = hubConfigFromEnv(processEnv(), overrides);
   const log = createLogger({ name: 'hub' });
   const terminal = new TerminalProgress(process.stderr, (l) => log.info(l));
   const install = await ensureLlama({ backend: backendOf(values.backend), progress: llamaBuildProgress(terminal) });

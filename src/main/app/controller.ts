@@ -8,7 +8,7 @@ import { hostname } from 'node:os';
 import { join } from 'node:path';
 import type { Logger } from 'pino';
 import { type AppState, type IpcChannel, type IpcResult, type SettingsChange, type SettingsView, type SetupRequest } from '../../shared/ipc.js';
-import { hubConfigFromEnv } from '../core/config.js';
+import { hubConfigFromEnv, processEnv } from '../core/config.js';
 import { startHub, type Hub } from '../core/hub/index.js';
 import { ensureLlama } from '../core/llama/build.js';
 import { terminateAll } from '../core/llama/supervisor.js';
@@ -126,7 +126,7 @@ export class AppController {
 
   private async startMode(): Promise<void> {
     this.lastError = null;
-    const env = this.opts.llamaBinDir ? { ...(this.opts.env ?? process.env), RELAY_LLAMA_BIN_DIR: this.opts.llamaBinDir } : (this.opts.env ?? process.env);
+    const env = this.opts.llamaBinDir ? { ...(this.opts.env ?? processEnv()), RELAY_LLAMA_BIN_DIR: this.opts.llamaBinDir } : (this.opts.env ?? processEnv());
     const log = this.opts.log;
     try {
       const install = await ensureLlama({ env, progress: (l) => log.info(`[llama build] ${l}`) });

@@ -4,6 +4,21 @@ import { ErrorCode, RelayError } from '../../shared/errors.js';
 import { KV_CACHE_TYPES, type FlashAttn, type KvCacheType } from './llama/argv.js';
 
 /**
+ * The process's environment, read here and nowhere else in src (test/arch holds that). relay's own variables
+ * are parsed in this file (HubConfig, NodeConfig, CliConfig, the log level) or by a `…FromEnv`-style function
+ * that takes the environment as an argument (llama/: the binaries' folder, backend and cache dir; import's
+ * OLLAMA_MODELS); modules that start children pass it on, because compilers, CUDA and Vulkan read their own.
+ */
+export function processEnv(): NodeJS.ProcessEnv {
+  return process.env;
+}
+
+/** pino's level: RELAY_LOG_LEVEL, default info. */
+export function logLevelFromEnv(env: NodeJS.ProcessEnv = processEnv()): string {
+  return env.RELAY_LOG_LEVEL || 'info';
+}
+
+/**
  * Every setting the hub reads, in one place: environment variables of the spec, then CLI flags on top.
  * Units are in the names. `verifyConfig` rejects nonsense before anything binds or spawns.
  */
@@ -78,7 +93,7 @@ export interface NodeConfig {
   readonly heartbeatMs: number;
 }
 
-export function nodeConfigFromEnv(env: NodeJS.ProcessEnv = process.env): NodeConfig {
+export function nodeConfigFromEnv(env: NodeJS.ProcessEnv = processEnv()): NodeConfig {
   return {
     threads: env.RELAY_THREADS ? int(env, 'RELAY_THREADS', 0) : undefined,
     orphanMs: int(env, 'RELAY_NODE_ORPHAN_MS', 60_000),
@@ -96,7 +111,7 @@ export interface CliConfig {
   readonly nodeHome: string | undefined;
 }
 
-export function cliConfigFromEnv(env: NodeJS.ProcessEnv = process.env): CliConfig {
+export function cliConfigFromEnv(env: NodeJS.ProcessEnv = processEnv()): CliConfig {
   return {
     hubUrl: env.RELAY_HUB_URL || 'http://127.0.0.1:7070',
     adminToken: env.RELAY_ADMIN_TOKEN || undefined,
@@ -104,7 +119,7 @@ export function cliConfigFromEnv(env: NodeJS.ProcessEnv = process.env): CliConfi
   };
 }
 
-export function defaultHome(env: NodeJS.ProcessEnv = process.env): string {
+export function defaultHome(env: NodeJS.ProcessEnv = processEnv()): string {
   if (env.RELAY_HOME) return env.RELAY_HOME;
   const homedir = (): string => env.HOME ?? env.USERPROFILE ?? osHomedir();
   if (process.platform === 'win32') return join(env.APPDATA ?? join(homedir(), 'AppData', 'Roaming'), 'relay');
@@ -139,7 +154,7 @@ function int(env: NodeJS.ProcessEnv, name: string, fallback: number): number {
   return n;
 }
 
-export function hubConfigFromEnv(env: NodeJS.ProcessEnv = process.env, overrides: Partial<HubConfig> = {}): HubConfig {
+export function hubConfigFromEnv(env: NodeJS.ProcessEnv = processEnv(), overrides: Partial<HubConfig> = {}): HubConfig {
   const kv = (env.RELAY_KV_CACHE_TYPE ?? HUB_DEFAULTS.kvCacheType) as KvCacheType;
   const fa = env.RELAY_FLASH_ATTN as FlashAttn | undefined;
   const cfg: HubConfig = {

@@ -2,6 +2,7 @@ import { existsSync, mkdirSync, renameSync, statSync } from 'node:fs';
 import { dirname } from 'node:path';
 import pino, { type Logger } from 'pino';
 import pretty from 'pino-pretty';
+import { logLevelFromEnv } from './config.js';
 
 /**
  * pino, pretty on a TTY and JSON lines otherwise. RELAY_LOG_LEVEL sets the level (default info).
@@ -9,7 +10,7 @@ import pretty from 'pino-pretty';
  * `maxFileBytes` (10 MiB) at start is kept as `<file>.1` and a new one begun.
  */
 export function createLogger(opts: { level?: string; pretty?: boolean; name?: string; file?: string; maxFileBytes?: number } = {}): Logger {
-  const level = opts.level ?? process.env.RELAY_LOG_LEVEL ?? 'info';
+  const level = opts.level ?? logLevelFromEnv();
   const usePretty = opts.pretty ?? Boolean(process.stderr.isTTY);
   const base = { level, name: opts.name ?? 'relay' };
   if (opts.file) {

@@ -18,6 +18,7 @@ import {
 } from './backend-choice.js';
 import { parseListDevices, type ListedDevice } from './devices.js';
 import { cacheRoot, packFromRegistry, type Progress } from './fetch.js';
+import { processEnv } from '../config.js';
 
 /**
  * The I/O half of backend selection: probe the machine with its real loaders, fetch a prebuilt module through
@@ -42,7 +43,7 @@ export interface BackendResolution {
   readonly notes: readonly string[];
 }
 
-export function backendChoiceFromEnv(env: NodeJS.ProcessEnv = process.env): BackendChoice {
+export function backendChoiceFromEnv(env: NodeJS.ProcessEnv = processEnv()): BackendChoice {
   const v = (env.RELAY_LLAMA_BACKEND ?? 'auto').trim() || 'auto';
   if (!(['auto', 'cpu', ...GPU_BACKENDS] as string[]).includes(v)) {
     throw new RelayError(ErrorCode.INVALID_ARGUMENT, `unknown backend "${v}" (one of auto, cpu, ${GPU_BACKENDS.join(', ')})`);
@@ -102,7 +103,7 @@ export function shippedModulesIn(dir: string, packages: readonly BackendPackage[
   return out;
 }
 
-export function probeMachine(sourceModules: Partial<Record<GpuBackend, string>>, env: NodeJS.ProcessEnv = process.env): MachineProbe {
+export function probeMachine(sourceModules: Partial<Record<GpuBackend, string>>, env: NodeJS.ProcessEnv = processEnv()): MachineProbe {
   const libs: Record<string, boolean> = {};
   for (const l of librariesToProbe(process.platform, process.arch)) libs[l] = libraryLoads(l);
   const smi = spawnSync('nvidia-smi', ['-L'], { encoding: 'utf8', timeout: 10_000 });
@@ -119,7 +120,7 @@ export function backendEnv(module: string | null, backend: 'cpu' | GpuBackend): 
 }
 
 /** `llama-server --list-devices` with a backend module loaded; RPC devices are left out. */
-export function listDevicesWith(serverPath: string, module: string | null, env: NodeJS.ProcessEnv = process.env): { devices: ListedDevice[]; output: string } {
+export function listDevicesWith(serverPath: string, module: string | null, env: NodeJS.ProcessEnv = processEnv()): { devices: ListedDevice[]; output: string } {
   const r = spawnSync(serverPath, ['--list-devices'], {
     encoding: 'utf8',
     timeout: 60_000,
@@ -170,7 +171,7 @@ export async function resolveBackend(opts: {
   progress?: Progress;
   probe?: MachineProbe;
 }): Promise<BackendResolution> {
-  const env = opts.env ?? process.env;
+  const env = opts.env ?? processEnv();
   const progress = opts.progress ?? (() => undefined);
   const probe = opts.probe ?? probeMachine(opts.sourceModules, env);
   const { candidates, notes: left } = backendCandidates(probe, opts.choice);

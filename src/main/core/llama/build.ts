@@ -7,6 +7,7 @@ import type { BackendChoice, GpuBackend } from './backend-choice.js';
 import { moduleFileName } from './backends.js';
 import { cacheRoot, packFromRegistry, run, type Progress } from './fetch.js';
 import { chooseBackend, findLlama, installDir, isShippedFile, LAYOUT, LLAMA_SOURCE, readVersion, SERVER_BIN, type InstallManifest, type LlamaInstall } from './install.js';
+import { processEnv } from '../config.js';
 
 /** Building the shared llama.cpp (and GPU modules with a local toolkit) into the cache; install.ts finds it. */
 
@@ -115,7 +116,7 @@ async function buildTargets(gpu: GpuBackend | null, env: NodeJS.ProcessEnv, prog
   const useCcache = hasCommand('ccache');
   const flags = cmakeFlags(gpu, useCcache);
   // Relative paths in ccache's keys: a rebuild in another checkout or cache dir still hits.
-  const buildEnv = { ...process.env, CCACHE_BASEDIR: work };
+  const buildEnv = { ...processEnv(), CCACHE_BASEDIR: work };
   progress(`configuring llama.cpp ${LLAMA_SOURCE.tag} (${gpu ?? 'cpu + rpc'}, shared${useCcache ? ', ccache' : ''})`);
   await run('cmake', ['-S', src, '-B', build, ...flags], { env: buildEnv, progress, filter: (l) => /error|warning: .*backend|not found/i.test(l) });
   const j = jobs ?? availableParallelism();
@@ -189,7 +190,7 @@ async function ensureBase(env: NodeJS.ProcessEnv, progress: Progress, jobs: numb
  * local toolkit, into `<install>/backends/<backend>/`, where backend selection prefers it to a prebuilt one.
  */
 export async function buildBackendModule(gpu: GpuBackend, opts: { env?: NodeJS.ProcessEnv; progress?: Progress; jobs?: number } = {}): Promise<string> {
-  const env = opts.env ?? process.env;
+  const env = opts.env ?? processEnv();
   const progress = opts.progress ?? ((l: string) => process.stderr.write(`${l}\n`));
   const base = await ensureBase(env, progress, opts.jobs);
   if (base.source !== 'cache') throw new RelayError(ErrorCode.INVALID_ARGUMENT, 'RELAY_LLAMA_BIN_DIR is set: build your GPU backend in your own tree');
@@ -213,7 +214,7 @@ export async function buildBackendModule(gpu: GpuBackend, opts: { env?: NodeJS.P
  * auto-detection; see backends.ts).
  */
 export async function ensureLlama(opts: { backend?: BackendChoice; env?: NodeJS.ProcessEnv; progress?: Progress; jobs?: number } = {}): Promise<LlamaInstall> {
-  const env = opts.env ?? process.env;
+  const env = opts.env ?? processEnv();
   const progress = opts.progress ?? ((l: string) => process.stderr.write(`${l}\n`));
   const base = await ensureBase(env, progress, opts.jobs);
   const { install } = await chooseBackend(base, { choice: opts.backend, env, progress });

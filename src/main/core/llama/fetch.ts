@@ -5,6 +5,7 @@ import { homedir } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { ErrorCode, RelayError } from '../../../shared/errors.js';
+import { processEnv } from '../config.js';
 
 /**
  * The only downloads relay makes: pinned npm packages through the registry (`npm pack`, nothing installed),
@@ -13,13 +14,13 @@ import { ErrorCode, RelayError } from '../../../shared/errors.js';
 
 export type Progress = (line: string) => void;
 
-export function cacheRoot(env: NodeJS.ProcessEnv = process.env): string {
+export function cacheRoot(env: NodeJS.ProcessEnv = processEnv()): string {
   return env.RELAY_CACHE_DIR ?? join(homedir(), '.cache', 'relay');
 }
 
 export function run(cmd: string, args: string[], opts: { cwd?: string; env?: NodeJS.ProcessEnv; progress: Progress; filter?: (l: string) => boolean }): Promise<void> {
   return new Promise((resolve, reject) => {
-    const child = spawn(cmd, args, { cwd: opts.cwd, env: opts.env ?? process.env, stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(cmd, args, { cwd: opts.cwd, env: opts.env ?? processEnv(), stdio: ['ignore', 'pipe', 'pipe'] });
     const tail: string[] = [];
     const onLine = (l: string): void => {
       tail.push(l);

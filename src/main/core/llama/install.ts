@@ -5,6 +5,7 @@ import { ErrorCode, RelayError } from '../../../shared/errors.js';
 import { devicePrefix, GPU_BACKENDS, type BackendChoice, type GpuBackend } from './backend-choice.js';
 import { backendChoiceFromEnv, backendEnv, listDevicesWith, modulesIn, resolveBackend, shippedModulesIn, type BackendResolution } from './backends.js';
 import { cacheRoot, type Progress } from './fetch.js';
+import { processEnv } from '../config.js';
 
 export { cacheRoot, type Progress } from './fetch.js';
 
@@ -64,7 +65,7 @@ export interface InstallManifest {
  */
 export const LAYOUT = 'shared';
 
-export function installDir(env: NodeJS.ProcessEnv = process.env): string {
+export function installDir(env: NodeJS.ProcessEnv = processEnv()): string {
   return join(cacheRoot(env), 'llama.cpp', `${LLAMA_SOURCE.tag}-${LAYOUT}`);
 }
 
@@ -80,7 +81,7 @@ export function readVersion(serverPath: string): string {
  * RELAY_LLAMA_BIN_DIR (a user's own build, or a packaged app's) wins, then the cache. Null when neither has them.
  */
 export function findLlama(opts: { env?: NodeJS.ProcessEnv } = {}): LlamaInstall | null {
-  const env = opts.env ?? process.env;
+  const env = opts.env ?? processEnv();
   const custom = env.RELAY_LLAMA_BIN_DIR;
   const cpu = { backend: 'cpu' as const, backendModule: null, backendReason: 'the CPU build (no GPU backend chosen yet)', env: {} };
   if (custom) {
@@ -121,7 +122,7 @@ export async function chooseBackend(
   install: LlamaInstall,
   opts: { choice?: BackendChoice; env?: NodeJS.ProcessEnv; progress?: Progress } = {},
 ): Promise<{ install: LlamaInstall; resolution: BackendResolution }> {
-  const env = opts.env ?? process.env;
+  const env = opts.env ?? processEnv();
   const choice = opts.choice ?? backendChoiceFromEnv(env);
   if (install.source === 'env' && choice === 'auto') {
     // A user's own build (RELAY_LLAMA_BIN_DIR) may have its GPU backend built in or beside it: then it is used

@@ -3,6 +3,7 @@ import { existsSync } from 'node:fs';
 import { connect } from 'node:net';
 import { createInterface } from 'node:readline';
 import { ErrorCode, RelayError } from '../../../shared/errors.js';
+import { processEnv } from '../config.js';
 
 /**
  * The one place relay starts child processes (llama-server, ggml-rpc-server). Readiness is a promise that
@@ -81,7 +82,7 @@ export class ManagedChild {
     }
     const [cmd, args] = withDeathSignal(spec.command, spec.args);
     this.child = spawn(cmd, args, {
-      env: spec.env ?? process.env,
+      env: spec.env ?? processEnv(),
       cwd: spec.cwd,
       stdio: ['ignore', 'pipe', 'pipe'],
     });

@@ -2,6 +2,7 @@ import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import { homedir } from 'node:os';
 import { basename, join, relative, sep } from 'node:path';
 import { splitName } from '../gguf/split.js';
+import { processEnv } from '../config.js';
 
 /**
  * Finding the GGUFs a household already has on the hub machine: Ollama's store (manifests name a model layer,
@@ -44,7 +45,7 @@ export function importName(s: string): string {
 }
 
 /** Where Ollama keeps models: OLLAMA_MODELS as Ollama reads it, else the user's, else the Linux service's. */
-export function ollamaRoot(env: NodeJS.ProcessEnv = process.env): string {
+export function ollamaRoot(env: NodeJS.ProcessEnv = processEnv()): string {
   if (env.OLLAMA_MODELS) return env.OLLAMA_MODELS;
   const user = join(homedir(), '.ollama', 'models');
   const service = '/usr/share/ollama/.ollama/models';
@@ -149,7 +150,7 @@ export function discoverFolder(root: string, source = 'folder'): Discovery {
 }
 
 /** `ollama`, `lmstudio` or an absolute folder. */
-export function discover(source: string, env: NodeJS.ProcessEnv = process.env): Discovery {
+export function discover(source: string, env: NodeJS.ProcessEnv = processEnv()): Discovery {
   if (source === 'ollama') return discoverOllama(ollamaRoot(env));
   if (source === 'lmstudio') return discoverFolder(lmStudioRoot(), 'lmstudio');
   return discoverFolder(source);
