@@ -36,6 +36,8 @@ export default tseslint.config(
       '@typescript-eslint/unbound-method': 'off',
       // Empty catch blocks carry a comment saying why the error does not matter.
       'no-empty': ['error', { allowEmptyCatch: true }],
+      // One import statement per module (a type-only import beside it is fine).
+      'no-duplicate-imports': ['error', { allowSeparateTypeImports: true }],
     },
   },
   {

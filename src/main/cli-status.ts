@@ -4,37 +4,26 @@
  * requests and backoffs. `statusLines` is pure: it takes the /status JSON and returns the lines.
  */
 
-interface Dev {
-  id: string;
-  description?: string;
-  total_mb?: number;
-  free_mb?: number;
-}
-interface Placement {
-  model: string;
-  state: string;
-  in_flight: number;
-  slots: number;
-  ctx: number;
-  node?: string | null;
-  device?: string;
-  where?: string;
-  ms_per_token: number | null;
-  served: number;
-  stages?: { node: string | null; device: string; layers: [number, number] }[];
-}
-export interface StatusJson {
-  relay?: string;
-  llama_cpp?: { tag?: string; backend?: string };
-  hub?: { availability: string; reason: string | null };
-  devices?: Dev[];
-  nodes?: { name: string; state: string; reason: string | null; devices: Dev[]; replicas?: unknown[] }[];
-  replicas?: Placement[];
-  shards?: Placement[];
-  models?: { name: string; size: number; need_mb: number; fits_now: boolean; shortfall: string | null }[];
-  pushes?: { node: string; model: string; done: number; total: number }[];
-  queues?: { model: string; waiting: number }[];
-  backoffs?: { node: string; model: string; reason: string; until: string }[];
+import type { DeviceStatus, HubAvailabilityStatus, ModelStatus, NodeStatus, PushStatus, ReplicaStatus, StageStatus, StatusDto } from '../shared/status.js';
+
+/**
+ * What `relay status` reads of /status, picked from the DTO (a field renamed there fails to compile here). Every
+ * section is optional: a hub of another version still gets the sections it sends printed.
+ */
+type Dev = Pick<DeviceStatus, 'id' | 'total_mb' | 'free_mb'> & Partial<Pick<DeviceStatus, 'description'>>;
+type Row = Pick<ReplicaStatus, 'model' | 'state' | 'in_flight' | 'slots' | 'ctx' | 'ms_per_token'>;
+export interface StatusView {
+  readonly relay?: StatusDto['relay'];
+  readonly llama_cpp?: Pick<StatusDto['llama_cpp'], 'tag' | 'backend'>;
+  readonly hub?: Pick<HubAvailabilityStatus, 'availability' | 'reason'>;
+  readonly devices?: readonly Dev[];
+  readonly nodes?: readonly (Pick<NodeStatus, 'name' | 'state' | 'reason'> & { readonly devices: readonly Dev[] })[];
+  readonly replicas?: readonly (Row & Pick<ReplicaStatus, 'node' | 'device'>)[];
+  readonly shards?: readonly (Row & { readonly stages: readonly Pick<StageStatus, 'node' | 'device' | 'layers'>[] })[];
+  readonly models?: readonly Pick<ModelStatus, 'name' | 'size' | 'need_mb' | 'fits_now' | 'shortfall'>[];
+  readonly pushes?: readonly Pick<PushStatus, 'node' | 'model' | 'done' | 'total'>[];
+  readonly queues?: StatusDto['queues'];
+  readonly backoffs?: readonly Pick<StatusDto['backoffs'][number], 'node' | 'model' | 'reason' | 'until'>[];
 }
 
 /** Columns padded to their widest cell; the header first. */
@@ -49,12 +38,10 @@ export function table(header: readonly string[], rows: readonly (readonly string
 }
 
 const mem = (d: Dev): string => {
-  const free = d.free_mb ?? 0;
-  const total = d.total_mb ?? 0;
-  return `${free} of ${total} MB free`;
+  return `${d.free_mb} of ${d.total_mb} MB free`;
 };
 
-export function statusLines(s: StatusJson): string[] {
+export function statusLines(s: StatusView): string[] {
   const out: string[] = [];
   const section = (title: string, lines: string[], empty: string): void => {
     out.push('', title.toUpperCase(), ...(lines.length > 0 ? lines : [`  ${empty}`]).map((l) => (l.startsWith('  ') ? l : `  ${l}`)));

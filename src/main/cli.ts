@@ -1,16 +1,16 @@
 import { resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { isRelayError } from '../shared/errors.js';
-import { hubConfigFromEnv, type HubConfig, processEnv } from './core/config.js';
+import type { StatusDto } from '../shared/status.js';
+import { defaultHome, hubConfigFromEnv, processEnv, type HubConfig } from './core/config.js';
 import { packageVersion, startHub } from './core/hub/index.js';
-import { defaultHome } from './core/config.js';
 import { hubJoinToken } from './core/pairing/tokens.js';
 import { ensureLlama, terminateAll } from './core/llama/index.js';
 import { backendOf, cmdDoctor, cmdLlamaBuild } from './cli-llama.js';
 import { cmdCache } from './cli-cache.js';
 import { api, apiFailure, hubUrl, intFlag } from './cli-api.js';
 import { cmdModels } from './cli-models.js';
-import { statusLines, type StatusJson } from './cli-status.js';
+import { statusLines } from './cli-status.js';
 import { cmdPause, cmdUp, nodeHome } from './cli-node.js';
 import { parseSchedule } from './core/availability.js';
 import { llamaBuildProgress, showHubPushes, TerminalProgress } from './terminal-progress.js';
@@ -216,7 +216,7 @@ async function cmdKeys(sub: string | undefined, args: string[]): Promise<number>
 async function cmdStatus(args: string[]): Promise<number> {
   const { values } = parseArgs({ args, options: { hub: { type: 'string' }, json: { type: 'boolean' } } });
   const res = await api(hubUrl(values.hub), '/status');
-  const j = (await res.json()) as StatusJson & { error?: { code?: string; message?: string } };
+  const j = (await res.json()) as StatusDto & { error?: { code?: string; message?: string } };
   if (!res.ok) return apiFailure(j);
   if (values.json) console.log(JSON.stringify(j, null, 2));
   else for (const l of statusLines(j)) console.log(l);

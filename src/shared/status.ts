@@ -149,6 +149,16 @@ export interface RecentRequest {
   ms: number;
 }
 
+/** One entry of GET /v1/models: OpenAI's fields, and whether the pool can serve the model now (and why not). */
+export interface V1ModelDto {
+  readonly id: string;
+  readonly object: 'model';
+  readonly created: number;
+  readonly owned_by: 'relay';
+  readonly available: boolean;
+  readonly unavailable_reason: string | null;
+}
+
 /** GET /status. */
 export interface StatusDto {
   readonly relay: string;

@@ -68,7 +68,8 @@ describe('dashboard in chromium', { timeout: 300_000 }, () => {
 
   it('clicking Pause on a node pauses it: its llama-server stops and the page updates without reload', async () => {
     const s = await hub.status();
-    const rep = s.replicas.find((x) => x.model === 'small')! as unknown as { node: string; pid: number };
+    const rep = s.replicas.find((x) => x.model === 'small')!;
+    assert.ok(rep.pid !== null && rep.node !== null, 'a node replica with its process');
     await page.evaluate(() => ((globalThis as unknown as { marker: number }).marker = 42)); // survives only without a reload
     await page.getByRole('button', { name: `Pause sharing on node ${rep.node}` }).click();
     await page.getByRole('table', { name: 'Replicas' }).getByText('No replicas running.').waitFor({ timeout: 30_000 });

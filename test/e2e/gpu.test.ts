@@ -9,8 +9,7 @@ import { addModel, startHub, type HubProcess } from '../helpers/hub.js';
 import { directTexts, fixture, lavapipeEnv, vulkanModule } from '../helpers/llama.js';
 import { startNode, type NodeProcess } from '../helpers/node.js';
 import { assertExpertStages } from '../helpers/shards.js';
-import { GREEDY } from '../helpers/openai.js';
-import type { ShardStatus } from '../../src/shared/status.js';
+import { GREEDY_EXTRA } from '../helpers/openai.js';
 
 /**
  * A GPU hub for real: `relay hub --backend vulkan` loads the prebuilt Vulkan module into relay's own build,
@@ -19,31 +18,12 @@ import type { ShardStatus } from '../../src/shared/status.js';
  * ggml-rpc-servers first, Vulkan0 last with the output) gives the single process's text at temperature 0,
  * dense and MoE; per-token tunnel bytes stay the hidden state's size, not the logits'.
  */
-const extra = GREEDY as unknown as Record<string, unknown>;
 const ENV = { RELAY_CONTEXT_SIZE: '512', RELAY_PARALLEL_SLOTS: '1', RELAY_THREADS: '1' };
 const GPU_HUB = { ...ENV, ...lavapipeEnv(), RELAY_LLAMA_BACKEND: 'vulkan' };
 const NODE_ENV = { ...ENV, RELAY_LLAMA_BACKEND: 'cpu' };
 const PROMPTS = ['The quick brown fox', 'In a hole in the ground there lived'];
 const TOKENS = 16;
 const W_MOE = 1700;
-
-type ShardJson = ShardStatus;
-interface ReplicaJson {
-  id: string;
-  model: string;
-  state: string;
-  pid: number;
-  device: string;
-  where: string;
-  buffers: string[];
-}
-interface StatusJson {
-  devices: { id: string; kind: string; description: string; total_mb: number; free_mb: number; source: string }[];
-  llama_cpp: { backend: string; backend_reason: string };
-  replicas: ReplicaJson[];
-  shards: ShardJson[];
-}
-const status = async (h: HubProcess) => (await h.status()) as unknown as StatusJson;
 
 /** One llama-server process holding the whole model on the CPU: the oracle. */
 function argvOf(pid: number): string[] {
@@ -69,7 +49,7 @@ describe('GPU hub on lavapipe (Vulkan module, hub GPU runs the last stage)', { t
   });
 
   it("the hub lists Vulkan0 from the backend's --list-devices in /status and on the dashboard", async () => {
-    const s = await status(hub);
+    const s = await hub.status();
     assert.equal(s.llama_cpp.backend, 'vulkan');
     assert.match(s.llama_cpp.backend_reason, /using vulkan .*Vulkan0 llvmpipe/);
     assert.deepEqual(
@@ -94,10 +74,11 @@ describe('GPU hub on lavapipe (Vulkan module, hub GPU runs the last stage)', { t
     await addModel(hub, { path: fixture('dense'), name: 'small' });
     const want = await directTexts(fixture('dense'), PROMPTS, TOKENS);
     const got: string[] = [];
-    for (const p of PROMPTS) got.push((await client.completions.create({ model: 'small', prompt: p, max_tokens: TOKENS, ...extra })).choices[0]!.text);
+    for (const p of PROMPTS) got.push((await client.completions.create({ model: 'small', prompt: p, max_tokens: TOKENS, ...GREEDY_EXTRA })).choices[0]!.text);
     assert.deepEqual(got, want);
-    const r = (await status(hub)).replicas.find((x) => x.model === 'small' && x.state === 'ready')!;
+    const r = (await hub.status()).replicas.find((x) => x.model === 'small' && x.state === 'ready')!;
     assert.deepEqual([r.where, r.device], ['host', 'Vulkan0']);
+    assert.ok(r.pid !== null, 'a host replica has a process');
     const argv = argvOf(r.pid);
     assert.equal(argv[argv.indexOf('--device') + 1], 'Vulkan0');
     assert.ok(
@@ -113,9 +94,9 @@ describe('GPU hub on lavapipe (Vulkan module, hub GPU runs the last stage)', { t
     await addModel(hub, { path: fixture('dense'), name: 'dense', required_vram_mb: 2000 });
     const want = await directTexts(fixture('dense'), PROMPTS, TOKENS);
     const got: string[] = [];
-    for (const p of PROMPTS) got.push((await client.completions.create({ model: 'dense', prompt: p, max_tokens: TOKENS, ...extra })).choices[0]!.text);
+    for (const p of PROMPTS) got.push((await client.completions.create({ model: 'dense', prompt: p, max_tokens: TOKENS, ...GREEDY_EXTRA })).choices[0]!.text);
     assert.deepEqual(got, want);
-    const sh = (await status(hub)).shards.find((x) => x.model === 'dense' && x.state === 'ready')!;
+    const sh = (await hub.status()).shards.find((x) => x.model === 'dense' && x.state === 'ready')!;
     const last = sh.stages.at(-1)!;
     assert.deepEqual([last.node, last.device, last.output, last.layers[1]], [null, 'Vulkan0', true, 4]);
     assert.ok(
@@ -156,9 +137,9 @@ describe('GPU hub on lavapipe (Vulkan module, hub GPU runs the last stage)', { t
     await addModel(hub, { path: fixture('moewide'), name: 'moe', required_vram_mb: W_MOE });
     const want = await directTexts(fixture('moewide'), PROMPTS, TOKENS);
     const got: string[] = [];
-    for (const p of PROMPTS) got.push((await client.completions.create({ model: 'moe', prompt: p, max_tokens: TOKENS, ...extra })).choices[0]!.text);
+    for (const p of PROMPTS) got.push((await client.completions.create({ model: 'moe', prompt: p, max_tokens: TOKENS, ...GREEDY_EXTRA })).choices[0]!.text);
     assert.deepEqual(got, want);
-    const sh = (await status(hub)).shards.find((x) => x.model === 'moe' && x.state === 'ready')!;
+    const sh = (await hub.status()).shards.find((x) => x.model === 'moe' && x.state === 'ready')!;
     assert.equal(sh.stages.at(-1)!.device, 'Vulkan0');
     assertExpertStages(sh);
     const remote = sh.stages.filter((st) => st.node);
@@ -188,13 +169,13 @@ describe('GPU hub last: bytes per generated token', { timeout: 900_000 }, () => 
       const c = new OpenAI({ baseURL: `${hub.url}/v1`, apiKey: 'x', maxRetries: 0 });
       const perToken = async (model: string): Promise<number> => {
         const total = async () =>
-          (await status(hub)).shards
+          (await hub.status()).shards
             .filter((x) => x.model === model && x.state === 'ready')
             .flatMap((x) => x.stages)
             .reduce((a, st) => a + (st.rpc_bytes ?? 0), 0);
-        await c.completions.create({ model, prompt: 'Count with me', max_tokens: 1, ...extra });
+        await c.completions.create({ model, prompt: 'Count with me', max_tokens: 1, ...GREEDY_EXTRA });
         const b0 = await total();
-        await c.completions.create({ model, prompt: 'Count with me', max_tokens: 17, ...extra, ignore_eos: true } as never);
+        await c.completions.create({ model, prompt: 'Count with me', max_tokens: 17, ...GREEDY_EXTRA, ignore_eos: true } as never);
         return ((await total()) - b0) / 16;
       };
       await addModel(hub, { path: fixture('dense'), name: 'small', required_vram_mb: 2000 });
@@ -220,16 +201,16 @@ describe('a node lending two devices (Vulkan0 and a CPU budget): two stages, two
     const hub = await startHub({ env: { ...ENV, RELAY_LLAMA_BACKEND: 'cpu' }, args: ['--cpu-budget-mb', '1050'] });
     const twin = await startNode(hub, { name: 'twin', cpuBudgetMb: 1100, env: { ...ENV, ...lavapipeEnv(), RELAY_LLAMA_BACKEND: 'vulkan' } });
     try {
-      const nodesJson = (await hub.status()).nodes as unknown as { name: string; devices: { id: string; description: string }[] }[];
+      const nodesJson = (await hub.status()).nodes;
       assert.deepEqual(
         nodesJson.find((n) => n.name === 'twin')!.devices.map((d) => d.id),
         ['Vulkan0', 'CPU'],
       );
       await addModel(hub, { path: fixture('dense'), name: 'dense', required_vram_mb: 2400 });
       const c = new OpenAI({ baseURL: `${hub.url}/v1`, apiKey: 'x', maxRetries: 0 });
-      const got = (await c.completions.create({ model: 'dense', prompt: PROMPTS[0]!, max_tokens: TOKENS, ...extra })).choices[0]!.text;
+      const got = (await c.completions.create({ model: 'dense', prompt: PROMPTS[0]!, max_tokens: TOKENS, ...GREEDY_EXTRA })).choices[0]!.text;
       assert.equal(got, (await directTexts(fixture('dense'), [PROMPTS[0]!], TOKENS))[0]);
-      const sh = (await status(hub)).shards.find((x) => x.state === 'ready')!;
+      const sh = (await hub.status()).shards.find((x) => x.state === 'ready')!;
       assert.deepEqual(
         sh.stages.map((st) => [st.node, st.device]),
         [

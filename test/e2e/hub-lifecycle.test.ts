@@ -7,10 +7,10 @@ import OpenAI from 'openai';
 import { adminAllowed } from '../../src/main/core/hub/auth.js';
 import { fixture } from '../helpers/llama.js';
 import { addModel, startHub, type HubProcess } from '../helpers/hub.js';
-import { GREEDY } from '../helpers/openai.js';
+import { GREEDY_EXTRA } from '../helpers/openai.js';
 import { waitGone, until } from '../helpers/proc.js';
+import type { V1ModelDto } from '../../src/shared/status.js';
 
-const extra = GREEDY as unknown as Record<string, unknown>;
 const BASE_ENV = { RELAY_CONTEXT_SIZE: '512', RELAY_PARALLEL_SLOTS: '1', RELAY_THREADS: '1' };
 
 async function withHub(opts: Parameters<typeof startHub>[0], fn: (h: HubProcess, c: OpenAI) => Promise<void>): Promise<void> {
@@ -36,7 +36,7 @@ describe('hub lifecycle with real llama-server', { timeout: 600_000 }, () => {
     it(`RELAY_KV_CACHE_TYPE=${kv}: the spawned llama-server carries --cache-type-k/-v ${kv}${kv === 'f16' ? '' : ' and --flash-attn on'}`, async () => {
       await withHub({ env: { ...BASE_ENV, RELAY_KV_CACHE_TYPE: kv }, args: ['--cpu-budget-mb', '1000'] }, async (h, c) => {
         await addModel(h, { path: fixture('dense'), name: 'dense' });
-        const r = await c.completions.create({ model: 'dense', prompt: 'hi', max_tokens: 4, ...extra });
+        const r = await c.completions.create({ model: 'dense', prompt: 'hi', max_tokens: 4, ...GREEDY_EXTRA });
         assert.equal(r.usage?.completion_tokens, 4);
         const s = await h.status();
         assert.equal(s.kv_cache_type, kv);
@@ -57,7 +57,10 @@ describe('hub lifecycle with real llama-server', { timeout: 600_000 }, () => {
     await withHub({ env: { ...BASE_ENV, RELAY_CONTEXT_SIZE: '4096' }, args: ['--cpu-budget-mb', '1000'] }, async (h, c) => {
       await addModel(h, { path: fixture('dense'), name: 'dense' });
       const ac = new AbortController();
-      const stream = await c.chat.completions.create({ model: 'dense', messages: [{ role: 'user', content: 'Go on forever.' }], max_tokens: 3000, stream: true, ...extra }, { signal: ac.signal });
+      const stream = await c.chat.completions.create(
+        { model: 'dense', messages: [{ role: 'user', content: 'Go on forever.' }], max_tokens: 3000, stream: true, ...GREEDY_EXTRA },
+        { signal: ac.signal },
+      );
       let n = 0;
       try {
         for await (const chunk of stream) {
@@ -67,7 +70,7 @@ describe('hub lifecycle with real llama-server', { timeout: 600_000 }, () => {
         /* the openai client may end the iteration or throw on abort */
       }
       assert.equal(n, 5);
-      const r = await c.completions.create({ model: 'dense', prompt: 'next', max_tokens: 8, ...extra });
+      const r = await c.completions.create({ model: 'dense', prompt: 'next', max_tokens: 8, ...GREEDY_EXTRA });
       assert.equal(r.usage?.completion_tokens, 8);
       // llama-server's own counter: had the aborted generation run on, it alone would be 3000 tokens.
       const port = (await h.status()).replicas[0]!.port;
@@ -90,9 +93,9 @@ describe('hub lifecycle with real llama-server', { timeout: 600_000 }, () => {
       assert.match(body.message, /model "big" needs 5\d{3} MB \(weights 5000 MB/);
       assert.match(body.message, /free: CPU 1000 MB of 1000 MB/);
       const models = await c.models.list();
-      const big = models.data.find((m) => m.id === 'big') as unknown as { available: boolean; unavailable_reason: string };
+      const big = models.data.find((m) => m.id === 'big') as V1ModelDto;
       assert.equal(big.available, false);
-      assert.match(big.unavailable_reason, /needs 5\d{3} MB/);
+      assert.match(big.unavailable_reason ?? '', /needs 5\d{3} MB/);
     });
   });
 
@@ -113,7 +116,7 @@ describe('hub lifecycle with real llama-server', { timeout: 600_000 }, () => {
         assert.equal(r.status, 401);
         assert.equal(r.body.error.code, 'invalid_api_key');
       }
-      const r = await c.completions.create({ model: 'dense', prompt: 'x', max_tokens: 2, ...extra });
+      const r = await c.completions.create({ model: 'dense', prompt: 'x', max_tokens: 2, ...GREEDY_EXTRA });
       assert.equal(r.usage?.completion_tokens, 2);
     });
   });
@@ -134,7 +137,7 @@ describe('hub lifecycle with real llama-server', { timeout: 600_000 }, () => {
     await withHub({ env: { ...BASE_ENV, RELAY_PARALLEL_SLOTS: '2' }, args: ['--cpu-budget-mb', '1000', '--keep-alive-ms', '1500'] }, async (h, c) => {
       await addModel(h, { path: fixture('dense'), name: 'dense' });
       // Two requests for a 2-slot model: one load (a third would start a second placement: pool-scale tests).
-      const rs = await Promise.all([0, 1].map(() => c.completions.create({ model: 'dense', prompt: 'x', max_tokens: 4, ...extra })));
+      const rs = await Promise.all([0, 1].map(() => c.completions.create({ model: 'dense', prompt: 'x', max_tokens: 4, ...GREEDY_EXTRA })));
       assert.equal(rs.length, 2);
       const metrics = await (await fetch(`${h.url}/metrics`)).text();
       assert.match(metrics, /relay_loads_total\{model="dense"\} 1\n/);
@@ -153,9 +156,9 @@ describe('hub lifecycle with real llama-server', { timeout: 600_000 }, () => {
     await withHub({ env: BASE_ENV, args: ['--cpu-budget-mb', '700'] }, async (h, c) => {
       await addModel(h, { path: fixture('dense'), name: 'dense' });
       await addModel(h, { path: fixture('moe'), name: 'moe' });
-      await c.completions.create({ model: 'dense', prompt: 'x', max_tokens: 2, ...extra });
+      await c.completions.create({ model: 'dense', prompt: 'x', max_tokens: 2, ...GREEDY_EXTRA });
       const densePid = (await h.status()).replicas[0]!.pid!;
-      await c.completions.create({ model: 'moe', prompt: 'x', max_tokens: 2, ...extra });
+      await c.completions.create({ model: 'moe', prompt: 'x', max_tokens: 2, ...GREEDY_EXTRA });
       const s = await h.status();
       assert.deepEqual(
         s.replicas.map((r) => [r.model, r.state]),
@@ -171,14 +174,14 @@ describe('hub lifecycle with real llama-server', { timeout: 600_000 }, () => {
       const path = join(dir, 'model.gguf');
       copyFileSync(fixture('dense'), path);
       const first = await addModel(h, { path, name: 'm' });
-      const a = await c.completions.create({ model: 'm', prompt: 'The sky', max_tokens: 12, ...extra });
+      const a = await c.completions.create({ model: 'm', prompt: 'The sky', max_tokens: 12, ...GREEDY_EXTRA });
       const oldPid = (await h.status()).replicas[0]!.pid!;
       copyFileSync(fixture('dense', 2), path); // same shape, other weights
-      const b = await c.completions.create({ model: 'm', prompt: 'The sky', max_tokens: 12, ...extra });
+      const b = await c.completions.create({ model: 'm', prompt: 'The sky', max_tokens: 12, ...GREEDY_EXTRA });
       const s = await h.status();
       const list = await h.api<{ models: { sha256: string }[] }>('/api/models');
       assert.notEqual(list.body.models[0]!.sha256, first.sha256);
-      assert.equal((s.replicas[0] as unknown as { sha256: string }).sha256, list.body.models[0]!.sha256);
+      assert.equal(s.replicas[0]!.sha256, list.body.models[0]!.sha256);
       assert.notEqual(s.replicas[0]!.pid, oldPid);
       assert.notEqual(b.choices[0]!.text, a.choices[0]!.text);
     });

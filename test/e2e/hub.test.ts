@@ -4,9 +4,10 @@ import { after, before, describe, it } from 'node:test';
 import OpenAI from 'openai';
 import { startLlamaServer } from '../../src/main/core/llama/index.js';
 import { fixture, llama } from '../helpers/llama.js';
-import { addModel, startHub, type HubProcess, type ReplicaStatusJson } from '../helpers/hub.js';
-import { GREEDY } from '../helpers/openai.js';
+import { addModel, startHub, type HubProcess } from '../helpers/hub.js';
+import { GREEDY_EXTRA } from '../helpers/openai.js';
 import { waitGone } from '../helpers/proc.js';
+import type { ReplicaStatus, V1ModelDto } from '../../src/shared/status.js';
 
 /**
  * The hub as a household runs it: a separate `relay hub` process with its own data dir, an opted-in CPU
@@ -15,7 +16,6 @@ import { waitGone } from '../helpers/proc.js';
 const CTX = 512;
 const SLOTS = 2;
 const ENV = { RELAY_CONTEXT_SIZE: String(CTX), RELAY_PARALLEL_SLOTS: String(SLOTS), RELAY_THREADS: '1' };
-const extra = GREEDY as unknown as Record<string, unknown>;
 
 let hub: HubProcess;
 let client: OpenAI;
@@ -32,7 +32,7 @@ after(async () => {
 });
 
 async function chatText(model: string, content: string, max = 24): Promise<string> {
-  const r = await client.chat.completions.create({ model, messages: [{ role: 'user', content }], max_tokens: max, ...extra });
+  const r = await client.chat.completions.create({ model, messages: [{ role: 'user', content }], max_tokens: max, ...GREEDY_EXTRA });
   return r.choices[0]!.message.content ?? '';
 }
 
@@ -41,12 +41,12 @@ describe('hub /v1 with the openai client', { timeout: 300_000 }, () => {
     const list = await client.models.list();
     const ids = list.data.map((m) => m.id).sort();
     assert.deepEqual(ids, ['dense', 'dense-embed', 'moe']);
-    for (const m of list.data) assert.equal((m as unknown as { available: boolean }).available, true);
+    for (const m of list.data) assert.equal((m as V1ModelDto).available, true);
   });
 
   it('chat without and with streaming gives the same text, and equals direct llama-server at temperature 0', async () => {
     const plain = await chatText('dense', 'Tell me about the sea.');
-    const stream = await client.chat.completions.create({ model: 'dense', messages: [{ role: 'user', content: 'Tell me about the sea.' }], max_tokens: 24, stream: true, ...extra });
+    const stream = await client.chat.completions.create({ model: 'dense', messages: [{ role: 'user', content: 'Tell me about the sea.' }], max_tokens: 24, stream: true, ...GREEDY_EXTRA });
     let streamed = '';
     let chunks = 0;
     for await (const c of stream) {
@@ -59,11 +59,11 @@ describe('hub /v1 with the openai client', { timeout: 300_000 }, () => {
     const direct = await startLlamaServer(llama(), { model: fixture('dense'), ctx: CTX, slots: SLOTS, cacheType: 'f16', threads: 1 });
     try {
       const d = new OpenAI({ baseURL: `${direct.baseUrl}/v1`, apiKey: 'x', maxRetries: 0 });
-      const r = await d.chat.completions.create({ model: 'x', messages: [{ role: 'user', content: 'Tell me about the sea.' }], max_tokens: 24, ...extra });
+      const r = await d.chat.completions.create({ model: 'x', messages: [{ role: 'user', content: 'Tell me about the sea.' }], max_tokens: 24, ...GREEDY_EXTRA });
       assert.equal(plain, r.choices[0]!.message.content);
       assert.ok(plain.length > 0);
-      const c1 = await client.completions.create({ model: 'dense', prompt: 'Once upon a time', max_tokens: 24, ...extra });
-      const c2 = await d.completions.create({ model: 'x', prompt: 'Once upon a time', max_tokens: 24, ...extra });
+      const c1 = await client.completions.create({ model: 'dense', prompt: 'Once upon a time', max_tokens: 24, ...GREEDY_EXTRA });
+      const c2 = await d.completions.create({ model: 'x', prompt: 'Once upon a time', max_tokens: 24, ...GREEDY_EXTRA });
       assert.equal(c1.choices[0]!.text, c2.choices[0]!.text);
       assert.equal(c1.usage?.completion_tokens, 24);
     } finally {
@@ -130,9 +130,9 @@ describe('hub /v1 with the openai client', { timeout: 300_000 }, () => {
   });
 
   it('a replica killed with SIGKILL mid-stream: the client gets an error event, the next request restarts it', async () => {
-    const stream = await client.chat.completions.create({ model: 'dense', messages: [{ role: 'user', content: 'Write a long story.' }], max_tokens: 400, stream: true, ...extra });
+    const stream = await client.chat.completions.create({ model: 'dense', messages: [{ role: 'user', content: 'Write a long story.' }], max_tokens: 400, stream: true, ...GREEDY_EXTRA });
     let got = 0;
-    let victim: ReplicaStatusJson | undefined;
+    let victim: ReplicaStatus | undefined;
     await assert.rejects(
       (async () => {
         for await (const c of stream) {
@@ -216,7 +216,7 @@ describe('hub store survives a kill -9', { timeout: 120_000 }, () => {
         [['keep-me', m.sha256]],
       );
       const c = new OpenAI({ baseURL: `${h2.url}/v1`, apiKey: 'x', maxRetries: 0 });
-      const r = await c.completions.create({ model: 'keep-me', prompt: 'hi', max_tokens: 4, ...extra });
+      const r = await c.completions.create({ model: 'keep-me', prompt: 'hi', max_tokens: 4, ...GREEDY_EXTRA });
       assert.equal(r.usage?.completion_tokens, 4);
     } finally {
       await h2.stop();

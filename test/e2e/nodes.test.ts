@@ -10,34 +10,17 @@ import { sha256File } from '../fixtures/models.js';
 import { addModel, startHub, type HubProcess } from '../helpers/hub.js';
 import { fixture, llama } from '../helpers/llama.js';
 import { listeningSockets, startNode, type NodeProcess } from '../helpers/node.js';
-import { GREEDY, streamUntil } from '../helpers/openai.js';
+import { streamUntil, GREEDY_EXTRA } from '../helpers/openai.js';
 import { alive, waitGone, until } from '../helpers/proc.js';
 
 /**
  * A household in one machine: a hub with no capacity of its own and nodes as separate `relay up` processes,
  * each with its own data dir and CPU budget, the real llama-server behind every replica.
  */
-const extra = GREEDY as unknown as Record<string, unknown>;
 const ENV = { RELAY_CONTEXT_SIZE: '512', RELAY_PARALLEL_SLOTS: '1', RELAY_THREADS: '1' };
 
-interface NodeStatus {
-  name: string;
-  state: string;
-  connected: boolean;
-  devices: { id: string }[];
-  replicas: { replica: string; pid: number }[];
-}
-interface ReplicaJson {
-  id: string;
-  model: string;
-  where: string;
-  node: string | null;
-  state: string;
-  pid: number | null;
-}
-
-const nodesOf = async (h: HubProcess) => (await h.status()).nodes as unknown as NodeStatus[];
-const replicasOf = async (h: HubProcess) => (await h.status()).replicas as unknown as ReplicaJson[];
+const nodesOf = async (h: HubProcess) => (await h.status()).nodes;
+const replicasOf = async (h: HubProcess) => (await h.status()).replicas;
 
 describe('nodes: tunnel, weight push, node replicas', { timeout: 600_000 }, () => {
   let hub: HubProcess;
@@ -69,7 +52,7 @@ describe('nodes: tunnel, weight push, node replicas', { timeout: 600_000 }, () =
   });
 
   it("the hub pushes the GGUF (the node's copy hashes to the registered sha256) and serves it through the tunnel, same text as direct", async () => {
-    const r = await client.chat.completions.create({ model: 'dense', messages: [{ role: 'user', content: 'Tell me about the sea.' }], max_tokens: 24, ...extra });
+    const r = await client.chat.completions.create({ model: 'dense', messages: [{ role: 'user', content: 'Tell me about the sea.' }], max_tokens: 24, ...GREEDY_EXTRA });
     const viaNode = r.choices[0]!.message.content;
     const reps = await replicasOf(hub);
     assert.deepEqual(
@@ -83,13 +66,13 @@ describe('nodes: tunnel, weight push, node replicas', { timeout: 600_000 }, () =
     const direct = await startLlamaServer(llama(), { model: fixture('dense'), ctx: 512, slots: 1, cacheType: 'f16', threads: 1 });
     try {
       const d = new OpenAI({ baseURL: `${direct.baseUrl}/v1`, apiKey: 'x', maxRetries: 0 });
-      const want = await d.chat.completions.create({ model: 'x', messages: [{ role: 'user', content: 'Tell me about the sea.' }], max_tokens: 24, ...extra });
+      const want = await d.chat.completions.create({ model: 'x', messages: [{ role: 'user', content: 'Tell me about the sea.' }], max_tokens: 24, ...GREEDY_EXTRA });
       assert.equal(viaNode, want.choices[0]!.message.content);
     } finally {
       await direct.child.terminate(5000);
     }
     // Streaming through the tunnel gives the same text.
-    const stream = await client.chat.completions.create({ model: 'dense', messages: [{ role: 'user', content: 'Tell me about the sea.' }], max_tokens: 24, stream: true, ...extra });
+    const stream = await client.chat.completions.create({ model: 'dense', messages: [{ role: 'user', content: 'Tell me about the sea.' }], max_tokens: 24, stream: true, ...GREEDY_EXTRA });
     let text = '';
     for await (const c of stream) text += c.choices[0]?.delta?.content ?? '';
     assert.equal(text, viaNode);
@@ -104,7 +87,10 @@ describe('nodes: tunnel, weight push, node replicas', { timeout: 600_000 }, () =
 
   it("pause during a streaming request: the client gets a clean error and the node's llama-server is gone within 30 s", async () => {
     const rep = (await replicasOf(hub)).find((x) => x.state === 'ready')!;
-    const stream = await client.chat.completions.create({ model: 'dense', messages: [{ role: 'user', content: 'A long story please.' }], max_tokens: 4000, stream: true, ...extra }, { maxRetries: 0 });
+    const stream = await client.chat.completions.create(
+      { model: 'dense', messages: [{ role: 'user', content: 'A long story please.' }], max_tokens: 4000, stream: true, ...GREEDY_EXTRA },
+      { maxRetries: 0 },
+    );
     assert.equal(await streamUntil(stream, 3, () => a.local('/pause', 'POST')), 'error');
     assert.ok(await waitGone(rep.pid!, 30_000), 'llama-server released the card');
     const ns = await until(
@@ -120,7 +106,7 @@ describe('nodes: tunnel, weight push, node replicas', { timeout: 600_000 }, () =
       () => nodesOf(hub),
       (x) => x[0]?.state === 'idle',
     );
-    const r = await client.completions.create({ model: 'dense', prompt: 'back', max_tokens: 4, ...extra });
+    const r = await client.completions.create({ model: 'dense', prompt: 'back', max_tokens: 4, ...GREEDY_EXTRA });
     assert.equal(r.usage?.completion_tokens, 4);
   });
 
@@ -131,7 +117,7 @@ describe('nodes: tunnel, weight push, node replicas', { timeout: 600_000 }, () =
       () => nodesOf(hub),
       (x) => x.find((n) => n.name === 'kitchen')?.state === 'paused',
     );
-    const stream = await client.chat.completions.create({ model: 'dense', messages: [{ role: 'user', content: 'Go on and on.' }], max_tokens: 4000, stream: true, ...extra });
+    const stream = await client.chat.completions.create({ model: 'dense', messages: [{ role: 'user', content: 'Go on and on.' }], max_tokens: 4000, stream: true, ...GREEDY_EXTRA });
     let got = 0;
     let killedAt = 0;
     const outcome = await Promise.race([
@@ -185,7 +171,7 @@ describe('nodes: tunnel, weight push, node replicas', { timeout: 600_000 }, () =
       assert.equal(res.statusCode, status);
       ws.terminate();
     }
-    const ok = await client.completions.create({ model: 'dense', prompt: 'x', max_tokens: 2, ...extra });
+    const ok = await client.completions.create({ model: 'dense', prompt: 'x', max_tokens: 2, ...GREEDY_EXTRA });
     assert.equal(ok.usage?.completion_tokens, 2);
   });
 });
@@ -207,11 +193,11 @@ describe('weight push: resume and verification', { timeout: 600_000 }, () => {
     const s = await until(
       () => hub.status(),
       (x) => {
-        const p = (x as unknown as { pushes: { done: number; total: number }[] }).pushes[0];
+        const p = x.pushes[0];
         return p !== undefined && p.done > p.total * 0.3;
       },
     );
-    assert.ok((s as unknown as { pushes: unknown[] }).pushes.length === 1, 'a push was in progress');
+    assert.equal(s.pushes.length, 1, 'a push was in progress');
     await n.kill9();
     const res = await req;
     assert.ok(res.status >= 500, `the request failed cleanly (${res.status})`);
@@ -235,7 +221,7 @@ describe('weight push: resume and verification', { timeout: 600_000 }, () => {
       const res = await fetch(`${hub.url}/v1/completions`, {
         method: 'POST',
         headers: { 'content-type': 'application/json' },
-        body: JSON.stringify({ model: 'large', prompt: 'x', max_tokens: 2, ...extra }),
+        body: JSON.stringify({ model: 'large', prompt: 'x', max_tokens: 2, ...GREEDY_EXTRA }),
       });
       assert.equal(res.status, 200, await res.clone().text());
       const resumed = hub.logs.map((l) => JSON.parse(l) as { msg: string; node?: string; offset?: number }).find((l) => l.msg === 'resuming weight push' && l.node === 'den');
@@ -259,7 +245,7 @@ describe('weight push: resume and verification', { timeout: 600_000 }, () => {
       const res = await fetch(`${hub.url}/v1/completions`, {
         method: 'POST',
         headers: { 'content-type': 'application/json' },
-        body: JSON.stringify({ model: 'large', prompt: 'x', max_tokens: 2, ...extra }),
+        body: JSON.stringify({ model: 'large', prompt: 'x', max_tokens: 2, ...GREEDY_EXTRA }),
       });
       assert.equal(res.status, 200, await res.clone().text());
       assert.ok(hub.logs.some((l) => l.includes('failed verification: pushing again from zero') && l.includes('"node":"loft"')));

@@ -7,7 +7,7 @@ import { chromium } from 'playwright-core';
 import { addModel, startHub } from '../helpers/hub.js';
 import { fixture } from '../helpers/llama.js';
 import { startNode } from '../helpers/node.js';
-import { GREEDY } from '../helpers/openai.js';
+import { GREEDY_EXTRA } from '../helpers/openai.js';
 import { until, waitGone } from '../helpers/proc.js';
 
 /**
@@ -15,7 +15,6 @@ import { until, waitGone } from '../helpers/proc.js';
  * stops no idle placement; one that fits once an idle placement is stopped stops that one and is served), and
  * a node whose placement of a model failed is skipped for that model during its backoff.
  */
-const extra = GREEDY as unknown as Record<string, unknown>;
 const ENV = { RELAY_CONTEXT_SIZE: '512', RELAY_PARALLEL_SLOTS: '1', RELAY_THREADS: '1' };
 
 describe('evictions only for a plan that succeeds', { timeout: 300_000 }, () => {
@@ -27,7 +26,7 @@ describe('evictions only for a plan that succeeds', { timeout: 300_000 }, () => 
       await addModel(hub, { path: fixture('dense'), name: 'b', required_vram_mb: 400 }); // needs 796 MB: not beside a
       await addModel(hub, { path: fixture('dense'), name: 'huge', required_vram_mb: 5000 }); // fits nowhere
       const c = new OpenAI({ baseURL: `${hub.url}/v1`, apiKey: 'x', maxRetries: 0 });
-      await c.completions.create({ model: 'a', prompt: 'hi', max_tokens: 2, ...extra });
+      await c.completions.create({ model: 'a', prompt: 'hi', max_tokens: 2, ...GREEDY_EXTRA });
       const replicas = async () => (await hub.status()).replicas;
       const a = (await replicas()).find((r) => r.model === 'a' && r.state === 'ready')!;
       assert.ok(a.pid && a.pid > 0);
@@ -39,7 +38,7 @@ describe('evictions only for a plan that succeeds', { timeout: 300_000 }, () => 
       assert.deepEqual([after503.state, after503.pid], ['ready', a.pid]);
       process.kill(a.pid, 0); // the node's llama-server for a is still running
 
-      const b = await c.completions.create({ model: 'b', prompt: 'hi', max_tokens: 2, ...extra });
+      const b = await c.completions.create({ model: 'b', prompt: 'hi', max_tokens: 2, ...GREEDY_EXTRA });
       assert.equal(b.model, 'b');
       assert.ok(await waitGone(a.pid, 30_000), 'a was evicted to make room for b');
       assert.deepEqual(
@@ -62,8 +61,8 @@ describe('failure memory', { timeout: 300_000 }, () => {
     try {
       const m = await addModel(hub, { path: fixture('dense'), name: 'm', required_vram_mb: 300 });
       const c = new OpenAI({ baseURL: `${hub.url}/v1`, apiKey: 'x', maxRetries: 0 });
-      const ready = async () => (await hub.status()).replicas.filter((r) => r.state === 'ready') as unknown as { model: string; node: string | null }[];
-      await c.completions.create({ model: 'm', prompt: 'hi', max_tokens: 2, ...extra });
+      const ready = async () => (await hub.status()).replicas.filter((r) => r.state === 'ready');
+      await c.completions.create({ model: 'm', prompt: 'hi', max_tokens: 2, ...GREEDY_EXTRA });
       assert.deepEqual(
         (await ready()).map((r) => r.node),
         ['north'],
@@ -80,13 +79,13 @@ describe('failure memory', { timeout: 300_000 }, () => {
       const copy = join(north.home, 'cache', 'models', `${m.sha256}.gguf`);
       truncateSync(copy, 4096);
       // The request is not lost: its load on north fails, and it is served by south.
-      const served = await c.completions.create({ model: 'm', prompt: 'x', max_tokens: 2, ...extra });
+      const served = await c.completions.create({ model: 'm', prompt: 'x', max_tokens: 2, ...GREEDY_EXTRA });
       assert.equal(served.model, 'm');
       assert.deepEqual(
         (await ready()).map((r) => r.node),
         ['south'],
       );
-      const backoffs = ((await hub.status()) as unknown as { backoffs: unknown }).backoffs as { node: string; model: string; failures: number; reason: string; until: string }[];
+      const backoffs = (await hub.status()).backoffs;
       assert.deepEqual(
         backoffs.map((b) => [b.node, b.model, b.failures]),
         [['north', 'm', 1]],
@@ -110,7 +109,7 @@ describe('failure memory', { timeout: 300_000 }, () => {
         (st) => st.replicas.length === 0,
         30_000,
       );
-      const ok = await c.completions.create({ model: 'm', prompt: 'hi', max_tokens: 2, ...extra });
+      const ok = await c.completions.create({ model: 'm', prompt: 'hi', max_tokens: 2, ...GREEDY_EXTRA });
       assert.equal(ok.model, 'm');
       assert.deepEqual(
         (await ready()).map((r) => r.node),

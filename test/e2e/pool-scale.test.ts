@@ -4,10 +4,11 @@ import { after, before, describe, it } from 'node:test';
 import { promisify } from 'node:util';
 import OpenAI from 'openai';
 import { chromium } from 'playwright-core';
-import { addModel, startHub, type HubProcess, type ReplicaStatusJson } from '../helpers/hub.js';
+import { addModel, startHub, type HubProcess } from '../helpers/hub.js';
+import type { ReplicaStatus } from '../../src/shared/status.js';
 import { directTexts, fixture } from '../helpers/llama.js';
 import { startNode, type NodeProcess } from '../helpers/node.js';
-import { GREEDY, streamUntil } from '../helpers/openai.js';
+import { streamUntil, GREEDY_EXTRA } from '../helpers/openai.js';
 import { until, waitGone } from '../helpers/proc.js';
 
 /**
@@ -17,16 +18,14 @@ import { until, waitGone } from '../helpers/proc.js';
  * A llama-server stopped with SIGSTOP is how a test holds a request "in flight, no byte yet" for as long as
  * it needs, without timing.
  */
-const extra = GREEDY as unknown as Record<string, unknown>;
 const ENV = { RELAY_CONTEXT_SIZE: '512', RELAY_PARALLEL_SLOTS: '1', RELAY_THREADS: '1' };
 const PROMPT = 'The quick brown fox';
 const relayBin = new URL('../../../bin/relay.js', import.meta.url).pathname;
 
-type Placement = ReplicaStatusJson & { node: string | null; where: string; served: number };
-const placements = async (hub: HubProcess, model = 'm'): Promise<Placement[]> => ((await hub.status()).replicas as Placement[]).filter((r) => r.model === model);
+const placements = async (hub: HubProcess, model = 'm'): Promise<ReplicaStatus[]> => (await hub.status()).replicas.filter((r) => r.model === model);
 
 async function streamText(c: OpenAI, prompt: string): Promise<string> {
-  const s = await c.completions.create({ model: 'm', prompt, max_tokens: 24, stream: true, ...extra });
+  const s = await c.completions.create({ model: 'm', prompt, max_tokens: 24, stream: true, ...GREEDY_EXTRA });
   let text = '';
   for await (const ch of s) text += ch.choices[0]?.text ?? '';
   return text;
@@ -67,7 +66,7 @@ describe('several placements of one model', { timeout: 600_000 }, () => {
     assert.deepEqual(ps.map((p) => p.node ?? 'hub').sort(), ['hub', 'n1', 'n2']);
     // Every placement answers: concurrent requests go to the one with the most free slots.
     for (let i = 0; i < 10 && (await placements(hub)).some((p) => p.served === 0); i++) {
-      const more = await Promise.all([0, 1, 2].map(() => c.completions.create({ model: 'm', prompt: PROMPT, max_tokens: 24, ...extra })));
+      const more = await Promise.all([0, 1, 2].map(() => c.completions.create({ model: 'm', prompt: PROMPT, max_tokens: 24, ...GREEDY_EXTRA })));
       for (const r of more) assert.equal(r.choices[0]!.text, want);
     }
     const served = await placements(hub);
@@ -99,7 +98,7 @@ describe('several placements of one model', { timeout: 600_000 }, () => {
     const out = await promisify(execFile)(process.execPath, [relayBin, 'pause', '--hub', '--hub-url', hub.url]);
     assert.match(out.stdout, /paused: the hub's devices are paused \(paused by the owner\)/);
     assert.ok(await waitGone(onHub.pid!, 30_000), "the hub's llama-server stopped");
-    const st = (await hub.status()) as unknown as { hub: { availability: string; paused: boolean } };
+    const st = await hub.status();
     assert.deepEqual([st.hub.availability, st.hub.paused], ['paused', true]);
     const texts = await Promise.all([0, 1].map(() => streamText(c, PROMPT)));
     assert.deepEqual(texts, [want, want]);
@@ -108,7 +107,7 @@ describe('several placements of one model', { timeout: 600_000 }, () => {
       'no placement on the paused hub',
     );
     await promisify(execFile)(process.execPath, [relayBin, 'resume', '--hub', '--hub-url', hub.url]);
-    const back = (await hub.status()) as unknown as { hub: { availability: string } };
+    const back = await hub.status();
     assert.notEqual(back.hub.availability, 'paused');
   });
 });
@@ -132,7 +131,7 @@ describe('failover before the first byte', { timeout: 600_000 }, () => {
   it('kill -9 of the node whose replica is loading: the client still gets the whole answer, from another node', async () => {
     nodes.push(await startNode(hub, { name: 'n1', cpuBudgetMb: 1200, env: ENV })); // more room: chosen first
     nodes.push(await startNode(hub, { name: 'n2', cpuBudgetMb: 800, env: ENV }));
-    const req = c.completions.create({ model: 'm', prompt: PROMPT, max_tokens: 24, ...extra });
+    const req = c.completions.create({ model: 'm', prompt: PROMPT, max_tokens: 24, ...GREEDY_EXTRA });
     await until(
       () => placements(hub),
       (ps) => ps.some((p) => p.node === 'n1' && p.state === 'starting'),
@@ -152,7 +151,7 @@ describe('failover before the first byte', { timeout: 600_000 }, () => {
     const onN2 = (await placements(hub)).find((p) => p.node === 'n2' && p.state === 'ready')!;
     process.kill(onN2.pid!, 'SIGSTOP'); // n2's llama-server takes the request and sends nothing
     try {
-      const req = c.completions.create({ model: 'm', prompt: PROMPT, max_tokens: 24, ...extra });
+      const req = c.completions.create({ model: 'm', prompt: PROMPT, max_tokens: 24, ...GREEDY_EXTRA });
       await until(
         () => placements(hub),
         (ps) => ps.some((p) => p.id === onN2.id && p.in_flight === 1),
@@ -176,10 +175,10 @@ describe('failover before the first byte', { timeout: 600_000 }, () => {
   });
 
   it('kill -9 after the first byte: an SSE error event (never a retry); the next request is served', async () => {
-    const stream = await c.completions.create({ model: 'm', prompt: 'Tell a very long tale', max_tokens: 400, stream: true, ...extra });
+    const stream = await c.completions.create({ model: 'm', prompt: 'Tell a very long tale', max_tokens: 400, stream: true, ...GREEDY_EXTRA });
     assert.equal(await streamUntil(stream, 3, () => nodes[2]!.kill9()), 'error');
     await hub.api('/api/hub/availability', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ paused: false }) });
-    const r = await c.completions.create({ model: 'm', prompt: PROMPT, max_tokens: 24, ...extra });
+    const r = await c.completions.create({ model: 'm', prompt: PROMPT, max_tokens: 24, ...GREEDY_EXTRA });
     assert.equal(r.choices[0]!.text, want);
     assert.deepEqual(
       (await placements(hub)).filter((p) => p.state === 'ready').map((p) => p.node),
@@ -192,7 +191,7 @@ describe('the wait queue', { timeout: 300_000 }, () => {
   it('a full queue answers 429 pool_busy with Retry-After; the waiting request and the hub carry on', async () => {
     const { hub } = await hubWithModel({ RELAY_QUEUE_MAX: '1', RELAY_MAX_PLACEMENTS_PER_MODEL: '1' });
     try {
-      const body = JSON.stringify({ model: 'm', prompt: PROMPT, max_tokens: 8, ...extra });
+      const body = JSON.stringify({ model: 'm', prompt: PROMPT, max_tokens: 8, ...GREEDY_EXTRA });
       const post = () => fetch(`${hub.url}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body });
       assert.equal((await post()).status, 200);
       const p = (await placements(hub)).find((x) => x.state === 'ready')!;
@@ -208,7 +207,7 @@ describe('the wait queue', { timeout: 300_000 }, () => {
         queued = post();
         await until(
           () => hub.status(),
-          (s) => ((s as unknown as { queues: { waiting: number }[] }).queues[0]?.waiting ?? 0) === 1,
+          (s) => (s.queues[0]?.waiting ?? 0) === 1,
         );
         const full = await post();
         assert.equal(full.status, 429);

@@ -5,24 +5,21 @@ import { addModel, startHub, type HubProcess } from '../helpers/hub.js';
 import { directTexts, fixture } from '../helpers/llama.js';
 import { startNode, type NodeProcess } from '../helpers/node.js';
 import { assertExpertStages } from '../helpers/shards.js';
-import { GREEDY, streamUntil } from '../helpers/openai.js';
+import { streamUntil, GREEDY_EXTRA } from '../helpers/openai.js';
 import { until, waitGone } from '../helpers/proc.js';
-import type { ShardStatus } from '../../src/shared/status.js';
+import type { ShardStatus, V1ModelDto } from '../../src/shared/status.js';
 
 /**
  * Shards with real processes: a hub and two nodes whose CPU budgets are each too small for the model (the
  * registered required_vram_mb makes the tiny fixtures "big"), so only a three-stage pipeline can place it.
  * The oracle: the shard's text at temperature 0 equals one llama-server process's text.
  */
-const extra = GREEDY as unknown as Record<string, unknown>;
 const ENV = { RELAY_CONTEXT_SIZE: '512', RELAY_PARALLEL_SLOTS: '1', RELAY_THREADS: '1' };
 // need 800 MB of weights → 1209 MB on one device; the hub (600) and each node (800) hold one part.
 const BIG = 800;
 
-type ShardJson = ShardStatus;
-
-async function shardsOf(h: HubProcess): Promise<ShardJson[]> {
-  return (await h.status()).shards as unknown as ShardJson[];
+async function shardsOf(h: HubProcess): Promise<readonly ShardStatus[]> {
+  return (await h.status()).shards;
 }
 
 async function pool(hubEnv: Record<string, string> = {}): Promise<{ hub: HubProcess; nodes: NodeProcess[]; stop: () => Promise<void> }> {
@@ -58,7 +55,7 @@ describe('shards', { timeout: 600_000 }, () => {
   it('a dense model no single device fits runs as a 3-stage shard with the same text as one process; /status shows the stages', async () => {
     const want = await directTexts(fixture('dense'), PROMPTS);
     const got: string[] = [];
-    for (const pr of PROMPTS) got.push((await client.completions.create({ model: 'dense', prompt: pr, max_tokens: 24, ...extra })).choices[0]!.text);
+    for (const pr of PROMPTS) got.push((await client.completions.create({ model: 'dense', prompt: pr, max_tokens: 24, ...GREEDY_EXTRA })).choices[0]!.text);
     assert.deepEqual(got, want);
     const [sh] = await shardsOf(p.hub);
     assert.equal(sh!.state, 'ready');
@@ -83,13 +80,13 @@ describe('shards', { timeout: 600_000 }, () => {
       sh!.buffers.join('\n'),
     );
     const models = await client.models.list();
-    assert.equal((models.data.find((m) => m.id === 'dense') as unknown as { available: boolean }).available, true);
+    assert.equal((models.data.find((m) => m.id === 'dense') as V1ModelDto).available, true);
   });
 
   it("a MoE model: experts of each remote stage on that stage's device, the rest on the hub; same text as one process", async () => {
     const want = await directTexts(fixture('moewide'), PROMPTS);
     const got: string[] = [];
-    for (const pr of PROMPTS) got.push((await client.completions.create({ model: 'moe', prompt: pr, max_tokens: 24, ...extra })).choices[0]!.text);
+    for (const pr of PROMPTS) got.push((await client.completions.create({ model: 'moe', prompt: pr, max_tokens: 24, ...GREEDY_EXTRA })).choices[0]!.text);
     assert.deepEqual(got, want);
     const sh = (await shardsOf(p.hub)).find((x) => x.model === 'moe')!;
     assert.equal(sh.state, 'ready');
@@ -105,9 +102,9 @@ describe('shards', { timeout: 600_000 }, () => {
   });
 
   it('a member that pauses tears the shard down: head gone, other rpc-servers stopped, 503 names the paused node', async () => {
-    await client.completions.create({ model: 'dense', prompt: 'warm', max_tokens: 2, ...extra }); // the MoE shard made way
+    await client.completions.create({ model: 'dense', prompt: 'warm', max_tokens: 2, ...GREEDY_EXTRA }); // the MoE shard made way
     const sh = (await shardsOf(p.hub)).find((x) => x.model === 'dense' && x.state === 'ready')!;
-    const stream = await client.completions.create({ model: 'dense', prompt: 'Tell a very long tale', max_tokens: 400, stream: true, ...extra });
+    const stream = await client.completions.create({ model: 'dense', prompt: 'Tell a very long tale', max_tokens: 400, stream: true, ...GREEDY_EXTRA });
     assert.equal(await streamUntil(stream, 3, () => p.nodes[1]!.local('/pause', 'POST')), 'error');
     assert.ok(await waitGone(sh.pid!, 30_000), 'the shard head stopped');
     const err = await client.completions.create({ model: 'dense', prompt: 'x', max_tokens: 2 }).catch((e: unknown) => e);
@@ -120,14 +117,14 @@ describe('shards', { timeout: 600_000 }, () => {
     await p.nodes[1]!.local('/resume', 'POST');
     await until(
       () => p.hub.status(),
-      (s) => (s.nodes as unknown as { state: string }[]).every((x) => x.state === 'idle'),
+      (s) => s.nodes.every((x) => x.state === 'idle'),
     );
   });
 
   it('a head that aborts (an rpc-server killed mid-generation) gives the client an error; the next request re-plans', async () => {
-    await client.completions.create({ model: 'dense', prompt: 'warm', max_tokens: 2, ...extra });
+    await client.completions.create({ model: 'dense', prompt: 'warm', max_tokens: 2, ...GREEDY_EXTRA });
     const sh = (await shardsOf(p.hub)).find((x) => x.model === 'dense' && x.state === 'ready')!;
-    const stream = await client.completions.create({ model: 'dense', prompt: 'Tell a very long tale', max_tokens: 400, stream: true, ...extra });
+    const stream = await client.completions.create({ model: 'dense', prompt: 'Tell a very long tale', max_tokens: 400, stream: true, ...GREEDY_EXTRA });
     // Kill the ggml-rpc-server serving the north stage (a child of the north node process) mid-generation.
     const outcome = await streamUntil(stream, 3, async () => {
       const { execSync } = await import('node:child_process');
@@ -139,7 +136,7 @@ describe('shards', { timeout: 600_000 }, () => {
       (xs) => xs.some((x) => x.id === sh.id && x.state === 'failed'),
     );
     assert.ok(failed.some((x) => x.id === sh.id && x.state === 'failed'));
-    const again = await client.completions.create({ model: 'dense', prompt: PROMPTS[0]!, max_tokens: 24, ...extra });
+    const again = await client.completions.create({ model: 'dense', prompt: PROMPTS[0]!, max_tokens: 24, ...GREEDY_EXTRA });
     assert.equal(again.choices[0]!.text, (await directTexts(fixture('dense'), [PROMPTS[0]!]))[0]);
     const now = (await shardsOf(p.hub)).find((x) => x.model === 'dense' && x.state === 'ready')!;
     assert.notEqual(now.id, sh.id);
@@ -155,9 +152,9 @@ describe('hub-last: bytes per generated token', { timeout: 600_000 }, () => {
         .filter((x) => x.model === model && x.state === 'ready')
         .flatMap((x) => x.stages)
         .reduce((a, st) => a + (st.rpc_bytes ?? 0), 0);
-    await c.completions.create({ model, prompt: 'Count with me', max_tokens: 1, ...extra });
+    await c.completions.create({ model, prompt: 'Count with me', max_tokens: 1, ...GREEDY_EXTRA });
     const b0 = await total();
-    await c.completions.create({ model, prompt: 'Count with me', max_tokens: 33, ...extra, ignore_eos: true } as never);
+    await c.completions.create({ model, prompt: 'Count with me', max_tokens: 33, ...GREEDY_EXTRA, ignore_eos: true } as never);
     return ((await total()) - b0) / 32;
   }
 

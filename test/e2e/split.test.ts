@@ -24,19 +24,6 @@ async function ask(hub: string, prompt: string): Promise<string> {
   return j.choices![0]!.text;
 }
 
-interface ModelJson {
-  name: string;
-  sha256: string;
-  size: number;
-  parts?: { path: string; sha256: string; size: number }[];
-}
-interface ReplicaJson {
-  model: string;
-  where: string;
-  node: string | null;
-  state: string;
-}
-
 describe('split GGUFs', { timeout: 300_000 }, () => {
   it('load on the hub and, after a push of every part, on a node: text equal to the unsplit file', async () => {
     const whole = fixture('dense', 4);
@@ -47,7 +34,7 @@ describe('split GGUFs', { timeout: 300_000 }, () => {
     const hub = await startHub({ env: ENV, args: ['--cpu-budget-mb', '1000'] });
     const north = await startNode(hub, { name: 'north', cpuBudgetMb: 1000, env: ENV });
     try {
-      const m = (await addModel(hub, { path: first, name: 'big' })) as unknown as ModelJson;
+      const m = await addModel(hub, { path: first, name: 'big' });
       assert.deepEqual(
         m.parts!.map((p) => [p.path, p.sha256]),
         paths.map((p) => [p, sha256File(p)]),
@@ -64,7 +51,7 @@ describe('split GGUFs', { timeout: 300_000 }, () => {
       const onHub: string[] = [];
       for (const p of PROMPTS) onHub.push(await ask(hub.url, p));
       assert.deepEqual(
-        ((await hub.status()).replicas as unknown as ReplicaJson[]).map((r) => [r.model, r.where]),
+        (await hub.status()).replicas.map((r) => [r.model, r.where]),
         [['big', 'host']],
       );
       assert.deepEqual(onHub, oracle, "the hub's replica of the split file says what the unsplit file says");
@@ -73,14 +60,14 @@ describe('split GGUFs', { timeout: 300_000 }, () => {
       const paused = await hub.api('/api/hub/availability', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ paused: true }) });
       assert.equal(paused.status, 200);
       await until(
-        async () => (await hub.status()).replicas as unknown as ReplicaJson[],
+        async () => (await hub.status()).replicas,
         (r) => r.length === 0,
         30_000,
       );
       const onNode: string[] = [];
       for (const p of PROMPTS) onNode.push(await ask(hub.url, p));
       assert.deepEqual(
-        ((await hub.status()).replicas as unknown as ReplicaJson[]).map((r) => [r.model, r.where, r.node]),
+        (await hub.status()).replicas.map((r) => [r.model, r.where, r.node]),
         [['big', 'node', 'north']],
       );
       assert.deepEqual(onNode, oracle, "the node's replica, loaded from the pushed parts, says the same");

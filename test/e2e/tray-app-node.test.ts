@@ -46,7 +46,7 @@ describe('tray app, node mode (set up from the page in chromium, paused from the
   });
 
   const hubNode = async (name: string) => {
-    const s = (await hub.status()) as unknown as { nodes: { name: string; state: string; connected: boolean }[] };
+    const s = await hub.status();
     return s.nodes.find((n) => n.name === name);
   };
 

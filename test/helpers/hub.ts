@@ -1,4 +1,5 @@
-import type { ReplicaStatus, StatusDto } from '../../src/shared/status.js';
+import type { StatusDto } from '../../src/shared/status.js';
+import type { ModelView } from '../../src/main/core/hub/http.js';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -20,7 +21,6 @@ export interface HubProcess {
 
 /** /status as the hub sends it (src/shared/status.ts). */
 export type HubStatus = StatusDto;
-export type ReplicaStatusJson = ReplicaStatus;
 
 const relayBin = new URL('../../../bin/relay.js', import.meta.url).pathname;
 
@@ -77,7 +77,7 @@ export async function startHub(opts: { env?: Record<string, string>; args?: stri
 /** Registers a GGUF with the hub at `hub.url` (a `relay hub` process or a hub embedded in the tray app). */
 export async function addModel(hub: { url: string }, body: { path: string; name?: string; required_vram_mb?: number; embedding?: boolean }) {
   const res = await fetch(`${hub.url}/api/models`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
-  const j = (await res.json()) as { model?: { name: string; sha256: string }; error?: { code: string; message: string } };
+  const j = (await res.json()) as { model?: ModelView; error?: { code: string; message: string } };
   if (res.status !== 201 && res.status !== 200) throw new Error(`add model failed: ${res.status} ${JSON.stringify(j)}`);
   return j.model!;
 }

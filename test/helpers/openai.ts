@@ -12,6 +12,8 @@ async function post(url: string, body: unknown): Promise<Record<string, unknown>
 }
 
 export const GREEDY = { temperature: 0, top_k: 1, seed: 42 } as const;
+/** GREEDY for the OpenAI SDK's create(): top_k is llama.cpp's, so the SDK's parameter types do not name it. */
+export const GREEDY_EXTRA: Record<string, unknown> = GREEDY;
 
 export async function complete(baseUrl: string, prompt: string, maxTokens = 24): Promise<Completion> {
   const j = await post(`${baseUrl}/v1/completions`, { prompt, max_tokens: maxTokens, ...GREEDY });

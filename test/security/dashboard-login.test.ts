@@ -91,7 +91,7 @@ describe('dashboard login from another machine (a network namespace)', { timeout
     const cookie = (await ctx.cookies()).find((c) => c.name === 'relay_session')!;
     assert.deepEqual([cookie.httpOnly, cookie.sameSite], [true, 'Strict']);
     await page.getByRole('button', { name: "Pause the hub's devices" }).click();
-    const st = async () => ((await hub.status()) as unknown as { hub: { paused: boolean } }).hub.paused;
+    const st = async () => (await hub.status()).hub.paused;
     for (let i = 0; i < 100 && !(await st()); i++) await new Promise((r) => setTimeout(r, 50));
     assert.equal(await st(), true);
     await page.getByRole('button', { name: "Resume the hub's devices" }).click();
@@ -102,7 +102,7 @@ describe('dashboard login from another machine (a network namespace)', { timeout
   });
 
   it('a read-only link shows the dashboard but changes nothing', async () => {
-    for (let i = 0; i < 100 && ((await hub.status()) as unknown as { hub: { paused: boolean } }).hub.paused; i++) await new Promise((r) => setTimeout(r, 50));
+    for (let i = 0; i < 100 && (await hub.status()).hub.paused; i++) await new Promise((r) => setTimeout(r, 50));
     const url = await link('--read-only');
     const ctx = await browser.newContext();
     const page = await ctx.newPage();
@@ -110,7 +110,7 @@ describe('dashboard login from another machine (a network namespace)', { timeout
     await page.locator('#summary', { hasText: 'llama.cpp' }).waitFor();
     const status = await page.evaluate(async () => (await fetch('/api/hub/availability', { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"paused":true}' })).status);
     assert.equal(status, 403);
-    assert.equal(((await hub.status()) as unknown as { hub: { paused: boolean } }).hub.paused, false);
+    assert.equal((await hub.status()).hub.paused, false);
     await ctx.close();
   });
 

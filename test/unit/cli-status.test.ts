@@ -23,7 +23,7 @@ describe('relay status (pure formatting)', () => {
       hub: { availability: 'paused', reason: 'paused by the owner' },
       devices: [{ id: 'CPU', description: 'cpu budget', total_mb: 4000, free_mb: 3000 }],
       nodes: [{ name: 'attic', state: 'idle', reason: null, devices: [{ id: 'CUDA0', description: 'RTX 3060', total_mb: 12288, free_mb: 9000 }] }],
-      replicas: [{ model: 'qwen', state: 'ready', in_flight: 1, slots: 2, ctx: 4096, node: 'attic', device: 'CUDA0', ms_per_token: 12.34, served: 3 }],
+      replicas: [{ model: 'qwen', state: 'ready', in_flight: 1, slots: 2, ctx: 4096, node: 'attic', device: 'CUDA0', ms_per_token: 12.34 }],
       shards: [
         {
           model: 'big',
@@ -32,7 +32,6 @@ describe('relay status (pure formatting)', () => {
           slots: 2,
           ctx: 4096,
           ms_per_token: null,
-          served: 0,
           stages: [
             { node: 'attic', device: 'CUDA0', layers: [0, 20] },
             { node: null, device: 'CPU', layers: [20, 32] },

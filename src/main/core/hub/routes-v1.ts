@@ -2,7 +2,7 @@ import { ErrorCode, httpError, isRelayError, RelayError } from '../../../shared/
 import { MAX_ATTEMPTS, newAttempts } from '../scheduler/scheduler.js';
 import { proxyToReplica } from './proxy.js';
 import { parseJson, type Mount } from './http.js';
-import type { RecentRequest } from '../../../shared/status.js';
+import type { RecentRequest, V1ModelDto } from '../../../shared/status.js';
 
 /** The last requests through /v1, newest first, for the dashboard. */
 export class RecentRequests {
@@ -47,7 +47,7 @@ export const mountV1: Mount = (app, { deps: d, raw, auth, recent }) => {
   app.get('/v1/models', auth.requireApiKey, (_req, res) => {
     res.json({
       object: 'list',
-      data: registry.list().map((m) => {
+      data: registry.list().map((m): V1ModelDto => {
         const a = scheduler.availability(m);
         return { id: m.name, object: 'model', created: Math.floor(Date.parse(m.added_at) / 1000), owned_by: 'relay', available: a.available, unavailable_reason: a.reason };
       }),
