@@ -97,3 +97,26 @@ describe('layers', () => {
     for (const d of folders) assert.ok(LAYERS[layerOf(join(root, 'src', 'main', 'core', d.name, 'x.ts'))], d.name);
   });
 });
+
+describe('comments', () => {
+  it('every file a comment in src names exists in the repository', () => {
+    const names = new Set<string>();
+    const walk = (dir: string): void => {
+      for (const e of readdirSync(dir, { withFileTypes: true })) {
+        if (e.name === 'node_modules' || e.name === 'dist' || e.name.startsWith('.')) continue;
+        if (e.isDirectory()) walk(join(dir, e.name));
+        else names.add(e.name);
+      }
+    };
+    walk(root);
+    const missing: string[] = [];
+    for (const f of sources(join(root, 'src'))) {
+      for (const m of readFileSync(f, 'utf8').matchAll(/[\w-]+\.(?:ts|cts|mjs|js)\b/g)) {
+        const name = m[0];
+        if (!names.has(name) && !names.has(name.replace(/\.js$/, '.ts'))) missing.push(`${relative(root, f)}: ${name}`);
+      }
+    }
+    assert.ok(names.size > 100);
+    assert.deepEqual(missing, []);
+  });
+});

@@ -52,13 +52,14 @@ describe('shards', { timeout: 600_000 }, () => {
     await p?.stop();
   });
 
-  it('a dense model no single device fits runs as a 3-stage shard with the same text as one process; /status shows the stages', async () => {
+  it('a dense model no single device fits runs as a 3-stage shard with the same text as one process; /status shows the stages, /metrics counts it', async () => {
     const want = await directTexts(fixture('dense'), PROMPTS);
     const got: string[] = [];
     for (const pr of PROMPTS) got.push((await client.completions.create({ model: 'dense', prompt: pr, max_tokens: 24, ...GREEDY_EXTRA })).choices[0]!.text);
     assert.deepEqual(got, want);
     const [sh] = await shardsOf(p.hub);
     assert.equal(sh!.state, 'ready');
+    assert.match(await (await fetch(`${p.hub.url}/metrics`)).text(), /relay_shards\{state="ready"\} 1\n/, '/metrics counts the shard');
     assert.deepEqual(
       sh!.stages.map((st) => [st.node, st.layers, st.output]),
       [

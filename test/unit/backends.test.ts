@@ -5,7 +5,7 @@ import { otherProcessesMb, type GpuReading } from '../../src/main/core/gpu/nvml.
 import { parseNvidiaSmi } from '../../src/main/core/gpu/smi.js';
 import { backendCandidates, describeCandidate, type MachineProbe } from '../../src/main/core/llama/backend-choice.js';
 import { backendEnv } from '../../src/main/core/llama/backends.js';
-import { freeAfterReservations, type ReplicaView } from '../../src/main/core/scheduler/plan.js';
+import { freeAfterReservations, type Reservation } from '../../src/main/core/scheduler/plan.js';
 
 const linux = (over: Partial<MachineProbe> = {}): MachineProbe => ({
   platform: 'linux',
@@ -157,7 +157,7 @@ describe("auto-pause input (pure): games are graphics processes; relay's childre
 });
 
 describe('free memory from a refreshed device list', () => {
-  const view = (over: Partial<ReplicaView>): ReplicaView => ({ id: 'r', model: 'm', device: 'Vulkan0', needMb: 1000, state: 'ready', inFlight: 0, lastUsedAt: 0, ...over });
+  const view = (over: Partial<Reservation>): Reservation => ({ id: 'r', model: 'm', device: 'Vulkan0', needMb: 1000, state: 'ready', inFlight: 0, lastUsedAt: 0, ...over });
   it('a replica that became ready after the reading still counts; one the reading saw does not count twice', () => {
     const dev = [{ id: 'Vulkan0', kind: 'gpu' as const, totalMb: 8000, reportedFreeMb: 5000, readAt: 100 }];
     assert.equal(freeAfterReservations(dev, [view({ readyAt: 150 })])[0]!.freeMb, 4000);

@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { chooseEvictions, freeAfterReservations, type ReplicaView } from '../../src/main/core/scheduler/plan.js';
+import { chooseEvictions, freeAfterReservations, type Reservation } from '../../src/main/core/scheduler/plan.js';
 
 /** Pure eviction planning: a request that cannot be placed stops nobody; one that can stops only what it needs. */
 const idle = (id: string, lastUsedAt: number) => ({ id, lastUsedAt });
@@ -34,7 +34,7 @@ describe('chooseEvictions', () => {
 });
 
 describe('freeAfterReservations with planned evictions', () => {
-  const view = (over: Partial<ReplicaView>): ReplicaView => ({ id: 'r', model: 'm', device: 'D', needMb: 1000, state: 'ready', inFlight: 0, lastUsedAt: 0, readyAt: 10, ...over });
+  const view = (over: Partial<Reservation>): Reservation => ({ id: 'r', model: 'm', device: 'D', needMb: 1000, state: 'ready', inFlight: 0, lastUsedAt: 0, readyAt: 10, ...over });
   it("a CPU budget gets an evicted placement's reservation back", () => {
     const cpu = [{ id: 'D', kind: 'cpu' as const, totalMb: 3000, reportedFreeMb: 3000 }];
     assert.equal(freeAfterReservations(cpu, [view({}), view({ id: 's', needMb: 500 })])[0]!.freeMb, 1500);

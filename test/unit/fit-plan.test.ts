@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { fitNeed, replicaContext, KV_SCALE } from '../../src/main/core/scheduler/fit.js';
-import { freeAfterReservations, planHostReplica, shortfallMessage, type ReplicaView } from '../../src/main/core/scheduler/plan.js';
+import { fitNeed, contextPerSlot, KV_SCALE } from '../../src/main/core/scheduler/fit.js';
+import { freeAfterReservations, planHostReplica, shortfallMessage, type Reservation } from '../../src/main/core/scheduler/plan.js';
 
 const MIB = 1024 * 1024;
 const settings = { contextSize: 4096, replicaCtx: 0, parallelSlots: 2, kvCacheType: 'f16' as const };
@@ -33,9 +33,9 @@ describe('fit formula (spec: "How much VRAM a replica needs")', () => {
   });
 
   it('ctx = RELAY_CONTEXT_SIZE, or min(RELAY_REPLICA_CTX, RELAY_CONTEXT_SIZE) when RELAY_REPLICA_CTX > 0', () => {
-    assert.equal(replicaContext({ contextSize: 8192, replicaCtx: 0 }), 8192);
-    assert.equal(replicaContext({ contextSize: 8192, replicaCtx: 2048 }), 2048);
-    assert.equal(replicaContext({ contextSize: 2048, replicaCtx: 8192 }), 2048);
+    assert.equal(contextPerSlot({ contextSize: 8192, replicaCtx: 0 }), 8192);
+    assert.equal(contextPerSlot({ contextSize: 8192, replicaCtx: 2048 }), 2048);
+    assert.equal(contextPerSlot({ contextSize: 2048, replicaCtx: 8192 }), 2048);
     const n = fitNeed({ requiredVramMb: 100, sizeBytes: 1, kvBytesPerToken: 1024 }, { ...settings, contextSize: 8192, replicaCtx: 1024, parallelSlots: 3 });
     assert.equal(n.ctx, 1024);
     assert.equal(n.kvMb, (1024 * 1024 * 3) / MIB);
@@ -45,7 +45,7 @@ describe('fit formula (spec: "How much VRAM a replica needs")', () => {
 describe('host placement plan', () => {
   const need = fitNeed({ requiredVramMb: 600, sizeBytes: 1, kvBytesPerToken: null }, settings); // 1002 MB
   const cpu = (reported: number) => ({ id: 'CPU', kind: 'cpu' as const, totalMb: 2000, reportedFreeMb: reported });
-  const rep = (id: string, needMb: number, lastUsedAt: number, inFlight = 0, state: ReplicaView['state'] = 'ready', device = 'CPU'): ReplicaView => ({
+  const rep = (id: string, needMb: number, lastUsedAt: number, inFlight = 0, state: Reservation['state'] = 'ready', device = 'CPU'): Reservation => ({
     id,
     model: id,
     device,

@@ -123,7 +123,7 @@ describe('shard planner', () => {
 
   it("MoE needs: remote stages hold only their layers' experts; the hub holds attention, KV and embeddings of every layer", () => {
     const moe: ShardModel = { name: 'q', blockCount: 4, weightsMb: 1000, kvBytesPerToken: 4096, isMoe: true, expertWeightsMb: 800 };
-    const ctx = settings.contextSize; // replicaContext with RELAY_REPLICA_CTX unset
+    const ctx = settings.contextSize; // contextPerSlot with RELAY_REPLICA_CTX unset
     const kvAll = (4096 * ctx * settings.parallelSlots) / (1024 * 1024);
     // remote, 3 layers: 600 MB of experts, no KV.
     assert.ok(Math.abs(stageNeedMb(moe, 3, settings, 'remote') - (600 * 1.03 + 384)) < 1e-9);

@@ -146,9 +146,11 @@ describe('hub helpers', () => {
     const m = new HubMetrics();
     m.requests.add({ endpoint: 'completions', status: '200' });
     m.requests.add({ endpoint: 'completions', status: '200' });
-    const text = m.render(['ready', 'failed', 'ready']);
+    const text = m.render({ replicas: ['ready', 'failed', 'ready'], shards: ['starting'] });
     assert.match(text, /# TYPE relay_requests_total counter\nrelay_requests_total\{endpoint="completions",status="200"\} 2/);
     assert.match(text, /relay_replicas\{state="ready"\} 2/);
+    assert.match(text, /relay_replicas\{state="failed"\} 1/);
+    assert.match(text, /relay_shards\{state="starting"\} 1\nrelay_shards\{state="ready"\} 0/);
   });
 });
 

@@ -34,13 +34,20 @@ class Family {
 export class HubMetrics {
   readonly requests = new Family('relay_requests_total', 'counter', 'Requests to /v1 by endpoint and HTTP status.');
   readonly tokens = new Family('relay_tokens_total', 'counter', 'Tokens processed through /v1, by model and kind (prompt, completion).');
-  readonly loadSeconds = new Family('relay_load_seconds_total', 'counter', 'Seconds spent loading replicas, by model.');
-  readonly loads = new Family('relay_loads_total', 'counter', 'Replica loads, by model.');
-  readonly replicas = new Family('relay_replicas', 'gauge', 'Replicas by state.');
+  readonly loadSeconds = new Family('relay_load_seconds_total', 'counter', 'Seconds spent loading placements (replicas and shards), by model.');
+  readonly loads = new Family('relay_loads_total', 'counter', 'Placement loads (replicas and shards), by model.');
+  readonly replicas = new Family('relay_replicas', 'gauge', 'Replicas (hub and node) by state.');
+  readonly shards = new Family('relay_shards', 'gauge', 'Shards by state.');
 
-  render(replicaStates: readonly string[]): string {
-    this.replicas.values.clear();
-    for (const s of ['starting', 'ready', 'failed', 'stopping']) this.replicas.set({ state: s }, replicaStates.filter((x) => x === s).length);
-    return `${[this.requests, this.tokens, this.loadSeconds, this.loads, this.replicas].map((f) => f.render()).join('\n')}\n`;
+  /** The text for /metrics; the gauges from the placements' states now. */
+  render(states: { readonly replicas: readonly string[]; readonly shards: readonly string[] }): string {
+    for (const [family, now] of [
+      [this.replicas, states.replicas],
+      [this.shards, states.shards],
+    ] as const) {
+      family.values.clear();
+      for (const s of ['starting', 'ready', 'failed', 'stopping']) family.set({ state: s }, now.filter((x) => x === s).length);
+    }
+    return `${[this.requests, this.tokens, this.loadSeconds, this.loads, this.replicas, this.shards].map((f) => f.render()).join('\n')}\n`;
   }
 }

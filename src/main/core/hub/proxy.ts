@@ -45,7 +45,7 @@ export function sseError(err: RelayError): string {
 
 export type ProxyOutcome = { readonly kind: 'done' } | { readonly kind: 'retry'; readonly error: RelayError };
 
-export function proxyToReplica(opts: {
+export function proxyToPlacement(opts: {
   lease: Lease;
   path: string;
   body: Buffer;
@@ -99,7 +99,7 @@ export function proxyToReplica(opts: {
     if (settled) return;
     if (!started) return retry(why);
     if (res.writableEnded || res.destroyed) return;
-    const err = new RelayError(ErrorCode.REPLICA_FAILED, `the replica of "${lease.model.name}" stopped mid-response (${why})`, { model: lease.model.name });
+    const err = new RelayError(ErrorCode.REPLICA_FAILED, `the ${lease.kind === 'shard' ? 'shard' : 'replica'} of "${lease.model.name}" stopped mid-response (${why})`, { model: lease.model.name });
     log.warn({ model: lease.model.name, placement: lease.placementId, why }, 'upstream broke mid-response');
     if (isSse) {
       res.end(sseError(err));

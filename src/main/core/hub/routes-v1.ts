@@ -1,6 +1,6 @@
 import { ErrorCode, httpError, isRelayError, RelayError } from '../../../shared/errors.js';
 import { MAX_ATTEMPTS, newAttempts } from '../scheduler/scheduler.js';
-import { proxyToReplica } from './proxy.js';
+import { proxyToPlacement } from './proxy.js';
 import { parseJson, type Mount } from './http.js';
 import type { RecentRequest, V1ModelDto } from '../../../shared/status.js';
 
@@ -96,7 +96,7 @@ export const mountV1: Mount = (app, { deps: d, raw, auth, recent }) => {
             lease.release();
             return;
           }
-          const outcome = await proxyToReplica({
+          const outcome = await proxyToPlacement({
             lease,
             path: `/v1/${endpoint}`,
             body: req.body as Buffer,

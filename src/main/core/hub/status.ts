@@ -85,7 +85,7 @@ export const mountStatus: Mount = (app, h) => {
   });
 
   app.get('/metrics', auth.requireAdmin(true), (_req, res) => {
-    res.type('text/plain; version=0.0.4').send(metrics.render(scheduler.view.status().map((r) => r.state)));
+    res.type('text/plain; version=0.0.4').send(metrics.render({ replicas: scheduler.view.status().map((r) => r.state), shards: scheduler.view.shardStatus().map((sh) => sh.state) }));
   });
 
   const dashboard = new URL('../../../../../src/renderer/index.html', import.meta.url);

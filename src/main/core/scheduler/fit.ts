@@ -38,12 +38,12 @@ export interface FitBreakdown {
 }
 
 /** ctx = RELAY_CONTEXT_SIZE, or min(RELAY_REPLICA_CTX, RELAY_CONTEXT_SIZE) when RELAY_REPLICA_CTX > 0. */
-export function replicaContext(s: Pick<FitSettings, 'contextSize' | 'replicaCtx'>): number {
+export function contextPerSlot(s: Pick<FitSettings, 'contextSize' | 'replicaCtx'>): number {
   return s.replicaCtx > 0 ? Math.min(s.replicaCtx, s.contextSize) : s.contextSize;
 }
 
 export function fitNeed(m: FitModel, s: FitSettings): FitBreakdown {
-  const ctx = replicaContext(s);
+  const ctx = contextPerSlot(s);
   const slots = s.parallelSlots;
   const kvScale = KV_SCALE[s.kvCacheType];
   const weightsMb = m.requiredVramMb ?? m.sizeBytes / MIB;

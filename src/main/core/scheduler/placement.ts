@@ -62,6 +62,8 @@ export interface Placement {
 /** A claim on one slot of a ready placement for one request; release() exactly once when the response is done. */
 export interface Lease {
   readonly placementId: string;
+  /** What serves it: a host or node replica, or a shard (for the words of an error). */
+  readonly kind: PlacementKind;
   readonly baseUrl: string;
   readonly connect?: () => Duplex;
   readonly model: ModelRecord;

@@ -7,7 +7,7 @@ import type { ModelRecord } from '../store/store.js';
 import type { FailureMemory } from './backoff.js';
 import { fitNeed, fmtMb, type FitBreakdown } from './fit.js';
 import type { Placement } from './placement.js';
-import { chooseEvictions, freeAfterReservations, planHostReplica, shortfallMessage, type HostPlan, type ReplicaView } from './plan.js';
+import { chooseEvictions, freeAfterReservations, planHostReplica, shortfallMessage, type HostPlan, type Reservation } from './plan.js';
 import { planShard, shardModel, type ShardDevice, type ShardPlan } from './shard.js';
 import { settingsFor } from './model-settings.js';
 import { cachedIn } from '../models/files.js';
@@ -63,8 +63,8 @@ export class Placer {
   }
 
   /** Placements as the pure planner sees them, on one machine: the hub (node null) or a node by name. */
-  views(node: string | null, evicting?: ReadonlySet<string>): ReplicaView[] {
-    const out: ReplicaView[] = [];
+  views(node: string | null, evicting?: ReadonlySet<string>): Reservation[] {
+    const out: Reservation[] = [];
     for (const p of this.deps.placements()) {
       if (p.state === 'failed') continue;
       const base = { id: p.id, model: p.model, state: p.state, inFlight: p.inFlight, lastUsedAt: p.lastUsedAt, readyAt: p.readyAt, evict: evicting?.has(p.id) ?? false };

@@ -1,8 +1,8 @@
 import { fmtMb, type FitBreakdown } from './fit.js';
 
 /**
- * Pure placement decisions for the host. No I/O, no timers: inventory and replicas in, a plan out.
- * The orchestration in ensure.ts acts on the plan; tests table-test this file.
+ * Pure placement decisions for one machine's devices. No I/O, no timers: devices and what placements reserve
+ * on them in, a plan out. placer.ts acts on the plan; tests table-test this file.
  */
 
 export interface DeviceView {
@@ -13,7 +13,8 @@ export interface DeviceView {
   readonly freeMb: number;
 }
 
-export interface ReplicaView {
+/** What one placement holds on one device: a replica's whole need, or one stage of a shard. */
+export interface Reservation {
   readonly id: string;
   readonly model: string;
   readonly device: string;
@@ -32,18 +33,18 @@ export type HostPlan =
   | { readonly kind: 'none'; readonly need: FitBreakdown; readonly perDevice: readonly { id: string; freeMb: number; totalMb: number }[] };
 
 /**
- * What each device has free for a new replica. A CPU budget is pure bookkeeping: budget minus what relay's
- * replicas reserved. A GPU reports its own free memory, which already counts loaded replicas; replicas still
- * loading are subtracted (their memory is not allocated yet), and so are replicas that became ready after the
+ * What each device has free for a new placement. A CPU budget is pure bookkeeping: budget minus what relay's
+ * placements reserved. A GPU reports its own free memory, which already counts loaded placements; those still
+ * loading are subtracted (their memory is not allocated yet), and so are those that became ready after the
  * reading was taken (`readAt`; a device list refreshed every few seconds has not seen them yet).
  */
 export function freeAfterReservations(
   devices: readonly { id: string; kind: 'gpu' | 'cpu'; totalMb: number; reportedFreeMb: number; readAt?: number }[],
-  replicas: readonly ReplicaView[],
+  reservations: readonly Reservation[],
 ): DeviceView[] {
   return devices.map((d) => {
-    const mine = replicas.filter((r) => r.device === d.id && r.state !== 'failed');
-    const unseen = (r: ReplicaView): boolean => r.state === 'starting' || (d.readAt !== undefined && (r.readyAt ?? 0) >= d.readAt);
+    const mine = reservations.filter((r) => r.device === d.id && r.state !== 'failed');
+    const unseen = (r: Reservation): boolean => r.state === 'starting' || (d.readAt !== undefined && (r.readyAt ?? 0) >= d.readAt);
     const kept = mine.filter((r) => !r.evict);
     const reserved = d.kind === 'cpu' ? kept.reduce((s, r) => s + r.needMb, 0) : kept.filter(unseen).reduce((s, r) => s + r.needMb, 0);
     // An evicted placement the GPU's reading already counts gives its room back.
@@ -73,16 +74,16 @@ export function chooseEvictions<T extends { id: string; lastUsedAt: number }>(id
 
 /**
  * A device for a new replica needing `need.needMb`: the device with the most free memory that fits; else the
- * device where evicting the fewest least-recently-used idle replicas makes room; else none.
+ * device where evicting the fewest least-recently-used idle placements makes room; else none.
  */
-export function planHostReplica(need: FitBreakdown, devices: readonly DeviceView[], replicas: readonly ReplicaView[]): HostPlan {
+export function planHostReplica(need: FitBreakdown, devices: readonly DeviceView[], reservations: readonly Reservation[]): HostPlan {
   const byFree = [...devices].sort((a, b) => b.freeMb - a.freeMb);
   const fits = byFree.find((d) => d.freeMb >= need.needMb);
   if (fits) return { kind: 'host', device: fits.id, evict: [] };
 
   let best: { device: string; evict: string[] } | null = null;
   for (const d of byFree) {
-    const idle = replicas.filter((r) => r.device === d.id && r.state === 'ready' && r.inFlight === 0).sort((a, b) => a.lastUsedAt - b.lastUsedAt);
+    const idle = reservations.filter((r) => r.device === d.id && r.state === 'ready' && r.inFlight === 0).sort((a, b) => a.lastUsedAt - b.lastUsedAt);
     let free = d.freeMb;
     const evict: string[] = [];
     for (const r of idle) {

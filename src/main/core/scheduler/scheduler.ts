@@ -162,6 +162,7 @@ export class Scheduler {
     let released = false;
     return {
       placementId: p.id,
+      kind: p.kind,
       baseUrl: running.baseUrl,
       ...(running.connect ? { connect: running.connect } : {}),
       model,

@@ -1,5 +1,5 @@
 import type { ModelRecord } from '../store/store.js';
-import { FIXED_OVERHEAD_MB, KV_SCALE, replicaContext, type FitSettings } from './fit.js';
+import { FIXED_OVERHEAD_MB, KV_SCALE, contextPerSlot, type FitSettings } from './fit.js';
 
 /**
  * Pipeline shards, pure: inventory + model + settings → plan, and plan → llama-server flags. No I/O.
@@ -96,7 +96,7 @@ export function stageNeedMb(model: ShardModel, layers: number, s: FitSettings, r
   const experts = model.isMoe && model.expertWeightsMb != null ? Math.min(model.expertWeightsMb, model.weightsMb) : null;
   const kvShare = experts === null ? share : role === 'hub' ? 1 : 0;
   const weights = experts === null ? model.weightsMb * share : role === 'hub' ? model.weightsMb - experts + experts * share : experts * share;
-  const ctx = replicaContext(s);
+  const ctx = contextPerSlot(s);
   const kv = model.kvBytesPerToken ? (model.kvBytesPerToken * kvShare * ctx * s.parallelSlots * KV_SCALE[s.kvCacheType]) / MIB : 0;
   return weights + kv + weights * 0.03 + FIXED_OVERHEAD_MB + kv * 0.05;
 }

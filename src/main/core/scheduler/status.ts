@@ -3,7 +3,7 @@ import type { Device } from '../gpu/inventory.js';
 import { effectiveFlashAttn } from '../llama/argv.js';
 import type { ShardInfo } from './launcher.js';
 import type { Placement, PlacementStatus, ReplicaStatus, ShardStatus } from './placement.js';
-import { freeAfterReservations, type ReplicaView } from './plan.js';
+import { freeAfterReservations, type Reservation } from './plan.js';
 
 /** How /status shows placements and devices: projections of the scheduler's table, no decisions. */
 
@@ -64,7 +64,7 @@ export function shardStatus(p: Placement, c: HubConfig, info: ShardInfo | null):
 }
 
 /** A node's devices with what relay placed there subtracted (a CPU budget is bookkeeping the node cannot see). */
-export function nodeDevicesFree<D extends { id: string; kind: 'gpu' | 'cpu'; totalMb: number; freeMb: number }>(devices: readonly D[], views: readonly ReplicaView[]): D[] {
+export function nodeDevicesFree<D extends { id: string; kind: 'gpu' | 'cpu'; totalMb: number; freeMb: number }>(devices: readonly D[], views: readonly Reservation[]): D[] {
   const free = freeAfterReservations(
     devices.map((d) => ({ id: d.id, kind: d.kind, totalMb: d.totalMb, reportedFreeMb: d.freeMb })),
     views,
@@ -73,7 +73,7 @@ export function nodeDevicesFree<D extends { id: string; kind: 'gpu' | 'cpu'; tot
 }
 
 /** The hub's devices with what relay reserved on them. */
-export function deviceStatus(devices: readonly Device[], views: readonly ReplicaView[]) {
+export function deviceStatus(devices: readonly Device[], views: readonly Reservation[]) {
   const free = freeAfterReservations(devices, views);
   return devices.map((d, i) => ({
     id: d.id,
