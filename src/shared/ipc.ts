@@ -111,6 +111,17 @@ export const STATE_EVENT = 'relay:state';
 
 export type IpcResult<T> = { ok: true; value: T } | { ok: false; code: string; message: string };
 
+/** What the preload puts on the app pages' `window.relay`: one method per channel of IpcContract, and the state event. */
+export interface RelayBridge {
+  getState(): Promise<IpcResult<IpcContract['relay:get-state'][1]>>;
+  setup(req: IpcContract['relay:setup'][0]): Promise<IpcResult<IpcContract['relay:setup'][1]>>;
+  setPaused(paused: IpcContract['relay:set-paused'][0]): Promise<IpcResult<IpcContract['relay:set-paused'][1]>>;
+  openDashboard(): Promise<IpcResult<IpcContract['relay:open-dashboard'][1]>>;
+  getSettings(): Promise<IpcResult<IpcContract['relay:get-settings'][1]>>;
+  saveSettings(change: IpcContract['relay:save-settings'][0]): Promise<IpcResult<IpcContract['relay:save-settings'][1]>>;
+  onState(fn: (state: AppState) => void): void;
+}
+
 /** Payload checks, pure: a renderer that sends anything else gets an INVALID_ARGUMENT result. */
 export function validateIpc<C extends IpcChannel>(channel: C, payload: unknown): payload is IpcContract[C][0] {
   switch (channel) {
