@@ -10,7 +10,7 @@ import type { DeviceStatus, HubAvailabilityStatus, ModelStatus, NodeStatus, Push
  * What `relay status` reads of /status, picked from the DTO (a field renamed there fails to compile here). Every
  * section is optional: a hub of another version still gets the sections it sends printed.
  */
-type Dev = Pick<DeviceStatus, 'id' | 'total_mb' | 'free_mb'> & Partial<Pick<DeviceStatus, 'description'>>;
+type Dev = Pick<DeviceStatus, 'id'> & Partial<Pick<DeviceStatus, 'description' | 'total_mb' | 'free_mb'>>;
 type Row = Pick<ReplicaStatus, 'model' | 'state' | 'in_flight' | 'slots' | 'ctx' | 'ms_per_token'>;
 export interface StatusView {
   readonly relay?: StatusDto['relay'];
@@ -38,7 +38,7 @@ export function table(header: readonly string[], rows: readonly (readonly string
 }
 
 const mem = (d: Dev): string => {
-  return `${d.free_mb} of ${d.total_mb} MB free`;
+  return `${d.free_mb ?? '?'} of ${d.total_mb ?? '?'} MB free`;
 };
 
 export function statusLines(s: StatusView): string[] {

@@ -159,12 +159,28 @@ export interface V1ModelDto {
   readonly unavailable_reason: string | null;
 }
 
+/** The pool-wide settings in effect, as /status shows them. */
+export interface PoolSettingsStatus {
+  readonly context_size: number;
+  readonly replica_ctx: number;
+  readonly parallel_slots: number;
+  readonly kv_cache_type: KvCacheTypeName;
+  /** on, off or auto when set; unset: what llama.cpp does for the cache type, in words. */
+  readonly flash_attn: string;
+  readonly cpu_budget_mb: number;
+  readonly keep_alive_ms: number;
+  readonly api_key_required: boolean;
+  readonly queue_max: number;
+  readonly queue_timeout_ms: number;
+  readonly max_placements_per_model: number;
+}
+
 /** GET /status. */
 export interface StatusDto {
   readonly relay: string;
   readonly llama_cpp: { readonly tag: string; readonly version: string; readonly backend: string; readonly backend_reason: string };
   readonly kv_cache_type: KvCacheTypeName;
-  readonly settings: Readonly<Record<string, unknown>>;
+  readonly settings: PoolSettingsStatus;
   readonly hub: HubAvailabilityStatus;
   readonly devices: readonly DeviceStatus[];
   readonly models: readonly ModelStatus[];

@@ -7,9 +7,7 @@ import { describe, it } from 'node:test';
 const root = new URL('../../../', import.meta.url).pathname;
 
 function sources(dir: string): string[] {
-  return readdirSync(dir, { withFileTypes: true, recursive: true })
-    .filter((e) => e.isFile() && /\.(ts|cts)$/.test(e.name))
-    .map((e) => join(e.parentPath, e.name));
+  return readdirSync(dir, { withFileTypes: true }).flatMap((e) => (e.isDirectory() ? sources(join(dir, e.name)) : /\.(ts|cts)$/.test(e.name) ? [join(dir, e.name)] : []));
 }
 
 describe('configuration', () => {

@@ -33,15 +33,19 @@ interface Member {
 
 interface Held {
   head: RunningLlamaServer | null;
+  /** Members whose start-rpc was sent and answered (or failed): the ones a stop must stop. */
   members: Member[];
   warnings: string[];
   buffers: string[];
+  /** stop() came: start() tears down each piece it gets from now on and gives up. */
+  stopped: boolean;
 }
 
 /**
  * Shards: a ggml-rpc-server per remote stage on its node (its cache filled from the node's copy of the GGUF
  * when it has one), each bridged to a local port, then the head llama-server on the hub driving them all.
- * Members are recorded as they start, so a stop while the shard is still starting tears down what exists.
+ * A stop while the shard is still starting stops the members that exist; start() then stops each piece that
+ * comes up after it (a member whose start-rpc was in flight, a bridge, the head) and rejects.
  */
 export class ShardLauncher {
   private readonly held = new Map<string, Held>();
@@ -50,9 +54,15 @@ export class ShardLauncher {
 
   async start(p: Placement, model: ModelRecord): Promise<Running> {
     const plan = p.shardPlan!;
-    const h: Held = { head: null, members: [], warnings: [], buffers: [] };
+    const h: Held = { head: null, members: [], warnings: [], buffers: [], stopped: false };
     this.held.set(p.id, h);
     const log = this.deps.log.child({ placement: p.id, model: model.name, shard: true });
+    // After each step that waits: a stop that came meanwhile gets what the step made stopped too.
+    const unlessStopped = async (): Promise<void> => {
+      if (!h.stopped) return;
+      await this.teardown(h);
+      throw new RelayError(ErrorCode.REPLICA_FAILED, 'the shard was stopped while it started');
+    };
     try {
       log.info({ stages: plan.stages.map((st) => `${st.node ?? 'hub'}:${st.device} [${st.layers[0]},${st.layers[1]})${st.output ? ' +output' : ''}`) }, 'starting shard');
       let i = 0;
@@ -61,15 +71,22 @@ export class ShardLauncher {
         const conn = this.deps.nodes?.get(stage.node);
         if (!conn) throw new RelayError(ErrorCode.NODE_LOST, `node ${stage.node} left before its stage started`);
         const member: Member = { stage, conn, rpcId: `${p.id}-${i++}`, bridge: null };
-        h.members.push(member);
         await this.fillRpcCache(conn, model, stage, log);
+        await unlessStopped();
         const info = { model: model.name, index: plan.stages.indexOf(stage), of: plan.stages.length, layers: [stage.layers[0], stage.layers[1]] as [number, number] };
         try {
-          await conn.command({ type: 'start-rpc', rpc: member.rpcId, cache: true, stage: info, device: stage.device }, START_RPC_TIMEOUT_MS);
+          try {
+            await conn.command({ type: 'start-rpc', rpc: member.rpcId, cache: true, stage: info, device: stage.device }, START_RPC_TIMEOUT_MS);
+          } finally {
+            // Answered or not, the node may run it now: a stop sends stop-rpc for it.
+            h.members.push(member);
+          }
+          await unlessStopped();
           member.bridge = await openRpcBridge(conn, member.rpcId);
+          await unlessStopped();
         } catch (err) {
           // The stage's node itself failed (not the head): name it, so failure memory keeps M off it a while.
-          if (isRelayError(err, ErrorCode.NODE_LOST) || isRelayError(err, ErrorCode.MODEL_UNAVAILABLE)) throw err;
+          if (h.stopped || isRelayError(err, ErrorCode.NODE_LOST) || isRelayError(err, ErrorCode.MODEL_UNAVAILABLE)) throw err;
           throw new RelayError(ErrorCode.REPLICA_FAILED, `stage ${info.index + 1} of ${info.of} on node ${conn.name}: ${(err as Error).message}`, { node: conn.name });
         }
       }
@@ -92,6 +109,7 @@ export class ShardLauncher {
         fit: flags.fit,
       });
       h.head = head;
+      await unlessStopped();
       h.buffers = loadReport(head).filter((l) => /model buffer size/.test(l));
       // Any RPC failure aborts llama-server (upstream): the shard is failed, the next request re-plans.
       return localRunning(head, 'the shard head');
@@ -123,9 +141,18 @@ export class ShardLauncher {
     const h = this.held.get(p.id);
     this.held.delete(p.id);
     if (!h) return;
-    await h.head?.child.terminate(HEAD_STOP_GRACE_MS);
+    h.stopped = true;
+    await this.teardown(h);
+  }
+
+  /** Stops the head and the members held now and forgets them (what comes up later is start()'s to stop). */
+  private async teardown(h: Held): Promise<void> {
+    const head = h.head;
+    h.head = null;
+    const members = h.members.splice(0);
+    await head?.child.terminate(HEAD_STOP_GRACE_MS);
     await Promise.all(
-      h.members.map(async (m) => {
+      members.map(async (m) => {
         await m.bridge?.close();
         if (m.conn.alive) await m.conn.command({ type: 'stop-rpc', rpc: m.rpcId }, STOP_RPC_TIMEOUT_MS).catch(() => undefined);
       }),

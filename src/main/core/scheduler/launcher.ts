@@ -1,4 +1,5 @@
 import type { Logger } from 'pino';
+import { ErrorCode, RelayError } from '../../../shared/errors.js';
 import type { HubConfig } from '../config.js';
 import type { LlamaInstall } from '../llama/install.js';
 import type { NodeManager } from '../pool/manager.js';
@@ -38,8 +39,11 @@ export class LlamaLauncher implements Launcher {
     this.shard = new ShardLauncher({ ...deps, nodes: deps.nodes });
   }
 
-  start(p: Placement, model: ModelRecord): Promise<Running> {
-    if (p.kind === 'node') return this.node!.start(p, model);
+  async start(p: Placement, model: ModelRecord): Promise<Running> {
+    if (p.kind === 'node') {
+      if (!this.node) throw new RelayError(ErrorCode.NODE_LOST, 'this hub has no node manager: a node placement cannot start');
+      return this.node.start(p, model);
+    }
     if (p.kind === 'shard') return this.shard.start(p, model);
     return this.host.start(p, model);
   }

@@ -5,10 +5,6 @@ import { readDurable, writeDurable } from '../durable.js';
 import { ErrorCode, RelayError } from '../../../shared/errors.js';
 import type { FlashAttn, KvCacheType } from '../llama/argv.js';
 
-/**
- * The hub's embedded JSON store (lowdb). lowdb's file adapter writes a temp file and renames it, so a killed
- * hub leaves either the old or the new file, never a torn one. Writes are serialized through `update`.
- */
 /** A model's own llama-server settings over the pool-wide ones; how they apply is scheduler/model-settings.ts. */
 export interface ModelSettings {
   /** Context per slot (tokens). */
@@ -133,6 +129,10 @@ class DurableJsonFile implements Adapter<StoreData> {
   }
 }
 
+/**
+ * The hub's embedded JSON store (lowdb). lowdb's file adapter writes a temp file and renames it, so a killed
+ * hub leaves either the old or the new file, never a torn one. Writes are serialized through `update`.
+ */
 export class Store {
   private queue: Promise<unknown> = Promise.resolve();
 
