@@ -15,6 +15,7 @@ import { FNV_OFFSET, FNV_WASM_BUFFER, WasmFnv, fnv1a64Update, fnvHex } from '../
 import { RPC_HASH_THRESHOLD, evictRpcCache, fillRpcCache, fillRpcCacheOffThread, rpcFillBytes, shareOut } from '../../src/main/core/node/rpc-cache.js';
 import { hubJoinToken } from '../../src/main/core/pairing/tokens.js';
 import { fixture, llama } from '../helpers/llama.js';
+import { ensureSplitFixture } from '../fixtures/models.js';
 
 describe('FNV-1a 64 and the rpc cache files', () => {
   it('matches the reference vectors, in JavaScript and in WebAssembly', () => {
@@ -158,19 +159,21 @@ describe('cold shard load without moving weights', { timeout: 300_000 }, () => {
     await hub?.close();
   });
 
-  async function coldLoad(fill: boolean): Promise<{ bytes: number; text: string }> {
+  /** The single-file test's answer, which the split copy of the same weights must give too. */
+  let large = '';
+  async function coldLoad(fill: boolean, name = 'large'): Promise<{ bytes: number; text: string }> {
     rmSync(agent.cache.rpcCacheDir, { recursive: true, force: true }); // cold: nothing cached on the node
     config.rpcCacheFill = fill;
     const res = await fetch(`${hub.url}/v1/completions`, {
       method: 'POST',
       headers: { 'content-type': 'application/json' },
-      body: JSON.stringify({ model: 'large', prompt: 'The sky', max_tokens: 8, temperature: 0, top_k: 1 }),
+      body: JSON.stringify({ model: name, prompt: 'The sky', max_tokens: 8, temperature: 0, top_k: 1 }),
     });
     const j = (await res.json()) as { choices: { text: string }[] };
     assert.equal(res.status, 200, JSON.stringify(j));
     const [sh] = hub.scheduler.view.shardStatus().filter((x) => x.state === 'ready');
     const bytes = sh!.stages.reduce((a, st) => a + (st.rpc_bytes ?? 0), 0);
-    await hub.scheduler.stopModel('large', 'next measurement');
+    await hub.scheduler.stopModel(name, 'next measurement');
     return { bytes, text: j.choices[0]!.text };
   }
 
@@ -194,5 +197,33 @@ describe('cold shard load without moving weights', { timeout: 300_000 }, () => {
     assert.ok(agent.cache.usedBytes() >= model.size + bigRemote);
     agent.cache.evict(model.sha256);
     assert.equal(existsSync(join(agent.cache.rpcCacheDir, `relay-index-${model.sha256}.json`)), false);
+    large = withFill.text;
+  });
+
+  it('a split model: each part the node holds fills its tensors of the stage; same text as the unsplit file', async () => {
+    const first = ensureSplitFixture('large', 3, { vocabDir: llama().vocabDir, seed: 1 }); // the weights of fixture('large')
+    await fetch(`${hub.url}/api/models`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ path: first, name: 'large-split', required_vram_mb: 800 }) });
+    const model = hub.store.data.models.find((m) => m.name === 'large-split')!;
+    assert.equal(model.parts?.length, 3);
+    await hub.nodes.push(hub.nodes.get('cellar')!, model); // every part, each a GGUF of its own
+    const without = await coldLoad(false, 'large-split');
+    const withFill = await coldLoad(true, 'large-split');
+    assert.equal(without.text, withFill.text);
+    if (large) assert.equal(withFill.text, large, 'the split file answers what the unsplit one did');
+    const bigRemote = model
+      .parts.flatMap((part) => readGgufFile(part.path).tensors)
+      .filter((t) => t.name.startsWith('blk.1.') && t.bytes > RPC_HASH_THRESHOLD)
+      .reduce((a, t) => a + t.bytes, 0);
+    assert.ok(bigRemote > 30 * 1024 * 1024);
+    assert.ok(without.bytes >= bigRemote, `without the fill ${without.bytes} bytes crossed (big tensors: ${bigRemote})`);
+    assert.ok(withFill.bytes < RPC_HASH_THRESHOLD, `with the fill ${withFill.bytes} bytes crossed`);
+    // Each part keeps the index of what it filled, and takes it along when it is evicted.
+    const indexed = model.parts.filter((part) => existsSync(join(agent.cache.rpcCacheDir, `relay-index-${part.sha256}.json`)));
+    assert.ok(indexed.length >= 1);
+    for (const part of model.parts) agent.cache.evict(part.sha256);
+    assert.deepEqual(
+      model.parts.filter((part) => existsSync(join(agent.cache.rpcCacheDir, `relay-index-${part.sha256}.json`))),
+      [],
+    );
   });
 });

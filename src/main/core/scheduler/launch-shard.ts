@@ -5,6 +5,7 @@ import type { LlamaInstall } from '../llama/install.js';
 import { startLlamaServer, type RunningLlamaServer } from '../llama/processes.js';
 import type { NodeConn, NodeManager } from '../pool/manager.js';
 import { openRpcBridge, type RpcBridge } from '../pool/rpc-bridge.js';
+import { modelFiles } from '../models/files.js';
 import type { ModelRecord } from '../store/store.js';
 import { loadReport, localRunning, serverOptions } from './launch-host.js';
 import type { Placement, Running } from './placement.js';
@@ -126,15 +127,17 @@ export class ShardLauncher {
   /**
    * A node that already holds the GGUF fills ggml-rpc-server's cache from it: then the cold load sends hashes,
    * not tensors over 10 MiB (HubConfig.rpcCacheFill, RELAY_RPC_CACHE_FILL=0, turns this off, for measuring).
-   * A split model's parts are not read for the fill yet: its stages load by sending the tensors.
+   * A split model's parts are GGUFs of their own: each part the node holds fills the stage's tensors it has.
    */
   private async fillRpcCache(conn: NodeConn, model: ModelRecord, stage: Stage, log: Logger): Promise<void> {
-    if (model.parts || !conn.cache.has(model.sha256) || !this.deps.config.rpcCacheFill) return;
-    const filled = await conn.command({ type: 'fill-rpc-cache', sha256: model.sha256, layers: [stage.layers[0], stage.layers[1]] }, RPC_FILL_TIMEOUT_MS).catch((err: Error) => {
-      log.warn({ node: conn.name, err: err.message }, 'rpc cache fill failed: the load sends the tensors instead');
-      return null;
-    });
-    if (filled) log.info({ node: conn.name, files: filled.data?.files }, "rpc cache filled from the node's copy");
+    if (!this.deps.config.rpcCacheFill) return;
+    for (const file of modelFiles(model).filter((f) => conn.cache.has(f.sha256))) {
+      const filled = await conn.command({ type: 'fill-rpc-cache', sha256: file.sha256, layers: [stage.layers[0], stage.layers[1]] }, RPC_FILL_TIMEOUT_MS).catch((err: Error) => {
+        log.warn({ node: conn.name, file: file.sha256, err: err.message }, 'rpc cache fill failed: the load sends the tensors instead');
+        return null;
+      });
+      if (filled) log.info({ node: conn.name, file: file.sha256, files: filled.data?.files }, "rpc cache filled from the node's copy");
+    }
   }
 
   async stop(p: Placement): Promise<void> {
