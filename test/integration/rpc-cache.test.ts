@@ -210,8 +210,8 @@ describe('cold shard load without moving weights', { timeout: 300_000 }, () => {
     const withFill = await coldLoad(true, 'large-split');
     assert.equal(without.text, withFill.text);
     if (large) assert.equal(withFill.text, large, 'the split file answers what the unsplit one did');
-    const bigRemote = model
-      .parts.flatMap((part) => readGgufFile(part.path).tensors)
+    const bigRemote = model.parts
+      .flatMap((part) => readGgufFile(part.path).tensors)
       .filter((t) => t.name.startsWith('blk.1.') && t.bytes > RPC_HASH_THRESHOLD)
       .reduce((a, t) => a + t.bytes, 0);
     assert.ok(bigRemote > 30 * 1024 * 1024);
