@@ -171,10 +171,10 @@ describe('split GGUFs: read as one model', () => {
     assert.ok(c.has(a));
   });
 
-  it("import: a folder's split model is found by its first part, the other parts noted", () => {
+  it("import: a folder's split model is found by its first part, the other parts noted", async () => {
     const dir = tmp();
     writeSplitGguf(dir, 'Huge', META, TENSORS, 3);
-    const d = discoverFolder(dir);
+    const d = await discoverFolder(dir);
     assert.deepEqual(
       d.found.map((f) => [f.name, basename(f.path)]),
       [['Huge', 'Huge-00001-of-00003.gguf']],

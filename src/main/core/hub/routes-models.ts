@@ -99,7 +99,7 @@ export const mountModels: Mount = (app, { deps: d, raw, auth, modelView }) => {
       if (typeof source !== 'string' || !(source === 'ollama' || source === 'lmstudio' || isAbsolute(source))) {
         throw new RelayError(ErrorCode.INVALID_REQUEST, '"source" must be "ollama", "lmstudio" or an absolute folder on the hub');
       }
-      const found = discover(source);
+      const found = await discover(source);
       if (found.found.length === 0 && found.skipped.length === 0 && !existsSync(found.root)) {
         throw new RelayError(ErrorCode.MODEL_FILE_MISSING, `nothing to import: ${found.root} does not exist`, { path: found.root });
       }

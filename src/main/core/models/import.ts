@@ -1,4 +1,5 @@
-import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
+import { existsSync } from 'node:fs';
+import { access, readdir, readFile, stat } from 'node:fs/promises';
 import { homedir } from 'node:os';
 import { basename, join, relative, sep } from 'node:path';
 import { splitName } from '../gguf/split.js';
@@ -8,6 +9,7 @@ import { processEnv } from '../config.js';
  * Finding the GGUFs a household already has on the hub machine: Ollama's store (manifests name a model layer,
  * a blob named by its sha256), LM Studio's models folder, or any folder. Discovery only: the registry
  * registers what is found. Names are readable (`qwen3:8b`, `Qwen3-8B-Q4_K_M`) and fit the registry's rule.
+ * The walk is asynchronous: a large models folder never holds up the hub's event loop (and so its streams).
  */
 
 export interface Found {
@@ -60,21 +62,21 @@ export function lmStudioRoot(): string {
 }
 
 /** Files below `dir` (symlinked files too: the Hugging Face cache's snapshots are links), at most 8 levels deep. */
-function walk(dir: string, out: string[] = [], depth = 0): string[] {
+async function walk(dir: string, out: string[] = [], depth = 0): Promise<string[]> {
   let entries;
   try {
-    entries = readdirSync(dir, { withFileTypes: true });
+    entries = await readdir(dir, { withFileTypes: true });
   } catch {
     return out;
   }
   for (const e of entries) {
     const p = join(dir, e.name);
     if (e.isDirectory()) {
-      if (depth < 8) walk(p, out, depth + 1);
+      if (depth < 8) await walk(p, out, depth + 1);
     } else if (e.isFile()) out.push(p);
     else if (e.isSymbolicLink()) {
       try {
-        if (statSync(p).isFile()) out.push(p);
+        if ((await stat(p)).isFile()) out.push(p);
       } catch {
         /* a dangling link */
       }
@@ -83,12 +85,18 @@ function walk(dir: string, out: string[] = [], depth = 0): string[] {
   return out;
 }
 
+const exists = (p: string): Promise<boolean> =>
+  access(p).then(
+    () => true,
+    () => false,
+  );
+
 /** Ollama: manifests/<registry>/<namespace>/<model>/<tag> → the model layer's blob. */
-export function discoverOllama(root: string): Discovery {
+export async function discoverOllama(root: string): Promise<Discovery> {
   const found: Found[] = [];
   const skipped: Skipped[] = [];
   const manifests = join(root, 'manifests');
-  for (const file of walk(manifests)) {
+  for (const file of await walk(manifests)) {
     const parts = relative(manifests, file).split(sep);
     if (parts.length < 4) continue;
     const [registry, namespace, ...rest] = parts;
@@ -97,7 +105,7 @@ export function discoverOllama(root: string): Discovery {
     const label = registry === 'registry.ollama.ai' && namespace === 'library' ? `${model}:${tag}` : `${namespace}-${model}:${tag}`;
     let layers: { mediaType?: string; digest?: string }[];
     try {
-      layers = (JSON.parse(readFileSync(file, 'utf8')) as { layers?: typeof layers }).layers ?? [];
+      layers = (JSON.parse(await readFile(file, 'utf8')) as { layers?: typeof layers }).layers ?? [];
     } catch {
       skipped.push({ path: file, why: 'not a readable Ollama manifest' });
       continue;
@@ -106,7 +114,7 @@ export function discoverOllama(root: string): Discovery {
       const blob = l.digest && /^sha256:[0-9a-f]{64}$/.test(l.digest) ? join(root, 'blobs', l.digest.replace(':', '-')) : null;
       if (l.mediaType && OLLAMA_NOT_MODELS[l.mediaType]) skipped.push({ path: blob ?? file, why: `${label}: ${OLLAMA_NOT_MODELS[l.mediaType]}` });
       if (l.mediaType !== OLLAMA_MODEL) continue;
-      if (!blob || !existsSync(blob)) {
+      if (!blob || !(await exists(blob))) {
         skipped.push({ path: blob ?? file, why: `${label}: the model blob is missing (pull it again with ollama)` });
         continue;
       }
@@ -117,10 +125,10 @@ export function discoverOllama(root: string): Discovery {
 }
 
 /** Any folder (LM Studio's too): every *.gguf below it, named after its file. */
-export function discoverFolder(root: string, source = 'folder'): Discovery {
+export async function discoverFolder(root: string, source = 'folder'): Promise<Discovery> {
   const found: Found[] = [];
   const skipped: Skipped[] = [];
-  for (const path of walk(root)) {
+  for (const path of await walk(root)) {
     if (!/\.gguf$/i.test(path)) continue;
     const file = basename(path);
     if (/^mmproj/i.test(file)) {
@@ -135,7 +143,7 @@ export function discoverFolder(root: string, source = 'folder'): Discovery {
     }
     let size: number;
     try {
-      size = statSync(path).size;
+      size = (await stat(path)).size;
     } catch (err) {
       skipped.push({ path, why: `cannot read it: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}` });
       continue;
@@ -150,7 +158,7 @@ export function discoverFolder(root: string, source = 'folder'): Discovery {
 }
 
 /** `ollama`, `lmstudio` or an absolute folder. */
-export function discover(source: string, env: NodeJS.ProcessEnv = processEnv()): Discovery {
+export function discover(source: string, env: NodeJS.ProcessEnv = processEnv()): Promise<Discovery> {
   if (source === 'ollama') return discoverOllama(ollamaRoot(env));
   if (source === 'lmstudio') return discoverFolder(lmStudioRoot(), 'lmstudio');
   return discoverFolder(source);
