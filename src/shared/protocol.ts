@@ -144,6 +144,8 @@ export interface FillRpcCache {
   id: number;
   sha256: string;
   layers?: [number, number];
+  /** The other parts of its split model: not evicted to make room for this fill. */
+  siblings?: string[];
 }
 
 /** The hub's admin pauses or resumes a node's sharing (the dashboard's per-node control). */
@@ -256,7 +258,12 @@ const SCHEMAS: Record<string, Check> = {
   'stop-rpc': shape({ id: isInt, rpc: isId }),
   evict: shape({ id: isInt, sha256: isSha }),
   'push-begin': shape({ id: isInt, sha256: isSha, size: isInt, siblings: optional((v) => Array.isArray(v) && v.length <= 256 && v.every(isSha)) }),
-  'fill-rpc-cache': shape({ id: isInt, sha256: isSha, layers: optional((v) => Array.isArray(v) && v.length === 2 && v.every(isInt)) }),
+  'fill-rpc-cache': shape({
+    id: isInt,
+    sha256: isSha,
+    layers: optional((v) => Array.isArray(v) && v.length === 2 && v.every(isInt)),
+    siblings: optional((v) => Array.isArray(v) && v.length <= 256 && v.every(isSha)),
+  }),
   'set-paused': shape({ id: isInt, paused: isBool }),
 };
 

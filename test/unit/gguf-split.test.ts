@@ -155,6 +155,32 @@ describe('split GGUFs: read as one model', () => {
     assert.equal(reg.fileState(v.model), 'ok');
   });
 
+  it("a stage's fill keeps its model's other parts and any file being filled: the budget evicts something else", async () => {
+    const c = new ModelCache(tmp(), 0);
+    const [a, b, other, busy] = ['a', 'b', 'c', 'e'].map((x) => x.repeat(64)) as [string, string, string, string];
+    // Part a holds one tensor over ggml-rpc-server's 10 MiB threshold: the fill writes 12 MiB of cache for it.
+    writeGguf(c.pathOf(a), META, [{ name: 'blk.0.ffn_up.weight', dims: [3 * 1024 * 1024], type: GGML_TYPE_F32, fill: (out) => out.fill(7) }]);
+    const MiB = 1024 * 1024;
+    for (const [sha, age] of [
+      [busy, 300_000], // the oldest: being filled for another stage right now
+      [b, 200_000], // part b of a's model
+      [other, 100_000], // an unrelated model: the one to go
+    ] as const) {
+      writeFileSync(c.pathOf(sha), Buffer.alloc(MiB));
+      const t = new Date(Date.now() - age);
+      utimesSync(c.pathOf(sha), t, t);
+    }
+    c.filling.add(busy);
+    c.budget = c.usedBytes() + 12 * MiB - MiB; // room for the fill once one 1 MiB file goes
+    const idx = await c.fillRpcCache(a, null, [b]);
+    assert.equal(idx.files.length, 1);
+    assert.deepEqual(
+      [a, b, other, busy].map((x) => c.has(x)),
+      [true, true, false, true],
+      'only the unrelated model was evicted',
+    );
+  });
+
   it('a push keeps the other parts of its split model: the budget refuses rather than evict a sibling', () => {
     const c = new ModelCache(tmp(), 300);
     const [a, b, other] = ['a', 'b', 'd'].map((x) => x.repeat(64)) as [string, string, string];

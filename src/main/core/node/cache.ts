@@ -162,7 +162,7 @@ export class ModelCache {
     let used = this.usedBytes();
     if (used + bytes <= budget) return true;
     const candidates = this.inventory()
-      .filter((f) => !this.inUse.has(f.sha256) && !kept.has(f.sha256))
+      .filter((f) => !this.inUse.has(f.sha256) && !this.filling.has(f.sha256) && !kept.has(f.sha256))
       .map((f) => ({ ...f, mtime: statSync(this.pathOf(f.sha256)).mtimeMs }))
       .sort((a, b) => a.mtime - b.mtime);
     // Evict nothing when even evicting everything would not make room: a refused push should cost nothing.
@@ -180,14 +180,14 @@ export class ModelCache {
 
   /**
    * Fill ggml-rpc-server's tensor cache from the cached GGUF (a shard stage's layers, or all): parsed and hashed
-   * off the event loop, inside the budget (evicting least-recently-used models if it must); the file is not
-   * pruned meanwhile.
+   * off the event loop, inside the budget (evicting least-recently-used models if it must, never the other
+   * parts of its split model, `siblings`); the file is neither pruned nor evicted for room meanwhile.
    */
-  async fillRpcCache(sha256: string, layers: readonly [number, number] | null): Promise<CacheIndex> {
+  async fillRpcCache(sha256: string, layers: readonly [number, number] | null, siblings: readonly string[] = []): Promise<CacheIndex> {
     this.touch(sha256);
     this.filling.add(sha256);
     try {
-      return await fillRpcCacheOffThread(this.pathOf(sha256), sha256, this.rpcCacheDir, layers, (need) => this.makeRoom(need, sha256));
+      return await fillRpcCacheOffThread(this.pathOf(sha256), sha256, this.rpcCacheDir, layers, (need) => this.makeRoom(need, [sha256, ...siblings]));
     } finally {
       this.filling.delete(sha256);
     }

@@ -47,7 +47,7 @@ export async function runCommand(c: Command, t: CommandTarget): Promise<Record<s
       return { availability: t.availability().state };
     case 'fill-rpc-cache': {
       if (!t.cache.has(c.sha256)) throw new RelayError(ErrorCode.MODEL_FILE_MISSING, `node ${t.name} does not hold ${c.sha256.slice(0, 12)}…`);
-      const idx = await t.cache.fillRpcCache(c.sha256, c.layers ?? null);
+      const idx = await t.cache.fillRpcCache(c.sha256, c.layers ?? null, c.siblings ?? []);
       return { files: idx.files.length, bytes: idx.files.reduce((a, f) => a + f.size, 0) };
     }
   }

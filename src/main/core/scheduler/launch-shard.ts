@@ -1,5 +1,6 @@
 import type { Logger } from 'pino';
 import { ErrorCode, RelayError, isRelayError } from '../../../shared/errors.js';
+import type { CommandBody } from '../../../shared/protocol.js';
 import type { HubConfig } from '../config.js';
 import type { LlamaInstall } from '../llama/install.js';
 import { startLlamaServer, type RunningLlamaServer } from '../llama/processes.js';
@@ -131,8 +132,11 @@ export class ShardLauncher {
    */
   private async fillRpcCache(conn: NodeConn, model: ModelRecord, stage: Stage, log: Logger): Promise<void> {
     if (!this.deps.config.rpcCacheFill) return;
-    for (const file of modelFiles(model).filter((f) => conn.cache.has(f.sha256))) {
-      const filled = await conn.command({ type: 'fill-rpc-cache', sha256: file.sha256, layers: [stage.layers[0], stage.layers[1]] }, RPC_FILL_TIMEOUT_MS).catch((err: Error) => {
+    const files = modelFiles(model);
+    for (const file of files.filter((f) => conn.cache.has(f.sha256))) {
+      const siblings = files.filter((f) => f !== file).map((f) => f.sha256);
+      const command: CommandBody = { type: 'fill-rpc-cache', sha256: file.sha256, layers: [stage.layers[0], stage.layers[1]], ...(siblings.length > 0 ? { siblings } : {}) };
+      const filled = await conn.command(command, RPC_FILL_TIMEOUT_MS).catch((err: Error) => {
         log.warn({ node: conn.name, file: file.sha256, err: err.message }, 'rpc cache fill failed: the load sends the tensors instead');
         return null;
       });
