@@ -137,12 +137,13 @@ export interface PushBegin {
   /** The other parts of the same split model: the node does not evict them to make room for this one. */
   siblings?: string[];
 }
+
 /** Fill ggml-rpc-server's tensor cache from the node's own copy of a GGUF (a shard's cold load then moves no large tensor). */
-/** `layers`: only the tensors of the stage's layers [first, end) (absent: every tensor over the threshold). */
 export interface FillRpcCache {
   type: 'fill-rpc-cache';
   id: number;
   sha256: string;
+  /** Only the tensors of the stage's layers [first, end) (absent: every tensor over the threshold). */
   layers?: [number, number];
   /** The other parts of its split model: not evicted to make room for this fill. */
   siblings?: string[];

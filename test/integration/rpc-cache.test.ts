@@ -81,6 +81,19 @@ describe('FNV-1a 64 and the rpc cache files', () => {
     assert.deepEqual(readdirSync(dir), []);
   });
 
+  it("evicting one model keeps the files another model's index names too (the same tensor in both)", () => {
+    const dir = mkdtempSync(join(tmpdir(), 'relay-rpc-'));
+    const path = fixture('large');
+    const [one, two] = ['b'.repeat(64), 'c'.repeat(64)];
+    const a = fillRpcCache(path, one, dir); // the same bytes registered twice: every file shared
+    const b = fillRpcCache(path, two, dir, [1, 2]); // the second names only blk.1's
+    assert.ok(b.files.length > 0 && b.files.length < a.files.length);
+    evictRpcCache(dir, one);
+    assert.deepEqual(readdirSync(dir).sort(), [...b.files.map((f) => f.name), `relay-index-${two}.json`].sort(), "the other model's files stay");
+    evictRpcCache(dir, two);
+    assert.deepEqual(readdirSync(dir), []);
+  });
+
   it('FNV-1a 64 in 32-bit integer steps equals a BigInt reference on any bytes', () => {
     const ref = (data: Uint8Array): string => {
       let h = 0xcbf29ce484222325n;

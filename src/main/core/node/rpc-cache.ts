@@ -169,11 +169,20 @@ export function rpcCacheBytes(dir: string): number {
   return total;
 }
 
-/** Remove the cache files that were filled for `sha256` (evicted with the model file). */
+/**
+ * Remove the cache files that were filled for `sha256` (evicted with the model file). A file is named by the hash
+ * of a tensor's bytes, so another model with the same tensor (the same weights as one file and split, two
+ * quantizations sharing a layer) lists it too: such a file stays while another index names it.
+ */
 export function evictRpcCache(dir: string, sha256: string): void {
   const idx = indexPath(dir, sha256);
   if (!existsSync(idx)) return;
   const index = JSON.parse(readFileSync(idx, 'utf8')) as CacheIndex;
-  for (const f of index.files) rmSync(join(dir, f.name), { force: true });
+  const others = new Set<string>();
+  for (const f of readdirSync(dir)) {
+    const m = /^relay-index-([0-9a-f]{64})\.json$/.exec(f);
+    if (m && m[1] !== sha256) for (const x of readIndex(dir, m[1]!)?.files ?? []) others.add(x.name);
+  }
+  for (const f of index.files) if (!others.has(f.name)) rmSync(join(dir, f.name), { force: true });
   rmSync(idx, { force: true });
 }

@@ -73,7 +73,7 @@ export class ShardLauncher {
         const conn = this.deps.nodes?.get(stage.node);
         if (!conn) throw new RelayError(ErrorCode.NODE_LOST, `node ${stage.node} left before its stage started`);
         const member: Member = { stage, conn, rpcId: `${p.id}-${i++}`, bridge: null };
-        await this.fillRpcCache(conn, model, stage, log);
+        await this.fillRpcCache(conn, model, stage, log, () => h.stopped);
         await unlessStopped();
         const info = { model: model.name, index: plan.stages.indexOf(stage), of: plan.stages.length, layers: [stage.layers[0], stage.layers[1]] as [number, number] };
         try {
@@ -130,10 +130,11 @@ export class ShardLauncher {
    * not tensors over 10 MiB (HubConfig.rpcCacheFill, RELAY_RPC_CACHE_FILL=0, turns this off, for measuring).
    * A split model's parts are GGUFs of their own: each part the node holds fills the stage's tensors it has.
    */
-  private async fillRpcCache(conn: NodeConn, model: ModelRecord, stage: Stage, log: Logger): Promise<void> {
+  private async fillRpcCache(conn: NodeConn, model: ModelRecord, stage: Stage, log: Logger, stopped: () => boolean): Promise<void> {
     if (!this.deps.config.rpcCacheFill) return;
     const files = modelFiles(model);
     for (const file of files.filter((f) => conn.cache.has(f.sha256))) {
+      if (stopped()) return; // a stop came during the last part's fill: the rest would be for nothing
       const siblings = files.filter((f) => f !== file).map((f) => f.sha256);
       const command: CommandBody = { type: 'fill-rpc-cache', sha256: file.sha256, layers: [stage.layers[0], stage.layers[1]], ...(siblings.length > 0 ? { siblings } : {}) };
       const filled = await conn.command(command, RPC_FILL_TIMEOUT_MS).catch((err: Error) => {
