@@ -2,8 +2,15 @@
  * `npm run bench [-- NAME…]`: runs the named benchmarks (default: all), each printing its own tables, then
  * the performance targets they measured in one table.
  */
-import { availableParallelism, cpus, totalmem } from 'node:os';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { availableParallelism, cpus, tmpdir, totalmem } from 'node:os';
+import { join } from 'node:path';
 import { targetTable } from './targets.js';
+
+// What the benchmarks and their hubs and nodes write to the temp dir goes to one folder, removed on exit.
+const benchTmp = mkdtempSync(join(tmpdir(), 'relay-bench-run-'));
+process.env.TMPDIR = benchTmp;
+process.on('exit', () => rmSync(benchTmp, { recursive: true, force: true }));
 
 const ALL = ['hub-overhead', 'tunnel', 'shard', 'scale', 'rpc-fill', 'push-large'];
 const names = process.argv.slice(2).length > 0 ? process.argv.slice(2) : ALL;

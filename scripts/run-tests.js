@@ -1,9 +1,12 @@
 #!/usr/bin/env node
 // Runs every compiled *.test.js under dist/test with node's test runner, then checks that no process the
-// suite started (they carry RELAY_TEST_RUN_ID in their environment) is still running.
+// suite started (they carry RELAY_TEST_RUN_ID in their environment) is still running. Everything the tests
+// and their processes write to the temp dir (hub and node homes, pushed copies, chromium profiles) goes to
+// one folder per run, removed at the end (RELAY_KEEP_TEST_TMP=1 keeps it, to look at after a failure).
 import { spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
-import { readdirSync, readFileSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
 const root = new URL('..', import.meta.url).pathname;
@@ -28,11 +31,12 @@ if (files.length === 0) {
 
 const runId = randomUUID();
 const marker = `RELAY_TEST_RUN_ID=${runId}`;
+const runTmp = mkdtempSync(join(tmpdir(), 'relay-test-run-'));
 const child = spawn(process.execPath, ['--test', '--test-reporter=spec', ...files], {
   stdio: 'inherit',
   // The suite pins the CPU backend for every hub and node it starts (the temperature-0 oracles are CPU runs);
   // the GPU tests ask for Vulkan on lavapipe explicitly and the detection tests run 'auto' themselves.
-  env: { RELAY_LLAMA_BACKEND: 'cpu', ...process.env, RELAY_TEST_RUN_ID: runId },
+  env: { RELAY_LLAMA_BACKEND: 'cpu', ...process.env, RELAY_TEST_RUN_ID: runId, TMPDIR: runTmp },
 });
 const code = await new Promise((resolve) => child.on('close', (c, s) => resolve(c ?? (s ? 1 : 0))));
 
@@ -54,6 +58,10 @@ function leftovers() {
 }
 
 const orphans = leftovers();
+const removeTmp = () => {
+  if (process.env.RELAY_KEEP_TEST_TMP === '1') console.log(`test temp files kept in ${runTmp}`);
+  else rmSync(runTmp, { recursive: true, force: true });
+};
 if (orphans.length > 0) {
   console.error(`\norphan check: FAILED, ${orphans.length} process(es) started by the suite are still running:`);
   for (const o of orphans) {
@@ -64,7 +72,9 @@ if (orphans.length > 0) {
       /* gone */
     }
   }
+  removeTmp();
   process.exit(1);
 }
 console.log('orphan check: no llama-server, ggml-rpc-server or helper process from this run is left');
+removeTmp();
 process.exit(code);
