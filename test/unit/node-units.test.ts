@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
-import { existsSync, mkdtempSync, readdirSync, symlinkSync, utimesSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, symlinkSync, utimesSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Readable } from 'node:stream';
@@ -219,6 +219,29 @@ describe('model cache', () => {
     assert.deepEqual(r.partials, [{ sha256: sha(stale), size: 1000 }]);
     assert.deepEqual(c.inventory(), [{ sha256: sha(used), size: 1024 }]);
     assert.deepEqual(c.partials(), []);
+  });
+
+  it('a file two fills read stays protected until both end; a vanished rpc-cache file is not counted', async () => {
+    const c = new ModelCache(tmp(), 0);
+    const f = Buffer.alloc(1024, 5);
+    await c.receive(Readable.from([f]), sha(f), 0, f.length);
+    c.filling.add(sha(f)); // stage 1's fill
+    c.filling.add(sha(f)); // stage 2's, from the same file
+    c.filling.delete(sha(f)); // stage 1 done
+    assert.deepEqual(
+      c.prune().kept.map((k) => k.why),
+      ['a shard stage is being prepared from it'],
+    );
+    c.filling.delete(sha(f));
+    assert.deepEqual(
+      c.prune().removed.map((r) => r.sha256),
+      [sha(f)],
+    );
+    // A name listed but gone before it is measured (a fill's temp file renamed meanwhile) counts nothing.
+    mkdirSync(c.rpcCacheDir, { recursive: true });
+    writeFileSync(join(c.rpcCacheDir, '00000000000000aa'), Buffer.alloc(100));
+    symlinkSync(join(c.rpcCacheDir, 'gone'), join(c.rpcCacheDir, '.relay-tmp'));
+    assert.equal(c.usedBytes(), 100);
   });
 
   it('prune leaves the partial file of a push being received', async () => {

@@ -39,6 +39,22 @@ function linksTo(link: string, target: string): boolean {
   }
 }
 
+/** A set in which each add needs its own delete: two fills from one file keep it protected until both end. */
+export class CountedSet {
+  private readonly counts = new Map<string, number>();
+  add(key: string): void {
+    this.counts.set(key, (this.counts.get(key) ?? 0) + 1);
+  }
+  delete(key: string): void {
+    const n = (this.counts.get(key) ?? 0) - 1;
+    if (n > 0) this.counts.set(key, n);
+    else this.counts.delete(key);
+  }
+  has(key: string): boolean {
+    return this.counts.has(key);
+  }
+}
+
 export class ModelCache {
   readonly modelsDir: string;
   readonly partialDir: string;
@@ -47,8 +63,8 @@ export class ModelCache {
   /** Files a replica or rpc-server uses now: never evicted. */
   readonly inUse = new Set<string>();
 
-  /** Models a shard stage's rpc cache is being filled from: not pruned meanwhile. */
-  readonly filling = new Set<string>();
+  /** Models a shard stage's rpc cache is being filled from: neither pruned nor evicted for room meanwhile. */
+  readonly filling = new CountedSet();
   /** A part being pushed → the other parts of its split model (push-begin's `siblings`): not evicted for it. */
   readonly pushedWith = new Map<string, readonly string[]>();
   /** Pushes being received now: their partial files are not pruned. */

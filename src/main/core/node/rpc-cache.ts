@@ -165,7 +165,13 @@ export async function fillRpcCacheOffThread(
 export function rpcCacheBytes(dir: string): number {
   if (!existsSync(dir)) return 0;
   let total = 0;
-  for (const f of readdirSync(dir)) total += statSync(join(dir, f)).size;
+  for (const f of readdirSync(dir)) {
+    try {
+      total += statSync(join(dir, f)).size;
+    } catch {
+      /* gone since the listing: a fill's temp file renamed, a file evicted */
+    }
+  }
   return total;
 }
 
