@@ -11,6 +11,9 @@ import { buildTrayMenu, trayIcon } from '../../src/main/app/tray-menu.js';
 import { startHub, type HubProcess } from '../helpers/hub.js';
 import { listeningSockets, mintToken } from '../helpers/node.js';
 import { until } from '../helpers/proc.js';
+import fc from 'fast-check';
+import { inPauseWindow, parseSchedule } from '../../src/main/core/availability.js';
+import { scheduleWindows } from '../../src/main/app/app-settings.js';
 
 /**
  * The tray app's settings page (src/renderer/settings.html) in Debian's chromium, bridged to the real
@@ -97,6 +100,39 @@ describe('tray settings page, node mode', { timeout: 240_000 }, () => {
         v1Url: `${hub.url}/v1`,
       },
     );
+  });
+
+  it("the page's schedule rules are the node's: its text parses back to its windows, its week view pauses what availability.ts pauses", async () => {
+    // The sandboxed page cannot import availability.ts, so it has its own copy of the rule: held to it here.
+    const hhmm = fc.tuple(fc.integer({ min: 0, max: 23 }), fc.constantFrom(0, 15, 30, 45)).map(([h, m]) => `${String(h).padStart(2, '0')}:${String(m).padStart(2, '0')}`);
+    const windows = fc.sample(
+      fc.array(
+        fc.record({
+          days: fc.uniqueArray(fc.integer({ min: 0, max: 6 }), { minLength: 1, maxLength: 7 }),
+          from: hhmm,
+          to: fc.oneof(hhmm, fc.constant('24:00')),
+        }),
+        { minLength: 1, maxLength: 3 },
+      ),
+      { numRuns: 150, seed: 15 },
+    );
+    const page = await openSettings(browser, () => app);
+    try {
+      const seen = await page.evaluate((all) => {
+        const g = globalThis as unknown as { scheduleText(w: unknown): string; pausedAt(w: unknown, day: number, hour: number): boolean };
+        return all.map((w) => ({ text: g.scheduleText(w), week: [0, 1, 2, 3, 4, 5, 6].map((d) => Array.from({ length: 24 }, (_, h) => g.pausedAt(w, d, h))) }));
+      }, windows);
+      seen.forEach((page, i) => {
+        const sorted = (ws: readonly { days: readonly number[]; from: string; to: string }[]) => ws.map((w) => ({ ...w, days: [...w.days].sort() }));
+        assert.deepEqual(sorted(scheduleWindows(page.text)), sorted(windows[i]!), `"${page.text}" reads back as the windows it came from`);
+        const parsed = parseSchedule(page.text);
+        // 2026-11-29 is a Sunday: day d at hour h is that Sunday + d days, at h:30 (the page draws mid-hour).
+        const node = [0, 1, 2, 3, 4, 5, 6].map((d) => Array.from({ length: 24 }, (_, h) => inPauseWindow(parsed, new Date(2026, 10, 29 + d, h, 30))));
+        assert.deepEqual(page.week, node, `the week view of "${page.text}"`);
+      });
+    } finally {
+      await page.close();
+    }
   });
 
   it('a weekly window that covers now pauses the node at once; the hub follows; the window removed, it shares again', async () => {
