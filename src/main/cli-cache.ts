@@ -1,7 +1,8 @@
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
-import { cacheReport, ModelCache, type CacheBudget, type CacheReport } from './core/node/cache.js';
+import { ModelCache, type CacheBudget } from './core/node/cache.js';
+import { cacheReport, type CacheReport } from './core/node/cache-report.js';
 import { readSettings } from './core/node/settings.js';
 
 /**
