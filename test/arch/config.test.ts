@@ -1,14 +1,10 @@
 import assert from 'node:assert/strict';
-import { readdirSync, readFileSync } from 'node:fs';
+import { readFileSync } from 'node:fs';
 import { join, relative } from 'node:path';
 import { describe, it } from 'node:test';
+import { root, sources } from './files.js';
 
 /** The environment is one input, read in config.ts; every variable relay reads is documented for users. */
-const root = new URL('../../../', import.meta.url).pathname;
-
-function sources(dir: string): string[] {
-  return readdirSync(dir, { withFileTypes: true }).flatMap((e) => (e.isDirectory() ? sources(join(dir, e.name)) : /\.(ts|cts)$/.test(e.name) ? [join(dir, e.name)] : []));
-}
 
 describe('configuration', () => {
   const files = sources(join(root, 'src'));

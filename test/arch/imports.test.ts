@@ -2,19 +2,9 @@ import assert from 'node:assert/strict';
 import { readdirSync, readFileSync } from 'node:fs';
 import { join, relative } from 'node:path';
 import { describe, it } from 'node:test';
+import { repoFiles, root, sources } from './files.js';
 
 /** The import direction the architecture promises: the headless core never reaches for Electron. */
-const root = new URL('../../../', import.meta.url).pathname;
-
-function sources(dir: string): string[] {
-  const out: string[] = [];
-  for (const e of readdirSync(dir, { withFileTypes: true })) {
-    const p = join(dir, e.name);
-    if (e.isDirectory()) out.push(...sources(p));
-    else if (/\.(tsx?|cts)$/.test(e.name)) out.push(p);
-  }
-  return out;
-}
 
 function imports(file: string): string[] {
   const text = readFileSync(file, 'utf8');
@@ -109,15 +99,7 @@ describe('layers', () => {
 
 describe('comments', () => {
   it('every file a comment in src names exists in the repository (at the path it gives)', () => {
-    const paths: string[] = [];
-    const walk = (dir: string): void => {
-      for (const e of readdirSync(dir, { withFileTypes: true })) {
-        if (e.name === 'node_modules' || e.name === 'dist' || e.name.startsWith('.')) continue;
-        if (e.isDirectory()) walk(join(dir, e.name));
-        else paths.push(relative(root, join(dir, e.name)).replace(/\\/g, '/'));
-      }
-    };
-    walk(root);
+    const paths = repoFiles();
     // `a/b.ts` names the file by the end of its path; an import's `.js` is its `.ts` source.
     const exists = (named: string): boolean => [named, named.replace(/\.js$/, '.ts')].some((n) => paths.some((p) => p === n || p.endsWith(`/${n}`)));
     const missing: string[] = [];

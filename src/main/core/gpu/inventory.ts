@@ -1,10 +1,9 @@
 import { spawn } from 'node:child_process';
 import { parseListDevices, type ListedDevice } from '../llama/devices.js';
 import { listDevicesWith } from '../llama/backends.js';
-import type { LlamaInstall } from '../llama/install.js';
+import { installEnv, type LlamaInstall } from '../llama/install.js';
 import { readNvml, type GpuReading } from './nvml.js';
 import { readNvidiaSmi } from './smi.js';
-import { processEnv } from '../config.js';
 
 /**
  * A device the hub may place on. GPUs come from `llama-server --list-devices` with the backend in use (the
@@ -102,15 +101,10 @@ export function readGpuReadings(): GpuReading[] | null {
   return readNvml() ?? readNvidiaSmi();
 }
 
-/** The environment llama-server runs in: the process's, with the chosen backend's variables on top. */
-function serverEnv(install: LlamaInstall): NodeJS.ProcessEnv {
-  return { ...processEnv(), ...install.env };
-}
-
 /** `--list-devices` without blocking the event loop (a Vulkan instance takes a while to come up). */
 function listAsync(install: LlamaInstall): Promise<ListedDevice[] | null> {
   return new Promise((resolve) => {
-    const child = spawn(install.serverPath, ['--list-devices'], { env: serverEnv(install), stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(install.serverPath, ['--list-devices'], { env: installEnv(install), stdio: ['ignore', 'pipe', 'pipe'] });
     let out = '';
     child.stdout.on('data', (c: Buffer) => (out += c.toString()));
     child.stderr.on('data', (c: Buffer) => (out += c.toString()));
@@ -149,7 +143,7 @@ export class HostInventory {
   devices(): Device[] {
     if (this.listed === null) {
       this.listedAt = this.now();
-      this.listed = listDevicesWith(this.install.serverPath, this.install.backendModule, serverEnv(this.install)).devices;
+      this.listed = listDevicesWith(this.install.serverPath, this.install.backendModule, installEnv(this.install)).devices;
       if (this.listed.length > 0 && this.refreshMs > 0) {
         // Only devices no driver reading covers need llama-server's list again: each --list-devices opens a
         // context on every GPU (memory, power, and a process auto-pause would have to ignore).
@@ -161,7 +155,7 @@ export class HostInventory {
     }
     const hasGpu = this.listed.length > 0;
     // CUDA numbers the GPUs llama-server can see: CUDA_VISIBLE_DEVICES as its environment has it.
-    const cudaVisible = serverEnv(this.install).CUDA_VISIBLE_DEVICES;
+    const cudaVisible = installEnv(this.install).CUDA_VISIBLE_DEVICES;
     this.lastMerged = mergeDevices(this.listed, hasGpu ? this.readings() : null, this.cpuBudgetMb, { cudaVisible, readAt: this.listedAt });
     return this.lastMerged;
   }

@@ -65,6 +65,11 @@ export interface InstallManifest {
  */
 export const LAYOUT = 'shared';
 
+/** The environment a binary of `install` runs in: `base` (the process's) with the backend's variables on top, which no caller can drop. */
+export function installEnv(install: Pick<LlamaInstall, 'env'>, base: NodeJS.ProcessEnv = processEnv()): NodeJS.ProcessEnv {
+  return { ...base, ...install.env };
+}
+
 export function installDir(env: NodeJS.ProcessEnv = processEnv()): string {
   return join(cacheRoot(env), 'llama.cpp', `${LLAMA_SOURCE.tag}-${LAYOUT}`);
 }

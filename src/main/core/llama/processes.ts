@@ -1,8 +1,7 @@
 import { llamaServerArgv, rpcServerArgv, type LlamaServerOptions } from './argv.js';
-import type { LlamaInstall } from './install.js';
+import { installEnv, type LlamaInstall } from './install.js';
 import { freePort } from './ports.js';
 import { spawnChild, type ManagedChild } from './supervisor.js';
-import { processEnv } from '../config.js';
 
 export interface RunningLlamaServer {
   readonly child: ManagedChild;
@@ -28,7 +27,7 @@ export async function startLlamaServer(install: LlamaInstall, opts: ServerOpts):
       command: install.serverPath,
       args: argv,
       // The backend module (GGML_BACKEND_PATH) comes with the install; a caller's env cannot drop it.
-      env: { ...(opts.env ?? processEnv()), ...install.env },
+      env: installEnv(install, opts.env),
       readiness: { kind: 'http', url: `http://127.0.0.1:${port}/health` },
       readyTimeoutMs: opts.readyTimeoutMs ?? 180_000,
       onLine: opts.onLine,
@@ -57,7 +56,7 @@ export async function startRpcServer(
 ): Promise<RunningRpcServer> {
   for (let attempt = 0; ; attempt++) {
     const port = await freePort();
-    const env = { ...(opts.env ?? processEnv()), ...install.env, ...(opts.cacheDir ? { LLAMA_CACHE: opts.cacheDir } : {}) };
+    const env = { ...installEnv(install, opts.env), ...(opts.cacheDir ? { LLAMA_CACHE: opts.cacheDir } : {}) };
     const child = spawnChild({
       name: opts.name ?? `ggml-rpc-server:${port}`,
       command: install.rpcServerPath,
