@@ -1,11 +1,14 @@
-import { closeSync, existsSync, fsyncSync, openSync, readFileSync, renameSync, writeSync } from 'node:fs';
+import { closeSync, copyFileSync, existsSync, fsyncSync, linkSync, openSync, readFileSync, renameSync, rmSync, writeSync } from 'node:fs';
 import { dirname } from 'node:path';
 
 /**
  * Small JSON state files that must survive a crash or a power cut (relay.json, node.json, settings.json).
- * A write goes to a temp file that is fsynced, the current file becomes `<file>.bak` (the last good copy),
- * the temp file is renamed into place, and the directory is fsynced so the renames are on disk too. A reader
- * that finds the current file missing, empty or unparseable starts from the last good copy, and says so.
+ * A write goes to a temp file that is fsynced; the current file is linked to `<file>.bak` (the last good copy)
+ * under a temp name that is renamed over the old copy; the temp file is renamed over the current file; the
+ * directory is fsynced so the renames are on disk too. Every rename replaces its target atomically, so at no
+ * moment of a write is there no current file: a crash anywhere leaves the committed state or the new one
+ * (test/unit/durable.test.ts crashes after each step). A reader that finds the current file missing, empty or
+ * unparseable starts from the last good copy, and says so.
  */
 function fsyncDir(dir: string): void {
   let fd: number | null = null;
@@ -19,18 +22,54 @@ function fsyncDir(dir: string): void {
   }
 }
 
-export function writeDurable(path: string, text: string, mode = 0o644): void {
-  const tmp = `${path}.tmp`;
-  const fd = openSync(tmp, 'w', mode);
+function writeSynced(path: string, text: string, mode: number): void {
+  const fd = openSync(path, 'w', mode);
   try {
     writeSync(fd, text);
     fsyncSync(fd);
   } finally {
     closeSync(fd);
   }
-  if (existsSync(path)) renameSync(path, `${path}.bak`);
-  renameSync(tmp, path);
-  fsyncDir(dirname(path));
+}
+
+/** One step of a durable write, named for the tests that crash after it. */
+export interface DurableStep {
+  readonly what: string;
+  run(): void;
+}
+
+/** The steps of writing `text` to `path`, in order (writeDurable runs them all). */
+export function durableWriteSteps(path: string, text: string, mode = 0o644): DurableStep[] {
+  const tmp = `${path}.tmp`;
+  const bak = `${path}.bak`;
+  const bakTmp = `${path}.bak.tmp`;
+  return [
+    { what: 'write and fsync the temp file', run: () => writeSynced(tmp, text, mode) },
+    {
+      what: 'link the current file as the next last good copy',
+      run: () => {
+        if (!existsSync(path)) return;
+        rmSync(bakTmp, { force: true });
+        try {
+          linkSync(path, bakTmp);
+        } catch {
+          copyFileSync(path, bakTmp); // a filesystem without hard links (FAT): a copy does the same
+        }
+      },
+    },
+    {
+      what: 'rename it over the last good copy',
+      run: () => {
+        if (existsSync(bakTmp)) renameSync(bakTmp, bak);
+      },
+    },
+    { what: 'rename the temp file over the current file', run: () => renameSync(tmp, path) },
+    { what: 'fsync the directory', run: () => fsyncDir(dirname(path)) },
+  ];
+}
+
+export function writeDurable(path: string, text: string, mode = 0o644): void {
+  for (const step of durableWriteSteps(path, text, mode)) step.run();
 }
 
 export interface DurableRead<T> {
@@ -41,8 +80,10 @@ export interface DurableRead<T> {
 
 /**
  * Read a state file with `parse` (which throws on content it cannot use). Null when neither the file nor a last
- * good copy exists. When the file is bad and the copy is good, the copy's value with `recovered` saying why;
- * when both are bad, the file's own error is thrown (the files are left untouched).
+ * good copy exists. When the file is bad and the copy is good, the copy's value with `recovered` saying why, and
+ * the bad file is moved aside (kept once as `<file>.unreadable`, to look at): the next write then makes a new
+ * current file and leaves the last good copy as it is, instead of making the unreadable file the copy. When both
+ * are bad, the file's own error is thrown (the files are left untouched).
  */
 export function readDurable<T>(path: string, parse: (text: string) => T): DurableRead<T> | null {
   const bak = `${path}.bak`;
@@ -65,6 +106,7 @@ export function readDurable<T>(path: string, parse: (text: string) => T): Durabl
     } catch {
       throw err;
     }
+    renameSync(path, `${path}.unreadable`);
     return { value, recovered: `${path} is unreadable (${(err as Error).message})` };
   }
 }

@@ -130,8 +130,10 @@ class DurableJsonFile implements Adapter<StoreData> {
 }
 
 /**
- * The hub's embedded JSON store (lowdb). lowdb's file adapter writes a temp file and renames it, so a killed
- * hub leaves either the old or the new file, never a torn one. Writes are serialized through `update`.
+ * The hub's embedded JSON store (lowdb, with the durable adapter above: a killed hub leaves the old or the new
+ * file, never a torn one and never none). Writes are serialized through `update`, which changes a copy of the
+ * data and makes it the data only once it is on disk: a failed write (a full disk) changes nothing, in memory
+ * or on disk, so a restart cannot undo what the hub already acted on.
  */
 export class Store {
   private queue: Promise<unknown> = Promise.resolve();
@@ -166,11 +168,17 @@ export class Store {
     return this.db.data;
   }
 
-  /** Apply `fn` to the data and persist, one update at a time. */
+  /**
+   * Apply `fn` to a copy of the data, persist the copy, then make it the data; one update at a time. When `fn`
+   * throws or the write fails, the data is as it was. `fn` changes only what it is given (objects read from
+   * `data` before are the old version afterwards).
+   */
   update<T>(fn: (d: StoreData) => T): Promise<T> {
     const next = this.queue.then(async () => {
-      const result = fn(this.db.data);
-      await this.db.write();
+      const draft = structuredClone(this.db.data);
+      const result = fn(draft);
+      await this.db.adapter.write(draft);
+      this.db.data = draft;
       return result;
     });
     this.queue = next.catch(() => undefined);
