@@ -22,6 +22,7 @@ Usage:
   relay hub [--port 7070] [--listen 127.0.0.1] [--home DIR] [--cpu-budget-mb N] [--keep-alive-ms MS]
             [--tls-cert FILE --tls-key FILE] [--backend auto|cpu|cuda|vulkan|metal]
             [--schedule "mon-fri 09:00-17:30"] [--auto-pause]   (when the hub's own devices are paused)
+            [--allowed-hosts desktop.lan,…]   (names besides its own, its addresses and <hostname>.local)
                          run the hub: OpenAI-compatible /v1, dashboard at /, admin API at /api
   relay models add FILE [--name NAME] [--required-vram-mb N] [--embedding] [--hub URL]
                    [--ctx N] [--slots N] [--kv f16|q8_0|q4_0] [--flash-attn on|off|auto]
@@ -86,9 +87,11 @@ async function cmdHub(args: string[]): Promise<number> {
       backend: { type: 'string' },
       schedule: { type: 'string' },
       'auto-pause': { type: 'boolean' },
+      'allowed-hosts': { type: 'string' },
     },
   });
   if (values.schedule !== undefined) parseSchedule(values.schedule); // refuse a bad schedule before anything else
+  const env = processEnv();
   const overrides: Partial<HubConfig> = {
     tlsCertPath: values['tls-cert'] ? resolve(values['tls-cert']) : undefined,
     tlsKeyPath: values['tls-key'] ? resolve(values['tls-key']) : undefined,
@@ -100,7 +103,7 @@ async function cmdHub(args: string[]): Promise<number> {
     hubSchedule: values.schedule,
     hubAutoPause: values['auto-pause'],
   };
-  const config = hubConfigFromEnv(processEnv(), overrides);
+  const config = hubConfigFromEnv(env, overrides, values['allowed-hosts']);
   const log = createLogger({ name: 'hub' });
   const terminal = new TerminalProgress(process.stderr, (l) => log.info(l));
   const install = await ensureLlama({ backend: backendOf(values.backend), progress: llamaBuildProgress(terminal) });

@@ -1,5 +1,6 @@
 import assert from 'node:assert/strict';
 import http from 'node:http';
+import { hostname } from 'node:os';
 import { after, before, describe, it } from 'node:test';
 import { addModel, startHub, type HubProcess } from '../helpers/hub.js';
 import { fixture } from '../helpers/llama.js';
@@ -73,6 +74,23 @@ describe('the admin API against browsers', { timeout: 120_000 }, () => {
     }
     const ok = await raw(hub.url, { path: '/api/models', headers: { host: `localhost:${new URL(hub.url).port}` } });
     assert.equal(ok.status, 200);
+  });
+
+  it("a rebinding page under the machine's own name in another domain (<hostname>.attacker.example) gets 421 and no key", async () => {
+    const evil = `${hostname().split('.')[0]!.toLowerCase()}.attacker.example:${new URL(hub.url).port}`;
+    // Host and Origin agree: the page's own origin, which DNS rebinding sent to 127.0.0.1 (loopback is admin).
+    const r = await raw(hub.url, { method: 'POST', path: '/api/keys', headers: { host: evil, origin: `http://${evil}`, 'content-type': 'application/json' }, body: '{"name":"stolen"}' });
+    assert.equal(r.status, 421);
+    assert.equal((JSON.parse(r.body) as { error: { code: string } }).error.code, 'misdirected_request');
+    for (const path of ['/api/nodes/token', '/api/dashboard/links']) {
+      const t = await raw(hub.url, { method: 'POST', path, headers: { host: evil, origin: `http://${evil}`, 'content-type': 'application/json' }, body: '{}' });
+      assert.equal(t.status, 421, path);
+    }
+    const keys = await hub.api<{ keys: { name: string }[] }>('/api/keys');
+    assert.deepEqual(keys.body.keys, [], 'no key was made');
+    // The machine's name as the system gives it and its .local name still work.
+    const local = await raw(hub.url, { path: '/api/models', headers: { host: `${hostname().split('.')[0]!}.local:${new URL(hub.url).port}` } });
+    assert.equal(local.status, 200);
   });
 
   it('the same-origin dashboard may post; the page cannot be framed and runs only its own script', async () => {

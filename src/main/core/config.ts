@@ -57,7 +57,10 @@ export interface HubConfig {
   readonly hubSchedule?: string;
   /** Opt-in auto-pause of the hub's own devices (`relay hub --auto-pause`, RELAY_HUB_AUTO_PAUSE=1); unset = as stored. */
   readonly hubAutoPause?: boolean;
-  /** More names this hub answers to, besides loopback, its addresses and its machine name (RELAY_ALLOWED_HOSTS, comma-separated). */
+  /**
+   * More names this hub answers to, besides loopback, its addresses and its machine name (`desktop`, `desktop.local`):
+   * RELAY_ALLOWED_HOSTS and `relay hub --allowed-hosts`, comma-separated (e.g. `desktop.lan,desktop.fritz.box`).
+   */
   readonly allowedHosts: readonly string[];
   /** Loopback clients are admins without a login (RELAY_LOOPBACK_ADMIN=0: they need one too, for a machine shared with other users). */
   readonly loopbackAdmin: boolean;
@@ -154,7 +157,8 @@ function int(env: NodeJS.ProcessEnv, name: string, fallback: number): number {
   return n;
 }
 
-export function hubConfigFromEnv(env: NodeJS.ProcessEnv = processEnv(), overrides: Partial<HubConfig> = {}): HubConfig {
+/** `allowedHostsFlag`: `relay hub --allowed-hosts`, added to RELAY_ALLOWED_HOSTS. */
+export function hubConfigFromEnv(env: NodeJS.ProcessEnv = processEnv(), overrides: Partial<HubConfig> = {}, allowedHostsFlag = ''): HubConfig {
   const kv = (env.RELAY_KV_CACHE_TYPE ?? HUB_DEFAULTS.kvCacheType) as KvCacheType;
   const fa = env.RELAY_FLASH_ATTN as FlashAttn | undefined;
   const cfg: HubConfig = {
@@ -180,7 +184,7 @@ export function hubConfigFromEnv(env: NodeJS.ProcessEnv = processEnv(), override
     threads: env.RELAY_THREADS ? int(env, 'RELAY_THREADS', 0) : undefined,
     pushMaxMibPerSec: int(env, 'RELAY_PUSH_MAX_MBPS', 0),
     loopbackAdmin: env.RELAY_LOOPBACK_ADMIN !== '0',
-    allowedHosts: (env.RELAY_ALLOWED_HOSTS ?? '')
+    allowedHosts: `${env.RELAY_ALLOWED_HOSTS ?? ''},${allowedHostsFlag}`
       .split(',')
       .map((h) => h.trim())
       .filter(Boolean),

@@ -25,9 +25,17 @@ export function isLoopback(addr: string | undefined): boolean {
   return addr === '127.0.0.1' || addr === '::1' || addr === '::ffff:127.0.0.1' || (addr?.startsWith('127.') ?? false);
 }
 
-/** The names and addresses this hub answers to: loopback, the listen address, the machine's name (with any domain), its interfaces, extra. */
+/**
+ * The names and addresses this hub answers to: loopback, the listen address, the machine's name (as the system
+ * gives it, its short form, and `<name>.local` for mDNS), its interfaces' addresses, and the owner's own list
+ * (RELAY_ALLOWED_HOSTS, `--allowed-hosts`). Never "the machine's name under any domain": a page at
+ * `desktop.attacker.example` rebound to 127.0.0.1 would then be same-origin, and loopback is admin.
+ */
 export function ownHostNames(listenHost: string, extra: readonly string[] = [], machine = osHostname(), interfaces = networkInterfaces()): Set<string> {
-  const names = new Set(['localhost', '127.0.0.1', '::1', listenHost.toLowerCase(), machine.toLowerCase()]);
+  const m = machine.toLowerCase();
+  const short = m.split('.')[0]!;
+  const names = new Set(['localhost', '127.0.0.1', '::1', listenHost.toLowerCase()]);
+  if (m !== '') for (const n of [m, short, `${short}.local`]) names.add(n);
   for (const list of Object.values(interfaces)) for (const a of list ?? []) names.add(a.address.toLowerCase());
   for (const e of extra) if (e.trim()) names.add(e.trim().toLowerCase());
   return names;
@@ -37,20 +45,15 @@ export function ownHostNames(listenHost: string, extra: readonly string[] = [], 
 export function hostOf(header: string): string | null {
   const h = header.trim().toLowerCase();
   const m = /^\[([0-9a-f:.]+)\](?::\d{1,5})?$/.exec(h) ?? /^([a-z0-9.-]+)(?::\d{1,5})?$/.exec(h);
-  return m ? m[1]! : null;
+  return m ? m[1]!.replace(/\.$/, '') : null;
 }
 
-/**
- * Whether a Host header names this hub: one of `names`, any address 127.x, or the machine's name under a local
- * domain (`desktop.lan`, `desktop.local`, `desktop.fritz.box`). A request without Host (HTTP/1.0) passes.
- */
-export function hostAllowed(header: string | undefined, names: ReadonlySet<string>, machine = osHostname()): boolean {
+/** Whether a Host header names this hub: one of `names`, or any address 127.x. A request without Host (HTTP/1.0) passes. */
+export function hostAllowed(header: string | undefined, names: ReadonlySet<string>): boolean {
   if (header === undefined) return true;
   const h = hostOf(header);
   if (h === null) return false;
-  if (names.has(h) || /^127\.\d+\.\d+\.\d+$/.test(h)) return true;
-  const m = machine.toLowerCase();
-  return m !== '' && h.startsWith(`${m}.`);
+  return names.has(h) || /^127\.\d+\.\d+\.\d+$/.test(h);
 }
 
 /** Whether a state-changing request comes from this hub's own pages (or from no browser at all). */
@@ -73,7 +76,12 @@ export function browserGuard(names: ReadonlySet<string>) {
     res.setHeader('x-content-type-options', 'nosniff');
     res.setHeader('referrer-policy', 'no-referrer');
     if (!hostAllowed(req.headers.host, names)) {
-      return next(new RelayError(ErrorCode.MISDIRECTED_REQUEST, `this hub does not answer to the name "${req.headers.host}" (add it with RELAY_ALLOWED_HOSTS if it is really this machine)`));
+      return next(
+        new RelayError(
+          ErrorCode.MISDIRECTED_REQUEST,
+          `this hub does not answer to the name "${req.headers.host}" (if it is really this machine, add the name with --allowed-hosts or RELAY_ALLOWED_HOSTS)`,
+        ),
+      );
     }
     if (!SAFE_METHODS.has(req.method) && !sameOrigin(req.get('origin'), req.get('sec-fetch-site'), req.headers.host)) {
       return next(new RelayError(ErrorCode.FORBIDDEN, "a request from another site's page is refused (Origin / Sec-Fetch-Site)"));
