@@ -149,13 +149,9 @@ describe("backend detection with this machine's real loaders (Vulkan loader + la
 
   it("the host inventory lists the backend's devices and re-reads them (free memory is not read once)", async () => {
     let t = 1000;
-    const inv = new HostInventory(
-      vulkanLlama(),
-      0,
-      () => null,
-      0,
-      () => t,
-    );
+    const inv = new HostInventory(vulkanLlama(), 0, { read: () => Promise.resolve(null), listMs: 0, now: () => t });
+    assert.deepEqual(inv.devices(), [], "nothing is read on the caller's path: no device before start()");
+    await inv.start();
     const first = inv.devices();
     assert.deepEqual(
       first.map((d) => [d.id, d.kind, d.source, d.readAt]),
@@ -168,7 +164,8 @@ describe("backend detection with this machine's real loaders (Vulkan loader + la
       [['Vulkan0', 2000]],
     );
     inv.close();
-    const cpu = new HostInventory(llama(), 512, () => null, 0);
+    const cpu = new HostInventory(llama(), 512, { read: () => Promise.resolve(null), listMs: 0 });
+    await cpu.start();
     assert.deepEqual(
       cpu.devices().map((d) => [d.id, d.kind, d.totalMb]),
       [['CPU', 'cpu', 512]],

@@ -1,13 +1,13 @@
 import { spawn } from 'node:child_process';
 import { parseListDevices, type ListedDevice } from '../llama/devices.js';
-import { listDevicesWith } from '../llama/backends.js';
 import { installEnv, type LlamaInstall } from '../llama/install.js';
+import { trackChild } from '../llama/supervisor.js';
 import { readNvml, type GpuReading } from './nvml.js';
 import { readNvidiaSmi } from './smi.js';
 
 /**
  * A device the hub may place on. GPUs come from `llama-server --list-devices` with the backend in use (the
- * names llama.cpp accepts in --device), re-read every few seconds so free memory follows what other programs
+ * names llama.cpp accepts in --device), re-read in the background so free memory follows what other programs
  * and relay's own children hold. NVIDIA GPUs are enriched by NVML (or nvidia-smi): free memory and
  * utilisation, matched to the llama.cpp device by PCI bus id (CUDA) or by name (Vulkan), never by position
  * alone. A machine without a GPU has no device unless its owner opted a CPU budget in.
@@ -61,8 +61,13 @@ export function matchReading(d: ListedDevice, readings: readonly GpuReading[], c
   return undefined;
 }
 
-/** Pure: merge llama-server's list with driver readings. */
-export function mergeDevices(listed: readonly ListedDevice[], readings: readonly GpuReading[] | null, cpuBudgetMb: number, opts: { cudaVisible?: string | undefined; readAt?: number } = {}): Device[] {
+/** Pure: merge llama-server's list with driver readings (`readingsAt`: when the driver was read). */
+export function mergeDevices(
+  listed: readonly ListedDevice[],
+  readings: readonly GpuReading[] | null,
+  cpuBudgetMb: number,
+  opts: { cudaVisible?: string | undefined; readAt?: number; readingsAt?: number } = {},
+): Device[] {
   const out: Device[] = [];
   const readAt = opts.readAt ?? 0;
   for (const d of listed) {
@@ -77,8 +82,8 @@ export function mergeDevices(listed: readonly ListedDevice[], readings: readonly
       utilizationPct: r?.utilizationPct ?? null,
       source: r?.source ?? 'llama-server',
       busId: r?.busId ?? null,
-      // A driver reading is taken now; llama-server's list when it was last refreshed.
-      readAt: r ? Number.MAX_SAFE_INTEGER : readAt,
+      // A driver reading is at most a second old; llama-server's list is as old as its last refresh.
+      readAt: r ? (opts.readingsAt ?? readAt) : readAt,
     });
   }
   if (cpuBudgetMb > 0) {
@@ -97,14 +102,16 @@ export function mergeDevices(listed: readonly ListedDevice[], readings: readonly
   return out;
 }
 
-export function readGpuReadings(): GpuReading[] | null {
-  return readNvml() ?? readNvidiaSmi();
+/** NVML (initialised once, then each reading is a few driver queries), else nvidia-smi in the background. */
+export async function readGpuReadings(): Promise<GpuReading[] | null> {
+  return readNvml() ?? (await readNvidiaSmi());
 }
 
 /** `--list-devices` without blocking the event loop (a Vulkan instance takes a while to come up). */
 function listAsync(install: LlamaInstall): Promise<ListedDevice[] | null> {
   return new Promise((resolve) => {
     const child = spawn(install.serverPath, ['--list-devices'], { env: installEnv(install), stdio: ['ignore', 'pipe', 'pipe'] });
+    trackChild(child);
     let out = '';
     child.stdout.on('data', (c: Buffer) => (out += c.toString()));
     child.stderr.on('data', (c: Buffer) => (out += c.toString()));
@@ -121,43 +128,85 @@ function listAsync(install: LlamaInstall): Promise<ListedDevice[] | null> {
   });
 }
 
+export interface InventoryOptions {
+  /** llama-server's device list (default: `--list-devices` with the install's backend). */
+  readonly list?: () => Promise<ListedDevice[] | null>;
+  /** Driver readings of NVIDIA GPUs (default: NVML, else nvidia-smi). */
+  readonly read?: () => Promise<GpuReading[] | null>;
+  /** How often devices no driver reading covers are listed again (0: never). */
+  readonly listMs?: number;
+  /** How often the driver is read (0: only at start). */
+  readonly readMs?: number;
+  readonly now?: () => number;
+}
+
 /**
- * The host machine's devices: llama-server's list (read at once, then refreshed every `refreshMs` in the
- * background), driver readings on every call.
+ * The host machine's devices. Nothing is read on the caller's path: `start()` lists them once, then timers keep
+ * the picture fresh in the background — driver readings every second (free memory and utilisation of NVIDIA
+ * GPUs), llama-server's list every few seconds for GPUs no driver covers (each --list-devices opens a context on
+ * every GPU: memory, power, and a process auto-pause would have to ignore). `devices()` only merges what was
+ * read last, so the scheduler, /status and /v1/models may call it as often as they like.
  */
 export class HostInventory {
-  private listed: ListedDevice[] | null = null;
+  private listed: ListedDevice[] = [];
   private listedAt = 0;
-  private timer: NodeJS.Timeout | null = null;
+  private readings: GpuReading[] | null = null;
+  private readingsAt = 0;
+  private readonly timers: NodeJS.Timeout[] = [];
   private refreshing: Promise<void> | null = null;
+  private reading: Promise<void> | null = null;
+  private started: Promise<void> | null = null;
   private lastMerged: Device[] = [];
+  private readonly list: () => Promise<ListedDevice[] | null>;
+  private readonly read: () => Promise<GpuReading[] | null>;
+  private readonly now: () => number;
+  private readonly cudaVisible: string | undefined;
 
   constructor(
-    private readonly install: LlamaInstall,
+    install: LlamaInstall,
     private cpuBudgetMb: number,
-    private readonly readings: () => GpuReading[] | null = readGpuReadings,
-    private readonly refreshMs = 5000,
-    private readonly now: () => number = Date.now,
-  ) {}
-
-  devices(): Device[] {
-    if (this.listed === null) {
-      this.listedAt = this.now();
-      this.listed = listDevicesWith(this.install.serverPath, this.install.backendModule, installEnv(this.install)).devices;
-      if (this.listed.length > 0 && this.refreshMs > 0) {
-        // Only devices no driver reading covers need llama-server's list again: each --list-devices opens a
-        // context on every GPU (memory, power, and a process auto-pause would have to ignore).
-        this.timer = setInterval(() => {
-          if (this.lastMerged.some((d) => d.kind === 'gpu' && d.source === 'llama-server')) void this.refresh();
-        }, this.refreshMs);
-        this.timer.unref();
-      }
-    }
-    const hasGpu = this.listed.length > 0;
+    private readonly opts: InventoryOptions = {},
+  ) {
+    this.list = opts.list ?? (() => listAsync(install));
+    this.read = opts.read ?? readGpuReadings;
+    this.now = opts.now ?? Date.now;
     // CUDA numbers the GPUs llama-server can see: CUDA_VISIBLE_DEVICES as its environment has it.
-    const cudaVisible = installEnv(this.install).CUDA_VISIBLE_DEVICES;
-    this.lastMerged = mergeDevices(this.listed, hasGpu ? this.readings() : null, this.cpuBudgetMb, { cudaVisible, readAt: this.listedAt });
+    this.cudaVisible = installEnv(install).CUDA_VISIBLE_DEVICES;
+    this.merge();
+  }
+
+  /** The first listing and driver reading, then the background refreshes. Idempotent. */
+  start(): Promise<void> {
+    this.started ??= (async () => {
+      await this.refresh();
+      if (this.listed.length === 0) return;
+      await this.readDriver();
+      const listMs = this.opts.listMs ?? 5000;
+      const readMs = this.opts.readMs ?? 1000;
+      if (listMs > 0) {
+        this.timers.push(
+          setInterval(() => {
+            if (this.lastMerged.some((d) => d.kind === 'gpu' && d.source === 'llama-server')) void this.refresh();
+          }, listMs),
+        );
+      }
+      if (readMs > 0) this.timers.push(setInterval(() => void this.readDriver(), readMs));
+      for (const t of this.timers) t.unref();
+    })();
+    return this.started;
+  }
+
+  /** What was read last, merged (no I/O: safe on every request). */
+  devices(): Device[] {
     return this.lastMerged;
+  }
+
+  private merge(): void {
+    this.lastMerged = mergeDevices(this.listed, this.listed.length > 0 ? this.readings : null, this.cpuBudgetMb, {
+      cudaVisible: this.cudaVisible,
+      readAt: this.listedAt,
+      readingsAt: this.readingsAt,
+    });
   }
 
   /** The opted-in CPU budget (MiB, 0: GPUs only) now. */
@@ -168,6 +217,7 @@ export class HostInventory {
   /** Change the CPU budget at once (the tray's settings): the next devices() reports it. */
   setCpuBudgetMb(mb: number): void {
     this.cpuBudgetMb = mb;
+    this.merge();
   }
 
   /** Re-read llama-server's list now (free memory of devices NVML does not cover). */
@@ -175,10 +225,11 @@ export class HostInventory {
     this.refreshing ??= (async () => {
       try {
         const at = this.now();
-        const fresh = await listAsync(this.install);
+        const fresh = await this.list();
         if (fresh) {
           this.listed = fresh;
           this.listedAt = at;
+          this.merge();
         }
       } finally {
         this.refreshing = null;
@@ -187,8 +238,23 @@ export class HostInventory {
     return this.refreshing;
   }
 
+  private readDriver(): Promise<void> {
+    this.reading ??= (async () => {
+      try {
+        const at = this.now();
+        this.readings = await this.read();
+        this.readingsAt = at;
+        this.merge();
+      } catch {
+        /* a failed reading keeps the last one */
+      } finally {
+        this.reading = null;
+      }
+    })();
+    return this.reading;
+  }
+
   close(): void {
-    if (this.timer) clearInterval(this.timer);
-    this.timer = null;
+    for (const t of this.timers.splice(0)) clearInterval(t);
   }
 }

@@ -20,7 +20,6 @@ export interface GpuReading {
 type Fn = (...args: unknown[]) => number;
 interface Nvml {
   init: Fn;
-  shutdown: Fn;
   count: Fn;
   handle: Fn;
   memory: Fn;
@@ -44,7 +43,6 @@ function load(): Nvml | null {
     koffi.struct('nvmlUtilization_t', { gpu: 'uint32', memory: 'uint32' });
     cached = {
       init: lib.func('int nvmlInit_v2()') as Fn,
-      shutdown: lib.func('int nvmlShutdown()') as Fn,
       count: lib.func('int nvmlDeviceGetCount_v2(_Out_ uint32 *count)') as Fn,
       handle: lib.func('int nvmlDeviceGetHandleByIndex_v2(uint32 index, _Out_ void **device)') as Fn,
       memory: lib.func('int nvmlDeviceGetMemoryInfo(void *device, _Out_ nvmlMemory_t *memory)') as Fn,
@@ -89,6 +87,19 @@ export function nvmlAvailable(): boolean {
   return load() !== null;
 }
 
+let initialised: boolean | undefined;
+
+/**
+ * NVML initialised once for the life of the process (an init can take tens of milliseconds on the event loop;
+ * each reading after it is a few driver queries). Null when the library or the driver is not there.
+ */
+function session(): Nvml | null {
+  const n = load();
+  if (!n) return null;
+  initialised ??= n.init() === 0;
+  return initialised ? n : null;
+}
+
 /** Whether the opt-in auto-pause detector can see other programs' GPU use here, and why not. */
 export function autoPauseSupport(): { available: boolean; why: string } {
   const n = load();
@@ -107,46 +118,42 @@ const MIB = 1024 * 1024;
 
 /** One reading per NVIDIA GPU, or null when NVML cannot be used here. */
 export function readNvml(): GpuReading[] | null {
-  const n = load();
-  if (!n || n.init() !== 0) return null;
-  try {
-    const count = [0];
-    if (n.count(count) !== 0) return null;
-    const out: GpuReading[] = [];
-    for (let i = 0; i < count[0]!; i++) {
-      const h = [null];
-      if (n.handle(i, h) !== 0) continue;
-      const mem = { total: 0n, free: 0n, used: 0n } as Record<string, bigint | number>;
-      if (n.memory(h[0], mem) !== 0) continue;
-      const util = { gpu: 0, memory: 0 } as Record<string, number>;
-      const utilOk = n.util(h[0], util) === 0;
-      const nameBuf = Buffer.alloc(96);
-      n.name(h[0], nameBuf, nameBuf.length);
-      let busId: string | null = null;
-      let uuid: string | null = null;
-      if (n.pci) {
-        const pci: Record<string, unknown> = {};
-        if (n.pci(h[0], pci) === 0) busId = cString(pci.busId);
-      }
-      if (n.uuid) {
-        const u = Buffer.alloc(96);
-        if (n.uuid(h[0], u, u.length) === 0) uuid = u.toString('utf8').replace(/\0.*$/s, '') || null;
-      }
-      out.push({
-        index: i,
-        name: nameBuf.toString('utf8').replace(/\0.*$/s, ''),
-        totalMb: Math.floor(Number(mem.total) / MIB),
-        freeMb: Math.floor(Number(mem.free) / MIB),
-        utilizationPct: utilOk ? (util.gpu ?? null) : null,
-        busId,
-        uuid,
-        source: 'nvml',
-      });
+  const n = session();
+  if (!n) return null;
+  const count = [0];
+  if (n.count(count) !== 0) return null;
+  const out: GpuReading[] = [];
+  for (let i = 0; i < count[0]!; i++) {
+    const h = [null];
+    if (n.handle(i, h) !== 0) continue;
+    const mem = { total: 0n, free: 0n, used: 0n } as Record<string, bigint | number>;
+    if (n.memory(h[0], mem) !== 0) continue;
+    const util = { gpu: 0, memory: 0 } as Record<string, number>;
+    const utilOk = n.util(h[0], util) === 0;
+    const nameBuf = Buffer.alloc(96);
+    n.name(h[0], nameBuf, nameBuf.length);
+    let busId: string | null = null;
+    let uuid: string | null = null;
+    if (n.pci) {
+      const pci: Record<string, unknown> = {};
+      if (n.pci(h[0], pci) === 0) busId = cString(pci.busId);
     }
-    return out;
-  } finally {
-    n.shutdown();
+    if (n.uuid) {
+      const u = Buffer.alloc(96);
+      if (n.uuid(h[0], u, u.length) === 0) uuid = u.toString('utf8').replace(/\0.*$/s, '') || null;
+    }
+    out.push({
+      index: i,
+      name: nameBuf.toString('utf8').replace(/\0.*$/s, ''),
+      totalMb: Math.floor(Number(mem.total) / MIB),
+      freeMb: Math.floor(Number(mem.free) / MIB),
+      utilizationPct: utilOk ? (util.gpu ?? null) : null,
+      busId,
+      uuid,
+      source: 'nvml',
+    });
   }
+  return out;
 }
 
 /**
@@ -155,28 +162,24 @@ export function readNvml(): GpuReading[] | null {
  * relay's own children (llama-server, ggml-rpc-server). The auto-pause detector's input.
  */
 export function otherProcessesGpuMb(ownPids: ReadonlySet<number>): number | null {
-  const n = load();
-  if (!n?.procs || n.init() !== 0) return null;
-  try {
-    const count = [0];
-    if (n.count(count) !== 0) return null;
-    const perDevice: { pid: number; mb: number }[][] = [];
-    for (let i = 0; i < count[0]!; i++) {
-      const h = [null];
-      if (n.handle(i, h) !== 0) continue;
-      const procs: { pid: number; mb: number }[] = [];
-      for (const list of [n.procs.compute, n.procs.graphics]) {
-        const cap = [64];
-        const infos = Array.from({ length: 64 }, () => ({ pid: 0, usedGpuMemory: 0n, gpuInstanceId: 0, computeInstanceId: 0 }));
-        if (list(h[0], cap, infos) !== 0) continue;
-        for (const p of infos.slice(0, cap[0])) procs.push({ pid: p.pid, mb: Number(p.usedGpuMemory) / MIB });
-      }
-      perDevice.push(procs);
+  const n = session();
+  if (!n?.procs) return null;
+  const count = [0];
+  if (n.count(count) !== 0) return null;
+  const perDevice: { pid: number; mb: number }[][] = [];
+  for (let i = 0; i < count[0]!; i++) {
+    const h = [null];
+    if (n.handle(i, h) !== 0) continue;
+    const procs: { pid: number; mb: number }[] = [];
+    for (const list of [n.procs.compute, n.procs.graphics]) {
+      const cap = [64];
+      const infos = Array.from({ length: 64 }, () => ({ pid: 0, usedGpuMemory: 0n, gpuInstanceId: 0, computeInstanceId: 0 }));
+      if (list(h[0], cap, infos) !== 0) continue;
+      for (const p of infos.slice(0, cap[0])) procs.push({ pid: p.pid, mb: Number(p.usedGpuMemory) / MIB });
     }
-    return otherProcessesMb(perDevice, ownPids);
-  } finally {
-    n.shutdown();
+    perDevice.push(procs);
   }
+  return otherProcessesMb(perDevice, ownPids);
 }
 
 /**

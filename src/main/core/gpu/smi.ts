@@ -1,4 +1,4 @@
-import { spawnSync } from 'node:child_process';
+import { execFile } from 'node:child_process';
 import type { GpuReading } from './nvml.js';
 
 export const NVIDIA_SMI_ARGS = ['--query-gpu=index,name,memory.total,memory.free,utilization.gpu,pci.bus_id,uuid', '--format=csv,noheader,nounits'];
@@ -29,8 +29,11 @@ export function parseNvidiaSmi(text: string): GpuReading[] {
   return out;
 }
 
-export function readNvidiaSmi(): GpuReading[] | null {
-  const r = spawnSync('nvidia-smi', NVIDIA_SMI_ARGS, { encoding: 'utf8', timeout: 10_000 });
-  if (r.status !== 0 || !r.stdout) return null;
-  return parseNvidiaSmi(r.stdout);
+/** One reading through nvidia-smi, in the background (a child process, never a synchronous spawn). */
+export function readNvidiaSmi(): Promise<GpuReading[] | null> {
+  return new Promise((resolve) => {
+    execFile('nvidia-smi', NVIDIA_SMI_ARGS, { encoding: 'utf8', timeout: 10_000 }, (err, stdout) => {
+      resolve(err || !stdout ? null : parseNvidiaSmi(stdout));
+    });
+  });
 }

@@ -9,6 +9,7 @@ import { ErrorCode, RelayError } from '../../../shared/errors.js';
 import type { HubConfig } from '../config.js';
 import { HostInventory, type Device } from '../gpu/inventory.js';
 import { ensureLlama } from '../llama/build.js';
+import { ownChildPids } from '../llama/supervisor.js';
 import type { LlamaInstall } from '../llama/install.js';
 import { ModelRegistry } from '../models/registry.js';
 import { LlamaLauncher } from '../scheduler/launcher.js';
@@ -54,6 +55,7 @@ export async function startHub(config: HubConfig, deps: { log: Logger; install?:
   if (store.migratedFrom !== null) log.warn({ path: store.path, from: store.migratedFrom }, 'store migrated to the current schema (backup kept beside it)');
   const registry = new ModelRegistry(store, log.child({ c: 'registry' }));
   const inventory = new HostInventory(install, config.cpuBudgetMb);
+  await inventory.start(); // the first listing and driver reading; the rest happens in the background
   const metrics = new HubMetrics();
   const nodes = new NodeManager({
     store,
@@ -83,7 +85,7 @@ export async function startHub(config: HubConfig, deps: { log: Logger; install?:
       store,
       log: log.child({ c: 'hub-availability' }),
       activeStreams: () => scheduler.view.hubStreams(),
-      ownPids: () => scheduler.view.localPids(),
+      ownPids: ownChildPids,
       onPaused: (reason) => void scheduler.hubPaused(reason),
     },
     { schedule: config.hubSchedule, autoPause: config.hubAutoPause },

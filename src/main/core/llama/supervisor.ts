@@ -39,7 +39,26 @@ export interface ExitInfo {
 }
 
 const live = new Set<ChildProcess>();
+/** Other children relay starts and waits for (`--list-devices`): not "another program" for auto-pause either. */
+const tracked = new Set<ChildProcess>();
 let exitHookInstalled = false;
+
+/** Count a child started elsewhere (a short-lived helper) as relay's own while it runs. */
+export function trackChild(c: ChildProcess): void {
+  tracked.add(c);
+  c.once('exit', () => tracked.delete(c));
+  c.once('error', () => tracked.delete(c));
+}
+
+/**
+ * The pids of every child relay runs now, from the moment it was spawned (a llama-server still loading
+ * included): auto-pause never counts relay's own processes as another program using the GPU.
+ */
+export function ownChildPids(): Set<number> {
+  const out = new Set<number>();
+  for (const c of [...live, ...tracked]) if (c.pid !== undefined && c.exitCode === null && c.signalCode === null) out.add(c.pid);
+  return out;
+}
 
 function installExitHook(): void {
   if (exitHookInstalled) return;
@@ -178,12 +197,16 @@ export class ManagedChild {
     return new RelayError(code, `${message}\n--- last output ---\n${this.tail()}`, { name: this.name, tail: this.tail() });
   }
 
-  /** SIGTERM, then SIGKILL after graceMs. Idempotent; resolves when the process is gone. */
+  /**
+   * SIGTERM, then SIGKILL after graceMs. A stopped child (SIGSTOP, a debugger) is continued after the SIGTERM, as
+   * a shell does for a stopped job, so it can handle it. Idempotent; resolves when the process is gone.
+   */
   terminate(graceMs = 5000): Promise<ExitInfo> {
     if (this.exitInfo) return Promise.resolve(this.exitInfo);
     if (this.terminating) return this.terminating;
     this.terminating = (async () => {
       this.child.kill('SIGTERM');
+      this.child.kill('SIGCONT');
       const timer = setTimeout(() => this.child.kill('SIGKILL'), graceMs);
       try {
         return await this.exited;
@@ -253,6 +276,7 @@ export async function terminateAll(graceMs = 5000): Promise<void> {
           if (c.exitCode !== null || c.signalCode !== null) return resolve();
           c.once('close', () => resolve());
           c.kill('SIGTERM');
+          c.kill('SIGCONT');
           setTimeout(() => c.kill('SIGKILL'), graceMs).unref();
         }),
     ),

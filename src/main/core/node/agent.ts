@@ -15,6 +15,7 @@ import { AutoPause, availabilityOf, inPauseWindow, parseSchedule, type PauseWind
 import { ModelCache } from './cache.js';
 import { cacheReport } from './cache-report.js';
 import { SpareSockets } from '../llama/spare-sockets.js';
+import { ownChildPids } from '../llama/supervisor.js';
 import { openTunnel } from './link.js';
 import { applyChange, cacheBudgetBytes, writeSettings, type NodeSettings, type NodeSettingsChange } from './settings.js';
 import { Workloads } from './workloads.js';
@@ -161,6 +162,7 @@ export class NodeAgent extends EventEmitter {
   // ---- connection ----
 
   async start(): Promise<void> {
+    await this.inventory.start(); // the first listing and driver reading; the rest happens in the background
     this.localApi = await startLocalApi(this.home, {
       setPaused: (p) => this.setPaused(p),
       status: () => this.statusJson(),
@@ -176,8 +178,8 @@ export class NodeAgent extends EventEmitter {
     if (this.settings.autoPause && !support.available) this.deps.log.warn(`--auto-pause stays off on this machine: ${support.why}`);
     const tick = setInterval(() => {
       if (this.settings.autoPause) {
-        const own = new Set(this.work.pids());
-        const other = otherProcessesGpuMb(own);
+        // relay's own children count from the moment they are spawned (a llama-server still loading included).
+        const other = otherProcessesGpuMb(ownChildPids());
         if (other !== null) this.autoPaused = this.autoPause.update(other, Date.now());
       }
       if (this.connected) this.heartbeat();

@@ -138,11 +138,6 @@ export class Workloads extends EventEmitter {
     return h.kind === 'http' ? this.replicas.get(h.replica)?.server.port : h.kind === 'rpc' ? this.rpcs.get(h.rpc)?.port : undefined;
   }
 
-  /** The pids of relay's own children (auto-pause does not count them as "another program"). */
-  pids(): number[] {
-    return [...[...this.replicas.values()].map((r) => r.server.child.pid), ...[...this.rpcs.values()].map((r) => r.child.pid)].map((p) => p ?? -1);
-  }
-
   /** What the hub is told runs here (hello, heartbeat). */
   reported(): RunningReplica[] {
     return [...this.replicas.values()].filter((r) => !r.stopping).map((r) => ({ replica: r.id, sha256: r.sha256, pid: r.server.child.pid ?? null }));

@@ -28,11 +28,6 @@ export class PoolView {
     },
   ) {}
 
-  /** Pids of the local processes placements run (host replicas, shard heads): not "other programs" for auto-pause. */
-  localPids(): Set<number> {
-    return new Set([...this.s.placements.values()].filter((p) => p.kind !== 'node' && p.running?.pid).map((p) => p.running!.pid!));
-  }
-
   /** Requests in flight on placements that use the hub's devices (its busy vs idle). */
   hubStreams(): number {
     return [...this.s.placements.values()].filter((p) => machinesOf(p).includes(null)).reduce((n, p) => n + p.inFlight, 0);
