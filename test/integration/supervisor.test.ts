@@ -4,6 +4,7 @@ import { createInterface } from 'node:readline';
 import { describe, it } from 'node:test';
 import { isRelayError } from '../../src/shared/errors.js';
 import { freePort, spawnChild } from '../../src/main/core/llama/index.js';
+import { ownChildPids } from '../../src/main/core/llama/supervisor.js';
 import { alive, waitGone } from '../helpers/proc.js';
 
 const node = process.execPath;
@@ -26,6 +27,25 @@ describe('supervisor', () => {
     const res = await fetch(`http://127.0.0.1:${port}/health`);
     assert.equal(Number(await res.text()), 5); // three 503s, the 200 that made it ready, then ours
     await c.terminate();
+  });
+
+  it("a child is relay's own from its spawn (still loading) until it exits: auto-pause never counts it", async () => {
+    const c = spawnChild({ name: 'loading', ...js('setInterval(() => {}, 1000)'), readiness: { kind: 'line', pattern: /never/ } });
+    assert.ok(c.pid !== undefined && ownChildPids().has(c.pid), 'listed before it is ready');
+    await c.terminate(1000);
+    assert.equal(ownChildPids().has(c.pid), false, 'gone once it exited');
+  });
+
+  it('a stopped child (SIGSTOP) still stops gracefully on terminate: SIGTERM, then SIGCONT so it can handle it', async () => {
+    const c = spawnChild({
+      name: 'stopped',
+      ...js('process.on("SIGTERM", () => { console.log("bye"); process.exit(0); }); console.log("up"); setInterval(() => {}, 1000)'),
+      readiness: { kind: 'line', pattern: /up/ },
+    });
+    await c.ready;
+    process.kill(c.pid!, 'SIGSTOP');
+    assert.deepEqual(await c.terminate(60_000), { code: 0, signal: null }, 'it handled SIGTERM itself, long before the SIGKILL');
+    assert.ok(c.output().includes('bye'));
   });
 
   it('rejects readiness with CHILD_EXITED_EARLY and the stderr tail when the child dies first', async () => {
