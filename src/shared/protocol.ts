@@ -12,6 +12,17 @@ export const TUNNEL_PATH = '/tunnel';
 export const MAX_HEADER_LINE_BYTES = 4096;
 export const MAX_CONTROL_LINE_BYTES = 1024 * 1024;
 /**
+ * Bytes of control messages that may wait for a peer that does not read its control stream; one more and the
+ * peer is dropped (tunnel_overload). A few hundred commands' worth: a healthy peer never gets near it.
+ */
+export const MAX_CONTROL_QUEUE_BYTES = 4 * 1024 * 1024;
+/**
+ * Malformed control lines a peer may send in a minute: each of the first answered with an error message (at most
+ * MAX_BAD_LINE_ANSWERS of them), past the limit the peer is dropped (tunnel_protocol) as hostile or broken.
+ */
+export const MAX_BAD_LINES_PER_MINUTE = 1000;
+export const MAX_BAD_LINE_ANSWERS = 100;
+/**
  * Receive window per tunnel stream. A weight push needs several MiB in flight to keep a fast link busy
  * (measured in bench/tunnel: 1 MiB ~900 MB/s, 16 MiB ~1,300 MB/s on loopback); it is also the most a stalled
  * reader can make its side buffer.

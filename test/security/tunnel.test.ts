@@ -117,6 +117,37 @@ describe('tunnel limits', { timeout: 180_000 }, () => {
     assert.ok(sent > 0);
   });
 
+  it('a node that floods junk control lines and never reads is dropped; hub RSS stays under a ceiling', async () => {
+    const { ws, control, hello } = await joinRaw('flood-junk');
+    await hello();
+    (ws as unknown as { _socket: { pause(): void } })._socket.pause(); // read nothing from now on
+    const before = rssMb(hub.proc.pid!);
+    const closed = new Promise<void>((r) => control.stream.once('close', () => r()));
+    const junk = `${'{"type":"heartbeat","devices":"no"}\n'.repeat(1024)}`; // 1,024 malformed lines a write
+    let sent = 0;
+    const pump = setInterval(() => {
+      for (let i = 0; i < 8 && !control.stream.destroyed; i++, sent++) control.stream.write(junk);
+    }, 5);
+    try {
+      await until(
+        () => hub.logs.some((l) => l.includes('flood-junk') && l.includes('node disconnected')),
+        (x) => x,
+        60_000,
+      );
+    } finally {
+      clearInterval(pump);
+    }
+    assert.ok(
+      hub.logs.some((l) => l.includes('flood-junk') && /malformed control messages/.test(l)),
+      'the log says why',
+    );
+    assert.ok(rssMb(hub.proc.pid!) - before < 100, 'the hub did not queue answers to the junk');
+    ws.terminate();
+    await closed;
+    assert.equal((await hub.api('/api/models')).status, 200, 'the hub keeps serving');
+    assert.ok(sent > 0);
+  });
+
   it('a node refuses a server presenting another certificate before it sends its token or credential', async () => {
     // The impostor: a TLS server with a certificate of its own, on another port, keeping whatever arrives.
     const fake = selfSignedCert('impostor');

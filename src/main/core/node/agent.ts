@@ -256,6 +256,7 @@ export class NodeAgent extends EventEmitter {
             }
             void this.onCommand(m);
           });
+          control.once('close', (err: Error) => session.destroy(err)); // the control stream is the session
           session.on('stream', (s: YamuxStream) => void this.onStream(s));
           session.once('close', (err: Error) => {
             clearTimeout(welcomeTimer);

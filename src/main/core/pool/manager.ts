@@ -259,6 +259,9 @@ export class NodeManager extends EventEmitter {
 
     const conn = new NodeConn(name, session, control, hello);
     this.conns.set(name, conn);
+    // The control stream is the session: when it ends (closed by the node, or cut off for not reading or for
+    // flooding), so does everything else the node had open.
+    control.once('close', (err: Error) => session.destroy(err));
     control.send({ type: 'welcome', protocol: PROTOCOL_VERSION, hub: this.deps.hubVersion });
     void this.evictUnregistered(conn);
     log.info({ devices: hello.devices.map((d) => `${d.id}:${d.freeMb}/${d.totalMb}MB`), availability: hello.availability, replicas: hello.replicas.length }, 'node connected');

@@ -99,13 +99,20 @@ export class WeightPusher {
   }
 }
 
-/** The node's one-line verdict at the end of a file stream. */
+/** The most a node's verdict on a push may be: one line of JSON. More is a broken or hostile node. */
+const MAX_VERDICT_BYTES = 64 * 1024;
+
+/** The node's one-line verdict at the end of a file stream (bounded: a node cannot make the hub buffer more). */
 function readResult(st: YamuxStream): Promise<{ ok: boolean; code?: string; message?: string }> {
   return new Promise((resolve) => {
     let buf = '';
     st.setEncoding('utf8');
     st.on('data', (c: string) => {
       buf += c;
+      if (buf.length > MAX_VERDICT_BYTES) {
+        resolve({ ok: false, code: 'tunnel_protocol', message: `the node answered the push with over ${MAX_VERDICT_BYTES} bytes` });
+        st.destroy();
+      }
     });
     st.on('end', () => {
       try {

@@ -46,6 +46,8 @@ export class Scheduler {
   private readonly failed = new Map<string, Placement>();
   private readonly waiting: WaitQueue;
   private closed = false;
+  /** Nodes being reconciled now, and whether another report came meanwhile. */
+  private readonly reconciling = new WeakMap<NodeConn, { again: boolean; done: Promise<void> }>();
   /** (machine, model) pairs whose placement failed to load or crashed: skipped for that model for a while. */
   private readonly failures: FailureMemory;
   readonly placer: Placer;
@@ -311,8 +313,33 @@ export class Scheduler {
     await Promise.all(mine.map((p) => this.stop(p, `the hub's devices paused (${reason})`)));
   }
 
-  /** After a heartbeat: a replica the node no longer runs has failed; one we do not expect is stopped. */
-  async reconcile(conn: NodeConn): Promise<void> {
+  /**
+   * After a hello or a heartbeat: a replica the node no longer runs has failed; one we do not expect is stopped.
+   * One reconciliation per node at a time (its stop commands may wait on the node for seconds while heartbeats
+   * keep coming): a report that arrives meanwhile is reconciled once, when the running one ends.
+   */
+  reconcile(conn: NodeConn): Promise<void> {
+    const r = this.reconciling.get(conn);
+    if (r) {
+      r.again = true;
+      return r.done;
+    }
+    const entry = { again: false, done: Promise.resolve() };
+    entry.done = (async () => {
+      try {
+        do {
+          entry.again = false;
+          await this.reconcileOnce(conn);
+        } while (entry.again && conn.alive);
+      } finally {
+        this.reconciling.delete(conn);
+      }
+    })();
+    this.reconciling.set(conn, entry);
+    return entry.done;
+  }
+
+  private async reconcileOnce(conn: NodeConn): Promise<void> {
     const reported = new Set(conn.replicas.map((x) => x.replica));
     for (const p of [...this.placements.values()]) {
       if (p.node === conn && p.state === 'ready' && !reported.has(p.id)) {

@@ -1,6 +1,17 @@
 import { EventEmitter } from 'node:events';
 import { ErrorCode, RelayError } from '../../../shared/errors.js';
-import { MAX_CONTROL_LINE_BYTES, MAX_HEADER_LINE_BYTES, parseStreamHeader, type Parsed, type Reply, type StreamHeader, type StreamKind } from '../../../shared/protocol.js';
+import {
+  MAX_BAD_LINE_ANSWERS,
+  MAX_BAD_LINES_PER_MINUTE,
+  MAX_CONTROL_LINE_BYTES,
+  MAX_CONTROL_QUEUE_BYTES,
+  MAX_HEADER_LINE_BYTES,
+  parseStreamHeader,
+  type Parsed,
+  type Reply,
+  type StreamHeader,
+  type StreamKind,
+} from '../../../shared/protocol.js';
 import type { Session, YamuxStream } from './yamux/session.js';
 
 /**
@@ -65,18 +76,23 @@ export function acceptStream(st: YamuxStream, timeoutMs = 10_000): Promise<Strea
 }
 
 /**
- * Newline-delimited JSON over a stream. Incoming lines go through `parse` (the protocol's validators);
- * a line that fails is answered with an error message, never acted on, and never fatal.
+ * Newline-delimited JSON over a stream. Incoming lines go through `parse` (the protocol's validators); a line
+ * that fails is answered with an error message (the first MAX_BAD_LINE_ANSWERS of them), never acted on, and
+ * never fatal — unless a peer sends more than MAX_BAD_LINES_PER_MINUTE of them, which ends the stream. What this
+ * side sends is bounded too: a peer that lets over MAX_CONTROL_QUEUE_BYTES wait unread is cut off. Either way the
+ * stream is destroyed with the reason, its 'close' says it, and nothing after the fatal line is dispatched.
  */
 export class ControlChannel<In extends { type: string }, Out extends object> extends EventEmitter {
   private buf = '';
   private nextId = 1;
   private readonly waiting = new Map<number, { resolve: (r: Reply) => void; reject: (e: Error) => void; timer: NodeJS.Timeout }>();
   private closedErr: Error | null = null;
+  private bad = { since: 0, count: 0, answered: 0 };
 
   constructor(
     readonly stream: YamuxStream,
     private readonly parse: (line: string) => Parsed<In>,
+    private readonly limits: { readonly maxQueuedBytes?: number; readonly maxBadLinesPerMinute?: number } = {},
   ) {
     super();
     stream.setEncoding('utf8');
@@ -88,9 +104,25 @@ export class ControlChannel<In extends { type: string }, Out extends object> ext
     stream.on('end', () => closed());
   }
 
+  /** The reason the channel ended, once it has. */
+  get closed(): Error | null {
+    return this.closedErr;
+  }
+
+  /** End the channel now with `err` (the stream is destroyed; waiting requests reject with it). */
+  fail(err: RelayError): void {
+    if (this.closedErr) return;
+    this.onClosed(err);
+    this.stream.destroy(err);
+  }
+
   send(msg: Out): void {
     if (this.closedErr || this.stream.destroyed || this.stream.writableEnded) return;
     this.stream.write(`${JSON.stringify(msg)}\n`);
+    const max = this.limits.maxQueuedBytes ?? MAX_CONTROL_QUEUE_BYTES;
+    if (this.stream.writableLength > max) {
+      this.fail(new RelayError(ErrorCode.TUNNEL_OVERLOAD, `the peer does not read its control stream: ${this.stream.writableLength} bytes of messages wait (limit ${max})`));
+    }
   }
 
   /** Send a command carrying a fresh `id` and wait for the reply with that id. */
@@ -108,16 +140,17 @@ export class ControlChannel<In extends { type: string }, Out extends object> ext
   }
 
   private onData(chunk: string): void {
+    if (this.closedErr) return;
     this.buf += chunk;
     let nl: number;
     while ((nl = this.buf.indexOf('\n')) >= 0) {
+      if (this.closedErr) return; // a fatal line before this one: nothing after it is dispatched
       const line = this.buf.slice(0, nl);
       this.buf = this.buf.slice(nl + 1);
       if (line.trim() === '') continue;
       const p = this.parse(line);
       if (!p.ok) {
-        this.send({ type: 'error', code: p.code, message: p.message } as unknown as Out);
-        this.emit('bad', p);
+        this.onBadLine(p);
         continue;
       }
       const msg = p.msg;
@@ -135,8 +168,21 @@ export class ControlChannel<In extends { type: string }, Out extends object> ext
     }
     if (this.buf.length > MAX_CONTROL_LINE_BYTES) {
       this.send({ type: 'error', code: 'bad_message', message: 'control line too long' } as unknown as Out);
-      this.stream.destroy(new RelayError(ErrorCode.TUNNEL_PROTOCOL, 'control line too long'));
+      this.fail(new RelayError(ErrorCode.TUNNEL_PROTOCOL, 'control line too long'));
     }
+  }
+
+  private onBadLine(p: Extract<Parsed<In>, { ok: false }>): void {
+    const now = Date.now();
+    if (now - this.bad.since > 60_000) this.bad = { since: now, count: 0, answered: 0 };
+    this.bad.count++;
+    const max = this.limits.maxBadLinesPerMinute ?? MAX_BAD_LINES_PER_MINUTE;
+    if (this.bad.count > max) {
+      this.fail(new RelayError(ErrorCode.TUNNEL_PROTOCOL, `the peer sent over ${max} malformed control messages in a minute`));
+      return;
+    }
+    if (this.bad.answered++ < MAX_BAD_LINE_ANSWERS) this.send({ type: 'error', code: p.code, message: p.message } as unknown as Out);
+    this.emit('bad', p);
   }
 
   private onClosed(err: Error): void {

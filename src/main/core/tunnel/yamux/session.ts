@@ -219,7 +219,10 @@ export class Session extends EventEmitter implements StreamOwner {
     if (this.dead) return;
     this.stats.bytesIn += chunk.byteLength;
     try {
-      this.decoder.push(chunk, (h, payload) => this.onFrame(h, payload));
+      // A frame that killed the session (a protocol error, an overload) is the last one dispatched.
+      this.decoder.push(chunk, (h, payload) => {
+        if (!this.dead) this.onFrame(h, payload);
+      });
     } catch (err) {
       if (err instanceof ProtocolError) {
         this.sendControl(FrameType.GO_AWAY, 0, 0, GoAwayCode.PROTOCOL_ERROR);
