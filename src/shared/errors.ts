@@ -39,6 +39,14 @@ export const ErrorCode = {
   POOL_BUSY: 'POOL_BUSY',
   REPLICA_FAILED: 'REPLICA_FAILED',
   UPSTREAM_ERROR: 'UPSTREAM_ERROR',
+  /** A load did not finish within its deadline (the base plus the per-GiB term for the model's size). */
+  LOAD_TIMEOUT: 'LOAD_TIMEOUT',
+  /** A request that did not fit the placement's context (llama-server's exceed_context_size_error). */
+  CONTEXT_LENGTH_EXCEEDED: 'CONTEXT_LENGTH_EXCEEDED',
+  /** llama-server does not support what the request asks for (its not_supported_error). */
+  NOT_SUPPORTED: 'NOT_SUPPORTED',
+  /** llama-server refused this request with an error of its own (its server_error): the request's, not the placement's. */
+  LLAMA_SERVER_ERROR: 'LLAMA_SERVER_ERROR',
   // tunnel
   SESSION_CLOSED: 'SESSION_CLOSED',
   STREAM_RESET: 'STREAM_RESET',
@@ -145,6 +153,10 @@ export const HTTP_ERRORS: Readonly<Partial<Record<ErrorCode, { status: number; t
   NODE_LOST: { status: 502, type: 'server_error' },
   REPLICA_FAILED: { status: 502, type: 'server_error' },
   UPSTREAM_ERROR: { status: 502, type: 'server_error' },
+  LOAD_TIMEOUT: { status: 502, type: 'server_error' },
+  CONTEXT_LENGTH_EXCEEDED: { status: 400, type: 'invalid_request_error' },
+  NOT_SUPPORTED: { status: 501, type: 'invalid_request_error' },
+  LLAMA_SERVER_ERROR: { status: 500, type: 'server_error' },
   INVALID_REQUEST: { status: 400, type: 'invalid_request_error' },
   INVALID_JSON: { status: 400, type: 'invalid_request_error' },
   INVALID_ARGUMENT: { status: 400, type: 'invalid_request_error' },

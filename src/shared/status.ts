@@ -110,7 +110,8 @@ export interface ModelStatus {
   readonly path: string;
   /** Files: 1, or a split model's parts. */
   readonly parts: number;
-  readonly file: 'ok' | 'missing' | 'changed';
+  /** The file on disk now: as registered, gone, another size (re-hashed before it is served), or the same size under a new modification time (re-hashed; its placements stay when the bytes are the same). */
+  readonly file: 'ok' | 'missing' | 'changed' | 'touched';
   /** The model's own settings (absent ones are the pool's), null for none. */
   readonly settings: { readonly ctx?: number; readonly slots?: number; readonly kv_cache_type?: KvCacheTypeName; readonly flash_attn?: 'on' | 'off' | 'auto' } | null;
   readonly need_mb: number;

@@ -99,7 +99,12 @@ export function setup(o: { hubMb?: number; nodes?: NodeConn[]; models: ModelReco
     ? [{ id: 'CPU', kind: 'cpu', description: 'cpu budget', totalMb: o.hubMb, reportedFreeMb: o.hubMb, utilizationPct: null, source: 'cpu-budget', busId: null, readAt: 0 }]
     : [];
   const byName = new Map(o.models.map((m) => [m.name, m]));
-  const registry = { verify: async (n: string) => ({ model: byName.get(n)!, changed: false }), get: (n: string) => byName.get(n) } as unknown as ModelRegistry;
+  const registry = {
+    verify: async (n: string) => ({ model: byName.get(n)!, changed: false }),
+    get: (n: string) => byName.get(n),
+    require: (n: string) => byName.get(n)!,
+    fileState: () => 'ok',
+  } as unknown as ModelRegistry;
   const nodes = o.nodes ?? [];
   const manager = {
     connected: () => nodes.filter((n) => n.alive),

@@ -2,6 +2,7 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import type { CommandBody } from '../../src/shared/protocol.js';
 import { fakeNode, model, setup, tick } from '../helpers/scheduler-doubles.js';
+import type { NodeConn } from '../../src/main/core/pool/manager.js';
 
 /**
  * The scheduler when the home network and the machines misbehave: reports that pile up while a node is slow to
@@ -35,5 +36,26 @@ describe('scheduler under faults', () => {
     answers.shift()!();
     await Promise.all(runs);
     assert.equal(commands.length, 2);
+  });
+
+  it("losing nodes fails only the waiters nothing else can serve: the hub's busy replica still serves the one waiting", async () => {
+    const probe = setup({ models: [m] }).scheduler.need(m).needMb;
+    const nodes = ['n1', 'n2', 'n3', 'n4'].map((n) => fakeNode(n, probe + 10));
+    const { scheduler, launcher } = setup({ hubMb: probe + 5, nodes, models: [m] });
+    const first = scheduler.acquire('m');
+    (await launcher.nth(0)).ok();
+    const onHub = await first; // the hub's replica, busy with its one slot
+    const waiting = scheduler.acquire('m');
+    // Four node placements are tried for the waiter, one after the other; each node goes away while it loads.
+    for (let i = 1; i <= 4; i++) {
+      const start = await launcher.nth(i);
+      const conn = start.p.node!;
+      (conn as unknown as { alive: boolean }).alive = false;
+      scheduler.nodeLost(conn as NodeConn, 'disconnected (the Wi-Fi dropped)');
+    }
+    await tick();
+    assert.deepEqual(scheduler.view.queues(), [{ model: 'm', waiting: 1 }], 'still waiting: four lost nodes are not its failures');
+    onHub.release();
+    assert.equal((await waiting).placementId, onHub.placementId, "served by the hub's replica once it was free");
   });
 });

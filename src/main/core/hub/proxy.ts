@@ -7,8 +7,11 @@ import type { SpareSockets } from '../llama/spare-sockets.js';
 
 /**
  * Forward one /v1 request to a placement's llama-server and stream the answer back byte for byte.
- * Nothing reaches the client before the upstream's first body byte: until then a failure (connect refused or
- * reset, the node's stream gone, a 5xx) is answered with `retry`, and the caller may try another placement.
+ * Nothing reaches the client before the upstream's first body byte: until then a failure of the placement
+ * (connect refused or reset, the node's stream gone, a 5xx that is not llama-server's own refusal) is answered
+ * with `retry`, and the caller may try another placement. llama-server's own answer to the request — a 4xx, or a
+ * 5xx carrying its JSON error — is the request's fault, not the placement's: it goes to the client with
+ * llama-server's message under a stable code (llamaRefusal), and nothing is retried.
  * After it, the bytes flow: backpressure pauses upstream while the client's socket is full, a client that
  * goes away aborts the upstream request (llama-server stops generating and frees the slot), and an upstream
  * that dies mid-response ends an SSE stream with an OpenAI-shaped error event, any other response with a reset.
@@ -37,6 +40,39 @@ export function usageFromTail(tail: string): Usage | null {
   const completion = num(/"completion_tokens":(\d+)/g) ?? num(/"predicted_n":(\d+)/g);
   if (prompt === null && completion === null) return null;
   return { promptTokens: prompt ?? 0, completionTokens: completion ?? 0, tokensPerSecond: num(/"predicted_per_second":([\d.]+)/g) };
+}
+
+/** The most of an error body kept (llama-server's are a line of JSON). */
+const MAX_ERROR_BODY = 64 * 1024;
+
+/** llama-server's error `type` (tools/server's format_error_response) → relay's stable code. */
+const LLAMA_ERROR_TYPES: Readonly<Record<string, ErrorCode>> = {
+  invalid_request_error: ErrorCode.INVALID_REQUEST,
+  exceed_context_size_error: ErrorCode.CONTEXT_LENGTH_EXCEEDED,
+  not_supported_error: ErrorCode.NOT_SUPPORTED,
+  not_found_error: ErrorCode.NOT_FOUND,
+  server_error: ErrorCode.LLAMA_SERVER_ERROR,
+};
+
+/**
+ * Pure: llama-server's refusal of a request, from its status and body — `{"error": {"code", "message", "type",
+ * …}}` — as a RelayError with llama-server's status and message and a stable code (its other fields, such as
+ * n_prompt_tokens and n_ctx, as details). Null when the answer is not one: not JSON, no message, or the 503 it
+ * gives while its model loads (that is the placement's state, not the request's fault).
+ */
+export function llamaRefusal(status: number, body: string): RelayError | null {
+  let e: unknown;
+  try {
+    e = (JSON.parse(body) as { error?: unknown }).error;
+  } catch {
+    return null;
+  }
+  if (typeof e !== 'object' || e === null) return null;
+  const { message, type, code: _code, ...rest } = e as Record<string, unknown>;
+  if (typeof message !== 'string') return null;
+  if (status === 503 || type === 'unavailable_error') return null;
+  const code = (typeof type === 'string' ? LLAMA_ERROR_TYPES[type] : undefined) ?? (status >= 500 ? ErrorCode.LLAMA_SERVER_ERROR : ErrorCode.INVALID_REQUEST);
+  return new RelayError(code, message, rest, { status });
 }
 
 export function sseError(err: RelayError): string {
@@ -118,12 +154,44 @@ export function proxyToPlacement(opts: {
     }
   });
 
+  /** An error status: llama-server's own refusal goes to the client; anything else is the placement's failure. */
+  const answerError = (ur: http.IncomingMessage, status: number): void => {
+    const parts: Buffer[] = [];
+    let n = 0;
+    ur.on('data', (c: Buffer) => {
+      n += c.byteLength;
+      if (n <= MAX_ERROR_BODY) parts.push(c);
+    });
+    ur.on('error', () => undefined); // 'close' reports it
+    ur.on('close', () => {
+      if (!ur.complete) brokenUpstream('connection closed');
+    });
+    ur.on('end', () => {
+      if (settled) return;
+      const text = Buffer.concat(parts).toString('utf8');
+      const refusal = llamaRefusal(status, text);
+      started = true;
+      if (refusal) {
+        log.info({ model: lease.model.name, placement: lease.placementId, status, code: refusal.code, message: refusal.message.slice(0, 200) }, 'llama-server refused the request');
+        const { status: st, body } = httpError(refusal);
+        res.status(st).json(body);
+        return finish(st);
+      }
+      if (status >= 500) {
+        started = false;
+        return retry(`llama-server answered ${status}`);
+      }
+      // A 4xx without llama-server's JSON (not one it sends): passed on as it is.
+      res.status(status);
+      if (ur.headers['content-type']) res.setHeader('content-type', ur.headers['content-type']);
+      res.end(text);
+      finish(status);
+    });
+  };
+
   up.on('response', (ur) => {
     const status = ur.statusCode ?? 502;
-    if (status >= 500) {
-      ur.resume();
-      return retry(`llama-server answered ${status}`);
-    }
+    if (status >= 400) return answerError(ur, status);
     isSse = (ur.headers['content-type'] ?? '').includes('text/event-stream');
     const begin = (): void => {
       if (started) return;

@@ -89,10 +89,15 @@ async function describe(path: string, progress?: HashProgress, knownSha256?: str
   return { path, sha256: splitId(parts.map((x) => x.sha256)), size: total, mtimeMs: st.mtimeMs, parts, ...header };
 }
 
-/** Each file of a record as it is now: gone, changed since it was hashed, or ok. */
-function filesState(m: ModelRecord): 'ok' | 'missing' | 'changed' {
+/**
+ * Each file of a record as it is now: gone; changed since it was hashed (another size); touched (the same size,
+ * another modification time: a `touch`, a backup restore, `cp -p` — usually the same bytes); or ok.
+ */
+export type FileState = 'ok' | 'missing' | 'changed' | 'touched';
+
+function filesState(m: ModelRecord): FileState {
   // Registered as one file before relay read split models: read again (as every part) before it is served.
-  let state: 'ok' | 'changed' = !m.parts && (splitName(m.path)?.count ?? 1) > 1 ? 'changed' : 'ok';
+  let state: FileState = !m.parts && (splitName(m.path)?.count ?? 1) > 1 ? 'changed' : 'ok';
   for (const f of modelFiles(m)) {
     let st: Stats;
     try {
@@ -101,7 +106,8 @@ function filesState(m: ModelRecord): 'ok' | 'missing' | 'changed' {
       return 'missing';
     }
     if (!st.isFile()) return 'missing';
-    if (st.size !== f.size || st.mtimeMs !== f.mtimeMs) state = 'changed';
+    if (st.size !== f.size) state = 'changed';
+    else if (st.mtimeMs !== f.mtimeMs && state === 'ok') state = 'touched';
   }
   return state;
 }
@@ -113,6 +119,9 @@ function setOrClear(m: ModelRecord, s: ModelSettings): void {
 }
 
 export class ModelRegistry {
+  /** Re-hashes under way, by model name: concurrent requests for a changed file share one. */
+  private readonly verifying = new Map<string, Promise<{ model: ModelRecord; changed: boolean }>>();
+
   constructor(
     private readonly store: Store,
     private readonly log: Logger,
@@ -196,8 +205,8 @@ export class ModelRegistry {
     return { registered, skipped };
   }
 
-  /** Whether a record's file is still what was registered: gone, changed (re-hashed before it is served), or ok. */
-  fileState(m: ModelRecord): 'ok' | 'missing' | 'changed' {
+  /** Whether a record's file is still what was registered: gone, changed or touched (re-hashed before it is served), or ok. */
+  fileState(m: ModelRecord): FileState {
     return filesState(m);
   }
 
@@ -222,15 +231,26 @@ export class ModelRegistry {
   }
 
   /**
-   * The record as it is on disk now: unchanged size and mtime → as stored; otherwise re-read and re-hash,
-   * update the record, and report that it changed (so running replicas of the old bytes are stopped).
+   * The record as it is on disk now: unchanged size and mtime → as stored; otherwise re-read and re-hash, once:
+   * concurrent callers share the one hash. `changed` is whether the bytes differ (its placements must stop);
+   * the same bytes under a new modification time only update the record.
    */
   async verify(name: string): Promise<{ model: ModelRecord; changed: boolean }> {
     const m = this.require(name);
     for (const f of modelFiles(m)) statFile(f.path); // a missing part is refused with model_file_missing
     if (filesState(m) === 'ok') return { model: m, changed: false };
-    this.log.warn({ model: name, path: m.path }, 'model file changed on disk since it was registered: re-hashing');
-    const d = await describe(m.path);
+    let p = this.verifying.get(name);
+    if (!p) {
+      p = this.rehash(name, m).finally(() => this.verifying.delete(name));
+      this.verifying.set(name, p);
+    }
+    return p;
+  }
+
+  private async rehash(name: string, before: ModelRecord): Promise<{ model: ModelRecord; changed: boolean }> {
+    this.log.warn({ model: name, path: before.path }, 'model file changed on disk since it was registered: re-hashing');
+    const d = await describe(before.path);
+    const changed = d.sha256 !== before.sha256;
     const model = await this.store.update((data) => {
       const rec = data.models.find((x) => x.name === name);
       if (!rec) throw new RelayError(ErrorCode.MODEL_NOT_FOUND, `the model "${name}" does not exist`, { model: name });
@@ -238,6 +258,8 @@ export class ModelRegistry {
       if (!d.parts) delete rec.parts; // a split model re-written as one file
       return rec;
     });
-    return { model, changed: true };
+    if (changed) this.log.warn({ model: name, sha256: d.sha256, was: before.sha256 }, 'model file has new bytes: its placements stop');
+    else this.log.info({ model: name }, 'model file re-hashed: the same bytes (only its modification time changed)');
+    return { model, changed };
   }
 }

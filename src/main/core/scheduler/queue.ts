@@ -8,14 +8,20 @@ import type { Lease } from './placement.js';
  * The scheduler hands them leases; the queue only keeps them, their timers and their abort listeners.
  */
 
-/** One request's history across attempts: placements that failed it, and the errors. */
+/**
+ * One request's history across attempts: placements that failed it, the failures that count against it (its
+ * own placement failing before its first byte, or a load it waited on failing with nothing else to serve it;
+ * MAX_ATTEMPTS of them and the last one is its answer), and the last failure it saw at all (its answer when it
+ * is stranded: a node it did not depend on may have gone too).
+ */
 export interface Attempts {
   readonly exclude: Set<string>;
   readonly errors: RelayError[];
+  last: RelayError | null;
 }
 
 export function newAttempts(): Attempts {
-  return { exclude: new Set(), errors: [] };
+  return { exclude: new Set(), errors: [], last: null };
 }
 
 export interface Waiter {

@@ -107,9 +107,7 @@ export class Scheduler {
    */
   async acquire(name: string, attempts: Attempts = newAttempts(), signal?: AbortSignal): Promise<Lease> {
     if (this.closed) throw new RelayError(ErrorCode.MODEL_UNAVAILABLE, 'the hub is shutting down');
-    // A file that changed on disk is re-hashed first and its old placements stopped: never serve old bytes.
-    const { model, changed } = await this.deps.registry.verify(name);
-    if (changed) await this.stopModel(name, 'model file changed on disk');
+    const model = await this.current(name);
     if (this.waiting.size(model.name) === 0) {
       const free = pickPlacement(this.routeViews(model), attempts.exclude);
       if (free) return this.lease(free.p, model);
@@ -118,6 +116,27 @@ export class Scheduler {
     const { lease } = this.waiting.add(model, attempts, signal);
     this.pump(model.name);
     return lease;
+  }
+
+  /**
+   * The model as its file is now. A file that changed is re-hashed first (one hash, shared by every request) and
+   * its placements stopped when the bytes differ: new bytes are never served under the old hash, nor old bytes
+   * under the new. A file only touched (the same size, a new modification time: `touch`, a backup restore) while
+   * a placement of it is ready is served by that placement meanwhile — a re-hash of 40 GB takes minutes — and
+   * its hash runs in the background, stopping the placements only if the bytes turn out to differ.
+   */
+  private async current(name: string): Promise<ModelRecord> {
+    const rec = this.deps.registry.require(name);
+    if (this.deps.registry.fileState(rec) === 'touched' && this.of(rec).some((p) => p.state === 'ready')) {
+      void this.deps.registry
+        .verify(name)
+        .then(({ changed }) => (changed ? this.stopModel(name, 'model file changed on disk') : undefined))
+        .catch((err: Error) => this.deps.log.warn({ model: name, err: err.message }, 'could not re-hash the model file'));
+      return rec;
+    }
+    const { model, changed } = await this.deps.registry.verify(name);
+    if (changed) await this.stopModel(name, 'model file changed on disk');
+    return model;
   }
 
   /**
@@ -148,7 +167,7 @@ export class Scheduler {
     const out = roomComing ? [] : stranded();
     if (out.length > 0) {
       const fallback = this.placer.refusal(model);
-      for (const w of out) w.reject(w.attempts.errors.at(-1) ?? fallback);
+      for (const w of out) w.reject(w.attempts.errors.at(-1) ?? w.attempts.last ?? fallback);
     }
   }
 
@@ -186,6 +205,7 @@ export class Scheduler {
   failedBefore(lease: Lease, attempts: Attempts, err: RelayError): void {
     attempts.exclude.add(lease.placementId);
     attempts.errors.push(err);
+    attempts.last = err;
   }
 
   private armIdleTimer(p: Placement): void {
@@ -246,9 +266,16 @@ export class Scheduler {
     return p;
   }
 
-  /** A placement of M failed while requests waited for it: each counts an attempt, then M is re-planned. */
+  /**
+   * A placement of M failed (a load, a crash, its node lost) while requests waited: it counts an attempt only for
+   * the waiters it stranded — those no other live placement of M can serve — then M is re-planned. A waiter that
+   * the hub's healthy replica will serve is not failed because some node went away.
+   */
   private placementFailed(name: string, err: RelayError): void {
+    const live = [...this.placements.values()].filter((p) => p.model === name && isLive(p));
     for (const w of this.waiting.of(name)) {
+      w.attempts.last = err;
+      if (live.some((p) => !w.attempts.exclude.has(p.id))) continue;
       w.attempts.errors.push(err);
       if (w.attempts.errors.length >= MAX_ATTEMPTS) w.reject(err);
     }
