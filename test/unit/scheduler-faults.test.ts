@@ -2,7 +2,6 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import type { CommandBody } from '../../src/shared/protocol.js';
 import { fakeNode, model, setup, tick } from '../helpers/scheduler-doubles.js';
-import type { NodeConn } from '../../src/main/core/pool/manager.js';
 
 /**
  * The scheduler when the home network and the machines misbehave: reports that pile up while a node is slow to
@@ -51,7 +50,7 @@ describe('scheduler under faults', () => {
       const start = await launcher.nth(i);
       const conn = start.p.node!;
       (conn as unknown as { alive: boolean }).alive = false;
-      scheduler.nodeLost(conn as NodeConn, 'disconnected (the Wi-Fi dropped)');
+      scheduler.nodeLost(conn, 'disconnected (the Wi-Fi dropped)');
     }
     await tick();
     assert.deepEqual(scheduler.view.queues(), [{ model: 'm', waiting: 1 }], 'still waiting: four lost nodes are not its failures');
