@@ -11,8 +11,10 @@
 #                         prebuilt Vulkan backend module on it (GGML_VK_VISIBLE_DEVICES=0)
 #   binutils, procps      readelf (the relocatable build's $ORIGIN rpath), pgrep
 #   strace                the chaos tests' syscall fault injection (a SIGKILL between two renames of a store write)
+#   fuse3, libfuse3-dev, pkg-config
+#                         the chaos tests' slow disk (test/helpers/slowfs.c): a model read at a paced rate
 set -euo pipefail
-pkgs=(cmake g++ make git ccache python3 python3-numpy util-linux ca-certificates golang-go golang-github-hashicorp-yamux-dev chromium libvulkan1 mesa-vulkan-drivers binutils procps strace)
+pkgs=(cmake g++ make git ccache python3 python3-numpy util-linux ca-certificates golang-go golang-github-hashicorp-yamux-dev chromium libvulkan1 mesa-vulkan-drivers binutils procps strace fuse3 libfuse3-dev pkg-config)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

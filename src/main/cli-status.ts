@@ -11,7 +11,7 @@ import type { DeviceStatus, HubAvailabilityStatus, ModelStatus, NodeStatus, Push
  * section is optional: a hub of another version still gets the sections it sends printed.
  */
 type Dev = Pick<DeviceStatus, 'id'> & Partial<Pick<DeviceStatus, 'description' | 'total_mb' | 'free_mb'>>;
-type Row = Pick<ReplicaStatus, 'model' | 'state' | 'in_flight' | 'slots' | 'ctx' | 'ms_per_token'>;
+type Row = Pick<ReplicaStatus, 'model' | 'state' | 'in_flight' | 'slots' | 'ctx' | 'ms_per_token'> & Partial<Pick<ReplicaStatus, 'load'>>;
 export interface StatusView {
   readonly relay?: StatusDto['relay'];
   readonly llama_cpp?: Pick<StatusDto['llama_cpp'], 'tag' | 'backend'>;
@@ -36,6 +36,13 @@ export function table(header: readonly string[], rows: readonly (readonly string
       .trimEnd();
   return [line(header), ...rows.map(line)];
 }
+
+/** A placement's state; while it loads, its time so far against its deadline. */
+const stateOf = (r: Row): string => {
+  if (!r.load) return r.state;
+  const t = (ms: number): string => (ms >= 120_000 ? `${Math.round(ms / 60_000)} min` : `${Math.round(ms / 1000)} s`);
+  return `loading ${t(r.load.elapsed_ms)} of ${t(r.load.deadline_ms)}`;
+};
 
 const mem = (d: Dev): string => {
   return `${d.free_mb ?? '?'} of ${d.total_mb ?? '?'} MB free`;
@@ -69,7 +76,7 @@ export function statusLines(s: StatusView): string[] {
       'replica',
       r.node ?? 'hub',
       r.device ?? '',
-      r.state,
+      stateOf(r),
       `${r.in_flight}/${r.slots}`,
       String(r.ctx),
       r.ms_per_token === null ? '' : r.ms_per_token.toFixed(1),
@@ -79,7 +86,7 @@ export function statusLines(s: StatusView): string[] {
       'shard',
       (r.stages ?? []).map((st) => `${st.node ?? 'hub'}:${st.device}[${st.layers[0]}-${st.layers[1]})`).join(' → '),
       '',
-      r.state,
+      stateOf(r),
       `${r.in_flight}/${r.slots}`,
       String(r.ctx),
       r.ms_per_token === null ? '' : r.ms_per_token.toFixed(1),

@@ -57,6 +57,8 @@ export interface RunningReplica {
   replica: string;
   sha256: string;
   pid: number | null;
+  /** Loading (its process exists, /health not yet answering) or ready; absent from older nodes: ready. */
+  state?: 'loading' | 'ready';
 }
 
 export interface Hello {
@@ -107,6 +109,8 @@ export interface StartReplica {
   alias: string;
   /** The node device the hub placed it on: a llama.cpp device name, or CPU for the node's CPU budget. */
   device: string;
+  /** The load's deadline (the hub's rule: a base plus a term per GiB of weights); absent from older hubs: 10 minutes. */
+  loadTimeoutMs?: number;
 }
 
 export interface StopReplica {
@@ -224,7 +228,7 @@ const shape =
 
 const device = shape({ id: isId, kind: oneOf('gpu', 'cpu'), description: isStr, totalMb: isNum, freeMb: isNum, ageMs: optional(isNum) });
 const cached = shape({ sha256: isSha, size: isInt });
-const running = shape({ replica: isId, sha256: isSha, pid: (v) => v === null || isInt(v) });
+const running = shape({ replica: isId, sha256: isSha, pid: (v) => v === null || isInt(v), state: optional(oneOf('loading', 'ready')) });
 const availability = oneOf('idle', 'busy', 'paused');
 
 const SCHEMAS: Record<string, Check> = {
@@ -258,6 +262,7 @@ const SCHEMAS: Record<string, Check> = {
     pooling: oneOf('mean', null),
     alias: isId,
     device: isId,
+    loadTimeoutMs: optional(isInt),
   }),
   'stop-replica': shape({ id: isInt, replica: isId }),
   'start-rpc': shape({

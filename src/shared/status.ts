@@ -29,6 +29,11 @@ export interface PlacementStatus {
   readonly kv_cache_type: KvCacheTypeName;
   readonly ms_per_token: number | null;
   readonly failure: PlacementFailure | null;
+  /**
+   * While its llama-server loads: since when, how long so far and the deadline (a base plus a term per GiB of
+   * weights); null otherwise (ready, or still being pushed or filled: see pushes).
+   */
+  readonly load: { readonly since: string; readonly elapsed_ms: number; readonly deadline_ms: number } | null;
 }
 
 export interface ReplicaStatus extends PlacementStatus {
@@ -110,8 +115,8 @@ export interface ModelStatus {
   readonly path: string;
   /** Files: 1, or a split model's parts. */
   readonly parts: number;
-  /** The file on disk now: as registered, gone, another size (re-hashed before it is served), or the same size under a new modification time (re-hashed; its placements stay when the bytes are the same). */
-  readonly file: 'ok' | 'missing' | 'changed' | 'touched';
+  /** The file on disk now: as registered, gone, or changed (re-hashed before it is served; its placements stay when the bytes are the same). */
+  readonly file: 'ok' | 'missing' | 'changed';
   /** The model's own settings (absent ones are the pool's), null for none. */
   readonly settings: { readonly ctx?: number; readonly slots?: number; readonly kv_cache_type?: KvCacheTypeName; readonly flash_attn?: 'on' | 'off' | 'auto' } | null;
   readonly need_mb: number;

@@ -102,7 +102,7 @@ describe('failures counted where they belong', { timeout: 300_000 }, () => {
       if (++chunks === 3) {
         const later = new Date(Date.now() + 5000);
         utimesSync(path, later, later); // what `touch`, a backup restore or `cp -p` does
-        // Three requests while the file is being re-hashed: served by the running placements, none waits for the hash.
+        // Three requests while the file is being re-hashed: each waits for the one shared hash, then is served.
         for (let i = 0; i < 3; i++) during.push(c.completions.create({ model: 'm', prompt: PROMPT, max_tokens: 8, ...GREEDY_EXTRA }).then((r) => r.choices[0]!.text));
       }
     }

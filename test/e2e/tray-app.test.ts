@@ -147,8 +147,10 @@ describe('tray app, hub mode (embedded hub in the app process)', { timeout: 240_
     app = new AppController({ userData, shell: shell2b, log: quiet(), pagesUrl, defaults: { hubPort: 0 } });
     await app.start();
     assert.equal(app.state().mode, 'hub', 'the last good copy');
+    assert.equal(readFileSync(join(userData, 'settings.json.unreadable'), 'utf8'), '{"mode": "hub",', 'the torn file is set aside, the good copy kept');
     await app.stop();
     rmSync(join(userData, 'settings.json.bak'));
+    writeFileSync(join(userData, 'settings.json'), '{"mode": "hub",'); // torn again, and no copy this time
     const shell3 = new RecordingShell();
     app = new AppController({ userData, shell: shell3, log: quiet(), pagesUrl, defaults: { hubPort: 0 } });
     await app.start();

@@ -62,8 +62,18 @@ export class ManualLauncher implements Launcher {
     });
   }
 
+  /** Stops wait for release() while set (a process still exiting), like a llama-server killed mid-load. */
+  holdStops = false;
+  private held: (() => void)[] = [];
+
   async stop(p: Placement): Promise<void> {
     this.stopped.push(p.id);
+    if (this.holdStops) await new Promise<void>((r) => this.held.push(r));
+  }
+
+  /** Let every held stop finish. */
+  releaseStops(): void {
+    for (const r of this.held.splice(0)) r();
   }
 
   shardInfo(): null {
@@ -102,8 +112,6 @@ export function setup(o: { hubMb?: number; nodes?: NodeConn[]; models: ModelReco
   const registry = {
     verify: async (n: string) => ({ model: byName.get(n)!, changed: false }),
     get: (n: string) => byName.get(n),
-    require: (n: string) => byName.get(n)!,
-    fileState: () => 'ok',
   } as unknown as ModelRegistry;
   const nodes = o.nodes ?? [];
   const manager = {

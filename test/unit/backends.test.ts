@@ -113,11 +113,12 @@ describe('NVML ↔ llama.cpp device matching (pure): by PCI bus id or UUID, not 
   });
 
   it("merged devices carry the matched bus id and the driver's free memory; unmatched ones keep llama-server's", () => {
-    const merged = mergeDevices([dev('CUDA0'), dev('Vulkan0', 'llvmpipe')], readings, 0, { readAt: 42 });
+    // Each reading dated by when it was taken: the driver's (every second), llama-server's list (every few).
+    const merged = mergeDevices([dev('CUDA0'), dev('Vulkan0', 'llvmpipe')], readings, 0, { readAt: 42, readingsAt: 77 });
     assert.deepEqual(
       merged.map((d) => [d.id, d.reportedFreeMb, d.source, d.busId, d.readAt]),
       [
-        ['CUDA0', 10999, 'nvml', '00000000:01:00.0', Number.MAX_SAFE_INTEGER],
+        ['CUDA0', 10999, 'nvml', '00000000:01:00.0', 77],
         ['Vulkan0', 9000, 'llama-server', null, 42],
       ],
     );

@@ -1,7 +1,9 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import type { CommandBody } from '../../src/shared/protocol.js';
-import { fakeNode, model, setup, tick } from '../helpers/scheduler-doubles.js';
+import { fakeNode, model, rejected, setup, tick } from '../helpers/scheduler-doubles.js';
+import { loadDeadlineMs } from '../../src/main/core/scheduler/deadline.js';
+import { HUB_DEFAULTS } from '../../src/main/core/config.js';
 
 /**
  * The scheduler when the home network and the machines misbehave: reports that pile up while a node is slow to
@@ -56,5 +58,58 @@ describe('scheduler under faults', () => {
     assert.deepEqual(scheduler.view.queues(), [{ model: 'm', waiting: 1 }], 'still waiting: four lost nodes are not its failures');
     onHub.release();
     assert.equal((await waiting).placementId, onHub.placementId, "served by the hub's replica once it was free");
+  });
+
+  it('a placement stopped while it loads keeps its room until its process has exited: no second copy on top of it', async () => {
+    const probe = setup({ models: [m] }).scheduler.need(m).needMb;
+    const { scheduler, launcher } = setup({ hubMb: probe + 5, models: [m] });
+    const first = scheduler.acquire('m');
+    const loading = await launcher.nth(0); // loading on the hub's only room
+    launcher.holdStops = true;
+    const stopping = scheduler.stopModel('m', 'settings changed'); // the launcher is killing the loading process
+    await tick();
+    const again = scheduler.acquire('m'); // the client retries at once
+    await tick();
+    assert.equal(launcher.starts.length, 1, 'no second llama-server planned while the first still holds the device');
+    assert.deepEqual(
+      scheduler.view.status().map((r) => r.state),
+      ['stopping'],
+    );
+    launcher.holdStops = false;
+    launcher.releaseStops(); // the process exited
+    await stopping;
+    const next = await launcher.nth(1);
+    loading.fail(); // the killed load's own error arrives late: it changes nothing
+    next.ok();
+    const l1 = await first; // both requests are served by the new placement, in their order
+    assert.equal(l1.placementId, next.p.id);
+    l1.release();
+    assert.equal((await again).placementId, next.p.id);
+    assert.equal(launcher.starts.length, 2);
+  });
+
+  it("a load's deadline: the base plus a term per GiB of weights (the defaults: 5 min for 4 GB, 32 min for 40 GB)", () => {
+    const GIB = 1024 ** 3;
+    const s = { loadBaseMs: 2000, loadMsPerGib: 10_000 };
+    assert.equal(loadDeadlineMs(0, s), 2000);
+    assert.equal(loadDeadlineMs(GIB, s), 12_000);
+    assert.equal(loadDeadlineMs(GIB / 2, s), 7000);
+    assert.equal(Math.round(loadDeadlineMs(4 * GIB, HUB_DEFAULTS) / 60_000), 5);
+    assert.equal(Math.round(loadDeadlineMs(40e9, HUB_DEFAULTS) / 60_000), 30);
+  });
+
+  it('a request waits as long as a placement of its model is still starting, then its queue time counts again', async () => {
+    const probe = setup({ models: [m] }).scheduler.need(m).needMb;
+    const { scheduler, launcher } = setup({ hubMb: probe + 5, models: [m], env: { RELAY_QUEUE_TIMEOUT_MS: '20' } });
+    const first = scheduler.acquire('m');
+    const loading = await launcher.nth(0); // a long load
+    await new Promise((r) => setTimeout(r, 150)); // several queue timeouts pass while it loads
+    assert.deepEqual(scheduler.view.queues(), [{ model: 'm', waiting: 1 }], 'still waiting for the load');
+    loading.ok();
+    const l = await first;
+    const second = scheduler.acquire('m'); // the one slot is taken, nothing is starting: 20 ms, then pool_busy
+    const err = await rejected(second);
+    assert.equal(err.code, 'POOL_BUSY');
+    l.release();
   });
 });

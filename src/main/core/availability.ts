@@ -61,7 +61,10 @@ export function inPauseWindow(windows: readonly PauseWindow[], at: Date): boolea
 }
 
 export interface AvailabilityInputs {
+  /** The machine owner's own toggle (the tray, `relay pause`). */
   readonly manualPause: boolean;
+  /** The hub's owner paused this node from the dashboard: it can undo only its own pause, never the owner's. */
+  readonly hubPause?: boolean;
   readonly scheduled: boolean;
   readonly autoPaused: boolean;
   readonly activeStreams: number;
@@ -69,6 +72,7 @@ export interface AvailabilityInputs {
 
 export function availabilityOf(i: AvailabilityInputs): { state: Availability; reason: string | null } {
   if (i.manualPause) return { state: 'paused', reason: 'paused by the owner' };
+  if (i.hubPause) return { state: 'paused', reason: "paused by the hub's owner" };
   if (i.scheduled) return { state: 'paused', reason: 'outside the sharing schedule' };
   if (i.autoPaused) return { state: 'paused', reason: 'another program is using the GPU (auto-pause)' };
   return { state: i.activeStreams > 0 ? 'busy' : 'idle', reason: null };

@@ -68,8 +68,13 @@ export interface HubConfig {
   readonly requestTimeoutMs: number;
   /** Open connections the hub accepts at once, nodes included (RELAY_MAX_CONNECTIONS). */
   readonly maxConnections: number;
-  /** Readiness limit for a llama-server load. */
-  readonly loadTimeoutMs: number;
+  /**
+   * A load's deadline is this base plus `loadMsPerGib` per GiB of the model's weights (scheduler/deadline.ts), for
+   * every placement kind, on the hub and on nodes alike (RELAY_LOAD_TIMEOUT_MS, RELAY_LOAD_MS_PER_GIB): a 40 GB
+   * model from a spinning disk is given the time it needs, a 500 MB one is not waited on for half an hour.
+   */
+  readonly loadBaseMs: number;
+  readonly loadMsPerGib: number;
   /** CPU threads per llama-server (RELAY_THREADS); undefined = llama.cpp's choice. */
   readonly threads: number | undefined;
   /** Cap on weight-push bandwidth per push in MiB per second (RELAY_PUSH_MAX_MBPS, named before this rule); 0 = unlimited. */
@@ -140,11 +145,14 @@ export const HUB_DEFAULTS = {
   cpuBudgetMb: 0,
   keepAliveMs: 10 * 60_000,
   maxBodyBytes: 8 * 1024 * 1024,
-  loadTimeoutMs: 10 * 60_000,
+  // 2 minutes, plus 45 s a GiB (about 23 MB/s: a USB disk or a NAS over Wi-Fi): 5 min for 4 GB, 32 min for 40 GB.
+  loadBaseMs: 2 * 60_000,
+  loadMsPerGib: 45_000,
   queueMax: 64,
   requestTimeoutMs: 60_000,
   maxConnections: 1024,
-  // A waiting request may be waiting for a load: it waits as long as a load may take.
+  // How long a request waits for a slot of a ready placement; while a placement of its model is still starting
+  // (pushed, filled, loaded: each with its own deadline or stall check) it waits for that instead.
   queueTimeoutMs: 10 * 60_000,
   maxPlacementsPerModel: 0,
 } as const;
@@ -175,7 +183,8 @@ export function hubConfigFromEnv(env: NodeJS.ProcessEnv = processEnv(), override
     apiKey: env.RELAY_API_KEY || undefined,
     adminToken: env.RELAY_ADMIN_TOKEN || undefined,
     maxBodyBytes: int(env, 'RELAY_MAX_BODY_BYTES', HUB_DEFAULTS.maxBodyBytes),
-    loadTimeoutMs: int(env, 'RELAY_LOAD_TIMEOUT_MS', HUB_DEFAULTS.loadTimeoutMs),
+    loadBaseMs: int(env, 'RELAY_LOAD_TIMEOUT_MS', HUB_DEFAULTS.loadBaseMs),
+    loadMsPerGib: int(env, 'RELAY_LOAD_MS_PER_GIB', HUB_DEFAULTS.loadMsPerGib),
     queueMax: int(env, 'RELAY_QUEUE_MAX', HUB_DEFAULTS.queueMax),
     requestTimeoutMs: int(env, 'RELAY_REQUEST_TIMEOUT_MS', HUB_DEFAULTS.requestTimeoutMs),
     maxConnections: int(env, 'RELAY_MAX_CONNECTIONS', HUB_DEFAULTS.maxConnections),
@@ -218,5 +227,7 @@ export function verifyConfig(c: HubConfig): void {
   if (c.queueMax < 0) bad(`RELAY_QUEUE_MAX must be >= 0, got ${c.queueMax}`);
   if (c.queueTimeoutMs < 1) bad(`RELAY_QUEUE_TIMEOUT_MS must be >= 1, got ${c.queueTimeoutMs}`);
   if (c.maxPlacementsPerModel < 0) bad(`RELAY_MAX_PLACEMENTS_PER_MODEL must be >= 0 (0 = no bound), got ${c.maxPlacementsPerModel}`);
+  if (c.loadBaseMs < 1) bad(`RELAY_LOAD_TIMEOUT_MS must be at least 1, got ${c.loadBaseMs}`);
+  if (c.loadMsPerGib < 0) bad(`RELAY_LOAD_MS_PER_GIB must be >= 0, got ${c.loadMsPerGib}`);
   if (c.maxBodyBytes < 1024) bad(`RELAY_MAX_BODY_BYTES must be at least 1024, got ${c.maxBodyBytes}`);
 }

@@ -70,7 +70,8 @@ export const mountNodes: Mount = (app, { deps: d, raw, auth }) => {
         const conn = nodes.get(name);
         if (!conn) throw new RelayError(ErrorCode.NODE_NOT_FOUND, `node "${name}" is not connected`);
         const r = await conn.command({ type: 'set-paused', paused: action === 'pause' }, SET_PAUSED_WAIT_MS);
-        res.json({ node: name, availability: r.data?.availability });
+        // A node its owner paused stays paused whatever the hub asks: the answer says so, with the reason.
+        res.json({ node: name, availability: r.data?.availability, reason: r.data?.reason ?? null });
       } catch (err) {
         next(err);
       }

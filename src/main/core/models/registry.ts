@@ -89,11 +89,8 @@ async function describe(path: string, progress?: HashProgress, knownSha256?: str
   return { path, sha256: splitId(parts.map((x) => x.sha256)), size: total, mtimeMs: st.mtimeMs, parts, ...header };
 }
 
-/**
- * Each file of a record as it is now: gone; changed since it was hashed (another size); touched (the same size,
- * another modification time: a `touch`, a backup restore, `cp -p` — usually the same bytes); or ok.
- */
-export type FileState = 'ok' | 'missing' | 'changed' | 'touched';
+/** Each file of a record as it is now: gone, changed since it was hashed (size or modification time), or ok. */
+export type FileState = 'ok' | 'missing' | 'changed';
 
 function filesState(m: ModelRecord): FileState {
   // Registered as one file before relay read split models: read again (as every part) before it is served.
@@ -106,8 +103,7 @@ function filesState(m: ModelRecord): FileState {
       return 'missing';
     }
     if (!st.isFile()) return 'missing';
-    if (st.size !== f.size) state = 'changed';
-    else if (st.mtimeMs !== f.mtimeMs && state === 'ok') state = 'touched';
+    if (st.size !== f.size || st.mtimeMs !== f.mtimeMs) state = 'changed';
   }
   return state;
 }
@@ -205,7 +201,7 @@ export class ModelRegistry {
     return { registered, skipped };
   }
 
-  /** Whether a record's file is still what was registered: gone, changed or touched (re-hashed before it is served), or ok. */
+  /** Whether a record's file is still what was registered: gone, changed (re-hashed before it is served), or ok. */
   fileState(m: ModelRecord): FileState {
     return filesState(m);
   }

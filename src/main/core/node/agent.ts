@@ -76,6 +76,7 @@ export class NodeAgent extends EventEmitter {
   availability(): { state: Availability; reason: string | null } {
     return availabilityOf({
       manualPause: this.settings.paused,
+      hubPause: this.settings.hubPaused ?? false,
       scheduled: inPauseWindow(this.schedule, new Date()),
       autoPaused: this.autoPaused,
       activeStreams: this.activeStreams,
@@ -106,22 +107,32 @@ export class NodeAgent extends EventEmitter {
     return this.settings;
   }
 
+  /** The owner's own pause (the tray, `relay pause`): only the owner resumes it. */
   async setPaused(paused: boolean): Promise<void> {
     this.settings = { ...this.settings, paused };
     writeSettings(this.home, this.settings);
     await this.availabilityChanged();
   }
 
+  /** The hub's pause (its dashboard): the hub resumes only its own; a node its owner paused stays paused. */
+  async setHubPaused(paused: boolean): Promise<void> {
+    this.settings = { ...this.settings, hubPaused: paused };
+    writeSettings(this.home, this.settings);
+    await this.availabilityChanged();
+  }
+
   private async availabilityChanged(): Promise<void> {
     const a = this.availability();
-    if (a.state === 'paused') {
-      // The card is released now, whatever the hub does: SIGTERM, SIGKILL after 10 s (well inside 30 s).
-      await this.stopEverything(a.reason ?? 'paused');
-    }
+    // The hub hears first (it stops placing here, and takes what the stops below make fail as the pause it is).
     if (a.state !== this.lastSent) {
       this.lastSent = a.state;
       this.control?.send({ type: 'availability', availability: a.state, reason: a.reason });
       this.emit('availability', a);
+    }
+    if (a.state === 'paused') {
+      // The card is released now, whatever the hub does: SIGTERM, SIGKILL after 10 s (well inside 30 s), loading
+      // llama-servers included.
+      await this.stopEverything(a.reason ?? 'paused');
     }
   }
 
@@ -288,7 +299,7 @@ export class NodeAgent extends EventEmitter {
     const control = this.control;
     if (!control) return;
     try {
-      const target = { name: this.settings.name, cache: this.cache, work: this.work, availability: () => this.availability(), setPaused: (p: boolean) => this.setPaused(p) };
+      const target = { name: this.settings.name, cache: this.cache, work: this.work, availability: () => this.availability(), setHubPaused: (p: boolean) => this.setHubPaused(p) };
       control.send(replyOk(c.id, await runCommand(c, target)));
     } catch (err) {
       const code = wireCode(isRelayError(err) ? err.code : ErrorCode.INTERNAL);

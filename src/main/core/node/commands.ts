@@ -8,8 +8,9 @@ export interface CommandTarget {
   readonly name: string;
   readonly cache: ModelCache;
   readonly work: Workloads;
-  availability(): { state: Availability };
-  setPaused(paused: boolean): Promise<void>;
+  availability(): { state: Availability; reason: string | null };
+  /** The hub's own pause of this node (never the owner's: a node its owner paused stays paused). */
+  setHubPaused(paused: boolean): Promise<void>;
 }
 
 /**
@@ -42,9 +43,11 @@ export async function runCommand(c: Command, t: CommandTarget): Promise<Record<s
       return undefined;
     case 'evict':
       return { removed: t.cache.evict(c.sha256) };
-    case 'set-paused':
-      await t.setPaused(c.paused);
-      return { availability: t.availability().state };
+    case 'set-paused': {
+      await t.setHubPaused(c.paused);
+      const a = t.availability();
+      return { availability: a.state, reason: a.reason };
+    }
     case 'fill-rpc-cache': {
       if (!t.cache.has(c.sha256)) throw new RelayError(ErrorCode.MODEL_FILE_MISSING, `node ${t.name} does not hold ${c.sha256.slice(0, 12)}…`);
       const idx = await t.cache.fillRpcCache(c.sha256, c.layers ?? null, c.siblings ?? []);

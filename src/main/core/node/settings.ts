@@ -9,7 +9,10 @@ export interface NodeSettings {
   hub: string;
   name: string;
   credential: string;
+  /** The owner's pause (the tray, `relay pause`). */
   paused: boolean;
+  /** The hub's owner paused this node from the dashboard; the hub may resume only this, never the owner's pause. */
+  hubPaused?: boolean;
   schedule: string;
   cpuBudgetMb: number;
   /** MiB for models (0: no cap), or 'auto' (the default: half of the free disk plus the cache). */

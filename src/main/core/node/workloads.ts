@@ -1,12 +1,12 @@
 import { EventEmitter } from 'node:events';
 import { join } from 'node:path';
 import type { Logger } from 'pino';
-import { ErrorCode, RelayError } from '../../../shared/errors.js';
+import { ErrorCode, RelayError, isRelayError } from '../../../shared/errors.js';
 import type { RunningReplica, StageInfo, StartReplica } from '../../../shared/protocol.js';
 import type { LlamaInstall } from '../llama/install.js';
 import { replicaPlacement } from '../llama/argv.js';
 import { startLlamaServer, startRpcServer, type RunningLlamaServer, type RunningRpcServer } from '../llama/processes.js';
-import { describeExit } from '../llama/supervisor.js';
+import { describeExit, type ManagedChild } from '../llama/supervisor.js';
 import type { ModelCache } from './cache.js';
 import { CHILD_STOP_GRACE_MS } from '../timeouts.js';
 
@@ -17,18 +17,29 @@ interface LocalReplica {
   files: readonly string[];
   /** The model's name on the hub (the alias it was started with), for the tray's status line. */
   model: string;
-  server: RunningLlamaServer;
+  /** The process from the moment it was spawned (loading), and its server once /health answered (ready). */
+  child: ManagedChild | null;
+  server: RunningLlamaServer | null;
   stopping: boolean;
+  /** Settles once the start has (ready, or failed and the process gone). */
+  settled: Promise<unknown>;
 }
+
+/** A load's deadline when the hub gives none (an older hub): what every load got before the rule. */
+const DEFAULT_LOAD_TIMEOUT_MS = 10 * 60_000;
 
 /**
  * What runs on this node for the hub: llama-server replicas and ggml-rpc-servers (shard stages), all on
- * 127.0.0.1. Keeps the files they read in use in the cache. Emits 'running' whenever the set changes and
- * 'exited' when a replica ends by itself (the agent tells the hub at once).
+ * 127.0.0.1. A replica is held from the moment its process is spawned: it is reported (as loading), stopped
+ * (a pause, the hub's stop, the hub gone for good) and counted as relay's own while it still loads. Keeps the
+ * files they read in use in the cache. Emits 'running' whenever the set changes and 'exited' when a replica
+ * ends by itself (the agent tells the hub at once).
  */
 export class Workloads extends EventEmitter {
   private readonly replicas = new Map<string, LocalReplica>();
   private readonly rpcs = new Map<string, RunningRpcServer>();
+  /** rpc-servers being started, and whether a stop came for one meanwhile. */
+  private readonly rpcStarting = new Map<string, { stopped: boolean; settled: Promise<unknown> }>();
   private readonly stages = new Map<string, StageInfo>();
 
   constructor(private readonly deps: { install: LlamaInstall; cache: ModelCache; log: Logger; threads?: number }) {
@@ -39,7 +50,11 @@ export class Workloads extends EventEmitter {
   async startReplica(c: StartReplica, nodeName: string): Promise<{ pid: number | undefined; port: number }> {
     const { cache, log } = this.deps;
     const existing = this.replicas.get(c.replica);
-    if (existing && !existing.stopping) return { pid: existing.server.child.pid, port: existing.server.port };
+    if (existing && !existing.stopping) {
+      await existing.settled;
+      if (existing.server && !existing.stopping) return { pid: existing.server.child.pid, port: existing.server.port };
+      throw new RelayError(ErrorCode.REPLICA_FAILED, `replica ${c.replica} did not start`);
+    }
     const files = c.parts ?? [c.sha256];
     for (const f of files) {
       if (!cache.has(f)) throw new RelayError(ErrorCode.MODEL_FILE_MISSING, `node ${nodeName} does not hold ${f.slice(0, 12)}…`);
@@ -48,39 +63,59 @@ export class Workloads extends EventEmitter {
       cache.inUse.add(f);
       cache.touch(f);
     }
-    try {
-      const server = await startLlamaServer(this.deps.install, {
-        name: `llama-server[${c.alias}]`,
-        model: c.parts ? cache.splitView(c.sha256, c.parts) : cache.pathOf(c.sha256),
-        ctx: c.ctx,
-        slots: c.slots,
-        cacheType: c.cacheType,
-        flashAttn: c.flashAttn ?? undefined,
-        alias: c.alias,
-        embedding: c.embedding,
-        pooling: c.pooling ?? undefined,
-        metrics: true,
-        threads: this.deps.threads,
-        ...replicaPlacement(c.device, this.deps.install.backend),
-      });
-      const rep: LocalReplica = { id: c.replica, sha256: c.sha256, files, model: c.alias, server, stopping: false };
-      this.replicas.set(c.replica, rep);
-      this.emit('running');
-      void server.child.exited.then((info) => {
+    const rep: LocalReplica = { id: c.replica, sha256: c.sha256, files, model: c.alias, child: null, server: null, stopping: false, settled: Promise.resolve() };
+    this.replicas.set(c.replica, rep);
+    this.emit('running');
+    const started = (async () => {
+      try {
+        const server = await startLlamaServer(this.deps.install, {
+          name: `llama-server[${c.alias}]`,
+          model: c.parts ? cache.splitView(c.sha256, c.parts) : cache.pathOf(c.sha256),
+          ctx: c.ctx,
+          slots: c.slots,
+          cacheType: c.cacheType,
+          flashAttn: c.flashAttn ?? undefined,
+          alias: c.alias,
+          embedding: c.embedding,
+          pooling: c.pooling ?? undefined,
+          metrics: true,
+          threads: this.deps.threads,
+          readyTimeoutMs: c.loadTimeoutMs ?? DEFAULT_LOAD_TIMEOUT_MS,
+          ...replicaPlacement(c.device, this.deps.install.backend),
+          onSpawn: (child) => {
+            rep.child = child;
+            if (rep.stopping) void child.terminate(CHILD_STOP_GRACE_MS); // stopped before it even spawned
+          },
+        });
+        if (rep.stopping) {
+          await server.child.terminate(CHILD_STOP_GRACE_MS);
+          throw new RelayError(ErrorCode.REPLICA_FAILED, `replica ${c.replica} was stopped while it loaded`);
+        }
+        rep.server = server;
+        this.emit('running');
+        void server.child.exited.then((info) => {
+          if (this.replicas.get(c.replica) === rep) {
+            this.replicas.delete(c.replica);
+            this.emit('running');
+          }
+          this.release(files);
+          if (!rep.stopping) log.warn({ replica: c.replica, exit: describeExit(info) }, 'replica exited');
+          this.emit('exited');
+        });
+        log.info({ replica: c.replica, model: c.alias, port: server.port, pid: server.child.pid }, 'replica started');
+        return { pid: server.child.pid, port: server.port };
+      } catch (err) {
         if (this.replicas.get(c.replica) === rep) {
           this.replicas.delete(c.replica);
           this.emit('running');
         }
         this.release(files);
-        if (!rep.stopping) log.warn({ replica: c.replica, exit: describeExit(info) }, 'replica exited');
-        this.emit('exited');
-      });
-      log.info({ replica: c.replica, model: c.alias, port: server.port, pid: server.child.pid }, 'replica started');
-      return { pid: server.child.pid, port: server.port };
-    } catch (err) {
-      this.release(files);
-      throw err;
-    }
+        if (rep.stopping && !isRelayError(err, ErrorCode.REPLICA_FAILED)) throw new RelayError(ErrorCode.REPLICA_FAILED, `replica ${c.replica} was stopped while it loaded`);
+        throw err;
+      }
+    })();
+    rep.settled = started.catch(() => undefined);
+    return started;
   }
 
   /** Files no running replica reads any more may be evicted again. */
@@ -89,13 +124,15 @@ export class Workloads extends EventEmitter {
     for (const f of files) if (!used.has(f)) this.deps.cache.inUse.delete(f);
   }
 
+  /** Stop a replica, loading or ready: resolves once its process has exited. */
   async stopReplica(id: string, why: string): Promise<void> {
     const r = this.replicas.get(id);
     if (!r) return;
     r.stopping = true;
-    this.deps.log.info({ replica: id, why }, 'stopping replica');
-    await r.server.child.terminate(CHILD_STOP_GRACE_MS);
-    this.replicas.delete(id);
+    this.deps.log.info({ replica: id, why, loading: r.server === null }, 'stopping replica');
+    if (r.child) await r.child.terminate(CHILD_STOP_GRACE_MS);
+    await r.settled; // a start still under way ends (its process gone) before this answers
+    if (this.replicas.get(id) === r) this.replicas.delete(id);
     this.emit('running');
     this.release(r.files);
   }
@@ -103,22 +140,41 @@ export class Workloads extends EventEmitter {
   async startRpc(id: string, cache: boolean, stage?: StageInfo, device?: string): Promise<RunningRpcServer> {
     const existing = this.rpcs.get(id);
     if (existing) return existing;
-    // LLAMA_CACHE=<cache>/llama: ggml-rpc-server's tensor cache is <cache>/llama/rpc, inside the node's budget.
-    // One rpc-server per stage, pinned to the stage's device (-d): two stages on this node use two devices.
-    const r = await startRpcServer(this.deps.install, { cache, cacheDir: join(this.deps.cache.root, 'llama'), name: `ggml-rpc-server[${id}]`, device });
-    this.rpcs.set(id, r);
-    if (stage) this.stages.set(id, stage);
-    this.emit('running');
-    void r.child.exited.then(() => {
-      if (this.rpcs.get(id) !== r) return;
-      this.rpcs.delete(id);
-      this.stages.delete(id);
-      this.emit('running');
-    });
-    return r;
+    const starting = { stopped: false, settled: Promise.resolve() as Promise<unknown> };
+    this.rpcStarting.set(id, starting);
+    const started = (async () => {
+      try {
+        // LLAMA_CACHE=<cache>/llama: ggml-rpc-server's tensor cache is <cache>/llama/rpc, inside the node's budget.
+        // One rpc-server per stage, pinned to the stage's device (-d): two stages on this node use two devices.
+        const r = await startRpcServer(this.deps.install, { cache, cacheDir: join(this.deps.cache.root, 'llama'), name: `ggml-rpc-server[${id}]`, device });
+        if (starting.stopped) {
+          await r.child.terminate(CHILD_STOP_GRACE_MS);
+          throw new RelayError(ErrorCode.REPLICA_FAILED, `rpc-server ${id} was stopped while it started`);
+        }
+        this.rpcs.set(id, r);
+        if (stage) this.stages.set(id, stage);
+        this.emit('running');
+        void r.child.exited.then(() => {
+          if (this.rpcs.get(id) !== r) return;
+          this.rpcs.delete(id);
+          this.stages.delete(id);
+          this.emit('running');
+        });
+        return r;
+      } finally {
+        this.rpcStarting.delete(id);
+      }
+    })();
+    starting.settled = started.catch(() => undefined);
+    return started;
   }
 
   async stopRpc(id: string): Promise<void> {
+    const starting = this.rpcStarting.get(id);
+    if (starting) {
+      starting.stopped = true;
+      await starting.settled;
+    }
     const r = this.rpcs.get(id);
     if (!r) return;
     this.rpcs.delete(id);
@@ -133,14 +189,16 @@ export class Workloads extends EventEmitter {
     await Promise.all([...this.rpcs.keys()].map((id) => this.stopRpc(id)));
   }
 
-  /** The loopback port a tunnel stream of this kind goes to, if that replica or rpc-server runs here. */
+  /** The loopback port a tunnel stream of this kind goes to, if that replica (ready) or rpc-server runs here. */
   portFor(h: { kind: 'control' } | { kind: 'http'; replica: string } | { kind: 'rpc'; rpc: string }): number | undefined {
-    return h.kind === 'http' ? this.replicas.get(h.replica)?.server.port : h.kind === 'rpc' ? this.rpcs.get(h.rpc)?.port : undefined;
+    return h.kind === 'http' ? this.replicas.get(h.replica)?.server?.port : h.kind === 'rpc' ? this.rpcs.get(h.rpc)?.port : undefined;
   }
 
   /** What the hub is told runs here (hello, heartbeat). */
   reported(): RunningReplica[] {
-    return [...this.replicas.values()].filter((r) => !r.stopping).map((r) => ({ replica: r.id, sha256: r.sha256, pid: r.server.child.pid ?? null }));
+    return [...this.replicas.values()]
+      .filter((r) => !r.stopping)
+      .map((r) => ({ replica: r.id, sha256: r.sha256, pid: r.child?.pid ?? null, state: r.server ? ('ready' as const) : ('loading' as const) }));
   }
 
   /** What runs here now (the tray's status line, the local API's /status): replicas, and the shard stages this node's ggml-rpc-servers serve. */

@@ -1,10 +1,10 @@
 import type { Logger } from 'pino';
-import { ErrorCode, RelayError } from '../../../shared/errors.js';
+import { ErrorCode, RelayError, isRelayError } from '../../../shared/errors.js';
 import type { HubConfig } from '../config.js';
 import { replicaPlacement } from '../llama/argv.js';
 import type { LlamaInstall } from '../llama/install.js';
 import { startLlamaServer, type RunningLlamaServer } from '../llama/processes.js';
-import { describeExit } from '../llama/supervisor.js';
+import { describeExit, type ManagedChild } from '../llama/supervisor.js';
 import type { ModelRecord } from '../store/store.js';
 import { poolingFor, settingsFor } from './model-settings.js';
 import type { Placement, Running } from './placement.js';
@@ -36,8 +36,15 @@ export function serverOptions(config: HubConfig, model: ModelRecord, p: Placemen
     alias: model.name,
     threads: c.threads,
     metrics: true,
-    readyTimeoutMs: c.loadTimeoutMs,
+    readyTimeoutMs: p.deadlineMs,
   };
+}
+
+/** A launch error as the scheduler takes it: a deadline overrun keeps its code (it counts against the machine). */
+export function launchError(err: unknown, message: string, details: Record<string, unknown>): RelayError {
+  const tail = ((err as RelayError).details?.tail as string | undefined) ?? '';
+  const code = isRelayError(err, ErrorCode.LOAD_TIMEOUT) ? ErrorCode.LOAD_TIMEOUT : ErrorCode.REPLICA_FAILED;
+  return new RelayError(code, `${message}: ${(err as Error).message}`, { ...details, tail });
 }
 
 /** A llama-server on the hub's own machine, as the scheduler sees it. */
@@ -52,34 +59,53 @@ export function localRunning(server: RunningLlamaServer, what: string): Running 
   };
 }
 
-/** Host replicas: one llama-server on the hub's own device. */
+/**
+ * Host replicas: one llama-server on the hub's own device. The process is held from the moment it is spawned:
+ * a stop while it still loads (a pause, an eviction, a settings change) kills it and resolves only once it has
+ * exited, so the scheduler keeps its reservation until the device is really free.
+ */
 export class HostLauncher {
-  private readonly servers = new Map<string, RunningLlamaServer>();
+  private readonly servers = new Map<string, { child: ManagedChild | null; stopped: boolean; settled: Promise<unknown> }>();
 
   constructor(private readonly deps: { config: HubConfig; install: LlamaInstall; log: Logger }) {}
 
-  async start(p: Placement, model: ModelRecord): Promise<Running> {
+  start(p: Placement, model: ModelRecord): Promise<Running> {
     const log = this.deps.log.child({ placement: p.id, model: model.name });
-    log.info({ device: p.device, need: describeNeed(model.name, p.fit) }, 'starting host replica');
-    try {
-      const server = await startLlamaServer(this.deps.install, {
-        ...serverOptions(this.deps.config, model, p),
-        name: `llama-server[${model.name}]`,
-        embedding: model.embedding,
-        pooling: poolingFor(model) ?? undefined,
-        ...replicaPlacement(p.device, this.deps.install.backend),
-      });
-      this.servers.set(p.id, server);
-      return localRunning(server, 'llama-server');
-    } catch (err) {
-      const tail = ((err as RelayError).details?.tail as string | undefined) ?? '';
-      throw new RelayError(ErrorCode.REPLICA_FAILED, `could not start a replica of "${model.name}": ${(err as Error).message}`, { model: model.name, tail });
-    }
+    log.info({ device: p.device, need: describeNeed(model.name, p.fit), deadline_s: Math.round(p.deadlineMs / 1000) }, 'starting host replica');
+    const held: { child: ManagedChild | null; stopped: boolean; settled: Promise<unknown> } = { child: null, stopped: false, settled: Promise.resolve() };
+    this.servers.set(p.id, held);
+    const started = (async (): Promise<Running> => {
+      try {
+        const server = await startLlamaServer(this.deps.install, {
+          ...serverOptions(this.deps.config, model, p),
+          name: `llama-server[${model.name}]`,
+          embedding: model.embedding,
+          pooling: poolingFor(model) ?? undefined,
+          ...replicaPlacement(p.device, this.deps.install.backend),
+          onSpawn: (child) => {
+            held.child = child;
+            p.loadingSince = Date.now();
+            p.loadingPid = child.pid ?? null;
+            if (held.stopped) void child.terminate(HOST_STOP_GRACE_MS); // stopped before it even spawned
+          },
+        });
+        return localRunning(server, 'llama-server');
+      } catch (err) {
+        throw launchError(err, `could not start a replica of "${model.name}"`, { model: model.name });
+      }
+    })();
+    held.settled = started.catch(() => undefined);
+    return started;
   }
 
+  /** Stops the replica, loading or ready; resolves once its process has exited. */
   async stop(p: Placement): Promise<void> {
-    const server = this.servers.get(p.id);
+    const held = this.servers.get(p.id);
+    if (!held) return;
     this.servers.delete(p.id);
-    await server?.child.terminate(HOST_STOP_GRACE_MS);
+    held.stopped = true;
+    if (held.child) await held.child.terminate(HOST_STOP_GRACE_MS);
+    else await held.settled; // not spawned yet: onSpawn kills it, and a failed start settles once it has exited
+    await held.child?.exited;
   }
 }

@@ -3,7 +3,8 @@ import { ErrorCode, RelayError, isRelayError } from '../../../shared/errors.js';
 import type { CommandBody } from '../../../shared/protocol.js';
 import type { HubConfig } from '../config.js';
 import type { LlamaInstall } from '../llama/install.js';
-import { startLlamaServer, type RunningLlamaServer } from '../llama/processes.js';
+import { startLlamaServer } from '../llama/processes.js';
+import type { ManagedChild } from '../llama/supervisor.js';
 import type { NodeConn, NodeManager } from '../pool/manager.js';
 import { openRpcBridge, type RpcBridge } from '../pool/rpc-bridge.js';
 import { modelFiles } from '../models/files.js';
@@ -14,8 +15,6 @@ import { shardFlags, shardModel, type Stage } from './shard.js';
 
 /** A shard head gets less time than a host replica to exit: its stages' servers go down right after it. */
 const HEAD_STOP_GRACE_MS = 5000;
-/** Filling a stage's ggml-rpc-server cache reads that stage's tensors from the node's copy of the GGUF. */
-const RPC_FILL_TIMEOUT_MS = 10 * 60_000;
 const START_RPC_TIMEOUT_MS = 60_000;
 const STOP_RPC_TIMEOUT_MS = 30_000;
 
@@ -34,7 +33,8 @@ interface Member {
 }
 
 interface Held {
-  head: RunningLlamaServer | null;
+  /** The head's process from its spawn (still loading included): a stop kills it. */
+  head: ManagedChild | null;
   /** Members whose start-rpc was sent and answered (or failed): the ones a stop must stop. */
   members: Member[];
   warnings: string[];
@@ -73,7 +73,7 @@ export class ShardLauncher {
         const conn = this.deps.nodes?.get(stage.node);
         if (!conn) throw new RelayError(ErrorCode.NODE_LOST, `node ${stage.node} left before its stage started`);
         const member: Member = { stage, conn, rpcId: `${p.id}-${i++}`, bridge: null };
-        await this.fillRpcCache(conn, model, stage, log, () => h.stopped);
+        await this.fillRpcCache(conn, model, stage, p.deadlineMs, log, () => h.stopped);
         await unlessStopped();
         const info = { model: model.name, index: plan.stages.indexOf(stage), of: plan.stages.length, layers: [stage.layers[0], stage.layers[1]] as [number, number] };
         try {
@@ -109,8 +109,13 @@ export class ShardLauncher {
         tensorSplit: flags.tensorSplit.length > 0 ? flags.tensorSplit : undefined,
         overrides: flags.overrides,
         fit: flags.fit,
+        onSpawn: (child) => {
+          h.head = child;
+          p.loadingSince = Date.now();
+          p.loadingPid = child.pid ?? null;
+          if (h.stopped) void child.terminate(HEAD_STOP_GRACE_MS);
+        },
       });
-      h.head = head;
       await unlessStopped();
       h.buffers = loadReport(head).filter((l) => /model buffer size/.test(l));
       // Any RPC failure aborts llama-server (upstream): the shard is failed, the next request re-plans.
@@ -130,14 +135,15 @@ export class ShardLauncher {
    * not tensors over 10 MiB (HubConfig.rpcCacheFill, RELAY_RPC_CACHE_FILL=0, turns this off, for measuring).
    * A split model's parts are GGUFs of their own: each part the node holds fills the stage's tensors it has.
    */
-  private async fillRpcCache(conn: NodeConn, model: ModelRecord, stage: Stage, log: Logger, stopped: () => boolean): Promise<void> {
+  private async fillRpcCache(conn: NodeConn, model: ModelRecord, stage: Stage, timeoutMs: number, log: Logger, stopped: () => boolean): Promise<void> {
     if (!this.deps.config.rpcCacheFill) return;
     const files = modelFiles(model);
     for (const file of files.filter((f) => conn.cache.has(f.sha256))) {
       if (stopped()) return; // a stop came during the last part's fill: the rest would be for nothing
       const siblings = files.filter((f) => f !== file).map((f) => f.sha256);
       const command: CommandBody = { type: 'fill-rpc-cache', sha256: file.sha256, layers: [stage.layers[0], stage.layers[1]], ...(siblings.length > 0 ? { siblings } : {}) };
-      const filled = await conn.command(command, RPC_FILL_TIMEOUT_MS).catch((err: Error) => {
+      // Filling reads the stage's tensors from the node's copy: the load's own deadline rule bounds it.
+      const filled = await conn.command(command, timeoutMs).catch((err: Error) => {
         log.warn({ node: conn.name, file: file.sha256, err: err.message }, 'rpc cache fill failed: the load sends the tensors instead');
         return null;
       });
@@ -158,7 +164,7 @@ export class ShardLauncher {
     const head = h.head;
     h.head = null;
     const members = h.members.splice(0);
-    await head?.child.terminate(HEAD_STOP_GRACE_MS);
+    await head?.terminate(HEAD_STOP_GRACE_MS);
     await Promise.all(
       members.map(async (m) => {
         await m.bridge?.close();

@@ -50,6 +50,12 @@ export interface Placement {
   /** Requests it has answered (leases released). */
   served: number;
   readonly startedAt: number;
+  /** How long its llama-server's load may take (scheduler/deadline.ts: a base plus a term per GiB of weights). */
+  readonly deadlineMs: number;
+  /** When its llama-server's load began (set by the launcher; a push or an rpc-cache fill comes before), or null. */
+  loadingSince: number | null;
+  /** The loading llama-server's pid on the hub (host replica, shard head), before `running` has it. */
+  loadingPid: number | null;
   /** When it became ready (0 while loading): a device reading older than this does not count its memory yet. */
   readyAt: number;
   lastUsedAt: number;
@@ -85,7 +91,7 @@ export function isLive(p: Placement): boolean {
 export type { PlacementStatus, ReplicaStatus, ShardStatus } from '../../../shared/status.js';
 
 /** A placement about to start for `model` as the placer planned it (a fresh id; nothing running yet). */
-export function newPlacement(model: ModelRecord, plan: NewPlacement, fit: FitBreakdown, now: number): Placement {
+export function newPlacement(model: ModelRecord, plan: NewPlacement, fit: FitBreakdown, now: number, deadlineMs: number): Placement {
   return {
     id: randomUUID().slice(0, 8),
     kind: plan.kind,
@@ -100,6 +106,9 @@ export function newPlacement(model: ModelRecord, plan: NewPlacement, fit: FitBre
     inFlight: 0,
     served: 0,
     startedAt: now,
+    deadlineMs,
+    loadingSince: null,
+    loadingPid: null,
     readyAt: 0,
     lastUsedAt: now,
     msPerToken: null,

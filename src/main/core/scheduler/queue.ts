@@ -34,7 +34,17 @@ export interface Waiter {
 export class WaitQueue {
   private readonly byModel = new Map<string, Waiter[]>();
 
-  constructor(private readonly limits: { readonly max: number; readonly timeoutMs: number }) {}
+  constructor(
+    private readonly limits: {
+      readonly max: number;
+      readonly timeoutMs: number;
+      /**
+       * Whether a placement of the model is still starting (pushed, filled, loaded: each with its own deadline or
+       * stall check): a waiter's time is up only when none is, or a 40 GB load would outlast every waiter.
+       */
+      readonly starting?: (model: string) => boolean;
+    },
+  ) {}
 
   /** Waiting requests for a model, oldest first (a copy: settling one changes the queue). */
   of(model: string): Waiter[] {
@@ -66,13 +76,16 @@ export class WaitQueue {
     let waiter!: Waiter;
     const lease = new Promise<Lease>((resolve, reject) => {
       const onAbort = (): void => waiter.reject(new RelayError(ErrorCode.INVALID_REQUEST, 'the client went away while waiting'));
-      const timer = setTimeout(
-        () =>
+      let timer: NodeJS.Timeout;
+      const arm = (): void => {
+        timer = setTimeout(() => {
+          if (this.limits.starting?.(model.name)) return arm();
           waiter.reject(
             new RelayError(ErrorCode.POOL_BUSY, `no slot of "${model.name}" came free within ${this.limits.timeoutMs} ms (RELAY_QUEUE_TIMEOUT_MS)`, { model: model.name, retry_after_s: 10 }),
-          ),
-        this.limits.timeoutMs,
-      );
+          );
+        }, this.limits.timeoutMs);
+      };
+      arm();
       const settle = (): void => {
         clearTimeout(timer);
         signal?.removeEventListener('abort', onAbort);

@@ -14,6 +14,7 @@ import { HUB, Placer, type NewPlacement } from './placer.js';
 import { newAttempts, WaitQueue, type Attempts, type Waiter } from './queue.js';
 import { nextMsPerToken, pickPlacement, wantsAnother } from './routing.js';
 import { PoolView } from './view.js';
+import { loadDeadlineMs } from './deadline.js';
 import { STOP_REPLICA_WAIT_MS } from '../timeouts.js';
 
 /**
@@ -56,7 +57,11 @@ export class Scheduler {
 
   constructor(private readonly deps: SchedulerDeps) {
     this.failures = new FailureMemory(() => this.now());
-    this.waiting = new WaitQueue({ max: deps.config.queueMax, timeoutMs: deps.config.queueTimeoutMs });
+    this.waiting = new WaitQueue({
+      max: deps.config.queueMax,
+      timeoutMs: deps.config.queueTimeoutMs,
+      starting: (name) => [...this.placements.values()].some((p) => p.model === name && p.state === 'starting'),
+    });
     this.placer = new Placer({
       config: deps.config,
       devices: deps.devices,
@@ -119,21 +124,13 @@ export class Scheduler {
   }
 
   /**
-   * The model as its file is now. A file that changed is re-hashed first (one hash, shared by every request) and
-   * its placements stopped when the bytes differ: new bytes are never served under the old hash, nor old bytes
-   * under the new. A file only touched (the same size, a new modification time: `touch`, a backup restore) while
-   * a placement of it is ready is served by that placement meanwhile — a re-hash of 40 GB takes minutes — and
-   * its hash runs in the background, stopping the placements only if the bytes turn out to differ.
+   * The model as its file is now. A file that changed (its size or its modification time) is re-hashed first —
+   * once: every request that comes meanwhile waits for the same hash — and its placements are stopped only when
+   * the bytes differ: new bytes are never served under the old hash, and a `touch` or a backup restore of the
+   * same bytes cuts nothing. (Serving from the running placements meanwhile would be wrong: a file overwritten
+   * in place changes under the llama-server that maps it.)
    */
   private async current(name: string): Promise<ModelRecord> {
-    const rec = this.deps.registry.require(name);
-    if (this.deps.registry.fileState(rec) === 'touched' && this.of(rec).some((p) => p.state === 'ready')) {
-      void this.deps.registry
-        .verify(name)
-        .then(({ changed }) => (changed ? this.stopModel(name, 'model file changed on disk') : undefined))
-        .catch((err: Error) => this.deps.log.warn({ model: name, err: err.message }, 'could not re-hash the model file'));
-      return rec;
-    }
     const { model, changed } = await this.deps.registry.verify(name);
     if (changed) await this.stopModel(name, 'model file changed on disk');
     return model;
@@ -146,7 +143,8 @@ export class Scheduler {
   private pump(name: string): void {
     const q = this.waiting.of(name);
     if (q.length === 0) return;
-    const model = q[0]!.model;
+    // The record as it is now (its settings may have changed while these requests waited).
+    const model = this.deps.registry.get(name) ?? q[0]!.model;
     for (const w of q) {
       const free = pickPlacement(this.routeViews(model), w.attempts.exclude);
       if (free) w.resolve(this.lease(free.p, model));
@@ -218,7 +216,7 @@ export class Scheduler {
   }
 
   private start(model: ModelRecord, plan: NewPlacement): Placement {
-    const p = newPlacement(model, plan, this.need(model), this.now());
+    const p = newPlacement(model, plan, this.need(model), this.now(), loadDeadlineMs(model.size, this.deps.config));
     // Victims are marked stopping in this same tick, so a concurrent plan counts their room as taken.
     const stops = plan.evict
       .map((id) => this.placements.get(id))

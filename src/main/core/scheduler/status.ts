@@ -7,13 +7,14 @@ import { freeAfterReservations, type Reservation } from './plan.js';
 
 /** How /status shows placements and devices: projections of the scheduler's table, no decisions. */
 
-function placementStatus(p: Placement, c: HubConfig): PlacementStatus {
+function placementStatus(p: Placement, c: HubConfig, now = Date.now()): PlacementStatus {
   return {
     id: p.id,
     model: p.model,
     state: p.state,
     port: p.running?.port ?? null,
-    pid: p.running?.pid ?? null,
+    // A node replica's pid comes from the node's reports, from its spawn on; a local one's from the launcher.
+    pid: p.running?.pid ?? p.loadingPid ?? p.node?.replicas.find((r) => r.replica === p.id)?.pid ?? null,
     ctx: p.fit.ctx,
     slots: p.fit.slots,
     in_flight: p.inFlight,
@@ -21,6 +22,7 @@ function placementStatus(p: Placement, c: HubConfig): PlacementStatus {
     kv_cache_type: c.kvCacheType,
     ms_per_token: p.msPerToken === null ? null : Math.round(p.msPerToken * 100) / 100,
     failure: p.failure,
+    load: p.state === 'starting' && p.loadingSince !== null ? { since: new Date(p.loadingSince).toISOString(), elapsed_ms: Math.max(0, now - p.loadingSince), deadline_ms: p.deadlineMs } : null,
   };
 }
 
