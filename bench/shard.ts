@@ -121,7 +121,7 @@ try {
   await rpc.child.terminate(3000);
   const conn = hub.nodes.get('bench')!;
   await conn.command({ type: 'start-rpc', rpc: 'probe', cache: false }, 60_000);
-  const bridge = await openRpcBridge(conn, 'probe');
+  const bridge = await openRpcBridge(conn, 'probe', () => process.pid); // the probe connects from this process
   const probeTunnel = await rpcRoundTrips(bridge.port);
   await bridge.close();
   await conn.command({ type: 'stop-rpc', rpc: 'probe' }, 30_000);

@@ -64,6 +64,8 @@ export const ErrorCode = {
   CACHE_FULL: 'CACHE_FULL',
   DISK_FULL: 'DISK_FULL',
   PUSH_INCOMPLETE: 'PUSH_INCOMPLETE',
+  /** A weight push moved no byte for RELAY_PUSH_STALL_MS while the node still answered pings (its disk, its cache). */
+  PUSH_STALLED: 'PUSH_STALLED',
   HASH_MISMATCH: 'HASH_MISMATCH',
   // HTTP surface
   INVALID_REQUEST: 'INVALID_REQUEST',
@@ -154,6 +156,7 @@ export const HTTP_ERRORS: Readonly<Partial<Record<ErrorCode, { status: number; t
   REPLICA_FAILED: { status: 502, type: 'server_error' },
   UPSTREAM_ERROR: { status: 502, type: 'server_error' },
   LOAD_TIMEOUT: { status: 502, type: 'server_error' },
+  PUSH_STALLED: { status: 502, type: 'server_error' },
   CONTEXT_LENGTH_EXCEEDED: { status: 400, type: 'invalid_request_error' },
   NOT_SUPPORTED: { status: 501, type: 'invalid_request_error' },
   LLAMA_SERVER_ERROR: { status: 500, type: 'server_error' },

@@ -61,6 +61,12 @@ export interface RunningReplica {
   state?: 'loading' | 'ready';
 }
 
+/** A ggml-rpc-server the node runs for a shard stage (reported so the hub can stop one it no longer expects). */
+export interface RunningRpc {
+  rpc: string;
+  pid: number | null;
+}
+
 export interface Hello {
   type: 'hello';
   protocol: number;
@@ -70,6 +76,8 @@ export interface Hello {
   cache: CachedFile[];
   partials: CachedFile[];
   replicas: RunningReplica[];
+  /** Its rpc-servers (absent from older nodes). */
+  rpcs?: RunningRpc[];
   availability: Availability;
   reason: string | null;
   /** The owner's weekly pause windows, as written (shown on the dashboard). */
@@ -82,6 +90,7 @@ export interface Heartbeat {
   availability: Availability;
   reason: string | null;
   replicas: RunningReplica[];
+  rpcs?: RunningRpc[];
   cache: CachedFile[];
   schedule?: string;
 }
@@ -171,7 +180,18 @@ export interface SetPaused {
   paused: boolean;
 }
 
-export type Command = StartReplica | StopReplica | StartRpc | StopRpc | Evict | PushBegin | FillRpcCache | SetPaused;
+/**
+ * Whether a replica's llama-server or a stage's rpc-server can still answer: the hub asks when a request through
+ * it has heard nothing for a while and the node answers pings. Reply `{liveness}`: ok | stopped | unresponsive | gone.
+ */
+export interface CheckWorkload {
+  type: 'check';
+  id: number;
+  replica?: string;
+  rpc?: string;
+}
+
+export type Command = StartReplica | StopReplica | StartRpc | StopRpc | Evict | PushBegin | FillRpcCache | SetPaused | CheckWorkload;
 type WithoutId<T> = T extends unknown ? Omit<T, 'id'> : never;
 /** A command as the hub writes it; the control channel adds the correlation id. */
 export type CommandBody = WithoutId<Command>;
@@ -229,6 +249,7 @@ const shape =
 const device = shape({ id: isId, kind: oneOf('gpu', 'cpu'), description: isStr, totalMb: isNum, freeMb: isNum, ageMs: optional(isNum) });
 const cached = shape({ sha256: isSha, size: isInt });
 const running = shape({ replica: isId, sha256: isSha, pid: (v) => v === null || isInt(v), state: optional(oneOf('loading', 'ready')) });
+const runningRpc = shape({ rpc: isId, pid: (v) => v === null || isInt(v) });
 const availability = oneOf('idle', 'busy', 'paused');
 
 const SCHEMAS: Record<string, Check> = {
@@ -240,11 +261,20 @@ const SCHEMAS: Record<string, Check> = {
     cache: arrayOf(cached),
     partials: arrayOf(cached),
     replicas: arrayOf(running, 256),
+    rpcs: optional(arrayOf(runningRpc, 256)),
     availability,
     reason: isNullableStr,
     schedule: optional(isStr),
   }),
-  heartbeat: shape({ devices: arrayOf(device, 64), availability, reason: isNullableStr, replicas: arrayOf(running, 256), cache: arrayOf(cached), schedule: optional(isStr) }),
+  heartbeat: shape({
+    devices: arrayOf(device, 64),
+    availability,
+    reason: isNullableStr,
+    replicas: arrayOf(running, 256),
+    rpcs: optional(arrayOf(runningRpc, 256)),
+    cache: arrayOf(cached),
+    schedule: optional(isStr),
+  }),
   availability: shape({ availability, reason: isNullableStr }),
   reply: shape({ id: isInt, ok: isBool }),
   error: shape({ code: isStr, message: isStr }),
@@ -282,10 +312,11 @@ const SCHEMAS: Record<string, Check> = {
     siblings: optional((v) => Array.isArray(v) && v.length <= 256 && v.every(isSha)),
   }),
   'set-paused': shape({ id: isInt, paused: isBool }),
+  check: shape({ id: isInt, replica: optional(isId), rpc: optional(isId) }),
 };
 
 const FROM_NODE = new Set(['hello', 'heartbeat', 'availability', 'reply', 'error']);
-const FROM_HUB = new Set(['welcome', 'error', 'start-replica', 'stop-replica', 'start-rpc', 'stop-rpc', 'evict', 'push-begin', 'fill-rpc-cache', 'set-paused']);
+const FROM_HUB = new Set(['welcome', 'error', 'start-replica', 'stop-replica', 'start-rpc', 'stop-rpc', 'evict', 'push-begin', 'fill-rpc-cache', 'set-paused', 'check']);
 
 export type Parsed<T> = { ok: true; msg: T } | { ok: false; code: 'bad_json' | 'bad_message' | 'unknown_type'; message: string };
 

@@ -3,7 +3,7 @@
  * builds it (hub/status.ts is typed against StatusDto), `relay status`, the tray and the tests. snake_case
  * throughout (the hub ↔ node protocol's camelCase DeviceInfo is mapped at the hub).
  */
-import type { Availability, RunningReplica } from './protocol.js';
+import type { Availability, RunningReplica, RunningRpc } from './protocol.js';
 
 export type KvCacheTypeName = 'f16' | 'q8_0' | 'q4_0';
 export type PlacementStateName = 'starting' | 'ready' | 'failed' | 'stopping';
@@ -102,6 +102,8 @@ export interface NodeStatus {
   readonly devices: readonly NodeDeviceStatus[];
   readonly cache: readonly { sha256: string; size: number }[];
   readonly replicas: readonly RunningReplica[];
+  /** The ggml-rpc-servers it runs for shard stages, by the node's last report. */
+  readonly rpcs: readonly RunningRpc[];
   readonly last_seen: string | null;
   readonly created_at: string;
   readonly revoked_at: string | null;

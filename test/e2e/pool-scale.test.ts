@@ -16,9 +16,10 @@ import { until, waitGone } from '../helpers/proc.js';
  * llama-server: several placements of one model, each answering like one llama-server at temperature 0;
  * failover of a request that has not received a byte; a bounded wait queue; the hub's own pause.
  * A llama-server stopped with SIGSTOP is how a test holds a request "in flight, no byte yet" for as long as
- * it needs, without timing.
+ * it needs, without timing: these hubs run with RELAY_HANG_CHECK=0, or the hub would (rightly) find the stopped
+ * process at the first stall and fail it over (test/chaos/processes.test.ts tests that).
  */
-const ENV = { RELAY_CONTEXT_SIZE: '512', RELAY_PARALLEL_SLOTS: '1', RELAY_THREADS: '1' };
+const ENV = { RELAY_CONTEXT_SIZE: '512', RELAY_PARALLEL_SLOTS: '1', RELAY_THREADS: '1', RELAY_HANG_CHECK: '0' };
 const PROMPT = 'The quick brown fox';
 const relayBin = new URL('../../../bin/relay.js', import.meta.url).pathname;
 

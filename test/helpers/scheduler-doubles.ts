@@ -6,6 +6,7 @@ import type { Device } from '../../src/main/core/gpu/inventory.js';
 import type { ModelRegistry } from '../../src/main/core/models/registry.js';
 import type { NodeConn, NodeManager } from '../../src/main/core/pool/manager.js';
 import type { Launcher } from '../../src/main/core/scheduler/launcher.js';
+import type { Liveness } from '../../src/main/core/llama/liveness.js';
 import type { Lease, Placement, Running } from '../../src/main/core/scheduler/placement.js';
 import { Scheduler } from '../../src/main/core/scheduler/scheduler.js';
 import type { ModelRecord } from '../../src/main/core/store/store.js';
@@ -80,6 +81,18 @@ export class ManualLauncher implements Launcher {
     return null;
   }
 
+  /** rpc-servers this launcher expects, as `node/rpc`. */
+  readonly rpcs = new Set<string>();
+  expectsRpc(node: string, rpcId: string): boolean {
+    return this.rpcs.has(`${node}/${rpcId}`);
+  }
+
+  /** What check() answers, by placement id (default ok): a test makes a placement hang. */
+  readonly liveness = new Map<string, Liveness>();
+  check(p: Placement): Promise<Liveness> {
+    return Promise.resolve(this.liveness.get(p.id) ?? 'ok');
+  }
+
   /** The n-th start (0-based), once it has been asked for. */
   async nth(n: number): Promise<Start> {
     while (this.starts.length <= n) await new Promise<void>((r) => this.waiters.push(r));
@@ -96,9 +109,11 @@ export function fakeNode(name: string, freeMb: number, extra: Partial<NodeConn> 
     schedule: '',
     cache: new Map(),
     replicas: [],
+    rpcs: [],
     devicesAt: 0,
     devices: [{ id: 'CPU', kind: 'cpu', description: 'cpu', totalMb: freeMb, freeMb }],
     command: async () => ({ ok: true, data: {} }),
+    probe: async () => true,
     ...extra,
   } as unknown as NodeConn;
 }

@@ -114,12 +114,22 @@ describe('rpc streams', { timeout: 300_000 }, () => {
       const conn = hub.nodes.get('rpcnode')!;
       const started = await conn.command({ type: 'start-rpc', rpc: 'stage0', cache: true });
       const rpcPort = started.data!.port as number;
-      const bridge = await openRpcBridge(conn, 'stage0');
+      let headPid: number | null = null; // the bridge takes the head's connections only
+      const bridge = await openRpcBridge(conn, 'stage0', () => headPid);
       const model = fixture('dense');
       const single = await startLlamaServer(llama(), { model, ctx: 512, slots: 1, cacheType: 'f16' });
       const want = await complete(single.baseUrl, 'The quick brown fox', 24);
       await single.child.terminate(5000);
-      const head = await startLlamaServer(llama(), { model, ctx: 512, slots: 1, cacheType: 'f16', rpc: [bridge.endpoint], devices: ['RPC0'], gpuLayers: 99 });
+      const head = await startLlamaServer(llama(), {
+        model,
+        ctx: 512,
+        slots: 1,
+        cacheType: 'f16',
+        rpc: [bridge.endpoint],
+        devices: ['RPC0'],
+        gpuLayers: 99,
+        onSpawn: (c) => (headPid = c.pid ?? null),
+      });
       try {
         const got = await complete(head.baseUrl, 'The quick brown fox', 24);
         assert.equal(got.text, want.text);

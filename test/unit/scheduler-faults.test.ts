@@ -3,6 +3,7 @@ import { describe, it } from 'node:test';
 import type { CommandBody } from '../../src/shared/protocol.js';
 import { fakeNode, model, rejected, setup, tick } from '../helpers/scheduler-doubles.js';
 import { loadDeadlineMs } from '../../src/main/core/scheduler/deadline.js';
+import { stallMs } from '../../src/main/core/scheduler/routing.js';
 import { HUB_DEFAULTS } from '../../src/main/core/config.js';
 
 /**
@@ -111,5 +112,77 @@ describe('scheduler under faults', () => {
     const err = await rejected(second);
     assert.equal(err.code, 'POOL_BUSY');
     l.release();
+  });
+
+  it("a stalled request's probe: a stopped llama-server fails its placement at once, one that does not answer /health on the second look; one computing is left alone", async () => {
+    const probe = setup({ models: [m] }).scheduler.need(m).needMb;
+    const n1 = fakeNode('n1', probe + 10);
+    const { scheduler, launcher } = setup({ hubMb: probe + 5, nodes: [n1], models: [m] });
+    const a = scheduler.acquire('m');
+    (await launcher.nth(0)).ok();
+    const onHub = await a;
+    assert.equal(onHub.stallMs(), 2500, 'no speed known yet: the most');
+    await onHub.probe(); // all well: nothing changes
+    assert.deepEqual(
+      scheduler.view.status().map((r) => r.state),
+      ['ready'],
+    );
+    launcher.liveness.set(onHub.placementId, 'unresponsive');
+    await onHub.probe();
+    assert.deepEqual(
+      scheduler.view.status().map((r) => r.state),
+      ['ready'],
+      'one /health without an answer is not enough',
+    );
+    launcher.liveness.set(onHub.placementId, 'ok');
+    await onHub.probe(); // it answered again: the count starts over
+    launcher.liveness.set(onHub.placementId, 'unresponsive');
+    await onHub.probe();
+    assert.equal(scheduler.view.status()[0]!.state, 'ready');
+    await onHub.probe();
+    const failed = scheduler.view.status()[0]!;
+    assert.equal(failed.state, 'failed');
+    assert.match(failed.failure!.message, /does not answer \/health/);
+    assert.ok(launcher.stopped.includes(onHub.placementId), 'its process is killed: the stream through it ends');
+    assert.deepEqual(
+      scheduler.view.backoffs().map((b) => [b.node, b.model]),
+      [['hub', 'm']],
+    );
+    onHub.release();
+    // The next request goes to the node; a stopped llama-server there fails at the first look.
+    const b = scheduler.acquire('m');
+    const onNode = await launcher.nth(1);
+    assert.equal(onNode.p.node?.name, 'n1');
+    onNode.ok();
+    const l = await b;
+    launcher.liveness.set(l.placementId, 'stopped');
+    await l.probe();
+    assert.match(scheduler.view.status().find((r) => r.id === l.placementId)!.failure!.message, /is stopped/);
+    l.release();
+  });
+
+  it("the stall limit follows the placement's speed: ten token times, within 1 to 2.5 s", () => {
+    assert.deepEqual(
+      [null, 20, 150, 400].map((ms) => stallMs(ms)),
+      [2500, 1000, 1500, 2500],
+    );
+  });
+
+  it('reconciliation stops rpc-servers the hub does not expect (a shard torn down while the node was away), keeps the others', async () => {
+    const commands: CommandBody[] = [];
+    const n1 = fakeNode('n1', 1000, {
+      rpcs: [
+        { rpc: 'gone-0', pid: 11 },
+        { rpc: 'live-0', pid: 12 },
+      ],
+      command: (c: CommandBody) => {
+        commands.push(c);
+        return Promise.resolve({ type: 'reply', id: 0, ok: true });
+      },
+    });
+    const { scheduler, launcher } = setup({ nodes: [n1], models: [m] });
+    launcher.rpcs.add('n1/live-0');
+    await scheduler.reconcile(n1);
+    assert.deepEqual(commands, [{ type: 'stop-rpc', rpc: 'gone-0' }]);
   });
 });

@@ -79,6 +79,13 @@ export interface HubConfig {
   readonly threads: number | undefined;
   /** Cap on weight-push bandwidth per push in MiB per second (RELAY_PUSH_MAX_MBPS, named before this rule); 0 = unlimited. */
   readonly pushMaxMibPerSec: number;
+  /** A weight push that moves no byte for this long while the node answers pings fails (RELAY_PUSH_STALL_MS). */
+  readonly pushStallMs: number;
+  /**
+   * A stalled request's placement is checked for a stopped or frozen llama-server / rpc-server and failed if so
+   * (RELAY_HANG_CHECK=0 turns that off — while you debug a llama-server, say; nodes are still pinged).
+   */
+  readonly hangCheck: boolean;
   /** PEM files: with both set the hub serves HTTPS, and nodes dial wss:// (RELAY_TLS_CERT, RELAY_TLS_KEY). */
   readonly tlsCertPath: string | undefined;
   readonly tlsKeyPath: string | undefined;
@@ -192,6 +199,8 @@ export function hubConfigFromEnv(env: NodeJS.ProcessEnv = processEnv(), override
     maxPlacementsPerModel: int(env, 'RELAY_MAX_PLACEMENTS_PER_MODEL', HUB_DEFAULTS.maxPlacementsPerModel),
     threads: env.RELAY_THREADS ? int(env, 'RELAY_THREADS', 0) : undefined,
     pushMaxMibPerSec: int(env, 'RELAY_PUSH_MAX_MBPS', 0),
+    pushStallMs: int(env, 'RELAY_PUSH_STALL_MS', 30_000),
+    hangCheck: env.RELAY_HANG_CHECK !== '0',
     loopbackAdmin: env.RELAY_LOOPBACK_ADMIN !== '0',
     allowedHosts: `${env.RELAY_ALLOWED_HOSTS ?? ''},${allowedHostsFlag}`
       .split(',')
@@ -227,6 +236,7 @@ export function verifyConfig(c: HubConfig): void {
   if (c.queueMax < 0) bad(`RELAY_QUEUE_MAX must be >= 0, got ${c.queueMax}`);
   if (c.queueTimeoutMs < 1) bad(`RELAY_QUEUE_TIMEOUT_MS must be >= 1, got ${c.queueTimeoutMs}`);
   if (c.maxPlacementsPerModel < 0) bad(`RELAY_MAX_PLACEMENTS_PER_MODEL must be >= 0 (0 = no bound), got ${c.maxPlacementsPerModel}`);
+  if (c.pushStallMs < 1000) bad(`RELAY_PUSH_STALL_MS must be at least 1000, got ${c.pushStallMs}`);
   if (c.loadBaseMs < 1) bad(`RELAY_LOAD_TIMEOUT_MS must be at least 1, got ${c.loadBaseMs}`);
   if (c.loadMsPerGib < 0) bad(`RELAY_LOAD_MS_PER_GIB must be >= 0, got ${c.loadMsPerGib}`);
   if (c.maxBodyBytes < 1024) bad(`RELAY_MAX_BODY_BYTES must be at least 1024, got ${c.maxBodyBytes}`);

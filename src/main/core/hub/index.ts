@@ -64,6 +64,7 @@ export async function startHub(config: HubConfig, deps: { log: Logger; install?:
     llamaVersion: install.version,
     secret: joinSecret(config.home),
     pushMaxBytesPerSec: config.pushMaxMibPerSec > 0 ? config.pushMaxMibPerSec * 1024 * 1024 : undefined,
+    pushStallMs: config.pushStallMs,
   });
   // The scheduler asks whether the hub's devices are paused; a change to paused stops its placements.
   let availability: HubAvailability | null = null;
@@ -177,6 +178,10 @@ export async function startHub(config: HubConfig, deps: { log: Logger; install?:
   for (const h of httpServers) {
     h.requestTimeout = config.requestTimeoutMs;
     h.headersTimeout = Math.min(30_000, config.requestTimeoutMs);
+    // An idle kept-alive connection stays open longer than clients keep theirs (undici 4 s, httpx 5 s, most up
+    // to a minute): with Node's own 5 s the hub closed connections that clients were just reusing, and the
+    // request failed with "other side closed" (seen in the chaos suite). The connection cap still bounds them.
+    h.keepAliveTimeout = 65_000;
   }
   const port = (server.address() as AddressInfo).port;
   const host = config.host === '0.0.0.0' || config.host === '::' ? '127.0.0.1' : config.host;

@@ -100,9 +100,34 @@ export function proxyToPlacement(opts: {
   let settled = false;
   let resolveOutcome!: (o: ProxyOutcome) => void;
   const outcome = new Promise<ProxyOutcome>((r) => (resolveOutcome = r));
+  // The stall watch: a request that hears nothing for lease.stallMs() (model-aware, a few seconds at most) has its
+  // placement looked at — its nodes pinged, its processes checked — and again after each quiet spell. A dead node
+  // or a hung process fails the placement, which breaks this upstream: the client gets its error event, or the
+  // request goes to another placement if nothing reached it yet. Per chunk it costs one clock read.
+  let lastHeard = Date.now();
+  let watchTimer: NodeJS.Timeout | null = null;
+  const watch = (): void => {
+    if (settled) return;
+    const quiet = Date.now() - lastHeard;
+    const limit = lease.stallMs();
+    if (quiet < limit) {
+      watchTimer = setTimeout(watch, limit - quiet);
+      return;
+    }
+    void lease.probe().finally(() => {
+      lastHeard = Date.now(); // all was well: the next look after another quiet spell
+      if (!settled) watchTimer = setTimeout(watch, lease.stallMs());
+    });
+  };
+  const unwatch = (): void => {
+    if (watchTimer) clearTimeout(watchTimer);
+    watchTimer = null;
+  };
+
   const finish = (status: number): void => {
     if (settled) return;
     settled = true;
+    unwatch();
     const usage = usageFromTail(Buffer.concat(tailChunks).toString('utf8'));
     lease.release(usage?.tokensPerSecond);
     opts.onDone(status, usage);
@@ -112,6 +137,7 @@ export function proxyToPlacement(opts: {
   const retry = (why: string): void => {
     if (settled) return;
     settled = true;
+    unwatch();
     up.destroy();
     lease.release();
     log.warn({ model: lease.model.name, placement: lease.placementId, why }, 'placement failed before the first byte: trying another');
@@ -205,6 +231,7 @@ export function proxyToPlacement(opts: {
     };
     ur.on('data', (chunk: Buffer) => {
       if (settled) return;
+      lastHeard = Date.now();
       begin();
       tailChunks.push(chunk);
       tailBytes += chunk.byteLength;
@@ -229,5 +256,6 @@ export function proxyToPlacement(opts: {
     brokenUpstream((err as NodeJS.ErrnoException).code ?? err.message);
   });
   up.end(opts.body);
+  watchTimer = setTimeout(watch, lease.stallMs());
   return outcome;
 }

@@ -7,3 +7,4 @@ export * from './install.js';
 export * from './ports.js';
 export * from './processes.js';
 export * from './supervisor.js';
+export * from './liveness.js';

@@ -165,6 +165,7 @@ export class NodeAgent extends EventEmitter {
       availability: a.state,
       reason: a.reason,
       replicas: this.runningReplicas(),
+      rpcs: this.work.reportedRpcs(),
       cache: this.cache.inventory(),
       schedule: this.settings.schedule,
     });
@@ -239,6 +240,7 @@ export class NodeAgent extends EventEmitter {
             cache: this.cache.inventory(),
             partials: this.cache.partials(),
             replicas: this.runningReplicas(),
+            rpcs: this.work.reportedRpcs(),
             availability: a.state,
             reason: a.reason,
             schedule: this.settings.schedule,

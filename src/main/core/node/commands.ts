@@ -48,6 +48,8 @@ export async function runCommand(c: Command, t: CommandTarget): Promise<Record<s
       const a = t.availability();
       return { availability: a.state, reason: a.reason };
     }
+    case 'check':
+      return { liveness: await t.work.check({ replica: c.replica, rpc: c.rpc }) };
     case 'fill-rpc-cache': {
       if (!t.cache.has(c.sha256)) throw new RelayError(ErrorCode.MODEL_FILE_MISSING, `node ${t.name} does not hold ${c.sha256.slice(0, 12)}…`);
       const idx = await t.cache.fillRpcCache(c.sha256, c.layers ?? null, c.siblings ?? []);

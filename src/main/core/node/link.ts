@@ -2,13 +2,10 @@ import { WebSocket } from 'ws';
 import { ErrorCode, RelayError } from '../../../shared/errors.js';
 import { TUNNEL_PATH, TUNNEL_STREAM_WINDOW, WS_SUBPROTOCOL } from '../../../shared/protocol.js';
 import { webSocketDuplex } from '../tunnel/transport.js';
-import { TUNNEL_PRIORITY_LEVELS } from '../tunnel/channel.js';
+import { TUNNEL_KEEPALIVE, TUNNEL_PRIORITY_LEVELS } from '../tunnel/channel.js';
 import { Session } from '../tunnel/yamux/session.js';
 import { pinnedTls, tlsUrl } from './hub-client.js';
 import type { NodeSettings } from './settings.js';
-
-/** The node's keepalive on the tunnel: a ping every 10 s, dead when one goes unanswered for 20 s. */
-export const NODE_KEEPALIVE = { keepAliveIntervalMs: 10_000, keepAliveTimeoutMs: 20_000 } as const;
 
 /**
  * Dial the hub's tunnel: wss:// to the pinned certificate (or https:// a system-trusted one), the credential
@@ -51,6 +48,6 @@ export function openTunnel(s: Pick<NodeSettings, 'hub' | 'hubCert' | 'credential
       });
     });
     ws.on('error', (err) => reject(new RelayError(ErrorCode.HUB_UNREACHABLE, `cannot reach the hub at ${s.hub}: ${err.message}`)));
-    ws.on('open', () => resolve(new Session(webSocketDuplex(ws), { client: true, ...NODE_KEEPALIVE, streamWindow: TUNNEL_STREAM_WINDOW, priorityLevels: TUNNEL_PRIORITY_LEVELS })));
+    ws.on('open', () => resolve(new Session(webSocketDuplex(ws), { client: true, ...TUNNEL_KEEPALIVE, streamWindow: TUNNEL_STREAM_WINDOW, priorityLevels: TUNNEL_PRIORITY_LEVELS })));
   });
 }

@@ -2,11 +2,12 @@ import { EventEmitter } from 'node:events';
 import { join } from 'node:path';
 import type { Logger } from 'pino';
 import { ErrorCode, RelayError, isRelayError } from '../../../shared/errors.js';
-import type { RunningReplica, StageInfo, StartReplica } from '../../../shared/protocol.js';
+import type { RunningReplica, RunningRpc, StageInfo, StartReplica } from '../../../shared/protocol.js';
 import type { LlamaInstall } from '../llama/install.js';
 import { replicaPlacement } from '../llama/argv.js';
 import { startLlamaServer, startRpcServer, type RunningLlamaServer, type RunningRpcServer } from '../llama/processes.js';
 import { describeExit, type ManagedChild } from '../llama/supervisor.js';
+import { liveness, type Liveness } from '../llama/liveness.js';
 import type { ModelCache } from './cache.js';
 import { CHILD_STOP_GRACE_MS } from '../timeouts.js';
 
@@ -189,6 +190,23 @@ export class Workloads extends EventEmitter {
     await Promise.all([...this.rpcs.keys()].map((id) => this.stopRpc(id)));
   }
 
+  /**
+   * Whether a replica or rpc-server can still answer (llama/liveness.ts): the hub asks when a request through it
+   * has heard nothing for a while and the node itself answers pings.
+   */
+  async check(c: { replica?: string | undefined; rpc?: string | undefined }): Promise<Liveness> {
+    if (c.replica !== undefined) {
+      const r = this.replicas.get(c.replica);
+      if (!r || r.stopping) return 'gone';
+      return liveness(r.child, r.server ? `${r.server.baseUrl}/health` : null);
+    }
+    if (c.rpc !== undefined) {
+      const r = this.rpcs.get(c.rpc);
+      return r ? liveness(r.child, null) : this.rpcStarting.has(c.rpc) ? 'ok' : 'gone';
+    }
+    return 'gone';
+  }
+
   /** The loopback port a tunnel stream of this kind goes to, if that replica (ready) or rpc-server runs here. */
   portFor(h: { kind: 'control' } | { kind: 'http'; replica: string } | { kind: 'rpc'; rpc: string }): number | undefined {
     return h.kind === 'http' ? this.replicas.get(h.replica)?.server?.port : h.kind === 'rpc' ? this.rpcs.get(h.rpc)?.port : undefined;
@@ -199,6 +217,11 @@ export class Workloads extends EventEmitter {
     return [...this.replicas.values()]
       .filter((r) => !r.stopping)
       .map((r) => ({ replica: r.id, sha256: r.sha256, pid: r.child?.pid ?? null, state: r.server ? ('ready' as const) : ('loading' as const) }));
+  }
+
+  /** The rpc-servers running here (hello, heartbeat): the hub stops one it no longer expects. */
+  reportedRpcs(): RunningRpc[] {
+    return [...this.rpcs].map(([rpc, r]) => ({ rpc, pid: r.child.pid ?? null }));
   }
 
   /** What runs here now (the tray's status line, the local API's /status): replicas, and the shard stages this node's ggml-rpc-servers serve. */

@@ -1,8 +1,13 @@
 import { EventEmitter } from 'node:events';
-import { RelayError, fromWireCode } from '../../../shared/errors.js';
-import type { Availability, CommandBody, DeviceInfo, Hello, HubToNode, NodeToHub, Reply, RunningReplica, StreamHeader } from '../../../shared/protocol.js';
+import { ErrorCode, RelayError, fromWireCode } from '../../../shared/errors.js';
+import type { Availability, CommandBody, DeviceInfo, Hello, HubToNode, NodeToHub, Reply, RunningReplica, RunningRpc, StreamHeader } from '../../../shared/protocol.js';
 import { ControlChannel, openStream } from '../tunnel/channel.js';
 import type { Session, YamuxStream } from '../tunnel/yamux/session.js';
+
+/** How long a node gets to answer a ping when something waits on it (a stalled request, a command, a push). */
+export const PROBE_TIMEOUT_MS = 2000;
+/** A command waiting for its answer pings the node this often: a node that went silent is found in seconds. */
+export const PROBE_EVERY_MS = 2500;
 
 /**
  * One connected node as the hub sees it: its yamux session and control channel, and its last report
@@ -18,6 +23,7 @@ export class NodeConn extends EventEmitter {
   schedule: string;
   cache = new Map<string, number>();
   replicas: RunningReplica[];
+  rpcs: RunningRpc[];
   lastSeen = Date.now();
   readonly connectedAt = Date.now();
   /** rpc/http/file bytes this session moved, by kind (for /status and the shard bench). */
@@ -36,6 +42,7 @@ export class NodeConn extends EventEmitter {
     this.reason = hello.reason;
     this.schedule = hello.schedule ?? '';
     this.replicas = hello.replicas;
+    this.rpcs = hello.rpcs ?? [];
     for (const f of hello.cache) this.cache.set(f.sha256, f.size);
   }
 
@@ -43,10 +50,45 @@ export class NodeConn extends EventEmitter {
     return !this.session.closed;
   }
 
+  /**
+   * Send a command and wait for its reply. A node that sleeps or loses its link sends no reply and no error: while
+   * the reply is outstanding the node is pinged every PROBE_EVERY_MS, so it is declared lost in seconds, not when
+   * the command's own timeout (a 40 GB load's deadline) runs out.
+   */
   async command(msg: CommandBody, timeoutMs = 60_000): Promise<Reply> {
-    const r = await this.control.request(msg, timeoutMs);
+    const watch = setInterval(() => void this.probe(`waiting for its answer to ${msg.type}`), PROBE_EVERY_MS);
+    watch.unref();
+    let r: Reply;
+    try {
+      r = await this.control.request(msg, timeoutMs);
+    } finally {
+      clearInterval(watch);
+    }
     if (!r.ok) throw new RelayError(fromWireCode(r.code), `node ${this.name}: ${r.message ?? 'command failed'}`, { node: this.name });
     return r;
+  }
+
+  private probing: Promise<boolean> | null = null;
+
+  /**
+   * Is the node there? A ping it does not answer within PROBE_TIMEOUT_MS ends its session at once (the node is
+   * lost: everything on it fails, requests fail over). Concurrent callers share one ping. `why` goes in the log.
+   */
+  probe(why: string): Promise<boolean> {
+    if (!this.alive) return Promise.resolve(false);
+    this.probing ??= this.session
+      .ping(PROBE_TIMEOUT_MS)
+      .then(
+        () => true,
+        () => {
+          this.session.destroy(new RelayError(ErrorCode.KEEPALIVE_TIMEOUT, `node ${this.name} did not answer a ping within ${PROBE_TIMEOUT_MS} ms (${why})`, { node: this.name }));
+          return false;
+        },
+      )
+      .finally(() => {
+        this.probing = null;
+      });
+    return this.probing;
   }
 
   open(header: StreamHeader): YamuxStream {

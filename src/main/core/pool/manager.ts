@@ -17,7 +17,7 @@ import {
   type HubToNode,
   type NodeToHub,
 } from '../../../shared/protocol.js';
-import { ControlChannel, TUNNEL_PRIORITY_LEVELS, acceptStream } from '../tunnel/channel.js';
+import { ControlChannel, TUNNEL_KEEPALIVE, TUNNEL_PRIORITY_LEVELS, acceptStream } from '../tunnel/channel.js';
 import { webSocketDuplex } from '../tunnel/transport.js';
 import { Session, type YamuxStream } from '../tunnel/yamux/session.js';
 import type { ModelRecord, NodeRecord, Store } from '../store/store.js';
@@ -54,10 +54,11 @@ export class NodeManager extends EventEmitter {
       secret: Buffer;
       helloTimeoutMs?: number;
       pushMaxBytesPerSec?: number;
+      pushStallMs?: number;
     },
   ) {
     super();
-    this.pusher = new WeightPusher({ log: deps.log, pushMaxBytesPerSec: deps.pushMaxBytesPerSec });
+    this.pusher = new WeightPusher({ log: deps.log, pushMaxBytesPerSec: deps.pushMaxBytesPerSec, stallMs: deps.pushStallMs });
   }
 
   /** Weight pushes running now (push.ts). */
@@ -182,8 +183,7 @@ export class NodeManager extends EventEmitter {
     // what one node can make the hub hold.
     const session = new Session(webSocketDuplex(ws), {
       client: false,
-      keepAliveIntervalMs: 10_000,
-      keepAliveTimeoutMs: 20_000,
+      ...TUNNEL_KEEPALIVE,
       streamWindow: TUNNEL_STREAM_WINDOW,
       maxStreams: 1024,
       maxControlFrames: 1024,
@@ -276,6 +276,7 @@ export class NodeManager extends EventEmitter {
         conn.devices = m.devices;
         conn.devicesAt = Date.now();
         conn.replicas = m.replicas;
+        conn.rpcs = m.rpcs ?? [];
         conn.schedule = m.schedule ?? conn.schedule;
         conn.cache = new Map(m.cache.map((f: CachedFile) => [f.sha256, f.size]));
         this.setAvailability(conn, m.availability, m.reason);
@@ -331,6 +332,7 @@ export class NodeManager extends EventEmitter {
         devices: (c?.devices ?? []).map(nodeDeviceStatus),
         cache: c ? [...c.cache].map(([sha256, size]) => ({ sha256, size })) : [],
         replicas: c?.replicas ?? [],
+        rpcs: c?.rpcs ?? [],
         last_seen: c ? new Date(c.lastSeen).toISOString() : r.last_seen,
         created_at: r.created_at,
         revoked_at: r.revoked_at,

@@ -6,7 +6,7 @@ import { ErrorCode, RelayError, fromWireCode } from '../../../shared/errors.js';
 import type { YamuxStream } from '../tunnel/yamux/session.js';
 import type { ModelPart, ModelRecord } from '../store/store.js';
 import { modelFiles } from '../models/files.js';
-import type { NodeConn } from './conn.js';
+import { PROBE_EVERY_MS, type NodeConn } from './conn.js';
 
 export interface PushProgress {
   node: string;
@@ -25,7 +25,7 @@ export class WeightPusher {
   /** Pushes running now, by node:sha256 (the dashboard's bars, /status). */
   readonly pushes = new Map<string, PushProgress>();
 
-  constructor(private readonly deps: { log: Logger; pushMaxBytesPerSec?: number }) {}
+  constructor(private readonly deps: { log: Logger; pushMaxBytesPerSec?: number; stallMs?: number }) {}
 
   /**
    * Make sure `node` holds `model`'s bytes (sha256-verified by the node): resume a partial push, re-push once
@@ -54,6 +54,45 @@ export class WeightPusher {
     return p;
   }
 
+  /**
+   * A push's watchdog. No byte for PROBE_EVERY_MS: the node is pinged (a dead link ends the session in seconds,
+   * and the push with it). No byte for the stall limit while the node answers (its disk stopped taking writes):
+   * the push fails with PUSH_STALLED, which counts against the node. Waiting for the verdict after the last byte
+   * (the node verifies the hash) only pings.
+   */
+  private watch(conn: NodeConn, label: string, st: YamuxStream, progress: PushProgress): { stalled: RelayError | null; stop(): void } {
+    const limit = this.deps.stallMs ?? PUSH_STALL_MS;
+    let last = progress.done;
+    let quietSince = Date.now();
+    let nextProbe = quietSince + PROBE_EVERY_MS;
+    const w = {
+      stalled: null as RelayError | null,
+      stop: () => clearInterval(timer),
+    };
+    const timer = setInterval(() => {
+      const now = Date.now();
+      if (progress.done !== last) {
+        last = progress.done;
+        quietSince = now;
+        nextProbe = now + PROBE_EVERY_MS;
+        return;
+      }
+      if (now >= nextProbe) {
+        nextProbe = now + PROBE_EVERY_MS;
+        void conn.probe(`a weight push of ${label} made no progress`);
+      }
+      if (progress.done < progress.total && now - quietSince >= limit && !w.stalled) {
+        w.stalled = new RelayError(ErrorCode.PUSH_STALLED, `push of ${label} to node ${conn.name} moved no byte for ${Math.round((now - quietSince) / 1000)} s while the node answered pings`, {
+          node: conn.name,
+        });
+        this.deps.log.warn({ node: conn.name, model: label, done: progress.done, total: progress.total }, 'weight push stalled: giving up');
+        st.destroy(w.stalled);
+      }
+    }, WATCH_TICK_MS);
+    timer.unref();
+    return w;
+  }
+
   private async pushOnce(conn: NodeConn, label: string, file: ModelPart, siblings: string[]): Promise<void> {
     const { sha256, size } = file;
     for (let attempt = 0; ; attempt++) {
@@ -68,8 +107,10 @@ export class WeightPusher {
       const progress: PushProgress = { node: conn.name, model: label, sha256, done: offset, total: size, started_at: new Date().toISOString() };
       this.pushes.set(key, progress);
       this.deps.log.info({ node: conn.name, model: label, offset, size }, offset > 0 ? 'resuming weight push' : 'pushing weights');
+      let watch: { stalled: RelayError | null; stop(): void } | null = null;
       try {
         const st = conn.open({ kind: 'file', sha256, offset, size });
+        watch = this.watch(conn, label, st, progress);
         const result = readResult(st);
         const counter = new Transform({
           transform: (chunk: Buffer, _e, cb) => {
@@ -91,13 +132,22 @@ export class WeightPusher {
           this.deps.log.warn({ node: conn.name, model: label, message: r.message }, 'pushed weights failed verification: pushing again from zero');
           continue;
         }
+        if (watch.stalled) throw watch.stalled;
         throw new RelayError(r.code ? fromWireCode(r.code) : ErrorCode.UPSTREAM_ERROR, `push to node ${conn.name} failed: ${r.message}`, { node: conn.name });
+      } catch (err) {
+        throw watch?.stalled ?? err;
       } finally {
+        watch?.stop();
         this.pushes.delete(key);
       }
     }
   }
 }
+
+/** A push that moves no byte for this long, while the node still answers pings, fails (RELAY_PUSH_STALL_MS). */
+export const PUSH_STALL_MS = 30_000;
+/** How often the push watch looks at the progress. */
+const WATCH_TICK_MS = 500;
 
 /** The most a node's verdict on a push may be: one line of JSON. More is a broken or hostile node. */
 const MAX_VERDICT_BYTES = 64 * 1024;

@@ -1,11 +1,16 @@
 import { createServer, type Server, type Socket } from 'node:net';
 import type { AddressInfo } from 'node:net';
+import type { Logger } from 'pino';
 import type { NodeConn } from './manager.js';
+import { peerIsProcess } from './peer.js';
 
 /**
  * A 127.0.0.1 listener that stands for one remote ggml-rpc-server: llama-server's `--rpc` points here, and
  * each TCP connection it makes becomes an rpc stream through the node's tunnel, which the node pipes to its
- * own ggml-rpc-server on 127.0.0.1. The RPC protocol has no authentication; it never leaves loopback.
+ * own ggml-rpc-server on 127.0.0.1. The RPC protocol has no authentication, so the bridge takes connections
+ * from its shard's head only: on Linux the connecting socket must belong to the head's process (peer.ts); on
+ * other platforms, where that cannot be read, only while the head runs and one at a time (llama-server keeps
+ * one connection per rpc-server). Anything else is closed before a byte reaches the node.
  */
 export interface RpcBridge {
   readonly endpoint: string;
@@ -15,13 +20,26 @@ export interface RpcBridge {
    * latency once; the shard bench's per-token measures).
    */
   readonly bytes: { toNode: number; fromNode: number; roundTrips: number };
+  /** Connections refused: not the head's. */
+  readonly refused: { readonly count: number };
   close(): Promise<void>;
 }
 
-export async function openRpcBridge(conn: NodeConn, rpcId: string): Promise<RpcBridge> {
+/** `head()`: the pid of the shard head that may connect, null before it is spawned. */
+export async function openRpcBridge(conn: NodeConn, rpcId: string, head: () => number | null, log?: Logger): Promise<RpcBridge> {
   const bytes = { toNode: 0, fromNode: 0, roundTrips: 0 };
   const sockets = new Set<Socket>();
+  const refused = { count: 0 };
+  let port = 0;
   const server: Server = createServer((sock) => {
+    const pid = head();
+    const mine = pid === null ? false : (peerIsProcess(sock.remotePort ?? 0, port, pid) ?? sockets.size === 0);
+    if (!mine) {
+      refused.count++;
+      log?.warn({ node: conn.name, rpc: rpcId, from_port: sock.remotePort }, "a local connection to a shard's rpc bridge that is not its head's: refused");
+      sock.destroy();
+      return;
+    }
     sockets.add(sock);
     sock.setNoDelay(true);
     let st;
@@ -56,11 +74,12 @@ export async function openRpcBridge(conn: NodeConn, rpcId: string): Promise<RpcB
     st.on('close', close);
   });
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', () => resolve()));
-  const port = (server.address() as AddressInfo).port;
+  port = (server.address() as AddressInfo).port;
   return {
     endpoint: `127.0.0.1:${port}`,
     port,
     bytes,
+    refused,
     close: () =>
       new Promise<void>((resolve) => {
         for (const s of sockets) s.destroy();

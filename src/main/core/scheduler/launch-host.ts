@@ -5,6 +5,7 @@ import { replicaPlacement } from '../llama/argv.js';
 import type { LlamaInstall } from '../llama/install.js';
 import { startLlamaServer, type RunningLlamaServer } from '../llama/processes.js';
 import { describeExit, type ManagedChild } from '../llama/supervisor.js';
+import { liveness, type Liveness } from '../llama/liveness.js';
 import type { ModelRecord } from '../store/store.js';
 import { poolingFor, settingsFor } from './model-settings.js';
 import type { Placement, Running } from './placement.js';
@@ -65,14 +66,14 @@ export function localRunning(server: RunningLlamaServer, what: string): Running 
  * exited, so the scheduler keeps its reservation until the device is really free.
  */
 export class HostLauncher {
-  private readonly servers = new Map<string, { child: ManagedChild | null; stopped: boolean; settled: Promise<unknown> }>();
+  private readonly servers = new Map<string, { child: ManagedChild | null; url: string | null; stopped: boolean; settled: Promise<unknown> }>();
 
   constructor(private readonly deps: { config: HubConfig; install: LlamaInstall; log: Logger }) {}
 
   start(p: Placement, model: ModelRecord): Promise<Running> {
     const log = this.deps.log.child({ placement: p.id, model: model.name });
     log.info({ device: p.device, need: describeNeed(model.name, p.fit), deadline_s: Math.round(p.deadlineMs / 1000) }, 'starting host replica');
-    const held: { child: ManagedChild | null; stopped: boolean; settled: Promise<unknown> } = { child: null, stopped: false, settled: Promise.resolve() };
+    const held: { child: ManagedChild | null; url: string | null; stopped: boolean; settled: Promise<unknown> } = { child: null, url: null, stopped: false, settled: Promise.resolve() };
     this.servers.set(p.id, held);
     const started = (async (): Promise<Running> => {
       try {
@@ -89,6 +90,7 @@ export class HostLauncher {
             if (held.stopped) void child.terminate(HOST_STOP_GRACE_MS); // stopped before it even spawned
           },
         });
+        held.url = server.baseUrl;
         return localRunning(server, 'llama-server');
       } catch (err) {
         throw launchError(err, `could not start a replica of "${model.name}"`, { model: model.name });
@@ -96,6 +98,11 @@ export class HostLauncher {
     })();
     held.settled = started.catch(() => undefined);
     return started;
+  }
+
+  check(p: Placement): Promise<Liveness> {
+    const held = this.servers.get(p.id);
+    return liveness(held?.child ?? null, held?.url ? `${held.url}/health` : null);
   }
 
   /** Stops the replica, loading or ready; resolves once its process has exited. */

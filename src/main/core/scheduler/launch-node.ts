@@ -10,6 +10,10 @@ import type { Placement, Running } from './placement.js';
 import { describeNeed } from './plan.js';
 import { NODE_REPLY_MARGIN_MS } from './deadline.js';
 import { launchError } from './launch-host.js';
+import { asLiveness, type Liveness } from '../llama/liveness.js';
+
+/** A node's answer to check: its /health probe takes up to 3 s, a busy link a little more. */
+export const CHECK_WAIT_MS = 8000;
 
 /**
  * Node replicas: the model is pushed when the node lacks a file of it, then started by a `start-replica`
@@ -61,6 +65,13 @@ export class NodeLauncher {
     } finally {
       this.starting.delete(p.id);
     }
+  }
+
+  /** The node's own answer on its replica's llama-server (its process state, its /health on loopback). */
+  async check(p: Placement): Promise<Liveness> {
+    if (!p.node?.alive) return 'gone';
+    const r = await p.node.command({ type: 'check', replica: p.id }, CHECK_WAIT_MS);
+    return asLiveness(r.data?.liveness);
   }
 
   /** Stops the replica, loading or ready; resolves once the node says its process has exited. */

@@ -5,6 +5,8 @@ import type { HubConfig } from '../config.js';
 import type { LlamaInstall } from '../llama/install.js';
 import { startLlamaServer } from '../llama/processes.js';
 import type { ManagedChild } from '../llama/supervisor.js';
+import { asLiveness, liveness, worst, type Liveness } from '../llama/liveness.js';
+import { CHECK_WAIT_MS } from './launch-node.js';
 import type { NodeConn, NodeManager } from '../pool/manager.js';
 import { openRpcBridge, type RpcBridge } from '../pool/rpc-bridge.js';
 import { modelFiles } from '../models/files.js';
@@ -35,6 +37,7 @@ interface Member {
 interface Held {
   /** The head's process from its spawn (still loading included): a stop kills it. */
   head: ManagedChild | null;
+  headUrl: string | null;
   /** Members whose start-rpc was sent and answered (or failed): the ones a stop must stop. */
   members: Member[];
   warnings: string[];
@@ -51,12 +54,14 @@ interface Held {
  */
 export class ShardLauncher {
   private readonly held = new Map<string, Held>();
+  /** rpc-server ids the hub expects on each node, from before their start-rpc is sent until their stage is stopped. */
+  private readonly expected = new Map<string, Set<string>>();
 
   constructor(private readonly deps: { config: HubConfig; install: LlamaInstall; nodes: NodeManager | undefined; log: Logger }) {}
 
   async start(p: Placement, model: ModelRecord): Promise<Running> {
     const plan = p.shardPlan!;
-    const h: Held = { head: null, members: [], warnings: [], buffers: [], stopped: false };
+    const h: Held = { head: null, headUrl: null, members: [], warnings: [], buffers: [], stopped: false };
     this.held.set(p.id, h);
     const log = this.deps.log.child({ placement: p.id, model: model.name, shard: true });
     // After each step that waits: a stop that came meanwhile gets what the step made stopped too.
@@ -75,20 +80,25 @@ export class ShardLauncher {
         const member: Member = { stage, conn, rpcId: `${p.id}-${i++}`, bridge: null };
         await this.fillRpcCache(conn, model, stage, p.deadlineMs, log, () => h.stopped);
         await unlessStopped();
+        if (!conn.alive) throw new RelayError(ErrorCode.NODE_LOST, `node ${conn.name} went away while its stage was prepared`, { node: conn.name });
         const info = { model: model.name, index: plan.stages.indexOf(stage), of: plan.stages.length, layers: [stage.layers[0], stage.layers[1]] as [number, number] };
         try {
           try {
+            this.expect(conn.name, member.rpcId, true); // before it can appear in a report
             await conn.command({ type: 'start-rpc', rpc: member.rpcId, cache: true, stage: info, device: stage.device }, START_RPC_TIMEOUT_MS);
           } finally {
             // Answered or not, the node may run it now: a stop sends stop-rpc for it.
             h.members.push(member);
           }
           await unlessStopped();
-          member.bridge = await openRpcBridge(conn, member.rpcId);
+          // Only the head this shard starts below may connect to the bridge (not another local user).
+          member.bridge = await openRpcBridge(conn, member.rpcId, () => (h.head?.running ? (h.head.pid ?? null) : null), log);
           await unlessStopped();
         } catch (err) {
-          // The stage's node itself failed (not the head): name it, so failure memory keeps M off it a while.
+          // The stage's node itself failed (not the head): name it, so failure memory keeps M off it a while. A node
+          // that went away (its link, its sleep) is no failure of the node.
           if (h.stopped || isRelayError(err, ErrorCode.NODE_LOST) || isRelayError(err, ErrorCode.MODEL_UNAVAILABLE)) throw err;
+          if (!conn.alive) throw new RelayError(ErrorCode.NODE_LOST, `node ${conn.name} went away while its stage started`, { node: conn.name });
           throw new RelayError(ErrorCode.REPLICA_FAILED, `stage ${info.index + 1} of ${info.of} on node ${conn.name}: ${(err as Error).message}`, { node: conn.name });
         }
       }
@@ -116,6 +126,7 @@ export class ShardLauncher {
           if (h.stopped) void child.terminate(HEAD_STOP_GRACE_MS);
         },
       });
+      h.headUrl = head.baseUrl;
       await unlessStopped();
       h.buffers = loadReport(head).filter((l) => /model buffer size/.test(l));
       // Any RPC failure aborts llama-server (upstream): the shard is failed, the next request re-plans.
@@ -168,9 +179,40 @@ export class ShardLauncher {
     await Promise.all(
       members.map(async (m) => {
         await m.bridge?.close();
+        // A member whose node is away now is stopped when it reconnects: it reports an rpc-server no longer expected.
+        this.expect(m.conn.name, m.rpcId, false);
         if (m.conn.alive) await m.conn.command({ type: 'stop-rpc', rpc: m.rpcId }, STOP_RPC_TIMEOUT_MS).catch(() => undefined);
       }),
     );
+  }
+
+  private expect(node: string, rpcId: string, yes: boolean): void {
+    const ids = this.expected.get(node) ?? new Set<string>();
+    if (yes) ids.add(rpcId);
+    else ids.delete(rpcId);
+    if (ids.size > 0) this.expected.set(node, ids);
+    else this.expected.delete(node);
+  }
+
+  /** Whether the hub expects this rpc-server on this node (a stage of a shard that is starting or running). */
+  expects(node: string, rpcId: string): boolean {
+    return this.expected.get(node)?.has(rpcId) ?? false;
+  }
+
+  /** The head (locally) and every member's rpc-server (each node's own answer): the worst of them. */
+  async check(p: Placement): Promise<Liveness> {
+    const h = this.held.get(p.id);
+    if (!h) return 'gone';
+    const head = liveness(h.head, h.headUrl ? `${h.headUrl}/health` : null);
+    const members = h.members.map((m) =>
+      m.conn.alive
+        ? m.conn.command({ type: 'check', rpc: m.rpcId }, CHECK_WAIT_MS).then(
+            (r) => asLiveness(r.data?.liveness),
+            () => 'ok' as const,
+          )
+        : Promise.resolve('gone' as const),
+    );
+    return worst(await Promise.all([head, ...members]));
   }
 
   info(p: Placement): ShardInfo | null {

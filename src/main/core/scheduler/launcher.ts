@@ -8,6 +8,7 @@ import { HostLauncher } from './launch-host.js';
 import { NodeLauncher } from './launch-node.js';
 import { ShardLauncher, type ShardInfo } from './launch-shard.js';
 import type { Placement, Running } from './placement.js';
+import type { Liveness } from '../llama/liveness.js';
 
 export type { ShardInfo } from './launch-shard.js';
 
@@ -25,6 +26,13 @@ export interface Launcher {
   stop(p: Placement): Promise<void>;
   /** A shard's live members, for /status. */
   shardInfo(p: Placement): ShardInfo | null;
+  /**
+   * Whether the placement's processes can still answer (llama/liveness.ts), asked when a request through it has
+   * heard nothing for a while and its nodes answer pings: the worst of its llama-server and rpc-servers.
+   */
+  check(p: Placement): Promise<Liveness>;
+  /** Whether a ggml-rpc-server a node reports is a stage the hub expects there (else reconciliation stops it). */
+  expectsRpc(node: string, rpcId: string): boolean;
 }
 
 /** The real launcher: each placement goes to the launcher of its kind. */
@@ -56,5 +64,15 @@ export class LlamaLauncher implements Launcher {
 
   shardInfo(p: Placement): ShardInfo | null {
     return p.kind === 'shard' ? this.shard.info(p) : null;
+  }
+
+  expectsRpc(node: string, rpcId: string): boolean {
+    return this.shard.expects(node, rpcId);
+  }
+
+  check(p: Placement): Promise<Liveness> {
+    if (p.kind === 'node') return this.node?.check(p) ?? Promise.resolve('gone');
+    if (p.kind === 'shard') return this.shard.check(p);
+    return this.host.check(p);
   }
 }

@@ -63,6 +63,8 @@ export interface Placement {
   msPerToken: number | null;
   idleTimer: NodeJS.Timeout | null;
   failure: Failure | null;
+  /** Checks in a row that found its llama-server not answering /health (two fail it). */
+  unresponsive: number;
 }
 
 /** A claim on one slot of a ready placement for one request; release() exactly once when the response is done. */
@@ -75,6 +77,13 @@ export interface Lease {
   readonly model: ModelRecord;
   /** `tokensPerSecond`: the generation speed llama-server reported, for routing by recent time-per-token. */
   release(tokensPerSecond?: number | null): void;
+  /**
+   * How long a request through it may hear nothing before `probe` is asked (model-aware: a few of its recent
+   * token times, within 1–2.5 s), and the probe: are its nodes there, are its processes answering? A probe
+   * that finds them gone or hung fails the placement, which ends the request's stream (or sends it elsewhere).
+   */
+  stallMs(): number;
+  probe(): Promise<void>;
 }
 
 /** The machines a placement occupies, by node name (null = the hub). */
@@ -114,5 +123,6 @@ export function newPlacement(model: ModelRecord, plan: NewPlacement, fit: FitBre
     msPerToken: null,
     idleTimer: null,
     failure: null,
+    unresponsive: 0,
   };
 }

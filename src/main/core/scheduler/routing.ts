@@ -60,3 +60,14 @@ export function nextMsPerToken(prev: number | null, tokensPerSecond: number | nu
   const ms = 1000 / tokensPerSecond;
   return prev === null ? ms : prev * 0.7 + ms * 0.3;
 }
+
+/**
+ * How long a request may hear nothing from its placement before the hub checks on it: ten of its recent token
+ * times (a generation that stops is obvious long before a keep-alive would notice), at least 1 s, at most 2.5 s
+ * so that a silently dropped node — 2 s more for its ping — ends a stream within 5 s. Unknown speed: the most.
+ * A check that finds all well costs a ping, so a long prompt being read (silent too) is only looked at, not cut.
+ */
+export function stallMs(msPerToken: number | null): number {
+  if (msPerToken === null) return 2500;
+  return Math.min(2500, Math.max(1000, Math.round(10 * msPerToken)));
+}

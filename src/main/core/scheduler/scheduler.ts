@@ -12,7 +12,7 @@ import type { Launcher } from './launcher.js';
 import { isLive, machinesOf, newPlacement, type Lease, type Placement } from './placement.js';
 import { HUB, Placer, type NewPlacement } from './placer.js';
 import { newAttempts, WaitQueue, type Attempts, type Waiter } from './queue.js';
-import { nextMsPerToken, pickPlacement, wantsAnother } from './routing.js';
+import { nextMsPerToken, pickPlacement, stallMs, wantsAnother } from './routing.js';
 import { PoolView } from './view.js';
 import { loadDeadlineMs } from './deadline.js';
 import { STOP_REPLICA_WAIT_MS } from '../timeouts.js';
@@ -185,6 +185,8 @@ export class Scheduler {
       baseUrl: running.baseUrl,
       ...(running.connect ? { connect: running.connect } : {}),
       model,
+      stallMs: () => stallMs(p.msPerToken),
+      probe: () => this.probe(p),
       release: (tokensPerSecond) => {
         if (released) return;
         released = true;
@@ -197,6 +199,51 @@ export class Scheduler {
         if (p.inFlight === 0) this.armIdleTimer(p);
       },
     };
+  }
+
+  /** Probes under way, by placement: the requests that stall on one placement share one look at it. */
+  private readonly probing = new Map<string, Promise<void>>();
+
+  /**
+   * A request through `p` has heard nothing for a while: are the machines it runs on there, and do its processes
+   * answer? Each node is pinged (2 s; a node that does not answer is lost at once: nodeLost fails everything on it,
+   * streams end, waiting requests fail over). Then the processes: stopped or gone fails the placement now, a
+   * /health that does not answer twice in a row too. A placement that only computes (a long prompt) is left alone.
+   */
+  probe(p: Placement): Promise<void> {
+    let running = this.probing.get(p.id);
+    if (!running) {
+      running = this.probeOnce(p)
+        .catch((err: unknown) => this.deps.log.warn({ placement: p.id, err: String(err) }, 'probe failed'))
+        .finally(() => this.probing.delete(p.id));
+      this.probing.set(p.id, running);
+    }
+    return running;
+  }
+
+  private async probeOnce(p: Placement): Promise<void> {
+    if (p.state !== 'ready') return;
+    const conns = machinesOf(p)
+      .filter((n): n is string => n !== null)
+      .map((n) => this.deps.nodes?.get(n))
+      .filter((c): c is NodeConn => c !== undefined);
+    const answered = await Promise.all(conns.map((c) => c.probe(`a request to ${p.model} heard nothing from it`)));
+    if (!answered.every(Boolean) || p.state !== 'ready') return; // lost: nodeLost has failed what ran there
+    if (!this.deps.config.hangCheck) return;
+    const verdict = await this.deps.launcher.check(p);
+    if (p.state !== 'ready') return;
+    if (verdict === 'ok') {
+      p.unresponsive = 0;
+      return;
+    }
+    if (verdict === 'unresponsive' && ++p.unresponsive < 2) return;
+    const what = p.kind === 'shard' ? 'a process of the shard' : 'its llama-server';
+    const why = verdict === 'stopped' ? `${what} is stopped (SIGSTOP?)` : verdict === 'gone' ? `${what} is gone` : `${what} does not answer /health`;
+    this.markFailed(p, why, p.running?.tail() ?? '');
+    // A replica's machine is kept off the model a while (a shard's check does not say whose process hung).
+    if (p.kind !== 'shard') this.noteFailure(p.node?.name ?? HUB, p.model, `hung: ${why}`);
+    void this.deps.launcher.stop(p); // killed: its streams end, requests waiting on it fail over
+    this.pump(p.model);
   }
 
   /** A request's placement failed before its first byte: it is not offered that placement again. */
@@ -379,6 +426,13 @@ export class Scheduler {
         this.deps.log.info({ node: conn.name, replica: x.replica }, 'node runs a replica the hub does not expect: stopping it');
         await conn.command({ type: 'stop-replica', replica: x.replica }, STOP_REPLICA_WAIT_MS).catch(() => undefined);
       }
+    }
+    // rpc-servers too: a shard torn down while the node was away, or one from before a hub restart, holds a
+    // device and an unauthenticated listener for nothing.
+    for (const r of conn.rpcs) {
+      if (this.deps.launcher.expectsRpc(conn.name, r.rpc)) continue;
+      this.deps.log.info({ node: conn.name, rpc: r.rpc }, 'node runs an rpc-server the hub does not expect: stopping it');
+      await conn.command({ type: 'stop-rpc', rpc: r.rpc }, STOP_REPLICA_WAIT_MS).catch(() => undefined);
     }
   }
 

@@ -22,6 +22,13 @@ import type { Session, YamuxStream } from './yamux/session.js';
  * The yamux writer's priority level of each stream kind (0 first): control messages, then ggml-rpc (a token
  * waits on it), then HTTP (chat), then weight pushes (bulk). Sessions carrying relay's tunnel have these levels.
  */
+/**
+ * The tunnel's keep-alive, both ends: a ping every 5 s, dead when one goes unanswered for 10 s — a node that
+ * sleeps or loses its Wi-Fi while idle leaves the pool within 15 s. (Something waiting on a node pings it at once:
+ * pool/conn.ts's probe.)
+ */
+export const TUNNEL_KEEPALIVE = { keepAliveIntervalMs: 5000, keepAliveTimeoutMs: 10_000 } as const;
+
 export const KIND_PRIORITY: Readonly<Record<StreamKind, number>> = { control: 0, rpc: 1, http: 2, file: 3 };
 export const TUNNEL_PRIORITY_LEVELS = 4;
 
