@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
-import { existsSync } from 'node:fs';
+import { existsSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
 import { promisify } from 'node:util';
@@ -57,7 +57,18 @@ describe("node caches follow the hub's models", { timeout: 300_000 }, () => {
       );
       assert.deepEqual(states, ['offline'], 'the hub saw the node go');
       assert.equal((await hub.api('/api/models/b', { method: 'DELETE' })).status, 200);
+      // A push of a model the hub no longer has, cut before it finished: the partial file never resumes.
+      const orphan = join(north.home, 'cache', 'partial', `${'ab'.repeat(32)}.part`);
+      writeFileSync(orphan, Buffer.alloc(4096, 7));
       north = await startNode(hub, { name: 'north', home: north.home, token: null, cpuBudgetMb: 1000, env: ENV });
+      assert.ok(
+        await until(
+          () => !existsSync(orphan),
+          (gone) => gone,
+          30_000,
+        ),
+        'the stale partial push is reclaimed at hello',
+      );
       assert.deepEqual(
         await until(
           () => cached(north),

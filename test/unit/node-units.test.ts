@@ -244,6 +244,30 @@ describe('model cache', () => {
     assert.equal(c.usedBytes(), 100);
   });
 
+  it('the budget makes room from stale partial pushes too, oldest first with the models; a push being received is kept', async () => {
+    const c = new ModelCache(tmp(), 8 * 1024);
+    const stale = Buffer.alloc(4096, 8);
+    await assert.rejects(c.receive(Readable.from([stale.subarray(0, 3000)]), sha(stale), 0, stale.length), (e: unknown) => isRelayError(e, 'PUSH_INCOMPLETE'));
+    const old = new Date(Date.now() - 3600_000);
+    utimesSync(c.partialOf(sha(stale)), old, old); // a push that never came back, an hour ago
+    const model = Buffer.alloc(3000, 9);
+    await c.receive(Readable.from([model]), sha(model), 0, model.length);
+    const next = Buffer.alloc(4000, 10);
+    await c.receive(Readable.from([next]), sha(next), 0, next.length); // 3000 + 3000 + 4000 > 8 KiB: something goes
+    assert.deepEqual(c.partials(), [], 'the stale partial went first');
+    assert.deepEqual(
+      c
+        .inventory()
+        .map((f) => f.sha256)
+        .sort(),
+      [sha(model), sha(next)].sort(),
+    );
+    // evict (the hub no longer has the model) removes a partial of it as well.
+    await assert.rejects(c.receive(Readable.from([stale.subarray(0, 100)]), sha(stale), 0, stale.length));
+    assert.equal(c.evict(sha(stale)), true);
+    assert.deepEqual(c.partials(), []);
+  });
+
   it('prune leaves the partial file of a push being received', async () => {
     const c = new ModelCache(tmp(), 0);
     const f = Buffer.alloc(4096, 4);

@@ -168,8 +168,10 @@ export class ModelCache {
   }
 
   /**
-   * Make room for `bytes` more under the budget by evicting least-recently-used files not in use.
-   * Returns false when even that cannot make room.
+   * Make room for `bytes` more under the budget by evicting least-recently-used files not in use: cached models
+   * and partial pushes alike (a partial left by a push that never finished — its model removed on the hub while
+   * the node was away, or pushed elsewhere since — counts against the budget like a model; it is only the
+   * cheaper start of a push that may never come). Returns false when even that cannot make room.
    */
   makeRoom(bytes: number, keep: string | Iterable<string> | null = null): boolean {
     const kept = new Set(typeof keep === 'string' ? [keep] : (keep ?? []));
@@ -177,14 +179,29 @@ export class ModelCache {
     if (budget <= 0) return true;
     let used = this.usedBytes();
     if (used + bytes <= budget) return true;
-    const candidates = this.inventory()
+    const mtime = (p: string): number => {
+      try {
+        return statSync(p).mtimeMs;
+      } catch {
+        return 0;
+      }
+    };
+    const models = this.inventory()
       .filter((f) => !this.inUse.has(f.sha256) && !this.filling.has(f.sha256) && !kept.has(f.sha256))
-      .map((f) => ({ ...f, mtime: statSync(this.pathOf(f.sha256)).mtimeMs }))
-      .sort((a, b) => a.mtime - b.mtime);
+      .map((f) => ({ ...f, partial: false, mtime: mtime(this.pathOf(f.sha256)) }));
+    const partials = this.partials()
+      .filter((f) => !this.receiving.has(f.sha256) && !kept.has(f.sha256))
+      .map((f) => ({ ...f, partial: true, mtime: mtime(this.partialOf(f.sha256)) }));
+    const candidates = [...models, ...partials].sort((a, b) => a.mtime - b.mtime);
     // Evict nothing when even evicting everything would not make room: a refused push should cost nothing.
     if (used - candidates.reduce((s, f) => s + f.size, 0) + bytes > budget) return false;
     for (const f of candidates) {
       if (used + bytes <= budget) break;
+      if (f.partial) {
+        rmSync(this.partialOf(f.sha256), { force: true });
+        used -= f.size;
+        continue;
+      }
       const before = rpcCacheBytes(this.rpcCacheDir);
       this.dropSplitViews(this.pathOf(f.sha256));
       rmSync(this.pathOf(f.sha256), { force: true });
@@ -209,13 +226,15 @@ export class ModelCache {
     }
   }
 
+  /** Remove a model's file, its rpc-cache files and any partial push of it (unless one is being received). */
   evict(sha256: string): boolean {
     if (this.inUse.has(sha256)) throw new RelayError(ErrorCode.INVALID_REQUEST, `${sha256.slice(0, 12)}… is in use`);
     const p = this.pathOf(sha256);
-    const had = existsSync(p);
+    const had = existsSync(p) || existsSync(this.partialOf(sha256));
     this.dropSplitViews(p);
     rmSync(p, { force: true });
     evictRpcCache(this.rpcCacheDir, sha256);
+    if (!this.receiving.has(sha256)) rmSync(this.partialOf(sha256), { force: true });
     return had;
   }
 

@@ -22,6 +22,8 @@ export class NodeConn extends EventEmitter {
   reason: string | null;
   schedule: string;
   cache = new Map<string, number>();
+  /** The partial pushes its hello reported (sha256s), until the hub has looked at them. */
+  partials: string[];
   replicas: RunningReplica[];
   rpcs: RunningRpc[];
   lastSeen = Date.now();
@@ -44,6 +46,7 @@ export class NodeConn extends EventEmitter {
     this.replicas = hello.replicas;
     this.rpcs = hello.rpcs ?? [];
     for (const f of hello.cache) this.cache.set(f.sha256, f.size);
+    this.partials = hello.partials.map((f) => f.sha256);
   }
 
   get alive(): boolean {

@@ -101,14 +101,15 @@ export class NodeManager extends EventEmitter {
 
   /**
    * A copy in a node's cache of a file no registered model has (the model was removed, perhaps while the node
-   * was away) is evicted: nodes never serve what the hub no longer owns, and the disk comes back. Called when
-   * a node connects and when a model is removed. Returns the nodes told to evict.
+   * was away) is evicted, and so is a partial push of one: nodes never serve what the hub no longer owns, and the
+   * disk comes back. Called when a node connects and when a model is removed. Returns the nodes told to evict.
    */
   async evictUnregistered(conn?: NodeConn): Promise<string[]> {
     const told: string[] = [];
     await Promise.all(
       (conn ? [conn] : this.connected()).map(async (c) => {
-        for (const sha256 of [...c.cache.keys()]) {
+        // Its partial pushes too (reported at hello): a push of a model removed since will never resume.
+        for (const sha256 of [...new Set([...c.cache.keys(), ...c.partials.splice(0)])]) {
           // Read the registry afresh for each file: a model registered while earlier evictions ran is kept.
           if (this.deps.store.data.models.some((m) => usesFile(m, sha256))) continue;
           c.cache.delete(sha256);
