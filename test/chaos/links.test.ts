@@ -76,6 +76,17 @@ describe('a node that goes silent', { timeout: 900_000 }, () => {
         await hub?.stop();
       });
 
+      /** it(), with the hub's and n1's last log lines printed when the test fails (what a fault did is in them). */
+      const itLogged = (name: string, fn: () => Promise<void>): void => {
+        it(name, async () => {
+          try {
+            await fn();
+          } catch (err) {
+            console.log(`--- hub log ---\n${hub.logs.slice(-80).join('\n')}\n--- n1 log ---\n${n1.logs.slice(-60).join('\n')}`);
+            throw err;
+          }
+        });
+      };
       let faultAt = 0;
       const breakN1 = (): void => {
         faultAt = Date.now();
@@ -110,7 +121,7 @@ describe('a node that goes silent', { timeout: 900_000 }, () => {
         hub.logs.length = 0;
       };
 
-      it('before the first byte: the request that landed on the silent node is answered by another', async () => {
+      itLogged('before the first byte: the request that landed on the silent node is answered by another', async () => {
         breakN1(); // n1 is silent; the hub does not know yet, and its ready replica has the free slot
         const r = await c.completions.create({ model: 'm', prompt: PROMPT, max_tokens: 24, ...GREEDY_EXTRA });
         console.log(`# ${fault}, before the first byte: answered ${since()}`);
@@ -119,7 +130,7 @@ describe('a node that goes silent', { timeout: 900_000 }, () => {
         await recover(['m']);
       });
 
-      it('mid-stream: the stream ends with its error event in seconds; the next request is served', async () => {
+      itLogged('mid-stream: the stream ends with its error event in seconds; the next request is served', async () => {
         await n2.local('/pause', 'POST'); // the stream goes through n1 (its owner took n2 back for a moment)
         await until(
           async () => (await hub.status()).nodes.find((n) => n.name === 'n2')?.state,
@@ -142,7 +153,7 @@ describe('a node that goes silent', { timeout: 900_000 }, () => {
         await recover(['m']);
       });
 
-      it("mid-load: a request waiting on n1's loading replica is answered by another placement", async () => {
+      itLogged("mid-load: a request waiting on n1's loading replica is answered by another placement", async () => {
         const req = c.completions.create({ model: 'slow', prompt: PROMPT, max_tokens: 8, ...GREEDY_EXTRA });
         const seen = await until(
           async () => (await hub.status()).replicas.find((r) => r.model === 'slow' && r.node === 'n1' && r.load !== null),
@@ -162,7 +173,7 @@ describe('a node that goes silent', { timeout: 900_000 }, () => {
         await recover(['m', 'slow']);
       });
 
-      it('mid-push: the push fails in seconds and the request is answered by another node', async () => {
+      itLogged('mid-push: the push fails in seconds and the request is answered by another node', async () => {
         const req = c.completions.create({ model: 'pushed', prompt: PROMPT, max_tokens: 8, ...GREEDY_EXTRA });
         const seen = await until(
           async () => (await hub.status()).pushes.find((p) => p.node === 'n1' && p.done > 0),

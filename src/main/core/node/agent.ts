@@ -3,7 +3,7 @@ import type { Server } from 'node:http';
 import { join } from 'node:path';
 import type { Logger } from 'pino';
 import { ErrorCode, RelayError, fromWireCode, isRelayError, wireCode } from '../../../shared/errors.js';
-import { PROTOCOL_VERSION, parseHubMessage, type Availability, type Command, type DeviceInfo, type HubToNode, type NodeToHub, type RunningReplica, type StageInfo } from '../../../shared/protocol.js';
+import { parseHubMessage, type Availability, type Command, type DeviceInfo, type HubToNode, type NodeToHub, type RunningReplica, type StageInfo } from '../../../shared/protocol.js';
 import { HostInventory } from '../gpu/inventory.js';
 import type { LlamaInstall } from '../llama/install.js';
 import { ControlChannel, openStream, replyErr, replyOk } from '../tunnel/channel.js';
@@ -19,6 +19,7 @@ import { ownChildPids } from '../llama/supervisor.js';
 import { openTunnel } from './link.js';
 import { applyChange, cacheBudgetBytes, writeSettings, type NodeSettings, type NodeSettingsChange } from './settings.js';
 import { Workloads } from './workloads.js';
+import { heartbeatOf, helloOf, type ReportSource } from './reports.js';
 import { startLocalApi } from './local-api.js';
 import { nodeConfigFromEnv, type NodeConfig } from '../config.js';
 
@@ -156,19 +157,15 @@ export class NodeAgent extends EventEmitter {
     return this.work.running();
   }
 
+  /** What reports.ts reads of this node. */
+  private reportSource(): ReportSource {
+    return { name: this.settings.name, schedule: this.settings.schedule, work: this.work, cache: this.cache, devices: () => this.devices(), availability: () => this.availability() };
+  }
+
   private heartbeat(): void {
-    const a = this.availability();
-    this.lastSent = a.state;
-    this.control?.send({
-      type: 'heartbeat',
-      devices: this.devices(),
-      availability: a.state,
-      reason: a.reason,
-      replicas: this.runningReplicas(),
-      rpcs: this.work.reportedRpcs(),
-      cache: this.cache.inventory(),
-      schedule: this.settings.schedule,
-    });
+    const m = heartbeatOf(this.reportSource());
+    this.lastSent = m.availability;
+    this.control?.send(m);
   }
 
   // ---- connection ----
@@ -230,21 +227,8 @@ export class NodeAgent extends EventEmitter {
         new Promise((resolve, reject) => {
           const st = openStream(session, { kind: 'control' });
           const control = new ControlChannel<HubToNode, NodeToHub>(st, parseHubMessage);
-          const a = this.availability();
-          control.send({
-            type: 'hello',
-            protocol: PROTOCOL_VERSION,
-            node: this.settings.name,
-            llama: this.deps.install.version,
-            devices: this.devices(),
-            cache: this.cache.inventory(),
-            partials: this.cache.partials(),
-            replicas: this.runningReplicas(),
-            rpcs: this.work.reportedRpcs(),
-            availability: a.state,
-            reason: a.reason,
-            schedule: this.settings.schedule,
-          });
+          const hello = helloOf(this.reportSource(), this.deps.install.version);
+          control.send(hello);
           const welcomeTimer = setTimeout(() => session.destroy(new RelayError(ErrorCode.TUNNEL_PROTOCOL, 'no welcome from the hub')), 10_000);
           control.on('message', (m: HubToNode) => {
             if (m.type === 'welcome') {
@@ -252,7 +236,7 @@ export class NodeAgent extends EventEmitter {
               this.session = session;
               this.control = control;
               this.connected = true;
-              this.lastSent = a.state;
+              this.lastSent = hello.availability;
               if (this.orphanTimer) clearTimeout(this.orphanTimer);
               this.orphanTimer = null;
               this.deps.log.info({ hub: this.settings.hub, protocol: m.protocol }, 'connected to the hub');

@@ -1,12 +1,12 @@
-import { existsSync, linkSync, lstatSync, mkdirSync, readdirSync, readlinkSync, renameSync, rmSync, statfsSync, statSync, symlinkSync, utimesSync } from 'node:fs';
-import { join, resolve } from 'node:path';
+import { existsSync, mkdirSync, readdirSync, renameSync, rmSync, statfsSync, statSync, utimesSync } from 'node:fs';
+import { join } from 'node:path';
 import { Transform, type Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { ErrorCode, RelayError } from '../../../shared/errors.js';
 import { evictRpcCache, fillRpcCacheOffThread, rpcCacheBytes, type CacheIndex } from './rpc-cache.js';
 import { appendWriter, GrowingFileHash } from './growing-hash.js';
 import type { CachedFile } from '../../../shared/protocol.js';
-import { splitPartName } from '../gguf/split.js';
+import { dropSplitViews, makeSplitView } from './split-view.js';
 
 /**
  * The node's copy of the weights the hub granted it. Files are named by their sha256 (validated hex), so
@@ -25,18 +25,6 @@ export type CacheBudget = number | 'auto';
 export function diskFreeBytes(dir: string): number {
   const s = statfsSync(dir);
   return s.bavail * s.bsize;
-}
-
-/** Whether `link` is a link to `target`: a symbolic link naming it, or a hard link to the same inode. */
-function linksTo(link: string, target: string): boolean {
-  try {
-    const l = lstatSync(link);
-    if (l.isSymbolicLink()) return readlinkSync(link) === target;
-    const t = statSync(target);
-    return l.ino === t.ino && l.dev === t.dev;
-  } catch {
-    return false;
-  }
 }
 
 /** A set in which each add needs its own delete: two fills from one file keep it protected until both end. */
@@ -239,47 +227,21 @@ export class ModelCache {
   }
 
   /**
-   * A split model as llama.cpp loads it: a folder split/<id>/ of links named by llama.cpp's rule
-   * (model-0000i-of-0000N.gguf) to the parts, which stay in models/ under their sha256s. Idempotent (a second
-   * replica of the model may be loading from it): only a missing or wrong link is made again. Symbolic links,
-   * or hard links where the system refuses those (Windows without developer mode). Returns the first part's
-   * path, the one llama-server is given. Every part must be cached.
+   * A split model as llama.cpp loads it (split-view.ts): links under split/<id>/ to the parts in models/. Every
+   * part must be cached. Returns the first part's path, the one llama-server is given.
    */
   splitView(id: string, parts: readonly string[]): string {
-    const dir = join(this.root, 'split', ModelCache.check(id));
     for (const sha of parts) {
       if (!this.has(sha)) throw new RelayError(ErrorCode.MODEL_FILE_MISSING, `the cache does not hold part ${parts.indexOf(sha) + 1} of ${parts.length} (${sha.slice(0, 12)}…)`);
     }
-    mkdirSync(dir, { recursive: true });
-    parts.forEach((sha, i) => {
-      const link = join(dir, splitPartName('model', i + 1, parts.length));
-      const target = resolve(this.pathOf(sha));
-      if (linksTo(link, target)) return;
-      rmSync(link, { force: true });
-      try {
-        symlinkSync(target, link);
-      } catch (err) {
-        if (!['EPERM', 'EACCES', 'ENOTSUP', 'EINVAL'].includes((err as NodeJS.ErrnoException).code ?? '')) throw err;
-        linkSync(target, link);
-      }
-    });
-    return join(dir, splitPartName('model', 1, parts.length));
+    return makeSplitView(
+      join(this.root, 'split', ModelCache.check(id)),
+      parts.map((sha) => this.pathOf(sha)),
+    );
   }
 
-  /** Remove the split views that link to `target` (a part being evicted; call before it is removed). */
   private dropSplitViews(target: string): void {
-    const root = join(this.root, 'split');
-    if (!existsSync(root)) return;
-    for (const id of readdirSync(root)) {
-      const dir = join(root, id);
-      let uses = false;
-      try {
-        uses = readdirSync(dir).some((f) => linksTo(join(dir, f), resolve(target)));
-      } catch {
-        /* not a view: leave it */
-      }
-      if (uses) rmSync(dir, { recursive: true, force: true });
-    }
+    dropSplitViews(join(this.root, 'split'), target);
   }
 
   /**

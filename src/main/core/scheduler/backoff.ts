@@ -1,8 +1,13 @@
+import { ErrorCode, type RelayError } from '../../../shared/errors.js';
+
 /**
  * Failure memory, pure: a (node, model) whose placement failed to load or crashed is skipped for that model
  * for a while, 30 s doubling to 10 min, forgotten on the next success. Without it the planner, which prefers
  * a node that already holds the file, picks the broken node again on the very next request.
  */
+/** The hub's name in failure memory: a host placement that fails keeps the model off the hub for a while too. */
+export const HUB = 'hub';
+
 export interface Backoff {
   readonly node: string;
   readonly model: string;
@@ -51,4 +56,21 @@ export class FailureMemory {
     const t = this.now();
     return [...this.entries.values()].filter((b) => t < b.until);
   }
+}
+
+/**
+ * Whose failure a failed load is, to keep the model off that machine a while — or null when it is nobody's:
+ * the machine's own failure counts (a damaged copy, a crash, a deadline overrun, a push that stalled), its owner
+ * pausing it or its link dropping does not. A host replica names the hub, a node replica its node, a shard the
+ * node whose stage failed (`details.node`); a shard head that fails (a lost RPC link aborts it) names nobody.
+ */
+export function blamedMachine(
+  p: { readonly kind: 'host' | 'node' | 'shard'; readonly node: { readonly name: string; readonly alive: boolean; readonly availability: string } | null },
+  e: RelayError,
+  nodeNamed: (name: string) => { readonly alive: boolean; readonly availability: string } | undefined,
+): string | null {
+  const machine = p.kind === 'node' ? p.node!.name : p.kind === 'host' ? HUB : typeof e.details.node === 'string' ? e.details.node : null;
+  if (machine === null || e.code === ErrorCode.MODEL_UNAVAILABLE || e.code === ErrorCode.NODE_LOST) return null;
+  const conn = p.node ?? (machine !== HUB ? nodeNamed(machine) : undefined);
+  return conn && (!conn.alive || conn.availability === 'paused') ? null : machine;
 }

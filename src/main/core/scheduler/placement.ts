@@ -6,6 +6,7 @@ import type { FitBreakdown } from './fit.js';
 import type { ShardPlan } from './shard.js';
 import type { NewPlacement } from './placer.js';
 import type { PlacementFailure, PlacementStateName } from '../../../shared/status.js';
+import { nextMsPerToken, stallMs } from './routing.js';
 
 /**
  * A placement is one running copy of a model that can answer requests: a replica on the hub's own device
@@ -124,5 +125,35 @@ export function newPlacement(model: ModelRecord, plan: NewPlacement, fit: FitBre
     idleTimer: null,
     failure: null,
     unresponsive: 0,
+  };
+}
+
+/**
+ * A lease on one slot of a ready placement: counts it in flight now, and on its one release counts it served
+ * and folds the speed llama-server reported into the placement's recent time per token (routing by speed, the
+ * stall limit) before telling the scheduler (`released`).
+ */
+export function openLease(p: Placement, model: ModelRecord, hooks: { now(): number; probe(): Promise<void>; released(): void }): Lease {
+  const running = p.running!;
+  p.inFlight++;
+  p.lastUsedAt = hooks.now();
+  let released = false;
+  return {
+    placementId: p.id,
+    kind: p.kind,
+    baseUrl: running.baseUrl,
+    ...(running.connect ? { connect: running.connect } : {}),
+    model,
+    stallMs: () => stallMs(p.msPerToken),
+    probe: hooks.probe,
+    release: (tokensPerSecond) => {
+      if (released) return;
+      released = true;
+      p.inFlight--;
+      p.served++;
+      p.lastUsedAt = hooks.now();
+      p.msPerToken = nextMsPerToken(p.msPerToken, tokensPerSecond);
+      hooks.released();
+    },
   };
 }

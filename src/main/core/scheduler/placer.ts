@@ -4,7 +4,7 @@ import type { HubConfig } from '../config.js';
 import type { Device } from '../gpu/inventory.js';
 import type { NodeConn, NodeManager } from '../pool/manager.js';
 import type { ModelRecord } from '../store/store.js';
-import type { FailureMemory } from './backoff.js';
+import { HUB, type FailureMemory } from './backoff.js';
 import { fitNeed, fmtMb, type FitBreakdown } from './fit.js';
 import type { Placement } from './placement.js';
 import { chooseEvictions, freeAfterReservations, planHostReplica, shortfallMessage, type HostPlan, type Reservation } from './plan.js';
@@ -45,8 +45,7 @@ interface WhatIf {
   readonly ignoreBackoff?: boolean;
 }
 
-/** The hub's name in failure memory: a host placement that fails keeps the model off the hub for a while too. */
-export const HUB = 'hub';
+export { HUB } from './backoff.js';
 
 /** A node's devices for the pure planner, each dated by the hub's clock (see DeviceInfo.ageMs). */
 function nodeDevices(conn: NodeConn) {

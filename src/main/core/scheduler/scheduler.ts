@@ -6,16 +6,16 @@ import type { Device } from '../gpu/inventory.js';
 import type { NodeConn, NodeManager } from '../pool/manager.js';
 import type { ModelRegistry } from '../models/registry.js';
 import type { ModelRecord } from '../store/store.js';
-import { FailureMemory } from './backoff.js';
+import { blamedMachine, FailureMemory } from './backoff.js';
 import type { FitBreakdown } from './fit.js';
 import type { Launcher } from './launcher.js';
-import { isLive, machinesOf, newPlacement, type Lease, type Placement } from './placement.js';
+import { isLive, machinesOf, newPlacement, openLease, type Lease, type Placement } from './placement.js';
 import { HUB, Placer, type NewPlacement } from './placer.js';
 import { newAttempts, WaitQueue, type Attempts, type Waiter } from './queue.js';
-import { nextMsPerToken, pickPlacement, stallMs, wantsAnother } from './routing.js';
+import { pickPlacement, wantsAnother } from './routing.js';
 import { PoolView } from './view.js';
+import { PlacementWatch } from './watch.js';
 import { loadDeadlineMs } from './deadline.js';
-import { STOP_REPLICA_WAIT_MS } from '../timeouts.js';
 
 /**
  * The scheduler: for a request naming model M, lease a slot of a placement of M — the ready one with the
@@ -47,8 +47,8 @@ export class Scheduler {
   private readonly failed = new Map<string, Placement>();
   private readonly waiting: WaitQueue;
   private closed = false;
-  /** Nodes being reconciled now, and whether another report came meanwhile. */
-  private readonly reconciling = new WeakMap<NodeConn, { again: boolean; done: Promise<void> }>();
+  /** The stall probe and the reconciliation of node reports (watch.ts). */
+  private readonly watch: PlacementWatch;
   /** (machine, model) pairs whose placement failed to load or crashed: skipped for that model for a while. */
   private readonly failures: FailureMemory;
   readonly placer: Placer;
@@ -70,6 +70,20 @@ export class Scheduler {
       log: deps.log,
       placements: () => this.placements.values(),
       hubPaused: () => deps.hubPaused?.() ?? false,
+    });
+    this.watch = new PlacementWatch({
+      config: deps.config,
+      launcher: deps.launcher,
+      nodes: deps.nodes,
+      log: deps.log,
+      placements: () => this.placements.values(),
+      get: (id) => this.placements.get(id),
+      fail: (p, why, o) => {
+        this.markFailed(p, why, o.tail ?? '');
+        if (o.backoff) this.noteFailure(o.backoff.machine, p.model, o.backoff.reason);
+        if (o.kill) void this.deps.launcher.stop(p);
+        this.pump(p.model);
+      },
     });
     this.view = new PoolView({
       config: deps.config,
@@ -124,11 +138,8 @@ export class Scheduler {
   }
 
   /**
-   * The model as its file is now. A file that changed (its size or its modification time) is re-hashed first —
-   * once: every request that comes meanwhile waits for the same hash — and its placements are stopped only when
-   * the bytes differ: new bytes are never served under the old hash, and a `touch` or a backup restore of the
-   * same bytes cuts nothing. (Serving from the running placements meanwhile would be wrong: a file overwritten
-   * in place changes under the llama-server that maps it.)
+   * The model as its file is now: a changed file is re-hashed first (once; requests meanwhile share the hash) and
+   * its placements stop only when the bytes differ, so a `touch` or a backup restore of the same bytes cuts nothing.
    */
   private async current(name: string): Promise<ModelRecord> {
     const { model, changed } = await this.deps.registry.verify(name);
@@ -169,81 +180,24 @@ export class Scheduler {
     }
   }
 
-  /** The answer when nothing can hold M now: pool_busy when it could later, model_unavailable when never. */
+  /** A slot of `p` for one request (placement.ts): each release re-pumps M and re-arms the keep-alive. */
   private lease(p: Placement, model: ModelRecord): Lease {
-    const running = p.running!;
-    p.inFlight++;
-    p.lastUsedAt = this.now();
-    if (p.idleTimer) {
-      clearTimeout(p.idleTimer);
-      p.idleTimer = null;
-    }
-    let released = false;
-    return {
-      placementId: p.id,
-      kind: p.kind,
-      baseUrl: running.baseUrl,
-      ...(running.connect ? { connect: running.connect } : {}),
-      model,
-      stallMs: () => stallMs(p.msPerToken),
+    if (p.idleTimer) clearTimeout(p.idleTimer);
+    p.idleTimer = null;
+    return openLease(p, model, {
+      now: () => this.now(),
       probe: () => this.probe(p),
-      release: (tokensPerSecond) => {
-        if (released) return;
-        released = true;
-        p.inFlight--;
-        p.served++;
-        p.lastUsedAt = this.now();
-        p.msPerToken = nextMsPerToken(p.msPerToken, tokensPerSecond);
+      released: () => {
         if (p.state !== 'ready') return;
         this.pump(p.model);
         if (p.inFlight === 0) this.armIdleTimer(p);
       },
-    };
+    });
   }
 
-  /** Probes under way, by placement: the requests that stall on one placement share one look at it. */
-  private readonly probing = new Map<string, Promise<void>>();
-
-  /**
-   * A request through `p` has heard nothing for a while: are the machines it runs on there, and do its processes
-   * answer? Each node is pinged (2 s; a node that does not answer is lost at once: nodeLost fails everything on it,
-   * streams end, waiting requests fail over). Then the processes: stopped or gone fails the placement now, a
-   * /health that does not answer twice in a row too. A placement that only computes (a long prompt) is left alone.
-   */
+  /** A request through `p` has heard nothing for a while: are its nodes there, do its processes answer (watch.ts)? */
   probe(p: Placement): Promise<void> {
-    let running = this.probing.get(p.id);
-    if (!running) {
-      running = this.probeOnce(p)
-        .catch((err: unknown) => this.deps.log.warn({ placement: p.id, err: String(err) }, 'probe failed'))
-        .finally(() => this.probing.delete(p.id));
-      this.probing.set(p.id, running);
-    }
-    return running;
-  }
-
-  private async probeOnce(p: Placement): Promise<void> {
-    if (p.state !== 'ready') return;
-    const conns = machinesOf(p)
-      .filter((n): n is string => n !== null)
-      .map((n) => this.deps.nodes?.get(n))
-      .filter((c): c is NodeConn => c !== undefined);
-    const answered = await Promise.all(conns.map((c) => c.probe(`a request to ${p.model} heard nothing from it`)));
-    if (!answered.every(Boolean) || p.state !== 'ready') return; // lost: nodeLost has failed what ran there
-    if (!this.deps.config.hangCheck) return;
-    const verdict = await this.deps.launcher.check(p);
-    if (p.state !== 'ready') return;
-    if (verdict === 'ok') {
-      p.unresponsive = 0;
-      return;
-    }
-    if (verdict === 'unresponsive' && ++p.unresponsive < 2) return;
-    const what = p.kind === 'shard' ? 'a process of the shard' : 'its llama-server';
-    const why = verdict === 'stopped' ? `${what} is stopped (SIGSTOP?)` : verdict === 'gone' ? `${what} is gone` : `${what} does not answer /health`;
-    this.markFailed(p, why, p.running?.tail() ?? '');
-    // A replica's machine is kept off the model a while (a shard's check does not say whose process hung).
-    if (p.kind !== 'shard') this.noteFailure(p.node?.name ?? HUB, p.model, `hung: ${why}`);
-    void this.deps.launcher.stop(p); // killed: its streams end, requests waiting on it fail over
-    this.pump(p.model);
+    return this.watch.probe(p);
   }
 
   /** A request's placement failed before its first byte: it is not offered that placement again. */
@@ -300,12 +254,8 @@ export class Scheduler {
       if (p.state !== 'starting') return;
       this.markFailed(p, e.message.split('\n')[0] ?? 'load failed', (e.details.tail as string | undefined) ?? '');
       void this.deps.launcher.stop(p);
-      // The machine's own failure (not its owner pausing it, not the link dropping) keeps M off it a while.
-      // A shard names the node whose stage failed; a head that fails (a lost RPC link aborts it) names nobody.
-      const machine = p.kind === 'node' ? p.node!.name : p.kind === 'host' ? HUB : typeof e.details.node === 'string' ? e.details.node : null;
-      const conn = p.node ?? (machine !== null && machine !== HUB ? this.deps.nodes?.get(machine) : undefined);
-      const excused = e.code === ErrorCode.MODEL_UNAVAILABLE || e.code === ErrorCode.NODE_LOST || (conn != null && (!conn.alive || conn.availability === 'paused'));
-      if (machine && !excused) this.noteFailure(machine, model.name, `load failed: ${e.message.split('\n')[0]}`);
+      const machine = blamedMachine(p, e, (name) => this.deps.nodes?.get(name));
+      if (machine) this.noteFailure(machine, model.name, `load failed: ${e.message.split('\n')[0]}`);
       this.placementFailed(model.name, e);
     });
     return p;
@@ -375,8 +325,7 @@ export class Scheduler {
 
   /** A node paused: not a failure (the owner took the machine back); its placements are stopped. */
   async nodePaused(conn: NodeConn): Promise<void> {
-    const why = `node ${conn.name} paused (${conn.reason ?? 'by its owner'})`;
-    await Promise.all(this.on(conn).map((p) => this.stop(p, why)));
+    await Promise.all(this.on(conn).map((p) => this.stop(p, `node ${conn.name} paused (${conn.reason ?? 'by its owner'})`)));
   }
 
   /** The hub's own devices paused: its replicas and the shards with a hub stage stop; requests go to nodes. */
@@ -385,55 +334,9 @@ export class Scheduler {
     await Promise.all(mine.map((p) => this.stop(p, `the hub's devices paused (${reason})`)));
   }
 
-  /**
-   * After a hello or a heartbeat: a replica the node no longer runs has failed; one we do not expect is stopped.
-   * One reconciliation per node at a time (its stop commands may wait on the node for seconds while heartbeats
-   * keep coming): a report that arrives meanwhile is reconciled once, when the running one ends.
-   */
+  /** After a hello or a heartbeat: the table made true to what the node runs (watch.ts). */
   reconcile(conn: NodeConn): Promise<void> {
-    const r = this.reconciling.get(conn);
-    if (r) {
-      r.again = true;
-      return r.done;
-    }
-    const entry = { again: false, done: Promise.resolve() };
-    entry.done = (async () => {
-      try {
-        do {
-          entry.again = false;
-          await this.reconcileOnce(conn);
-        } while (entry.again && conn.alive);
-      } finally {
-        this.reconciling.delete(conn);
-      }
-    })();
-    this.reconciling.set(conn, entry);
-    return entry.done;
-  }
-
-  private async reconcileOnce(conn: NodeConn): Promise<void> {
-    const reported = new Set(conn.replicas.map((x) => x.replica));
-    for (const p of [...this.placements.values()]) {
-      if (p.node === conn && p.state === 'ready' && !reported.has(p.id)) {
-        this.markFailed(p, `the replica exited on node ${conn.name}`, '');
-        this.noteFailure(conn.name, p.model, 'the replica exited (crashed)');
-        this.pump(p.model);
-      }
-    }
-    for (const x of conn.replicas) {
-      const ours = this.placements.get(x.replica);
-      if (!ours || ours.node?.name !== conn.name) {
-        this.deps.log.info({ node: conn.name, replica: x.replica }, 'node runs a replica the hub does not expect: stopping it');
-        await conn.command({ type: 'stop-replica', replica: x.replica }, STOP_REPLICA_WAIT_MS).catch(() => undefined);
-      }
-    }
-    // rpc-servers too: a shard torn down while the node was away, or one from before a hub restart, holds a
-    // device and an unauthenticated listener for nothing.
-    for (const r of conn.rpcs) {
-      if (this.deps.launcher.expectsRpc(conn.name, r.rpc)) continue;
-      this.deps.log.info({ node: conn.name, rpc: r.rpc }, 'node runs an rpc-server the hub does not expect: stopping it');
-      await conn.command({ type: 'stop-rpc', rpc: r.rpc }, STOP_REPLICA_WAIT_MS).catch(() => undefined);
-    }
+    return this.watch.reconcile(conn);
   }
 
   async close(): Promise<void> {

@@ -219,10 +219,7 @@ export class Session extends EventEmitter implements StreamOwner {
     if (this.dead) return;
     this.stats.bytesIn += chunk.byteLength;
     try {
-      // A frame that killed the session (a protocol error, an overload) is the last one dispatched.
-      this.decoder.push(chunk, (h, payload) => {
-        if (!this.dead) this.onFrame(h, payload);
-      });
+      this.decoder.push(chunk, (h, payload) => this.onFrame(h, payload));
     } catch (err) {
       if (err instanceof ProtocolError) {
         this.sendControl(FrameType.GO_AWAY, 0, 0, GoAwayCode.PROTOCOL_ERROR);
@@ -234,6 +231,7 @@ export class Session extends EventEmitter implements StreamOwner {
   }
 
   private onFrame(h: FrameHeader, payload: Buffer | null): void {
+    if (this.dead) return; // a frame that killed the session (a protocol error, an overload) is the last one acted on
     this.stats.framesIn++;
     switch (h.type) {
       case FrameType.PING:
