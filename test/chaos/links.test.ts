@@ -173,6 +173,21 @@ describe('a node that goes silent', { timeout: 900_000 }, () => {
         await recover(['m', 'slow']);
       });
 
+      if (fault !== 'agent SIGKILL') {
+        itLogged('idle: with nothing waiting on it, the keep-alive takes the silent node out of the pool', async () => {
+          await assertNoStrays(hub, nodes()); // nothing in flight anywhere
+          breakN1();
+          const gone = await until(
+            () => hub.logs.find((l) => l.includes('node disconnected') && l.includes('"node":"n1"')),
+            (l) => l !== undefined,
+            30_000,
+          );
+          console.log(`# ${fault}, idle: out of the pool ${since()}`);
+          assert.match(gone ?? '', /did not answer a ping within 10000 ms/, "the keep-alive's 10 s, after at most 5 s between pings");
+          await recover(['m', 'slow']);
+        });
+      }
+
       itLogged('mid-push: the push fails in seconds and the request is answered by another node', async () => {
         const req = c.completions.create({ model: 'pushed', prompt: PROMPT, max_tokens: 8, ...GREEDY_EXTRA });
         const seen = await until(

@@ -97,3 +97,14 @@ export async function writeAll(st: Duplex, data: Buffer, chunk = 64 * 1024): Pro
   }
   st.end();
 }
+
+/** One yamux frame as bytes, header and optional payload, for a peer that speaks the wire by hand (a hostile one). */
+export function rawFrame(type: number, flags: number, id: number, length: number, payload?: Buffer): Buffer {
+  const h = Buffer.alloc(12);
+  h.writeUInt8(0, 0);
+  h.writeUInt8(type, 1);
+  h.writeUInt16BE(flags, 2);
+  h.writeUInt32BE(id, 4);
+  h.writeUInt32BE(length, 8);
+  return payload ? Buffer.concat([h, payload]) : h;
+}

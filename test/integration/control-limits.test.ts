@@ -5,7 +5,7 @@ import { isRelayError } from '../../src/shared/errors.js';
 import { MAX_BAD_LINE_ANSWERS, parseNodeMessage, type NodeToHub } from '../../src/shared/protocol.js';
 import { acceptStream, ControlChannel, openStream } from '../../src/main/core/tunnel/channel.js';
 import type { YamuxStream } from '../../src/main/core/tunnel/yamux/session.js';
-import { sessionPair } from '../helpers/yamux.js';
+import { rawFrame, sessionPair } from '../helpers/yamux.js';
 import { until } from '../helpers/proc.js';
 
 /**
@@ -97,17 +97,8 @@ describe('control channel limits', () => {
     const streams: unknown[] = [];
     pair.server.on('stream', (s: YamuxStream) => streams.push(s));
     const closed = once(pair.server, 'close') as Promise<[Error]>;
-    const frame = (type: number, flags: number, id: number, length: number): Buffer => {
-      const h = Buffer.alloc(12);
-      h.writeUInt8(0, 0);
-      h.writeUInt8(type, 1);
-      h.writeUInt16BE(flags, 2);
-      h.writeUInt32BE(id, 4);
-      h.writeUInt32BE(length, 8);
-      return h;
-    };
     // A SYN with the server's own parity (fatal), then a well-formed SYN from the client's side, in one write.
-    pair.transports[0].write(Buffer.concat([frame(1, 1, 2, 0), frame(1, 1, 1001, 0)]));
+    pair.transports[0].write(Buffer.concat([rawFrame(1, 1, 2, 0), rawFrame(1, 1, 1001, 0)]));
     const [err] = await closed;
     assert.ok(isRelayError(err, 'TUNNEL_PROTOCOL'), String(err));
     assert.equal(streams.length, 0);

@@ -20,6 +20,7 @@ import { startHub, type HubProcess } from '../helpers/hub.js';
 import { llama } from '../helpers/llama.js';
 import { mintToken, startNode, type NodeProcess } from '../helpers/node.js';
 import { signalIfRunning, until } from '../helpers/proc.js';
+import { rawFrame } from '../helpers/yamux.js';
 
 /**
  * A node is authenticated, but not trusted: what one node (or a second agent with its credential) can make
@@ -27,15 +28,7 @@ import { signalIfRunning, until } from '../helpers/proc.js';
  */
 const relayBin = new URL('../../../bin/relay.js', import.meta.url).pathname;
 
-function frame(type: number, flags: number, id: number, length: number, payload?: Buffer): Buffer {
-  const h = Buffer.alloc(12);
-  h.writeUInt8(0, 0);
-  h.writeUInt8(type, 1);
-  h.writeUInt16BE(flags, 2);
-  h.writeUInt32BE(id, 4);
-  h.writeUInt32BE(length, 8);
-  return payload ? Buffer.concat([h, payload]) : h;
-}
+const frame = rawFrame;
 
 function rssMb(pid: number): number {
   const m = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'));

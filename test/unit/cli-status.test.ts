@@ -64,6 +64,38 @@ describe('relay status (pure formatting)', () => {
     for (const l of lines) assert.equal(l, l.trimEnd());
   });
 
+  it('a loading placement shows its time so far against its deadline', () => {
+    const lines = statusLines({
+      replicas: [
+        {
+          model: 'llama70',
+          state: 'starting',
+          in_flight: 0,
+          slots: 1,
+          ctx: 8192,
+          node: 'attic',
+          device: 'CUDA0',
+          ms_per_token: null,
+          load: { since: '2026-12-01T10:00:00Z', elapsed_ms: 95_000, deadline_ms: 1_920_000 },
+        },
+        {
+          model: 'small',
+          state: 'starting',
+          in_flight: 0,
+          slots: 1,
+          ctx: 8192,
+          node: null,
+          device: 'CPU',
+          ms_per_token: null,
+          load: { since: '2026-12-01T10:00:00Z', elapsed_ms: 4_000, deadline_ms: 131_000 },
+        },
+      ],
+    });
+    const rows = lines.filter((l) => /llama70|small/.test(l));
+    assert.match(rows[0]!, /loading 95 s of 32 min/);
+    assert.match(rows[1]!, /loading 4 s of 2 min/);
+  });
+
   it('says what to do when the pool is empty', () => {
     const text = statusLines({ hub: { availability: 'idle', reason: null }, devices: [], nodes: [], replicas: [], shards: [], models: [] }).join('\n');
     assert.match(text, /no nodes joined \(relay nodes token\)/);

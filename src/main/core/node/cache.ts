@@ -231,11 +231,12 @@ export class ModelCache {
    * part must be cached. Returns the first part's path, the one llama-server is given.
    */
   splitView(id: string, parts: readonly string[]): string {
+    const dir = join(this.root, 'split', ModelCache.check(id));
     for (const sha of parts) {
       if (!this.has(sha)) throw new RelayError(ErrorCode.MODEL_FILE_MISSING, `the cache does not hold part ${parts.indexOf(sha) + 1} of ${parts.length} (${sha.slice(0, 12)}…)`);
     }
     return makeSplitView(
-      join(this.root, 'split', ModelCache.check(id)),
+      dir,
       parts.map((sha) => this.pathOf(sha)),
     );
   }
