@@ -11,7 +11,7 @@ import { directTexts, fixture } from '../helpers/llama.js';
 import { startNode, type NodeProcess } from '../helpers/node.js';
 import { GREEDY_EXTRA } from '../helpers/openai.js';
 import { until, waitGone } from '../helpers/proc.js';
-import { assertCacheIntact, assertNoStrays, assertStoreIntact } from '../helpers/chaos.js';
+import { assertCacheIntact, assertNoStrays, assertStoreIntact, linkProxy, type LinkProxy } from '../helpers/chaos.js';
 import { slowDisk, type SlowDisk } from '../helpers/slowfs.js';
 
 /**
@@ -140,8 +140,10 @@ describe("a shard stage's rpc-server, stopped or killed; a node stopped or kille
   let c: OpenAI;
   let want: string;
   let northHome: string;
+  let proxy: LinkProxy;
   const startNorth = async (token?: null): Promise<void> => {
-    north = await startNode(hub, { name: 'north', cpuBudgetMb: 1000, env: ENV, home: northHome, ...(token === null ? { token: null } : {}) });
+    // north reaches the hub through a link proxy (its Wi-Fi, which the mid-fill case cuts).
+    north = await startNode({ url: proxy.url, home: hub.home }, { name: 'north', cpuBudgetMb: 1000, env: ENV, home: northHome, ...(token === null ? { token: null } : {}) });
   };
   before(async () => {
     // north holds "big"'s file on a slow disk: filling its stage's rpc cache from it takes seconds.
@@ -150,6 +152,7 @@ describe("a shard stage's rpc-server, stopped or killed; a node stopped or kille
     hub = await startHub({ env: ENV, args: ['--cpu-budget-mb', '1000'] });
     await addModel(hub, { path: fixture('dense'), name: 'dense', required_vram_mb: 800 });
     await addModel(hub, { path: fixture('large'), name: 'big', required_vram_mb: 1100 });
+    proxy = await linkProxy(hub.url);
     northHome = mkdtempSync(join(tmpdir(), 'relay-node-north-'));
     mkdirSync(join(northHome, 'cache', 'models'), { recursive: true });
     symlinkSync(join(disk.dir, basename(fixture('large'))), join(northHome, 'cache', 'models', `${sha256(fixture('large'))}.gguf`));
@@ -159,6 +162,7 @@ describe("a shard stage's rpc-server, stopped or killed; a node stopped or kille
     want = (await directTexts(fixture('dense'), [PROMPT], 24))[0]!;
   });
   after(async () => {
+    await proxy?.close();
     await north?.stop();
     await south?.stop();
     await hub?.stop();
@@ -213,8 +217,9 @@ describe("a shard stage's rpc-server, stopped or killed; a node stopped or kille
     await assertNoStrays(hub, [north, south]);
   });
 
-  for (const signal of ['SIGSTOP', 'SIGKILL'] as const) {
-    it(`${signal} of a node mid-fill (its stage's rpc cache, from its copy on a slow disk): a clean error in seconds; nothing left behind`, async () => {
+  for (const signal of ['SIGSTOP', 'SIGKILL', 'a dead link'] as const) {
+    const fault = signal === 'a dead link' ? "north's link dead" : `${signal} of north`;
+    it(`${fault} mid-fill (its stage's rpc cache, from its copy on a slow disk): a clean error in seconds; nothing left behind`, async () => {
       await south.local('/pause', 'POST'); // the shard of big is the hub and north, which fills its stage first
       await until(
         async () => (await hub.status()).nodes.find((n) => n.name === 'south')?.state,
@@ -231,13 +236,15 @@ describe("a shard stage's rpc-server, stopped or killed; a node stopped or kille
       await new Promise((r) => setTimeout(r, 1000)); // well into the fill (the slow disk gives it several seconds)
       assert.ok(!hub.logs.some((l) => l.includes('rpc cache filled')), 'still filling');
       const at = Date.now();
-      north.proc.kill(signal);
+      if (signal === 'a dead link') proxy.blackhole();
+      else north.proc.kill(signal);
       const res = await req;
-      console.log(`# ${signal} mid-fill: answered ${res.status} ${((Date.now() - at) / 1000).toFixed(1)} s after the fault`);
+      console.log(`# ${fault} mid-fill: answered ${res.status} ${((Date.now() - at) / 1000).toFixed(1)} s after the fault`);
       assert.ok(res.status === 503 || res.status === 502, String(res.status));
       const j = (await res.json()) as { error: { code: string } };
       assert.ok(['model_unavailable', 'pool_busy', 'node_lost'].includes(j.error.code), j.error.code);
       if (signal === 'SIGSTOP') north.proc.kill('SIGCONT');
+      else if (signal === 'a dead link') proxy.heal();
       else await startNorth(null);
       await until(
         async () => (await hub.status()).nodes.find((n) => n.name === 'north')?.connected,
