@@ -27,6 +27,8 @@ export const ErrorCode = {
   CHILD_SPAWN_FAILED: 'CHILD_SPAWN_FAILED',
   CHILD_EXITED_EARLY: 'CHILD_EXITED_EARLY',
   CHILD_READY_TIMEOUT: 'CHILD_READY_TIMEOUT',
+  /** A child stopped (SIGSTOP, a debugger) while it loaded: it would never become ready. */
+  CHILD_STOPPED: 'CHILD_STOPPED',
   // store and registry
   STORE_UNREADABLE: 'STORE_UNREADABLE',
   MODEL_NOT_FOUND: 'MODEL_NOT_FOUND',

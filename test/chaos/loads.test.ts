@@ -200,4 +200,30 @@ describe('loads of real size, from a slow disk', { timeout: 300_000 }, () => {
       await hub.stop();
     }
   });
+
+  it("the node's llama-server stopped (SIGSTOP) mid-load: its start fails at once, not at its deadline; another node serves", async () => {
+    const hub = await startHub({ env: { ...ENV, RELAY_LOAD_TIMEOUT_MS: String(BASE_MS), RELAY_LOAD_MS_PER_GIB: String(PER_GIB_MS) } });
+    const usb = await startNode(hub, { name: 'usb', cpuBudgetMb: 1500, env: ENV, home: slowNodeHome(disk, fixture('large')) });
+    const fast = await startNode(hub, { name: 'fast', cpuBudgetMb: 1500, env: ENV });
+    try {
+      await addModel(hub, { path: fixture('large'), name: 'big', required_vram_mb: 400 });
+      const req = complete(hub); // usb holds the file: it loads there, slowly
+      const r = await loading(hub);
+      assert.equal(r.node, 'usb');
+      process.kill(r.pid!, 'SIGSTOP'); // frozen mid-load
+      const res = await req;
+      assert.equal(res.status, 200, await res.clone().text());
+      const st = await hub.status();
+      assert.ok(
+        st.replicas.some((x) => x.node === 'fast' && x.state === 'ready'),
+        'served by the other node',
+      );
+      assert.match(st.backoffs.find((b) => b.node === 'usb')?.reason ?? '', /stopped \(SIGSTOP\?\) while it loaded/);
+      assert.ok(await waitGone(r.pid!, 30_000), 'the frozen process was killed');
+    } finally {
+      await usb.stop();
+      await fast.stop();
+      await hub.stop();
+    }
+  });
 });

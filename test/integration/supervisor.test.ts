@@ -48,6 +48,14 @@ describe('supervisor', () => {
     assert.ok(c.output().includes('bye'));
   });
 
+  it('a child stopped (SIGSTOP) while it loads fails its start with CHILD_STOPPED instead of waiting out its deadline', async () => {
+    const c = spawnChild({ name: 'frozen', ...js('setInterval(() => {}, 1000)'), readiness: { kind: 'line', pattern: /never/ }, readyTimeoutMs: 600_000 });
+    process.kill(c.pid!, 'SIGSTOP');
+    await assert.rejects(c.ready, (e: unknown) => isRelayError(e, 'CHILD_STOPPED') && /stopped \(SIGSTOP\?\) while it loaded/.test(e.message));
+    await c.terminate(5000); // SIGTERM, then SIGCONT: it goes
+    assert.equal(c.running, false);
+  });
+
   it('rejects readiness with CHILD_EXITED_EARLY and the stderr tail when the child dies first', async () => {
     const c = spawnChild({ name: 'dies', ...js('console.error("error: model file is corrupt"); process.exit(3)'), readiness: { kind: 'line', pattern: /never/ } });
     await assert.rejects(c.ready, (e: unknown) => isRelayError(e, 'CHILD_EXITED_EARLY') && /exit code 3/.test(e.message) && /model file is corrupt/.test(e.message));

@@ -1,5 +1,4 @@
-import { readFileSync } from 'node:fs';
-import type { ManagedChild } from './supervisor.js';
+import { processState, type ManagedChild } from './supervisor.js';
 
 /**
  * Whether a child that a stalled request depends on can still answer: asked only when a request through it has
@@ -11,17 +10,6 @@ import type { ManagedChild } from './supervisor.js';
  * An rpc-server has no second port to ask (it serves one connection at a time): only its process state is read.
  */
 export type Liveness = 'ok' | 'stopped' | 'unresponsive' | 'gone';
-
-/** The process's state letter from /proc (Linux), or null where that cannot be read. */
-export function processState(pid: number): string | null {
-  if (process.platform !== 'linux') return null;
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-    return stat.slice(stat.lastIndexOf(')') + 2)[0] ?? null;
-  } catch {
-    return 'X'; // no such process
-  }
-}
 
 export async function liveness(child: ManagedChild | null, healthUrl: string | null, timeoutMs = 3000): Promise<Liveness> {
   if (!child || !child.running || child.pid === undefined) return 'gone';

@@ -1,5 +1,5 @@
 import { spawn, type ChildProcess } from 'node:child_process';
-import { existsSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { connect } from 'node:net';
 import { createInterface } from 'node:readline';
 import { ErrorCode, RelayError } from '../../../shared/errors.js';
@@ -82,6 +82,20 @@ function withDeathSignal(command: string, args: readonly string[]): [string, str
   return [command, [...args]];
 }
 
+/** The process's state letter from /proc (Linux; `T` stopped, `Z` a zombie, `X` gone), or null where it cannot be read. */
+export function processState(pid: number): string | null {
+  if (process.platform !== 'linux') return null;
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    return stat.slice(stat.lastIndexOf(')') + 2)[0] ?? null;
+  } catch {
+    return 'X'; // no such process
+  }
+}
+
+/** A child stopped (SIGSTOP, a debugger) for this long while it loads will not become ready: its start fails. */
+const STOPPED_WHILE_LOADING_MS = 2000;
+
 export class ManagedChild {
   readonly name: string;
   readonly ready: Promise<void>;
@@ -143,6 +157,7 @@ export class ManagedChild {
         if (settled) return;
         settled = true;
         clearTimeout(timer);
+        clearInterval(watchStop);
         if (err) reject(err);
         else resolve();
       };
@@ -150,6 +165,19 @@ export class ManagedChild {
         settle(this.error(ErrorCode.CHILD_READY_TIMEOUT, `${this.name} was not ready after ${timeoutMs} ms`));
         void this.terminate(2000);
       }, timeoutMs);
+      // A load can take half an hour; a stopped process never finishes one. Looked at twice a second (Linux).
+      let stoppedSince: number | null = null;
+      const watchStop = setInterval(() => {
+        if (settled) return clearInterval(watchStop);
+        const st = this.child.pid === undefined ? null : processState(this.child.pid);
+        if (st !== 'T' && st !== 't') return void (stoppedSince = null);
+        stoppedSince ??= Date.now();
+        if (Date.now() - stoppedSince >= STOPPED_WHILE_LOADING_MS) {
+          clearInterval(watchStop);
+          settle(this.error(ErrorCode.CHILD_STOPPED, `${this.name} was stopped (SIGSTOP?) while it loaded`));
+        }
+      }, 500);
+      watchStop.unref();
       void this.exited.then((info) => {
         if (spawnError) {
           settle(new RelayError(ErrorCode.CHILD_SPAWN_FAILED, `${this.name}: cannot start ${spec.command}: ${spawnError.message}`, { command: spec.command }));
