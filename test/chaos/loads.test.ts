@@ -203,10 +203,11 @@ describe('loads of real size, from a slow disk', { timeout: 300_000 }, () => {
 
   it("the node's llama-server stopped (SIGSTOP) mid-load: its start fails at once, not at its deadline; another node serves", async () => {
     const hub = await startHub({ env: { ...ENV, RELAY_LOAD_TIMEOUT_MS: String(BASE_MS), RELAY_LOAD_MS_PER_GIB: String(PER_GIB_MS) } });
+    // Registered first: a node's copy of a model the hub does not own is evicted when it connects.
+    await addModel(hub, { path: fixture('large'), name: 'big', required_vram_mb: 400 });
     const usb = await startNode(hub, { name: 'usb', cpuBudgetMb: 1500, env: ENV, home: slowNodeHome(disk, fixture('large')) });
     const fast = await startNode(hub, { name: 'fast', cpuBudgetMb: 1500, env: ENV });
     try {
-      await addModel(hub, { path: fixture('large'), name: 'big', required_vram_mb: 400 });
       const req = complete(hub); // usb holds the file: it loads there, slowly
       const r = await loading(hub);
       assert.equal(r.node, 'usb');
