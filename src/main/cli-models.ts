@@ -13,6 +13,7 @@ export async function cmdModels(sub: string | undefined, args: string[]): Promis
       name: { type: 'string' },
       'required-vram-mb': { type: 'string' },
       embedding: { type: 'boolean' },
+      reranker: { type: 'boolean' },
       json: { type: 'boolean' },
       ctx: { type: 'string' },
       slots: { type: 'string' },
@@ -35,12 +36,13 @@ export async function cmdModels(sub: string | undefined, args: string[]): Promis
   const base = hubUrl(values.hub);
   if (sub === 'add') {
     const file = positionals[0];
-    if (!file) throw new Error('usage: relay models add FILE [--name NAME] [--required-vram-mb N] [--embedding]');
+    if (!file) throw new Error('usage: relay models add FILE [--name NAME] [--required-vram-mb N] [--embedding | --reranker]');
     const body = JSON.stringify({
       path: resolve(file),
       name: values.name,
       required_vram_mb: intFlag(values['required-vram-mb'], '--required-vram-mb'),
       embedding: values.embedding,
+      reranker: values.reranker,
       ...settings,
     });
     const tty = Boolean(process.stderr.isTTY);

@@ -35,6 +35,8 @@ export const ErrorCode = {
   MODEL_EXISTS: 'MODEL_EXISTS',
   MODEL_FILE_MISSING: 'MODEL_FILE_MISSING',
   MODEL_NOT_EMBEDDING: 'MODEL_NOT_EMBEDDING',
+  /** /v1/rerank for a model not registered as a reranker. */
+  MODEL_NOT_RERANKER: 'MODEL_NOT_RERANKER',
   // placement and serving
   MODEL_UNAVAILABLE: 'MODEL_UNAVAILABLE',
   /** M would fit once busy placements finish, paused machines return or backoffs expire; or its queue is full. */
@@ -150,6 +152,7 @@ export const HTTP_ERRORS: Readonly<Partial<Record<ErrorCode, { status: number; t
   MODEL_EXISTS: { status: 409, type: 'invalid_request_error' },
   MODEL_FILE_MISSING: { status: 422, type: 'invalid_request_error' },
   MODEL_NOT_EMBEDDING: { status: 400, type: 'invalid_request_error' },
+  MODEL_NOT_RERANKER: { status: 400, type: 'invalid_request_error' },
   MODEL_UNAVAILABLE: { status: 503, type: 'server_error' },
   POOL_BUSY: { status: 503, type: 'server_error' },
   NODE_AUTH: { status: 401, type: 'authentication_error' },

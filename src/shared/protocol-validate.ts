@@ -72,6 +72,7 @@ const SCHEMAS: Record<string, Check> = {
     cacheType: oneOf('f16', 'q8_0', 'q4_0'),
     flashAttn: oneOf('on', 'off', 'auto', null),
     embedding: isBool,
+    reranking: optional(isBool),
     pooling: oneOf('mean', null),
     alias: isId,
     device: isId,

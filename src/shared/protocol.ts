@@ -114,6 +114,8 @@ export interface StartReplica {
   cacheType: 'f16' | 'q8_0' | 'q4_0';
   flashAttn: 'on' | 'off' | 'auto' | null;
   embedding: boolean;
+  /** A reranker: its llama-server runs with --reranking (absent: not one). */
+  reranking?: boolean;
   pooling: 'mean' | null;
   alias: string;
   /** The node device the hub placed it on: a llama.cpp device name, or CPU for the node's CPU budget. */

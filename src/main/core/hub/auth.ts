@@ -46,14 +46,15 @@ export function hubAuth(config: HubConfig, keys: ApiKeys): HubAuth {
     logins,
     requireApiKey(req, _res, next) {
       if (!keyRequired()) return next();
-      const token = bearer(req);
+      // Anthropic's clients (Claude Code, the anthropic SDK) send the key as x-api-key.
+      const token = bearer(req) ?? req.get('x-api-key');
       if (token && isApiKey(token)) return next();
       next(
         new RelayError(
           ErrorCode.INVALID_API_KEY,
           !config.apiKey && !keys.any
             ? `this hub listens on ${config.host}, beyond this machine, so /v1 needs an API key: make one with \`relay keys create NAME\` (or on the dashboard) and send Authorization: Bearer <key>`
-            : 'a valid API key is required: send Authorization: Bearer <key>',
+            : 'a valid API key is required: send Authorization: Bearer <key> (or x-api-key: <key>)',
         ),
       );
     },

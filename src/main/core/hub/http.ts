@@ -61,6 +61,17 @@ export type ModelViewExtra = Pick<ModelStatus, 'file' | 'need_mb' | 'need' | 'fi
 /** A group of routes, mounted on the app in the order app.ts gives. */
 export type Mount = (app: Express, h: HubHttp) => void;
 
+/**
+ * Whatever a middleware threw, as a coded error: the body reader's own (too large) get theirs, anything that is
+ * not a RelayError is INTERNAL.
+ */
+export function asRelayError(err: unknown, maxBodyBytes: number): RelayError {
+  if (isRelayError(err)) return err;
+  const e = err as { type?: string };
+  if (e?.type === 'entity.too.large') return new RelayError(ErrorCode.PAYLOAD_TOO_LARGE, `the request body is larger than ${(maxBodyBytes / 1048576).toFixed(1)} MB (${maxBodyBytes} bytes)`);
+  return new RelayError(ErrorCode.INTERNAL, 'internal error');
+}
+
 /** Answer with the error's HTTP status and OpenAI-shaped body (a non-relay error is logged and is a 500). */
 export function sendError(res: Response, err: unknown, log: Logger): void {
   const e = isRelayError(err) ? err : new RelayError(ErrorCode.INTERNAL, 'internal error');

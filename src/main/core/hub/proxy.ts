@@ -1,7 +1,8 @@
 import http from 'node:http';
 import type { Request, Response } from 'express';
 import type { Logger } from 'pino';
-import { ErrorCode, httpError, RelayError } from '../../../shared/errors.js';
+import { ErrorCode, RelayError } from '../../../shared/errors.js';
+import { errorIn, streamErrorIn, type ErrorShape } from './dialects.js';
 import type { Lease } from '../scheduler/placement.js';
 import type { SpareSockets } from '../llama/spare-sockets.js';
 
@@ -29,15 +30,18 @@ export interface Usage {
 
 const TAIL_BYTES = 8192;
 
-/** Token counts from the end of a response: `usage` in JSON bodies, `timings` in llama-server's last SSE chunk. */
+/**
+ * Token counts from the end of a response: `usage` in JSON bodies (OpenAI's prompt/completion tokens, the
+ * Responses and Messages APIs' input/output tokens), `timings` in llama-server's last SSE chunk.
+ */
 export function usageFromTail(tail: string): Usage | null {
   const num = (re: RegExp): number | null => {
     const all = [...tail.matchAll(re)];
     const last = all[all.length - 1];
     return last ? Number(last[1]) : null;
   };
-  const prompt = num(/"prompt_tokens":(\d+)/g) ?? num(/"prompt_n":(\d+)/g);
-  const completion = num(/"completion_tokens":(\d+)/g) ?? num(/"predicted_n":(\d+)/g);
+  const prompt = num(/"prompt_tokens":(\d+)/g) ?? num(/"input_tokens":(\d+)/g) ?? num(/"prompt_n":(\d+)/g);
+  const completion = num(/"completion_tokens":(\d+)/g) ?? num(/"output_tokens":(\d+)/g) ?? num(/"predicted_n":(\d+)/g);
   if (prompt === null && completion === null) return null;
   return { promptTokens: prompt ?? 0, completionTokens: completion ?? 0, tokensPerSecond: num(/"predicted_per_second":([\d.]+)/g) };
 }
@@ -75,10 +79,6 @@ export function llamaRefusal(status: number, body: string): RelayError | null {
   return new RelayError(code, message, rest, { status });
 }
 
-export function sseError(err: RelayError): string {
-  return `data: ${JSON.stringify(httpError(err).body)}\n\n`;
-}
-
 export type ProxyOutcome = { readonly kind: 'done' } | { readonly kind: 'retry'; readonly error: RelayError };
 
 export function proxyToPlacement(opts: {
@@ -90,9 +90,12 @@ export function proxyToPlacement(opts: {
   log: Logger;
   /** Ready sockets to this machine's llama-servers; without, a fresh connection per request. */
   spares?: SpareSockets;
+  /** The route's dialect: the shape of the errors it answers (OpenAI's unless said). */
+  errors?: ErrorShape;
   onDone: (status: number, usage: Usage | null) => void;
 }): Promise<ProxyOutcome> {
   const { lease, res, log, spares } = opts;
+  const shape = opts.errors ?? 'openai';
   const url = new URL(opts.path, lease.baseUrl);
   // The last chunks, kept by reference and decoded once at the end: nothing per token but a push.
   const tailChunks: Buffer[] = [];
@@ -164,7 +167,7 @@ export function proxyToPlacement(opts: {
     const err = new RelayError(ErrorCode.REPLICA_FAILED, `the ${lease.kind === 'shard' ? 'shard' : 'replica'} of "${lease.model.name}" stopped mid-response (${why})`, { model: lease.model.name });
     log.warn({ model: lease.model.name, placement: lease.placementId, why }, 'upstream broke mid-response');
     if (isSse) {
-      res.end(sseError(err));
+      res.end(streamErrorIn(shape, err));
       finish(502);
     } else {
       res.destroy(err);
@@ -199,7 +202,7 @@ export function proxyToPlacement(opts: {
       started = true;
       if (refusal) {
         log.info({ model: lease.model.name, placement: lease.placementId, status, code: refusal.code, message: refusal.message.slice(0, 200) }, 'llama-server refused the request');
-        const { status: st, body } = httpError(refusal);
+        const { status: st, body } = errorIn(shape, refusal);
         res.status(st).json(body);
         return finish(st);
       }

@@ -52,6 +52,7 @@ export const mountModels: Mount = (app, { deps: d, raw, auth, modelView }) => {
         name: body.name === undefined || body.name === null ? undefined : textField(body.name),
         required_vram_mb: body.required_vram_mb as number | null | undefined,
         embedding: body.embedding === undefined ? undefined : Boolean(body.embedding),
+        reranker: body.reranker === undefined ? undefined : Boolean(body.reranker),
         settings: ['context_size', 'parallel_slots', 'kv_cache_type', 'flash_attn'].some((k) => body[k] !== undefined) ? applySettings(undefined, body) : undefined,
       };
       if (req.query.progress === '1') {

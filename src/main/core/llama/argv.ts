@@ -34,6 +34,8 @@ export interface LlamaServerOptions {
   readonly threads?: number | undefined;
   readonly alias?: string | undefined;
   readonly embedding?: boolean | undefined;
+  /** A reranker (--reranking: rank pooling, /v1/rerank). */
+  readonly reranking?: boolean | undefined;
   /** Embedding pooling (--pooling); unset = the model's own. */
   readonly pooling?: 'none' | 'mean' | 'cls' | 'last' | 'rank' | undefined;
   /** llama.cpp log threshold; 4 keeps the load report (model and KV buffer sizes per device) in the tail. */
@@ -89,6 +91,7 @@ export function llamaServerArgv(o: LlamaServerOptions): string[] {
   if (o.threads !== undefined) a.push('--threads', String(o.threads));
   if (o.alias !== undefined) a.push('--alias', o.alias);
   if (o.embedding) a.push('--embedding');
+  if (o.reranking) a.push('--reranking');
   if (o.pooling !== undefined) a.push('--pooling', o.pooling);
   if (o.metrics) a.push('--metrics');
   if (o.logVerbosity !== undefined) a.push('--log-verbosity', String(o.logVerbosity));

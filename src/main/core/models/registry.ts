@@ -38,6 +38,8 @@ export interface AddModelInput {
   readonly name?: string | undefined;
   readonly required_vram_mb?: number | null | undefined;
   readonly embedding?: boolean | undefined;
+  /** Served on /v1/rerank: its replicas run with --reranking. */
+  readonly reranker?: boolean | undefined;
   /** The model's own context, slots, KV cache type, flash attention (validated by applySettings). */
   readonly settings?: ModelSettings | undefined;
 }
@@ -155,7 +157,7 @@ export class ModelRegistry {
     const prior = this.get(name);
     let d: Awaited<ReturnType<typeof describe>>;
     if (prior && prior.path === input.path && filesState(prior) === 'ok') {
-      const { name: _name, required_vram_mb: _req, embedding: _emb, added_at: _at, settings: _settings, ...described } = prior;
+      const { name: _name, required_vram_mb: _req, embedding: _emb, reranker: _rr, added_at: _at, settings: _settings, ...described } = prior;
       d = described;
     } else {
       d = await describe(input.path, progress, knownSha256);
@@ -167,6 +169,7 @@ export class ModelRegistry {
           // Same file: idempotent. An explicit required_vram_mb or embedding flag updates the record.
           if (req !== undefined) existing.required_vram_mb = req;
           if (input.embedding !== undefined) existing.embedding = input.embedding;
+          if (input.reranker !== undefined) existing.reranker = input.reranker;
           const before = JSON.stringify(existing.settings ?? {});
           if (input.settings !== undefined) setOrClear(existing, { ...existing.settings, ...input.settings });
           Object.assign(existing, { size: d.size, mtimeMs: d.mtimeMs, ...(d.parts ? { parts: d.parts } : {}) });
@@ -174,7 +177,8 @@ export class ModelRegistry {
         }
         throw new RelayError(ErrorCode.MODEL_EXISTS, `a model named "${name}" is already registered for ${existing.path}; remove it first or choose another --name`, { model: name });
       }
-      const model: ModelRecord = { name, ...d, required_vram_mb: req ?? null, embedding: input.embedding ?? false, added_at: new Date().toISOString() };
+      const model: ModelRecord = { name, ...d, required_vram_mb: req ?? null, embedding: input.embedding ?? false, ...(input.reranker ? { reranker: true } : {}), added_at: new Date().toISOString() };
+      if (model.embedding && model.reranker) throw new RelayError(ErrorCode.INVALID_REQUEST, `"${name}" cannot be both an embedding model and a reranker`, { model: name });
       if (input.settings) setOrClear(model, input.settings);
       data.models.push(model);
       this.log.info({ model: name, sha256: d.sha256, size: d.size }, 'model registered');

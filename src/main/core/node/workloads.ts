@@ -78,6 +78,7 @@ export class Workloads extends EventEmitter {
           flashAttn: c.flashAttn ?? undefined,
           alias: c.alias,
           embedding: c.embedding,
+          reranking: c.reranking ?? false,
           pooling: c.pooling ?? undefined,
           metrics: true,
           threads: this.deps.threads,

@@ -81,6 +81,7 @@ export class HostLauncher {
           ...serverOptions(this.deps.config, model, p),
           name: `llama-server[${model.name}]`,
           embedding: model.embedding,
+          reranking: model.reranker ?? false,
           pooling: poolingFor(model) ?? undefined,
           ...replicaPlacement(p.device, this.deps.install.backend),
           onSpawn: (child) => {

@@ -50,6 +50,7 @@ export class NodeLauncher {
           cacheType: c.kvCacheType,
           flashAttn: c.flashAttn ?? null,
           embedding: model.embedding,
+          ...(model.reranker ? { reranking: true } : {}),
           pooling: poolingFor(model),
           alias: model.name,
           device: p.device,

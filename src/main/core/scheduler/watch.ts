@@ -33,8 +33,8 @@ export class PlacementWatch {
   /**
    * A request through `p` has heard nothing for a while: are the machines it runs on there, and do its processes
    * answer? Each node is pinged (2 s; a node that does not answer is lost at once: nodeLost fails everything on it,
-   * streams end, waiting requests fail over). Then the processes: stopped or gone fails the placement now, a
-   * /health that does not answer twice in a row too. A placement that only computes (a long prompt) is left alone.
+   * streams end, waiting requests fail over). Then the processes: stopped fails the placement now, a /health that
+   * does not answer twice in a row too (one that exited is failed by its exit's own path). A placement that only computes (a long prompt) is left alone.
    */
   probe(p: Placement): Promise<void> {
     let running = this.probing.get(p.id);
@@ -62,9 +62,12 @@ export class PlacementWatch {
       p.unresponsive = 0;
       return;
     }
+    // Gone: its exit is reported on its own path (the hub reaps a local child, a node's heartbeat says so), with
+    // the exit status in the message.
+    if (verdict === 'gone') return;
     if (verdict === 'unresponsive' && ++p.unresponsive < 2) return;
     const what = p.kind === 'shard' ? 'a process of the shard' : 'its llama-server';
-    const why = verdict === 'stopped' ? `${what} is stopped (SIGSTOP?)` : verdict === 'gone' ? `${what} is gone` : `${what} does not answer /health`;
+    const why = verdict === 'stopped' ? `${what} is stopped (SIGSTOP?)` : `${what} does not answer /health`;
     // Killed: its streams end, requests waiting on it fail over. A replica's machine is kept off the model a while
     // (a shard's check does not say whose process hung).
     this.deps.fail(p, why, { tail: p.running?.tail() ?? '', kill: true, ...(p.kind !== 'shard' ? { backoff: { machine: p.node?.name ?? HUB, reason: `hung: ${why}` } } : {}) });

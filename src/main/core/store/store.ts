@@ -44,6 +44,8 @@ export interface ModelRecord {
   context_length: number | null;
   /** Served on /v1/embeddings (its replicas run with --embedding). */
   embedding: boolean;
+  /** Served on /v1/rerank (its replicas run with --reranking); absent on older records: false. */
+  reranker?: boolean;
   /** The header's pooling type; an embedding model without one is served with mean pooling. */
   pooling_type?: number | null;
   /** Bytes of all tensors, and of the MoE expert tensors (ffn_{gate,up,down}_exps) among them; absent on older records. */
