@@ -49,7 +49,7 @@ describe('client dialects through the pool', { timeout: 600_000 }, () => {
     direct.m = await startLlamaServer(llama(), { ...opts, model: fixture('dense') });
     direct.code = await startLlamaServer(llama(), { ...opts, model: fixture('infill') });
     direct.rank = await startLlamaServer(llama(), { ...opts, model: fixture('rerank'), reranking: true });
-    want = await answers(direct.m!.baseUrl, direct.code!.baseUrl, direct.rank!.baseUrl);
+    want = await answers(direct.m.baseUrl, direct.code.baseUrl, direct.rank.baseUrl);
     // The oracle answers for real (two failures would otherwise be equal).
     const w = want as { messages: { text: string; usage: number[] }; responses: { text: string }; countTokens: number; infill: unknown[]; tokenize: { tokens: unknown[] }; rerank: unknown[] };
     assert.ok(w.messages.text.length > 0 && w.messages.usage[1]! > 0);

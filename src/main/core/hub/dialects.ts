@@ -31,7 +31,7 @@ function bad(msg: string): never {
 
 const model = (b: Body): string => {
   if (typeof b.model !== 'string' || b.model === '') bad('"model" must be a non-empty string naming a registered model');
-  return b.model as string;
+  return b.model;
 };
 const stream = (b: Body): void => {
   if (b.stream !== undefined && typeof b.stream !== 'boolean') bad('"stream" must be a boolean');
