@@ -21,7 +21,11 @@ describe('real llama-server on the generated fixtures', { timeout: 300_000 }, ()
 
       const c = await complete(srv.baseUrl, 'The quick brown fox');
       assert.ok(c.completionTokens > 0 && c.text.length > 0, `completion: ${JSON.stringify(c)}`);
-      const m = await chat(srv.baseUrl, 'Say hello.');
+      // The infill fixture's random weights over StarCoder's byte-level vocabulary answer "Say hello." with a lone
+      // byte (invalid UTF-8), which llama-server's chat-output parser refuses (500, "does not match the expected
+      // peg-native format"): a limit of llama.cpp on garbage output, not of the fixture. "Hello" answers in whole
+      // characters.
+      const m = await chat(srv.baseUrl, name === 'infill' ? 'Hello' : 'Say hello.');
       assert.ok(m.completionTokens > 0 && m.text.length > 0, `chat: ${JSON.stringify(m)}`);
 
       // llama_kv_cache: size =    2.00 MiB (  2048 cells,   4 layers,  1/1 seqs), K (f16):    1.00 MiB, V (f16): ...
