@@ -7,7 +7,7 @@ import { ErrorCode, httpError, RelayError } from '../../../shared/errors.js';
  * routes). Everything else — the lease, the queue, failover before the first byte, usage, the request log, API
  * keys — is the same for every route (routes-v1.ts).
  */
-export type ErrorShape = 'openai' | 'anthropic';
+export type ErrorShape = 'openai' | 'anthropic' | 'ollama';
 /** What a route needs of a model: a generating model, an embedding model, a reranker. */
 export type ModelUse = 'generate' | 'embed' | 'rerank';
 
@@ -224,11 +224,14 @@ function anthropicType(status: number): string {
 export function errorIn(shape: ErrorShape, err: RelayError): { status: number; body: unknown } {
   const { status, body } = httpError(err);
   if (shape === 'openai') return { status, body };
+  // Ollama's clients read `error` as text; its own words for a model it does not have (which some of them match).
+  if (shape === 'ollama') return { status, body: { error: err.code === ErrorCode.MODEL_NOT_FOUND ? `model '${String(err.details.model)}' not found` : err.message } };
   return { status, body: { type: 'error', error: { type: anthropicType(status), message: err.message } } };
 }
 
 /** The last event of a stream cut by an error, as the dialect's clients read it (their SDKs raise it). */
 export function streamErrorIn(shape: ErrorShape, err: RelayError): string {
   const { body } = errorIn(shape, err);
+  if (shape === 'ollama') return `${JSON.stringify(body)}\n`; // NDJSON: the line ollama's clients raise
   return shape === 'anthropic' ? `event: error\ndata: ${JSON.stringify(body)}\n\n` : `data: ${JSON.stringify(body)}\n\n`;
 }

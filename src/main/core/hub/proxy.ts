@@ -79,6 +79,21 @@ export function llamaRefusal(status: number, body: string): RelayError | null {
   return new RelayError(code, message, rest, { status });
 }
 
+/**
+ * An answer rewritten on its way to the client, for a dialect llama-server does not speak (Ollama's NDJSON): it
+ * is given llama-server's bytes as they come and returns what the client gets for them ('' for nothing yet).
+ */
+export interface Translator {
+  readonly contentType: string;
+  /** Whether the client's answer is a stream of lines (cut by `broken`'s last line) or one body. */
+  readonly streams: boolean;
+  chunk(b: Buffer): string;
+  /** llama-server's answer is complete: the rest (a RelayError thrown here is the client's answer if nothing went yet). */
+  end(): string;
+  /** The last line of a stream cut by `err`. */
+  broken(err: RelayError): string;
+}
+
 export type ProxyOutcome = { readonly kind: 'done' } | { readonly kind: 'retry'; readonly error: RelayError };
 
 export function proxyToPlacement(opts: {
@@ -92,9 +107,11 @@ export function proxyToPlacement(opts: {
   spares?: SpareSockets;
   /** The route's dialect: the shape of the errors it answers (OpenAI's unless said). */
   errors?: ErrorShape;
+  /** The answer rewritten for a dialect llama-server does not speak (see Translator). */
+  translate?: Translator;
   onDone: (status: number, usage: Usage | null) => void;
 }): Promise<ProxyOutcome> {
-  const { lease, res, log, spares } = opts;
+  const { lease, res, log, spares, translate } = opts;
   const shape = opts.errors ?? 'openai';
   const url = new URL(opts.path, lease.baseUrl);
   // The last chunks, kept by reference and decoded once at the end: nothing per token but a push.
@@ -166,13 +183,14 @@ export function proxyToPlacement(opts: {
     if (res.writableEnded || res.destroyed) return;
     const err = new RelayError(ErrorCode.REPLICA_FAILED, `the ${lease.kind === 'shard' ? 'shard' : 'replica'} of "${lease.model.name}" stopped mid-response (${why})`, { model: lease.model.name });
     log.warn({ model: lease.model.name, placement: lease.placementId, why }, 'upstream broke mid-response');
-    if (isSse) {
-      res.end(streamErrorIn(shape, err));
-      finish(502);
-    } else {
-      res.destroy(err);
-      finish(502);
-    }
+    if (!res.headersSent) {
+      // A translated answer that is one body had sent nothing yet: the client gets a whole error.
+      const { status, body } = errorIn(shape, err);
+      res.status(status).json(body);
+    } else if (translate?.streams) res.end(translate.broken(err));
+    else if (isSse) res.end(streamErrorIn(shape, err));
+    else res.destroy(err);
+    finish(502);
   };
 
   res.on('close', () => {
@@ -226,8 +244,9 @@ export function proxyToPlacement(opts: {
       if (started) return;
       started = true;
       res.status(status);
-      if (ur.headers['content-type']) res.setHeader('content-type', ur.headers['content-type']);
-      if (isSse) {
+      const type = translate?.contentType ?? ur.headers['content-type'];
+      if (type) res.setHeader('content-type', type);
+      if (isSse || translate?.streams) {
         res.setHeader('cache-control', 'no-cache');
         res.setHeader('x-accel-buffering', 'no');
       }
@@ -239,7 +258,8 @@ export function proxyToPlacement(opts: {
       tailChunks.push(chunk);
       tailBytes += chunk.byteLength;
       while (tailBytes - tailChunks[0]!.byteLength >= TAIL_BYTES) tailBytes -= tailChunks.shift()!.byteLength;
-      if (!res.write(chunk)) {
+      const out = translate ? translate.chunk(chunk) : chunk;
+      if (out.length > 0 && !res.write(out)) {
         ur.pause();
         res.once('drain', () => ur.resume());
       }
@@ -247,7 +267,18 @@ export function proxyToPlacement(opts: {
     ur.on('end', () => {
       if (settled) return;
       begin();
-      res.end();
+      let rest: string;
+      try {
+        rest = translate ? translate.end() : '';
+      } catch (err) {
+        // llama-server's answer made no sense in the other dialect (a tool call's arguments that are not JSON).
+        const e = err instanceof RelayError ? err : new RelayError(ErrorCode.LLAMA_SERVER_ERROR, String(err));
+        const { status: st, body } = errorIn(shape, e);
+        if (res.headersSent) res.end(translate!.broken(e));
+        else res.status(st).json(body);
+        return finish(st);
+      }
+      res.end(rest);
       finish(status);
     });
     ur.on('close', () => {
