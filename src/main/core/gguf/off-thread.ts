@@ -1,4 +1,5 @@
 import { runInWorker } from '../worker.js';
+import type { ModelCard } from './card.js';
 import type { ModelFiles } from './split.js';
 
 const WORKER = new URL('./worker.js', import.meta.url);
@@ -10,4 +11,9 @@ const WORKER = new URL('./worker.js', import.meta.url);
  */
 export function readModelFilesOffThread(path: string): Promise<ModelFiles> {
   return runInWorker<ModelFiles>(WORKER, { path });
+}
+
+/** readModelCard in a worker thread (a vocabulary of 150,000 tokens is read without stalling the hub). */
+export function readModelCardOffThread(paths: readonly string[], maxArray: number): Promise<ModelCard> {
+  return runInWorker<ModelCard>(WORKER, { card: [...paths], maxArray });
 }
