@@ -23,8 +23,10 @@ Usage:
             [--tls-cert FILE --tls-key FILE] [--backend auto|cpu|cuda|vulkan|metal]
             [--schedule "mon-fri 09:00-17:30"] [--auto-pause]   (when the hub's own devices are paused)
             [--allowed-hosts desktop.lan,…]   (names besides its own, its addresses and <hostname>.local)
-                         run the hub: OpenAI-compatible /v1, dashboard at /, admin API at /api
-  relay models add FILE [--name NAME] [--required-vram-mb N] [--embedding] [--hub URL]
+            [--ollama-port 11434]   (the same API on Ollama's port too, for apps that only look there)
+                         run the hub: OpenAI-compatible /v1, Anthropic's /v1/messages, the Ollama API at
+                         /api/chat …, dashboard at /, admin API at /api
+  relay models add FILE [--name NAME] [--required-vram-mb N] [--embedding | --reranker] [--hub URL]
                    [--ctx N] [--slots N] [--kv f16|q8_0|q4_0] [--flash-attn on|off|auto]
   relay models set NAME [--ctx N] [--slots N] [--kv …] [--flash-attn …]   ("default": the pool's value)
                          a model's own context per slot, parallel slots, KV cache type, flash attention
@@ -88,6 +90,7 @@ async function cmdHub(args: string[]): Promise<number> {
       schedule: { type: 'string' },
       'auto-pause': { type: 'boolean' },
       'allowed-hosts': { type: 'string' },
+      'ollama-port': { type: 'string' },
     },
   });
   if (values.schedule !== undefined) parseSchedule(values.schedule); // refuse a bad schedule before anything else
@@ -102,6 +105,7 @@ async function cmdHub(args: string[]): Promise<number> {
     keepAliveMs: intFlag(values['keep-alive-ms'], '--keep-alive-ms'),
     hubSchedule: values.schedule,
     hubAutoPause: values['auto-pause'],
+    ollamaPort: intFlag(values['ollama-port'], '--ollama-port'),
   };
   const config = hubConfigFromEnv(env, overrides, values['allowed-hosts']);
   const log = createLogger({ name: 'hub' });
@@ -112,6 +116,7 @@ async function cmdHub(args: string[]): Promise<number> {
   if (terminal.tty) showHubPushes(terminal, () => hub.nodes.pushes.values());
   console.log(`relay hub ${packageVersion()} is serving`);
   console.log(`  /v1        ${hub.url}/v1`);
+  if (hub.ollamaUrl) console.log(`  ollama     ${hub.ollamaUrl}  (the Ollama API; also at ${hub.url}/api)`);
   console.log(`  dashboard  ${hub.url}/`);
   console.log(`  store      ${hub.store.path}`);
   if (config.host === '0.0.0.0' || config.host === '::') console.log(`  listening on all interfaces (port ${hub.port})`);

@@ -85,6 +85,8 @@ export const ErrorCode = {
   /** A JSON endpoint got a body of another type. */
   UNSUPPORTED_MEDIA_TYPE: 'UNSUPPORTED_MEDIA_TYPE',
   HUB_UNREACHABLE: 'HUB_UNREACHABLE',
+  /** A port the hub was told to listen on is taken by another program. */
+  PORT_IN_USE: 'PORT_IN_USE',
   // generic
   INVALID_ARGUMENT: 'INVALID_ARGUMENT',
   IO_ERROR: 'IO_ERROR',
@@ -168,6 +170,7 @@ export const HTTP_ERRORS: Readonly<Partial<Record<ErrorCode, { status: number; t
   INVALID_REQUEST: { status: 400, type: 'invalid_request_error' },
   INVALID_JSON: { status: 400, type: 'invalid_request_error' },
   INVALID_ARGUMENT: { status: 400, type: 'invalid_request_error' },
+  PORT_IN_USE: { status: 500, type: 'server_error' },
   PAYLOAD_TOO_LARGE: { status: 413, type: 'invalid_request_error' },
   INVALID_API_KEY: { status: 401, type: 'authentication_error' },
   KEY_EXISTS: { status: 409, type: 'invalid_request_error' },

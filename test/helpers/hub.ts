@@ -10,6 +10,8 @@ import { signalIfRunning } from './proc.js';
 /** A real `relay hub` process on 127.0.0.1 with its own data dir, as a household would run it. */
 export interface HubProcess {
   readonly url: string;
+  /** The Ollama port's URL when the hub was started with --ollama-port, else null. */
+  readonly ollamaUrl: string | null;
   readonly home: string;
   readonly proc: ChildProcess;
   readonly logs: string[];
@@ -36,10 +38,16 @@ export async function startHub(opts: { env?: Record<string, string>; args?: stri
     if (logs.length > 500) logs.shift();
   });
   const exited = new Promise<void>((r) => proc.once('exit', () => r()));
+  let ollamaUrl: string | null = null;
   const url = await new Promise<string>((resolve, reject) => {
+    let v1 = '';
+    // The banner: /v1, the Ollama port when asked for, the dashboard, the store (its last line).
     createInterface({ input: proc.stdout }).on('line', (l) => {
       const m = /\/v1\s+(https?:\/\/\S+)\/v1$/.exec(l);
-      if (m) resolve(m[1]!);
+      if (m) v1 = m[1]!;
+      const o = /^\s+ollama\s+(https?:\/\/\S+)/.exec(l);
+      if (o) ollamaUrl = o[1]!;
+      if (/^\s+store\s/.test(l) && v1) resolve(v1);
     });
     void exited.then(() => reject(new Error(`relay hub exited before serving:\n${logs.join('\n')}`)));
   });
@@ -56,6 +64,7 @@ export async function startHub(opts: { env?: Record<string, string>; args?: stri
   };
   return {
     url,
+    ollamaUrl,
     home,
     proc,
     logs,
@@ -75,7 +84,7 @@ export async function startHub(opts: { env?: Record<string, string>; args?: stri
 }
 
 /** Registers a GGUF with the hub at `hub.url` (a `relay hub` process or a hub embedded in the tray app). */
-export async function addModel(hub: { url: string }, body: { path: string; name?: string; required_vram_mb?: number; embedding?: boolean }) {
+export async function addModel(hub: { url: string }, body: { path: string; name?: string; required_vram_mb?: number; embedding?: boolean; reranker?: boolean }) {
   const res = await fetch(`${hub.url}/api/models`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
   const j = (await res.json()) as { model?: ModelView; error?: { code: string; message: string } };
   if (res.status !== 201 && res.status !== 200) throw new Error(`add model failed: ${res.status} ${JSON.stringify(j)}`);

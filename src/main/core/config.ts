@@ -27,6 +27,8 @@ export interface HubConfig {
   readonly home: string;
   readonly host: string;
   readonly port: number;
+  /** A second port serving the same app for apps that only find Ollama at its port (11434); null: none. RELAY_OLLAMA_PORT, `--ollama-port`. */
+  readonly ollamaPort: number | null;
   /** Context per slot for replicas: RELAY_CONTEXT_SIZE. */
   readonly contextSize: number;
   /** When > 0, replicas use min(replicaCtx, contextSize): RELAY_REPLICA_CTX. */
@@ -180,6 +182,7 @@ export function hubConfigFromEnv(env: NodeJS.ProcessEnv = processEnv(), override
     home: defaultHome(env),
     host: HUB_DEFAULTS.host,
     port: int(env, 'RELAY_PORT', HUB_DEFAULTS.port),
+    ollamaPort: env.RELAY_OLLAMA_PORT ? int(env, 'RELAY_OLLAMA_PORT', 0) : null,
     contextSize: int(env, 'RELAY_CONTEXT_SIZE', HUB_DEFAULTS.contextSize),
     replicaCtx: int(env, 'RELAY_REPLICA_CTX', HUB_DEFAULTS.replicaCtx),
     parallelSlots: int(env, 'RELAY_PARALLEL_SLOTS', HUB_DEFAULTS.parallelSlots),
@@ -229,6 +232,8 @@ export function verifyConfig(c: HubConfig): void {
   if (c.parallelSlots < 1 || c.parallelSlots > 64) bad(`RELAY_PARALLEL_SLOTS must be 1..64, got ${c.parallelSlots}`);
   if (c.cpuBudgetMb < 0) bad(`--cpu-budget-mb must be >= 0, got ${c.cpuBudgetMb}`);
   if (c.port < 0 || c.port > 65535) bad(`port ${c.port} is out of range`);
+  if (c.ollamaPort !== null && (c.ollamaPort < 0 || c.ollamaPort > 65535)) bad(`the Ollama port ${c.ollamaPort} is out of range`);
+  if (c.ollamaPort !== null && c.ollamaPort !== 0 && c.ollamaPort === c.port) bad(`the Ollama port must differ from the hub's port (${c.port})`);
   if (c.keepAliveMs < 0) bad(`keep-alive must be >= 0 ms, got ${c.keepAliveMs}`);
   if (Boolean(c.tlsCertPath) !== Boolean(c.tlsKeyPath)) bad('TLS needs both a certificate and a key (--tls-cert and --tls-key)');
   if (c.requestTimeoutMs < 1000) bad(`RELAY_REQUEST_TIMEOUT_MS must be at least 1000, got ${c.requestTimeoutMs}`);

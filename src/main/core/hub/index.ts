@@ -24,6 +24,7 @@ import { startHistory } from './history.js';
 import { NodeManager } from '../pool/manager.js';
 import { joinSecret } from '../pairing/tokens.js';
 import { certFingerprint, ensureHubCert } from '../pairing/hub-cert.js';
+import { listenOllama, type OllamaListener } from './ollama/listener.js';
 
 /**
  * The hub's composition root: store, registry, inventory, scheduler and the HTTP surface, wired once.
@@ -32,6 +33,8 @@ import { certFingerprint, ensureHubCert } from '../pairing/hub-cert.js';
 export interface Hub {
   readonly url: string;
   readonly port: number;
+  /** The Ollama port's URL (--ollama-port), or null. */
+  readonly ollamaUrl: string | null;
   readonly store: Store;
   readonly scheduler: Scheduler;
   readonly nodes: NodeManager;
@@ -185,12 +188,41 @@ export async function startHub(config: HubConfig, deps: { log: Logger; install?:
   }
   const port = (server.address() as AddressInfo).port;
   const host = config.host === '0.0.0.0' || config.host === '::' ? '127.0.0.1' : config.host;
-  const url = `${userTls ? 'https' : 'http'}://${host.includes(':') ? `[${host}]` : host}:${port}`;
-
+  const urlAt = (p: number): string => `${userTls ? 'https' : 'http'}://${host.includes(':') ? `[${host}]` : host}:${p}`;
   let closing: Promise<void> | null = null;
+  let ollama: OllamaListener | null = null;
+  const close = (): Promise<void> => {
+    closing ??= (async () => {
+      nodes.close();
+      charts.close();
+      for (const h of httpServers) h.closeIdleConnections();
+      ollama?.close();
+      const closed = new Promise<void>((r) => server.close(() => r()));
+      await availability.close();
+      await scheduler.close();
+      spares.close();
+      inventory.close();
+      for (const h of httpServers) h.closeAllConnections();
+      for (const sock of sockets) sock.destroy();
+      await closed;
+      await store.close();
+    })();
+    return closing;
+  };
+  // Apps that find Ollama only at its port: the same app on a second one (ollama/listener.ts).
+  if (config.ollamaPort !== null) {
+    try {
+      ollama = await listenOllama(app, { host: config.host, port: config.ollamaPort, tls: userTls, requestTimeoutMs: config.requestTimeoutMs });
+    } catch (err) {
+      await close();
+      throw err;
+    }
+  }
+
   return {
-    url,
+    url: urlAt(port),
     port,
+    ollamaUrl: ollama ? urlAt(ollama.port) : null,
     store,
     scheduler,
     nodes,
@@ -201,22 +233,6 @@ export async function startHub(config: HubConfig, deps: { log: Logger; install?:
       inventory.setCpuBudgetMb(mb);
       log.info({ cpu_budget_mb: mb }, "the hub's CPU budget changed");
     },
-    close() {
-      closing ??= (async () => {
-        nodes.close();
-        charts.close();
-        for (const h of httpServers) h.closeIdleConnections();
-        const closed = new Promise<void>((r) => server.close(() => r()));
-        await availability.close();
-        await scheduler.close();
-        spares.close();
-        inventory.close();
-        for (const h of httpServers) h.closeAllConnections();
-        for (const sock of sockets) sock.destroy();
-        await closed;
-        await store.close();
-      })();
-      return closing;
-    },
+    close,
   };
 }

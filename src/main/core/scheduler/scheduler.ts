@@ -306,8 +306,9 @@ export class Scheduler {
     for (const name of this.waiting.models()) this.pump(name);
   }
 
-  async stopModel(name: string, reason: string): Promise<void> {
-    await Promise.all([...this.placements.values()].filter((p) => p.model === name).map((p) => this.stop(p, reason)));
+  /** Stop the placements of a model; `idle`: only those serving nothing now (Ollama's keep_alive 0 unload). */
+  async stopModel(name: string, reason: string, idle = false): Promise<void> {
+    await Promise.all([...this.placements.values()].filter((p) => p.model === name && (!idle || (p.state === 'ready' && p.inFlight === 0))).map((p) => this.stop(p, reason)));
   }
 
   private on(conn: NodeConn): Placement[] {

@@ -70,6 +70,21 @@ export class PoolView {
     return nodeDevicesFree(devices, this.s.placer.views(node));
   }
 
+  /** The placements ready now, for Ollama's /api/ps: what each holds, its context, its last use, whether only CPUs run it. */
+  ready(): { model: string; needMb: number; ctx: number; lastUsedAt: number; inFlight: number; onCpu: boolean }[] {
+    return [...this.s.placements.values()]
+      .filter((p) => p.state === 'ready')
+      .map((p) => ({
+        model: p.model,
+        needMb: p.fit.needMb,
+        ctx: p.fit.ctx,
+        lastUsedAt: p.lastUsedAt,
+        inFlight: p.inFlight,
+        // 'CPU': the inventory's id for a machine's opted-in CPU budget (gpu/inventory.ts).
+        onCpu: p.shardPlan ? p.shardPlan.stages.every((st) => st.device === 'CPU') : p.device === 'CPU',
+      }));
+  }
+
   deviceStatus() {
     return deviceStatus(this.s.devices(), this.s.placer.views(null));
   }
