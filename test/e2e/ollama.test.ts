@@ -178,6 +178,19 @@ describe('the Ollama API through the pool', { timeout: 600_000 }, () => {
     );
   });
 
+  it('structured output: a JSON schema, and "json", constrain the answer as they do on the bare server', async () => {
+    const schema = { type: 'object', properties: { city: { type: 'string', enum: ['Paris', 'Tokyo'] } }, required: ['city'], additionalProperties: false };
+    const messages = [{ role: 'user', content: 'Where?' }];
+    const want = await directAnswer(direct.tools!.baseUrl, messages, { max_tokens: 64, response_format: { type: 'json_schema', json_schema: { name: 's', schema } } });
+    const r = await ollama.chat({ model: 'tools:small', messages, format: schema, stream: false, options: { ...GREEDY, num_predict: 64 } });
+    assert.equal(r.message.content, want.oracle.text);
+    assert.deepEqual(Object.keys(JSON.parse(r.message.content) as object), ['city'], "the answer is the schema's object");
+    const anyObject = await directAnswer(direct.tools!.baseUrl, messages, { response_format: { type: 'json_schema', json_schema: { name: 'j', schema: { type: 'object' } } } });
+    const j = await ollama.chat({ model: 'tools:small', messages, format: 'json', stream: false, options: { ...GREEDY, num_predict: TOKENS } });
+    assert.equal(j.message.content, anyObject.oracle.text);
+    assert.ok(j.message.content.startsWith('{'), 'an object, cut at num_predict');
+  });
+
   it('tags and show: every servable model with its family, size, quantization and digest from its GGUF; capabilities', async () => {
     const registered = (await hub.api<{ models: { name: string; sha256: string; size: number }[] }>('/api/models')).body.models;
     const { models } = await ollama.list();

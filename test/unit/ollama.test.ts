@@ -107,7 +107,7 @@ describe('Ollama requests as llama-server requests', () => {
     const b = u.body as Record<string, unknown> & { messages: Record<string, unknown>[] };
     assert.equal(b.stream, true, 'always streamed upstream: one parser, and the stall watch hears every token');
     assert.equal(b.max_tokens, 8);
-    assert.deepEqual(b.response_format, { type: 'json_object' });
+    assert.deepEqual(b.response_format, { type: 'json_schema', json_schema: { name: 'json', schema: { type: 'object' } } }, 'a grammar for any object');
     assert.deepEqual(b.chat_template_kwargs, { enable_thinking: true });
     assert.equal(b.reasoning_effort, 'high');
     assert.equal((b.tools as unknown[]).length, 1);

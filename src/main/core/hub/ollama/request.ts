@@ -102,7 +102,8 @@ function formatField(format: unknown, upstream: UpstreamFormat): Json {
   const schema = format === 'json' ? { type: 'object' } : format;
   if (typeof schema !== 'object' || Array.isArray(schema)) bad('"format" must be "json" or a JSON schema object');
   if (upstream === 'native') return { json_schema: schema };
-  return format === 'json' ? { response_format: { type: 'json_object' } } : { response_format: { type: 'json_schema', json_schema: { name: 'schema', schema } } };
+  // Not OpenAI's json_object: llama-server constrains that only when it carries a schema.
+  return { response_format: { type: 'json_schema', json_schema: { name: format === 'json' ? 'json' : 'schema', schema } } };
 }
 
 /** `think`: true / false, or a level ("low", "medium", "high") for the models that take one. */
