@@ -122,6 +122,28 @@ describe('client dialects through the pool', { timeout: 600_000 }, () => {
     assert.ok(readFileSync(`/proc/${argv.pid}/cmdline`, 'utf8').split('\0').includes('--reranking'), "the reranker's replica runs with --reranking");
   });
 
+  it("each dialect's token counts reach the request log: a Messages stream's input tokens come first, cache reads counted", async () => {
+    const anthropic = new Anthropic({ baseURL: hub.url, apiKey: 'x', maxRetries: 0 });
+    const openai = new OpenAI({ baseURL: `${hub.url}/v1`, apiKey: 'x', maxRetries: 0 });
+    const ask = { model: 'm', max_tokens: 12, temperature: 0, messages: [{ role: 'user' as const, content: 'Count the tokens' }] };
+    const prompt = (u: Anthropic.Usage): number => u.input_tokens + (u.cache_read_input_tokens ?? 0);
+    const one = await anthropic.messages.create(ask);
+    // Long enough (over 8 KiB of events) that its first event is not in the tail the proxy keeps.
+    const streamed = await anthropic.messages.stream({ ...ask, max_tokens: 300 }).finalMessage();
+    assert.equal(streamed.usage.output_tokens, 300);
+    const resp = await openai.responses.create({ model: 'm', input: 'Count the tokens', max_output_tokens: 12, temperature: 0 });
+    const recent = (await hub.status()).recent.slice(0, 3).reverse(); // newest first
+    assert.deepEqual(
+      recent.map((r) => [r.endpoint, r.status, r.prompt_tokens, r.completion_tokens]),
+      [
+        ['messages', 200, prompt(one.usage), one.usage.output_tokens],
+        ['messages', 200, prompt(streamed.usage), streamed.usage.output_tokens],
+        ['responses', 200, resp.usage!.input_tokens, resp.usage!.output_tokens],
+      ],
+    );
+    assert.ok(recent.every((r) => r.prompt_tokens! > 0 && r.completion_tokens! > 0));
+  });
+
   it('through a node replica (the hub paused): the same answers', async () => {
     await hub.api('/api/hub/availability', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ paused: true }) });
     await until(

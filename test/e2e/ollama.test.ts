@@ -117,7 +117,10 @@ describe('the Ollama API through the pool', { timeout: 600_000 }, () => {
 
     // With a system prompt: the same as the bare server given it.
     const sys = [{ role: 'system', content: 'Answer briefly.' }, ...messages];
-    assert.deepEqual(chatOf(await ollama.chat({ ...ask, messages: sys, stream: false })), await directChat(direct.m!.baseUrl, sys));
+    const withSystem = await ollama.chat({ ...ask, messages: sys, stream: false });
+    assert.deepEqual(chatOf(withSystem), await directChat(direct.m!.baseUrl, sys));
+    const logged = (await hub.status()).recent[0]!;
+    assert.deepEqual([logged.endpoint, logged.model, logged.prompt_tokens, logged.completion_tokens], ['ollama/chat', 'm', withSystem.prompt_eval_count, withSystem.eval_count], 'in the request log');
   });
 
   it('generate is a chat of system + prompt; raw is /completion; a suffix is fill-in-the-middle (/infill)', async () => {

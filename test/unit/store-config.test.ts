@@ -140,6 +140,12 @@ describe('hub helpers', () => {
     const sse = 'data: {"choices":[]}\n\ndata: {"timings":{"prompt_n":5,"predicted_n":16,"predicted_per_second":250.5}}\n\ndata: [DONE]\n\n';
     assert.deepEqual(usageFromTail(sse), { promptTokens: 5, completionTokens: 16, tokensPerSecond: 250.5 });
     assert.equal(usageFromTail('data: [DONE]'), null);
+    assert.equal(usageFromTail('data: {"timings":{"cache_n":8,"prompt_n":44,"predicted_n":3}}')?.promptTokens, 52, 'the cached part of the prompt counts');
+    // Anthropic: cache reads are prompt tokens too; a stream's input tokens come in its first event, its output in its last.
+    assert.deepEqual(usageFromTail('{"usage":{"cache_read_input_tokens":22,"input_tokens":1,"output_tokens":8}}'), { promptTokens: 23, completionTokens: 8, tokensPerSecond: null });
+    const start = 'event: message_start\ndata: {"type":"message_start","message":{"usage":{"input_tokens":12,"output_tokens":0}}}\n\n';
+    const end = 'event: message_delta\ndata: {"type":"message_delta","usage":{"output_tokens":40}}\n\n';
+    assert.deepEqual(usageFromTail(end, start), { promptTokens: 12, completionTokens: 40, tokensPerSecond: null });
   });
 
   it('renders Prometheus text', () => {

@@ -30,17 +30,27 @@ export interface Usage {
 
 const TAIL_BYTES = 8192;
 
+/** How much of a response's start is kept for its token counts (a Messages stream gives its input tokens first). */
+const HEAD_BYTES = 4096;
+
 /**
- * Token counts from the end of a response: `usage` in JSON bodies (OpenAI's prompt/completion tokens, the
- * Responses and Messages APIs' input/output tokens), `timings` in llama-server's last SSE chunk.
+ * Token counts from the end of a response (and its start, `head`): `usage` in JSON bodies (OpenAI's
+ * prompt/completion tokens, the Responses and Messages APIs' input/output tokens — a Messages stream's input
+ * tokens in its first event, its cache reads counted in), `timings` in llama-server's last SSE chunk (the
+ * prompt's cached tokens counted in).
  */
-export function usageFromTail(tail: string): Usage | null {
+export function usageFromTail(tail: string, head = ''): Usage | null {
+  const text = `${head}\n${tail}`;
   const num = (re: RegExp): number | null => {
-    const all = [...tail.matchAll(re)];
+    const all = [...text.matchAll(re)];
     const last = all[all.length - 1];
     return last ? Number(last[1]) : null;
   };
-  const prompt = num(/"prompt_tokens":(\d+)/g) ?? num(/"input_tokens":(\d+)/g) ?? num(/"prompt_n":(\d+)/g);
+  const input = num(/"input_tokens":(\d+)/g);
+  const anthropicPrompt = input === null ? null : input + (num(/"cache_read_input_tokens":(\d+)/g) ?? 0);
+  const evaluated = num(/"prompt_n":(\d+)/g);
+  const timedPrompt = evaluated === null ? null : evaluated + (num(/"cache_n":(\d+)/g) ?? 0); // cache_n: the prompt's cached part
+  const prompt = num(/"prompt_tokens":(\d+)/g) ?? anthropicPrompt ?? timedPrompt;
   const completion = num(/"completion_tokens":(\d+)/g) ?? num(/"output_tokens":(\d+)/g) ?? num(/"predicted_n":(\d+)/g);
   if (prompt === null && completion === null) return null;
   return { promptTokens: prompt ?? 0, completionTokens: completion ?? 0, tokensPerSecond: num(/"predicted_per_second":([\d.]+)/g) };
@@ -117,6 +127,8 @@ export function proxyToPlacement(opts: {
   // The last chunks, kept by reference and decoded once at the end: nothing per token but a push.
   const tailChunks: Buffer[] = [];
   let tailBytes = 0;
+  const headChunks: Buffer[] = [];
+  let headBytes = 0;
   let settled = false;
   let resolveOutcome!: (o: ProxyOutcome) => void;
   const outcome = new Promise<ProxyOutcome>((r) => (resolveOutcome = r));
@@ -148,7 +160,7 @@ export function proxyToPlacement(opts: {
     if (settled) return;
     settled = true;
     unwatch();
-    const usage = usageFromTail(Buffer.concat(tailChunks).toString('utf8'));
+    const usage = usageFromTail(Buffer.concat(tailChunks).toString('utf8'), Buffer.concat(headChunks).toString('utf8'));
     lease.release(usage?.tokensPerSecond);
     opts.onDone(status, usage);
     resolveOutcome({ kind: 'done' });
@@ -255,6 +267,10 @@ export function proxyToPlacement(opts: {
       if (settled) return;
       lastHeard = Date.now();
       begin();
+      if (headBytes < HEAD_BYTES) {
+        headChunks.push(chunk.subarray(0, HEAD_BYTES - headBytes));
+        headBytes += headChunks.at(-1)!.byteLength;
+      }
       tailChunks.push(chunk);
       tailBytes += chunk.byteLength;
       while (tailBytes - tailChunks[0]!.byteLength >= TAIL_BYTES) tailBytes -= tailChunks.shift()!.byteLength;
