@@ -47,7 +47,7 @@ export async function cmdModels(sub: string | undefined, args: string[]): Promis
     });
     const tty = Boolean(process.stderr.isTTY);
     const res = await api(base, `/api/models${tty ? '?progress=1' : ''}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body });
-    let result: { model?: { name: string; sha256: string; size: number; need_mb: number }; created?: boolean; error?: { code: string; message: string } };
+    let result: { model?: { name: string; sha256: string; size: number; need_mb: number; embedding?: boolean; reranker?: boolean }; created?: boolean; error?: { code: string; message: string } };
     if (tty && res.status === 200) {
       // NDJSON progress lines, then the result line.
       let buf = '';
@@ -72,7 +72,8 @@ export async function cmdModels(sub: string | undefined, args: string[]): Promis
     }
     if (result.error || !result.model) return apiFailure(result);
     const m = result.model;
-    console.log(`${result.created ? 'added' : 'already registered'}: ${m.name}  sha256 ${m.sha256}  ${(m.size / 1048576).toFixed(1)} MB, needs ${m.need_mb} MB`);
+    const kind = m.reranker ? ' (a reranker: /v1/rerank)' : m.embedding ? ' (an embedding model)' : '';
+    console.log(`${result.created ? 'added' : 'already registered'}: ${m.name}${kind}  sha256 ${m.sha256}  ${(m.size / 1048576).toFixed(1)} MB, needs ${m.need_mb} MB`);
     return 0;
   }
   if (sub === 'ls') {

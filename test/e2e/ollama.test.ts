@@ -76,7 +76,9 @@ describe('the Ollama API through the pool', { timeout: 600_000 }, () => {
     await addModel(hub, { path: fixture('infill'), name: 'code', required_vram_mb: 300 });
     await addModel(hub, { path: fixture('tools'), name: 'tools:small', required_vram_mb: 300 });
     await addModel(hub, { path: fixture('dense', 2), name: 'emb', required_vram_mb: 300, embedding: true });
-    await addModel(hub, { path: fixture('rerank'), name: 'rank', reranker: true });
+    // No --reranker: its header's rank pooling makes it one (and rerankers have no Ollama route).
+    const rank = await addModel(hub, { path: fixture('rerank'), name: 'rank' });
+    assert.equal(rank.reranker, true);
     ollama = new Ollama({ host: hub.url });
     const opts = { ctx: 512, slots: 1, cacheType: 'f16' as const, threads: 1 };
     direct.m = await startLlamaServer(llama(), { ...opts, model: fixture('dense') });

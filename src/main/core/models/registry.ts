@@ -31,6 +31,8 @@ export async function sha256File(path: string, progress?: HashProgress): Promise
   return h.digest('hex');
 }
 
+/** llama.cpp's LLAMA_POOLING_TYPE_RANK: the model scores (query, document) pairs. */
+const POOLING_RANK = 4;
 const NAME_RE = /^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$/;
 
 export interface AddModelInput {
@@ -177,7 +179,9 @@ export class ModelRegistry {
         }
         throw new RelayError(ErrorCode.MODEL_EXISTS, `a model named "${name}" is already registered for ${existing.path}; remove it first or choose another --name`, { model: name });
       }
-      const model: ModelRecord = { name, ...d, required_vram_mb: req ?? null, embedding: input.embedding ?? false, ...(input.reranker ? { reranker: true } : {}), added_at: new Date().toISOString() };
+      // A header with rank pooling (llama.cpp's converter writes it for rerankers) is a reranker unless told otherwise.
+      const reranker = input.reranker ?? (d.pooling_type === POOLING_RANK && !input.embedding);
+      const model: ModelRecord = { name, ...d, required_vram_mb: req ?? null, embedding: input.embedding ?? false, ...(reranker ? { reranker: true } : {}), added_at: new Date().toISOString() };
       if (model.embedding && model.reranker) throw new RelayError(ErrorCode.INVALID_REQUEST, `"${name}" cannot be both an embedding model and a reranker`, { model: name });
       if (input.settings) setOrClear(model, input.settings);
       data.models.push(model);
