@@ -144,6 +144,25 @@ describe('client dialects through the pool', { timeout: 600_000 }, () => {
     assert.ok(recent.every((r) => r.prompt_tokens! > 0 && r.completion_tokens! > 0));
   });
 
+  it("a model's own base URL (/model/NAME): llama.vscode's /infill with no model, Continue's llama.cpp /completion", async () => {
+    // llama.vscode's request as it sends it: no "model", its own sampler chain.
+    const fim = { input_prefix: 'def add(a, b):\n    ', input_suffix: '\n    return c\n', input_extra: [], n_predict: 16, samplers: ['top_k', 'top_p', 'infill'], top_k: 1, cache_prompt: true };
+    const want = await post(direct.code!.baseUrl, '/infill', fim);
+    const got = await post(hub.url, '/model/code/infill', fim);
+    assert.equal(got.status, 200, JSON.stringify(got.json));
+    assert.equal(got.json.content, want.json.content);
+    assert.ok(typeof want.json.content === 'string' && want.json.content.length > 0);
+    const bare = await post(hub.url, '/infill', fim);
+    assert.equal(bare.status, 400, 'without the prefix a model must be named');
+    // Continue's "llama.cpp" provider: /completion, no model; the path's model wins over a body's.
+    const c = { prompt: PROMPT, n_predict: 12, temperature: 0, top_k: 1 };
+    const wantC = await post(direct.m!.baseUrl, '/completion', c);
+    const gotC = await post(hub.url, '/model/m/completion', { ...c, model: 'GPT-4' });
+    assert.equal(gotC.status, 200, JSON.stringify(gotC.json));
+    assert.equal(gotC.json.content, wantC.json.content);
+    assert.equal((await post(hub.url, '/model/nope/completion', c)).status, 404);
+  });
+
   it('through a node replica (the hub paused): the same answers', async () => {
     await hub.api('/api/hub/availability', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ paused: true }) });
     await until(

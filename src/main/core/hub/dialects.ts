@@ -156,6 +156,20 @@ export const DIALECT_ROUTES: readonly DialectRoute[] = [
       return name;
     },
   })),
+  // llama-server's own completion (Continue's "llama.cpp" provider), the prompt as it is.
+  {
+    path: '/completion',
+    endpoint: 'completion',
+    use: 'generate',
+    errors: 'openai',
+    validate: (b) => {
+      const name = model(b);
+      if (!(typeof b.prompt === 'string' || (Array.isArray(b.prompt) && b.prompt.length > 0))) bad('"prompt" must be a string or a non-empty array');
+      stream(b);
+      nonNegInt(b, 'n_predict');
+      return name;
+    },
+  },
   // Code completion in editors (llama.vscode, Continue's autocomplete): fill in the middle.
   {
     path: '/infill',

@@ -4,6 +4,9 @@ import { DIALECT_ROUTES } from './dialects.js';
 import { sendIn, throughPool } from './pooled.js';
 import type { RecentRequest, V1ModelDto } from '../../../shared/status.js';
 
+/** The prefix of a model's own base URL: /model/NAME/v1/chat/completions, /model/NAME/infill … */
+export const MODEL_PREFIX = '/model';
+
 /** The last requests through /v1, newest first, for the dashboard. */
 export class RecentRequests {
   readonly list: RecentRequest[] = [];
@@ -34,17 +37,23 @@ export const mountV1: Mount = (app, h) => {
   });
 
   for (const route of DIALECT_ROUTES) {
+    // Each route also under /model/NAME, for clients that send no model or a fixed one (llama.vscode posts /infill
+    // with none, its embeddings as "GPT-4"): their base URL names the model, which wins over the body's.
     app.post(
-      route.path,
+      [route.path, `${MODEL_PREFIX}/:name${route.path}`],
       auth.requireApiKey,
       raw,
       (req: Request, res: Response) =>
-        throughPool(h, req, res, route.endpoint, route.errors, () => ({
-          model: route.validate(parseJson(req)),
-          use: route.use,
-          path: route.upstream ?? route.path,
-          body: req.body as Buffer,
-        })),
+        throughPool(h, req, res, route.endpoint, route.errors, () => {
+          const named = req.params.name;
+          const body = named === undefined ? parseJson(req) : { ...parseJson(req), model: named };
+          return {
+            model: route.validate(body),
+            use: route.use,
+            path: route.upstream ?? route.path,
+            body: named === undefined ? (req.body as Buffer) : Buffer.from(JSON.stringify(body)),
+          };
+        }),
       // Errors before the handler (an API key, the body's type and size) in the route's own shape too.
       (err: unknown, _req: Request, res: Response, _next: NextFunction) => sendIn(route.errors, res, asRelayError(err, h.deps.config.maxBodyBytes)),
     );
