@@ -117,6 +117,18 @@ describe('the Ollama API through the pool', { timeout: 600_000 }, () => {
     assert.deepEqual({ ...chatOf(last), text }, want);
     assert.equal(last.model, 'm:latest');
 
+    // On the wire: NDJSON, each line a whole JSON object, done: true on the last line only.
+    const wire = await fetch(`${hub.url}/api/chat`, { method: 'POST', body: JSON.stringify({ ...ask, stream: true }) });
+    assert.equal(wire.headers.get('content-type'), 'application/x-ndjson');
+    const ndjson = (await wire.text()).split('\n');
+    assert.equal(ndjson.pop(), '', 'every line ends with a newline');
+    const parsed = ndjson.map((l) => JSON.parse(l) as { done: boolean; message: { content: string } });
+    assert.deepEqual(
+      parsed.map((p) => p.done),
+      [...parsed.slice(1).map(() => false), true],
+    );
+    assert.equal(parsed.map((p) => p.message.content).join(''), want.text);
+
     // With a system prompt: the same as the bare server given it.
     const sys = [{ role: 'system', content: 'Answer briefly.' }, ...messages];
     const withSystem = await ollama.chat({ ...ask, messages: sys, stream: false });
