@@ -54,6 +54,15 @@ const responsesInput = (b: Body): void => {
   if (!(typeof b.input === 'string' || (Array.isArray(b.input) && b.input.length > 0))) bad('"input" must be a string or a non-empty array of input items');
 };
 
+/** A prompt to complete (OpenAI's /v1/completions, llama-server's /completion): its token limit is `limit`. */
+const completion = (b: Body, limit: 'max_tokens' | 'n_predict'): string => {
+  const name = model(b);
+  if (!(typeof b.prompt === 'string' || (Array.isArray(b.prompt) && b.prompt.length > 0))) bad('"prompt" must be a string or a non-empty array');
+  stream(b);
+  nonNegInt(b, limit);
+  return name;
+};
+
 export const DIALECT_ROUTES: readonly DialectRoute[] = [
   {
     path: '/v1/chat/completions',
@@ -73,13 +82,7 @@ export const DIALECT_ROUTES: readonly DialectRoute[] = [
     endpoint: 'completions',
     use: 'generate',
     errors: 'openai',
-    validate: (b) => {
-      const name = model(b);
-      if (!(typeof b.prompt === 'string' || (Array.isArray(b.prompt) && b.prompt.length > 0))) bad('"prompt" must be a string or a non-empty array');
-      stream(b);
-      nonNegInt(b, 'max_tokens');
-      return name;
-    },
+    validate: (b) => completion(b, 'max_tokens'),
   },
   {
     path: '/v1/embeddings',
@@ -162,13 +165,7 @@ export const DIALECT_ROUTES: readonly DialectRoute[] = [
     endpoint: 'completion',
     use: 'generate',
     errors: 'openai',
-    validate: (b) => {
-      const name = model(b);
-      if (!(typeof b.prompt === 'string' || (Array.isArray(b.prompt) && b.prompt.length > 0))) bad('"prompt" must be a string or a non-empty array');
-      stream(b);
-      nonNegInt(b, 'n_predict');
-      return name;
-    },
+    validate: (b) => completion(b, 'n_predict'),
   },
   // Code completion in editors (llama.vscode, Continue's autocomplete): fill in the middle.
   {
