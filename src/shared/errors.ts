@@ -14,6 +14,8 @@ export const ErrorCode = {
   GGUF_BAD_ALIGNMENT: 'GGUF_BAD_ALIGNMENT',
   GGUF_BAD_UTF8: 'GGUF_BAD_UTF8',
   GGUF_NOT_A_MODEL: 'GGUF_NOT_A_MODEL',
+  /** A vision projector (general.architecture = clip) registered as a model: it loads only beside one. */
+  GGUF_IS_PROJECTOR: 'GGUF_IS_PROJECTOR',
   /** A split GGUF given by a later part, missing a part, or with parts that do not agree. */
   GGUF_BAD_SPLIT: 'GGUF_BAD_SPLIT',
   // llama.cpp binaries and child processes
@@ -149,6 +151,7 @@ export const HTTP_ERRORS: Readonly<Partial<Record<ErrorCode, { status: number; t
   GGUF_BAD_ALIGNMENT: { status: 422, type: 'invalid_request_error' },
   GGUF_BAD_UTF8: { status: 422, type: 'invalid_request_error' },
   GGUF_NOT_A_MODEL: { status: 422, type: 'invalid_request_error' },
+  GGUF_IS_PROJECTOR: { status: 422, type: 'invalid_request_error' },
   GGUF_BAD_SPLIT: { status: 422, type: 'invalid_request_error' },
   MODEL_NOT_FOUND: { status: 404, type: 'invalid_request_error' },
   MODEL_EXISTS: { status: 409, type: 'invalid_request_error' },

@@ -27,6 +27,13 @@ describe('llamaServerArgv', () => {
     assert.equal(effectiveFlashAttn('f16', 'on'), 'on');
   });
 
+  it('a vision projector: --mmproj, kept on the CPU only when told', () => {
+    assert.equal(flag(llamaServerArgv({ ...base, mmproj: '/p.gguf' }), '--mmproj'), '/p.gguf');
+    assert.ok(!llamaServerArgv({ ...base, mmproj: '/p.gguf' }).includes('--no-mmproj-offload'));
+    assert.ok(llamaServerArgv({ ...base, mmproj: '/p.gguf', mmprojOffload: false }).includes('--no-mmproj-offload'));
+    assert.ok(!llamaServerArgv(base).includes('--mmproj'));
+  });
+
   it('sizes the context as ctx per slot × slots, and binds where told', () => {
     const a = llamaServerArgv(base);
     assert.equal(flag(a, '--ctx-size'), '8192');

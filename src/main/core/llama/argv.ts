@@ -36,6 +36,10 @@ export interface LlamaServerOptions {
   readonly embedding?: boolean | undefined;
   /** A reranker (--reranking: rank pooling, /v1/rerank). */
   readonly reranking?: boolean | undefined;
+  /** A vision projector (an mmproj GGUF): --mmproj, so the server answers images. */
+  readonly mmproj?: string | undefined;
+  /** false: the projector stays on the CPU (--no-mmproj-offload), for a placement that runs on the CPU. */
+  readonly mmprojOffload?: boolean | undefined;
   /** Embedding pooling (--pooling); unset = the model's own. */
   readonly pooling?: 'none' | 'mean' | 'cls' | 'last' | 'rank' | undefined;
   /** llama.cpp log threshold; 4 keeps the load report (model and KV buffer sizes per device) in the tail. */
@@ -93,6 +97,10 @@ export function llamaServerArgv(o: LlamaServerOptions): string[] {
   if (o.embedding) a.push('--embedding');
   if (o.reranking) a.push('--reranking');
   if (o.pooling !== undefined) a.push('--pooling', o.pooling);
+  if (o.mmproj !== undefined) {
+    a.push('--mmproj', o.mmproj);
+    if (o.mmprojOffload === false) a.push('--no-mmproj-offload');
+  }
   if (o.metrics) a.push('--metrics');
   if (o.logVerbosity !== undefined) a.push('--log-verbosity', String(o.logVerbosity));
   return a;

@@ -65,6 +65,9 @@ async function describe(path: string, progress?: HashProgress, knownSha256?: str
     const missing = !info.architecture ? 'no general.architecture' : 'no tensors';
     throw new RelayError(ErrorCode.GGUF_NOT_A_MODEL, `${path} is a GGUF with ${missing}: not a model llama-server can load (a vocabulary-only file or an adapter?)`, { path });
   }
+  if (info.architecture === 'clip') {
+    throw new RelayError(ErrorCode.GGUF_IS_PROJECTOR, `${path} is a vision projector (mmproj), not a model: llama-server loads it only beside the model it belongs to`, { path });
+  }
   const header = {
     arch: info.architecture,
     block_count: info.blockCount,
