@@ -14,6 +14,7 @@ export async function cmdModels(sub: string | undefined, args: string[]): Promis
       'required-vram-mb': { type: 'string' },
       embedding: { type: 'boolean' },
       reranker: { type: 'boolean' },
+      mmproj: { type: 'string' },
       json: { type: 'boolean' },
       ctx: { type: 'string' },
       slots: { type: 'string' },
@@ -36,18 +37,24 @@ export async function cmdModels(sub: string | undefined, args: string[]): Promis
   const base = hubUrl(values.hub);
   if (sub === 'add') {
     const file = positionals[0];
-    if (!file) throw new Error('usage: relay models add FILE [--name NAME] [--required-vram-mb N] [--embedding | --reranker]');
+    if (!file) throw new Error('usage: relay models add FILE [--name NAME] [--required-vram-mb N] [--embedding | --reranker] [--mmproj FILE]');
     const body = JSON.stringify({
       path: resolve(file),
       name: values.name,
       required_vram_mb: intFlag(values['required-vram-mb'], '--required-vram-mb'),
       embedding: values.embedding,
       reranker: values.reranker,
+      // "none": take the projector away.
+      mmproj: values.mmproj === undefined ? undefined : values.mmproj === 'none' ? null : resolve(values.mmproj),
       ...settings,
     });
     const tty = Boolean(process.stderr.isTTY);
     const res = await api(base, `/api/models${tty ? '?progress=1' : ''}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body });
-    let result: { model?: { name: string; sha256: string; size: number; need_mb: number; embedding?: boolean; reranker?: boolean }; created?: boolean; error?: { code: string; message: string } };
+    let result: {
+      model?: { name: string; sha256: string; size: number; need_mb: number; embedding?: boolean; reranker?: boolean; mmproj?: { path: string } };
+      created?: boolean;
+      error?: { code: string; message: string };
+    };
     if (tty && res.status === 200) {
       // NDJSON progress lines, then the result line.
       let buf = '';
@@ -72,7 +79,7 @@ export async function cmdModels(sub: string | undefined, args: string[]): Promis
     }
     if (result.error || !result.model) return apiFailure(result);
     const m = result.model;
-    const kind = m.reranker ? ' (a reranker: /v1/rerank)' : m.embedding ? ' (an embedding model)' : '';
+    const kind = m.reranker ? ' (a reranker: /v1/rerank)' : m.embedding ? ' (an embedding model)' : m.mmproj ? ` (sees images: ${m.mmproj.path})` : '';
     console.log(`${result.created ? 'added' : 'already registered'}: ${m.name}${kind}  sha256 ${m.sha256}  ${(m.size / 1048576).toFixed(1)} MB, needs ${m.need_mb} MB`);
     return 0;
   }

@@ -26,7 +26,7 @@ Usage:
             [--ollama-port 11434]   (the same API on Ollama's port too, for apps that only look there)
                          run the hub: OpenAI-compatible /v1, Anthropic's /v1/messages, the Ollama API at
                          /api/chat …, dashboard at /, admin API at /api
-  relay models add FILE [--name NAME] [--required-vram-mb N] [--embedding | --reranker] [--hub URL]
+  relay models add FILE [--name NAME] [--required-vram-mb N] [--embedding | --reranker] [--mmproj FILE|none] [--hub URL]
                    [--ctx N] [--slots N] [--kv f16|q8_0|q4_0] [--flash-attn on|off|auto]
   relay models set NAME [--ctx N] [--slots N] [--kv …] [--flash-attn …]   ("default": the pool's value)
                          a model's own context per slot, parallel slots, KV cache type, flash attention

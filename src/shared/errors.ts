@@ -16,6 +16,12 @@ export const ErrorCode = {
   GGUF_NOT_A_MODEL: 'GGUF_NOT_A_MODEL',
   /** A vision projector (general.architecture = clip) registered as a model: it loads only beside one. */
   GGUF_IS_PROJECTOR: 'GGUF_IS_PROJECTOR',
+  /** A file given as a model's projector (--mmproj) that is not one. */
+  MMPROJ_NOT_A_PROJECTOR: 'MMPROJ_NOT_A_PROJECTOR',
+  /** An image sent to a model registered without a vision projector. */
+  MODEL_NOT_VISION: 'MODEL_NOT_VISION',
+  /** An image given as a remote http(s) URL: the hub does not fetch on a client's behalf. */
+  IMAGE_URL_NOT_ALLOWED: 'IMAGE_URL_NOT_ALLOWED',
   /** A split GGUF given by a later part, missing a part, or with parts that do not agree. */
   GGUF_BAD_SPLIT: 'GGUF_BAD_SPLIT',
   // llama.cpp binaries and child processes
@@ -152,6 +158,9 @@ export const HTTP_ERRORS: Readonly<Partial<Record<ErrorCode, { status: number; t
   GGUF_BAD_UTF8: { status: 422, type: 'invalid_request_error' },
   GGUF_NOT_A_MODEL: { status: 422, type: 'invalid_request_error' },
   GGUF_IS_PROJECTOR: { status: 422, type: 'invalid_request_error' },
+  MMPROJ_NOT_A_PROJECTOR: { status: 422, type: 'invalid_request_error' },
+  MODEL_NOT_VISION: { status: 400, type: 'invalid_request_error' },
+  IMAGE_URL_NOT_ALLOWED: { status: 400, type: 'invalid_request_error' },
   GGUF_BAD_SPLIT: { status: 422, type: 'invalid_request_error' },
   MODEL_NOT_FOUND: { status: 404, type: 'invalid_request_error' },
   MODEL_EXISTS: { status: 409, type: 'invalid_request_error' },

@@ -122,7 +122,7 @@ export interface ModelStatus {
   /** The model's own settings (absent ones are the pool's), null for none. */
   readonly settings: { readonly ctx?: number; readonly slots?: number; readonly kv_cache_type?: KvCacheTypeName; readonly flash_attn?: 'on' | 'off' | 'auto' } | null;
   readonly need_mb: number;
-  readonly need: { weights_mb: number; kv_mb: number; overhead_mb: number; ctx: number; slots: number; kv_scale: number; kv_cache_type: string };
+  readonly need: { weights_mb: number; kv_mb: number; overhead_mb: number; projector_mb: number; ctx: number; slots: number; kv_scale: number; kv_cache_type: string };
   readonly fits_now: boolean;
   readonly shortfall: string | null;
   readonly embedding: boolean;

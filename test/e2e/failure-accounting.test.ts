@@ -68,26 +68,20 @@ describe('failures counted where they belong', { timeout: 300_000 }, () => {
     await nothingStarted();
   });
 
-  it("an image for a text-only model: llama-server's 500 with its own message (llama_server_error), no failover, nothing starts", async () => {
-    const res = await post('/v1/chat/completions', {
-      model: 'm',
-      messages: [{ role: 'user', content: [{ type: 'image_url', image_url: { url: 'data:image/png;base64,iVBORw0KGgo=' } }] }],
-      max_tokens: 4,
-    });
-    assert.equal(res.status, 500);
-    const j = (await res.json()) as { error: { code: string; message: string } };
-    assert.equal(j.error.code, 'llama_server_error');
-    assert.match(j.error.message, /image input is not supported/);
-    await nothingStarted();
-    // Streaming asked for: the same answer (llama-server refuses before it streams).
-    const s = await post('/v1/chat/completions', {
-      model: 'm',
-      stream: true,
-      messages: [{ role: 'user', content: [{ type: 'image_url', image_url: { url: 'data:image/png;base64,iVBORw0KGgo=' } }] }],
-    });
-    assert.equal(s.status, 500);
-    assert.equal(((await s.json()) as { error: { code: string } }).error.code, 'llama_server_error');
-    await nothingStarted();
+  it('an image for a text-only model: 400 model_not_vision naming the model, before anything is placed; nothing starts', async () => {
+    for (const stream of [false, true]) {
+      const res = await post('/v1/chat/completions', {
+        model: 'm',
+        stream,
+        messages: [{ role: 'user', content: [{ type: 'image_url', image_url: { url: 'data:image/png;base64,iVBORw0KGgo=' } }] }],
+        max_tokens: 4,
+      });
+      assert.equal(res.status, 400);
+      const j = (await res.json()) as { error: { code: string; message: string } };
+      assert.equal(j.error.code, 'model_not_vision');
+      assert.match(j.error.message, /"m" is a text-only model/);
+      await nothingStarted();
+    }
   });
 
   it('`touch` on the model file mid-stream: the stream completes, requests keep the same replica, one re-hash', async () => {

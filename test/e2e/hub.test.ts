@@ -101,7 +101,7 @@ describe('hub /v1 with the openai client', { timeout: 300_000 }, () => {
       ['/v1/chat/completions', '{"model": "dense"}', 400, 'invalid_request'],
       ['/v1/chat/completions', '{"model": "dense", "messages": [{"role": "user", "content": "x"}], "max_tokens": -3}', 400, 'invalid_request'],
       ['/v1/chat/completions', '{"model": "nope", "messages": [{"role": "user", "content": "x"}]}', 404, 'model_not_found'],
-      ['/v1/completions', JSON.stringify({ model: 'dense', prompt: 'x'.repeat(9 * 1024 * 1024) }), 413, 'payload_too_large'],
+      ['/v1/completions', JSON.stringify({ model: 'dense', prompt: 'x'.repeat(33 * 1024 * 1024) }), 413, 'payload_too_large'],
       ['/v1/nothing', '{}', 404, 'not_found'],
     ];
     for (const [path, body, status, code] of cases) {

@@ -1,14 +1,19 @@
 import assert from 'node:assert/strict';
+import { createHash } from 'node:crypto';
+import { readFileSync, statSync } from 'node:fs';
 import { after, describe, it } from 'node:test';
 import { startLlamaServer, type RunningLlamaServer } from '../../src/main/core/llama/index.js';
 import { ensureProjector, IMAGE_TOKENS, testPng } from '../fixtures/vision.js';
-import { startHub, type HubProcess } from '../helpers/hub.js';
+import Anthropic from '@anthropic-ai/sdk';
+import { Ollama } from 'ollama';
+import { addModel, startHub, type HubProcess } from '../helpers/hub.js';
 import { fixture, llama } from '../helpers/llama.js';
 
 /**
- * The vision fixtures against the real llama-server: the generated projector loads with --mmproj beside the dense
- * fixture and an image reaches the model (its prompt grows by exactly the image's tokens, the oracle the pool's
- * vision tests compare with); a projector is refused as a model of its own.
+ * Vision: the generated projector against the real llama-server (an image grows the prompt by exactly its tokens,
+ * the oracle), then a vision model registered with its projector and asked about an image through the hub from
+ * OpenAI's, Anthropic's and Ollama's clients, each answer equal to the bare `llama-server --mmproj`'s at
+ * temperature 0; the fit counts the projector; images to a text-only model and remote image URLs are refused.
  */
 const GREEDY = { temperature: 0, top_k: 1, seed: 42 };
 
@@ -60,5 +65,103 @@ describe('vision fixtures', { timeout: 300_000 }, () => {
     assert.equal(r.body.error.code, 'gguf_is_projector');
     assert.match(r.body.error.message, /vision projector/);
     assert.deepEqual((await hub.api<{ models: unknown[] }>('/api/models')).body.models, []);
+  });
+
+  it('a vision model through the hub: the image reaches it from every client, as the bare server answers', async () => {
+    const ENV = { RELAY_CONTEXT_SIZE: '512', RELAY_PARALLEL_SLOTS: '1', RELAY_THREADS: '1' };
+    const h = await startHub({ env: ENV, args: ['--cpu-budget-mb', '2400'] });
+    try {
+      const res = await h.api<{ model: { name: string; mmproj?: { sha256: string; size: number }; need_mb: number; need: { projector_mb: number } } }>('/api/models', {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ path: fixture('dense'), name: 'eyes', mmproj: ensureProjector() }),
+      });
+      assert.equal(res.status, 201, JSON.stringify(res.body));
+      const text = await addModel(h, { path: fixture('dense'), name: 'm' });
+      const eyes = res.body.model;
+      assert.equal(eyes.mmproj?.size, statSync(ensureProjector()).size);
+      assert.equal(eyes.mmproj?.sha256, createHash('sha256').update(readFileSync(ensureProjector())).digest('hex'));
+      // The fit: the same model's need grows by the projector's weights × 1.25 + 32 MB.
+      const projMb = (statSync(ensureProjector()).size / 2 ** 20) * 1.25 + 32;
+      assert.equal(eyes.need.projector_mb, Math.ceil(projMb));
+      assert.ok(Math.abs(eyes.need_mb - text.need_mb - projMb) <= 1, `${eyes.need_mb} vs ${text.need_mb} + ${projMb}`);
+
+      const png = testPng();
+      const ask = [
+        { type: 'text', text: 'What is this?' },
+        { type: 'image_url', image_url: { url: `data:image/png;base64,${png}` } },
+      ];
+      const want = await chatUsage(started[0]!.baseUrl, ask);
+      const unnamed = await chatUsage(h.url, ask);
+      // The hub's request names the model; the bare server ignores the field.
+      const viaHub = await fetch(`${h.url}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ model: 'eyes', messages: [{ role: 'user', content: ask }], max_tokens: 12, ...GREEDY }),
+      });
+      const j = (await viaHub.json()) as { choices: { message: { content: string } }[]; usage: { prompt_tokens: number } };
+      assert.equal(unnamed.status, 400, 'a request to the hub must name its model');
+      assert.equal(j.choices[0]!.message.content, want.text);
+      assert.equal(j.usage.prompt_tokens, want.prompt);
+      const pid = (await h.status()).replicas.find((r) => r.model === 'eyes')!.pid!;
+      const argv = readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0');
+      assert.equal(argv[argv.indexOf('--mmproj') + 1], ensureProjector(), 'the replica runs with its projector');
+
+      // Anthropic's image block and Ollama's images: the same image, the same answer.
+      const anthropic = new Anthropic({ baseURL: h.url, apiKey: 'x', maxRetries: 0 });
+      const aAsk = {
+        model: 'eyes',
+        max_tokens: 12,
+        temperature: 0,
+        top_k: 1,
+        messages: [
+          {
+            role: 'user' as const,
+            content: [
+              { type: 'text', text: 'What is this?' },
+              { type: 'image', source: { type: 'base64', media_type: 'image/png', data: png } },
+            ] satisfies Anthropic.ContentBlockParam[],
+          },
+        ],
+      };
+      const a = await anthropic.messages.create(aAsk);
+      assert.equal(a.content.map((c) => (c.type === 'text' ? c.text : '')).join(''), want.text);
+      const ollama = new Ollama({ host: h.url });
+      const o = await ollama.chat({ model: 'eyes', messages: [{ role: 'user', content: 'What is this?', images: [png] }], options: { ...GREEDY, num_predict: 12 } });
+      assert.equal(o.message.content, want.text);
+      assert.equal(o.prompt_eval_count, want.prompt);
+      assert.ok((await ollama.show({ model: 'eyes' })).capabilities.includes('vision'));
+      assert.ok(!(await ollama.show({ model: 'm' })).capabilities.includes('vision'));
+
+      // A text-only model and a remote image: refused with the reason, in each client's shape.
+      const textOnly = await fetch(`${h.url}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ model: 'm', messages: [{ role: 'user', content: ask }] }),
+      });
+      assert.equal(textOnly.status, 400);
+      assert.equal(((await textOnly.json()) as { error: { code: string } }).error.code, 'model_not_vision');
+      await assert.rejects(
+        ollama.chat({ model: 'm', messages: [{ role: 'user', content: 'x', images: [png] }] }),
+        (e: { status_code?: number; error?: string }) => e.status_code === 400 && /text-only/.test(e.error ?? ''),
+      );
+      const remote = await fetch(`${h.url}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ model: 'eyes', messages: [{ role: 'user', content: [{ type: 'image_url', image_url: { url: 'http://192.168.1.1/admin.png' } }] }] }),
+      });
+      assert.equal(remote.status, 400);
+      assert.equal(((await remote.json()) as { error: { code: string } }).error.code, 'image_url_not_allowed');
+      // A model file given as a projector is refused.
+      const wrong = await h.api<{ error: { code: string } }>('/api/models', {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ path: fixture('dense'), name: 'bad', mmproj: fixture('dense') }),
+      });
+      assert.equal(wrong.status, 422);
+      assert.equal(wrong.body.error.code, 'mmproj_not_a_projector');
+    } finally {
+      await h.stop();
+    }
   });
 });

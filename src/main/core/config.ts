@@ -153,7 +153,7 @@ export const HUB_DEFAULTS = {
   kvCacheType: 'f16' as KvCacheType,
   cpuBudgetMb: 0,
   keepAliveMs: 10 * 60_000,
-  maxBodyBytes: 8 * 1024 * 1024,
+  maxBodyBytes: 32 * 1024 * 1024, // a few photos, base64 (a phone photo is 3–5 MB, a third more as base64)
   // 2 minutes, plus 45 s a GiB (about 23 MB/s: a USB disk or a NAS over Wi-Fi): 5 min for 4 GB, 32 min for 40 GB.
   loadBaseMs: 2 * 60_000,
   loadMsPerGib: 45_000,

@@ -1,4 +1,5 @@
 import type { Request, Response } from 'express';
+import { checkImages } from './images.js';
 import { ErrorCode, isRelayError, RelayError } from '../../../shared/errors.js';
 import { MAX_ATTEMPTS, newAttempts } from '../scheduler/scheduler.js';
 import type { ModelRecord } from '../store/store.js';
@@ -62,7 +63,9 @@ export async function throughPool(h: HubHttp, req: Request, res: Response, endpo
   try {
     const p = prepare();
     model = p.model;
-    checkUse(p.use, registry.require(p.model), p.model);
+    const record = registry.require(p.model);
+    checkUse(p.use, record, p.model);
+    if (p.use === 'generate') checkImages(JSON.parse(p.body.toString('utf8')) as unknown, record);
     const attempts = newAttempts();
     const gone = new AbortController();
     res.on('close', () => {

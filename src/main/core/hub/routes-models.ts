@@ -26,6 +26,7 @@ export function modelViewer(d: AppDeps): (m: ModelRecord) => ModelView {
         weights_mb: Math.ceil(need.weightsMb),
         kv_mb: Math.ceil(need.kvMb),
         overhead_mb: Math.ceil(need.overheadMb),
+        projector_mb: Math.ceil(need.projectorMb),
         ctx: need.ctx,
         slots: need.slots,
         kv_scale: need.kvScale,
@@ -53,6 +54,7 @@ export const mountModels: Mount = (app, { deps: d, raw, auth, modelView }) => {
         required_vram_mb: body.required_vram_mb as number | null | undefined,
         embedding: body.embedding === undefined ? undefined : Boolean(body.embedding),
         reranker: body.reranker === undefined ? undefined : Boolean(body.reranker),
+        mmproj: body.mmproj === undefined || body.mmproj === null ? body.mmproj : textField(body.mmproj),
         settings: ['context_size', 'parallel_slots', 'kv_cache_type', 'flash_attn'].some((k) => body[k] !== undefined) ? applySettings(undefined, body) : undefined,
       };
       if (req.query.progress === '1') {

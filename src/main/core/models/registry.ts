@@ -44,6 +44,8 @@ export interface AddModelInput {
   readonly reranker?: boolean | undefined;
   /** The model's own context, slots, KV cache type, flash attention (validated by applySettings). */
   readonly settings?: ModelSettings | undefined;
+  /** Its vision projector's path (an mmproj GGUF); null removes it, undefined leaves it as it is. */
+  readonly mmproj?: string | null | undefined;
 }
 
 function statFile(path: string): Stats {
@@ -96,13 +98,31 @@ async function describe(path: string, progress?: HashProgress, knownSha256?: str
   return { path, sha256: splitId(parts.map((x) => x.sha256)), size: total, mtimeMs: st.mtimeMs, parts, ...header };
 }
 
+/** A vision projector: read, checked to be one (general.architecture = clip), hashed. */
+async function describeProjector(path: string, knownSha256?: string): Promise<ModelPart> {
+  if (!isAbsolute(path)) throw new RelayError(ErrorCode.INVALID_REQUEST, `the projector's path must be absolute, got ${JSON.stringify(path)}`);
+  const st = statFile(path);
+  const { info } = await readModelFilesOffThread(path);
+  if (info.architecture !== 'clip') {
+    throw new RelayError(ErrorCode.MMPROJ_NOT_A_PROJECTOR, `${path} is not a vision projector (its general.architecture is ${JSON.stringify(info.architecture ?? null)}, a projector's is "clip")`, {
+      path,
+    });
+  }
+  return { path, sha256: knownSha256 ?? (await sha256File(path)), size: st.size, mtimeMs: st.mtimeMs };
+}
+
+/** Every file a record's llama-servers read: the model's, then its projector. */
+function recordFiles(m: ModelRecord): readonly ModelPart[] {
+  return m.mmproj ? [...modelFiles(m), m.mmproj] : modelFiles(m);
+}
+
 /** Each file of a record as it is now: gone, changed since it was hashed (size or modification time), or ok. */
 export type FileState = 'ok' | 'missing' | 'changed';
 
 function filesState(m: ModelRecord): FileState {
   // Registered as one file before relay read split models: read again (as every part) before it is served.
   let state: FileState = !m.parts && (splitName(m.path)?.count ?? 1) > 1 ? 'changed' : 'ok';
-  for (const f of modelFiles(m)) {
+  for (const f of recordFiles(m)) {
     let st: Stats;
     try {
       st = statSync(f.path);
@@ -162,11 +182,13 @@ export class ModelRegistry {
     const prior = this.get(name);
     let d: Awaited<ReturnType<typeof describe>>;
     if (prior && prior.path === input.path && filesState(prior) === 'ok') {
-      const { name: _name, required_vram_mb: _req, embedding: _emb, reranker: _rr, added_at: _at, settings: _settings, ...described } = prior;
+      const { name: _name, required_vram_mb: _req, embedding: _emb, reranker: _rr, added_at: _at, settings: _settings, mmproj: _mm, ...described } = prior;
       d = described;
     } else {
       d = await describe(input.path, progress, knownSha256);
     }
+    const samePrior = prior?.mmproj && prior.mmproj.path === input.mmproj && filesState(prior) === 'ok';
+    const mmproj = typeof input.mmproj === 'string' ? await describeProjector(input.mmproj, samePrior ? prior.mmproj!.sha256 : undefined) : input.mmproj;
     return this.store.update((data) => {
       const existing = data.models.find((m) => m.name === name);
       if (existing) {
@@ -175,16 +197,29 @@ export class ModelRegistry {
           if (req !== undefined) existing.required_vram_mb = req;
           if (input.embedding !== undefined) existing.embedding = input.embedding;
           if (input.reranker !== undefined) existing.reranker = input.reranker;
+          const sawBefore = existing.mmproj?.sha256;
+          if (mmproj === null) delete existing.mmproj;
+          else if (mmproj !== undefined) existing.mmproj = mmproj;
           const before = JSON.stringify(existing.settings ?? {});
           if (input.settings !== undefined) setOrClear(existing, { ...existing.settings, ...input.settings });
           Object.assign(existing, { size: d.size, mtimeMs: d.mtimeMs, ...(d.parts ? { parts: d.parts } : {}) });
-          return { model: existing, created: false, settingsChanged: JSON.stringify(existing.settings ?? {}) !== before };
+          // A projector added, removed or replaced restarts the placements too (they run with --mmproj or without).
+          const changed = JSON.stringify(existing.settings ?? {}) !== before || existing.mmproj?.sha256 !== sawBefore;
+          return { model: existing, created: false, settingsChanged: changed };
         }
         throw new RelayError(ErrorCode.MODEL_EXISTS, `a model named "${name}" is already registered for ${existing.path}; remove it first or choose another --name`, { model: name });
       }
       // A header with rank pooling (llama.cpp's converter writes it for rerankers) is a reranker unless told otherwise.
       const reranker = input.reranker ?? (d.pooling_type === POOLING_RANK && !input.embedding);
-      const model: ModelRecord = { name, ...d, required_vram_mb: req ?? null, embedding: input.embedding ?? false, ...(reranker ? { reranker: true } : {}), added_at: new Date().toISOString() };
+      const model: ModelRecord = {
+        name,
+        ...d,
+        required_vram_mb: req ?? null,
+        embedding: input.embedding ?? false,
+        ...(reranker ? { reranker: true } : {}),
+        ...(mmproj ? { mmproj } : {}),
+        added_at: new Date().toISOString(),
+      };
       if (model.embedding && model.reranker) throw new RelayError(ErrorCode.INVALID_REQUEST, `"${name}" cannot be both an embedding model and a reranker`, { model: name });
       if (input.settings) setOrClear(model, input.settings);
       data.models.push(model);
@@ -244,7 +279,7 @@ export class ModelRegistry {
    */
   async verify(name: string): Promise<{ model: ModelRecord; changed: boolean }> {
     const m = this.require(name);
-    for (const f of modelFiles(m)) statFile(f.path); // a missing part is refused with model_file_missing
+    for (const f of recordFiles(m)) statFile(f.path); // a missing part (or projector) is refused with model_file_missing
     if (filesState(m) === 'ok') return { model: m, changed: false };
     let p = this.verifying.get(name);
     if (!p) {
@@ -257,11 +292,12 @@ export class ModelRegistry {
   private async rehash(name: string, before: ModelRecord): Promise<{ model: ModelRecord; changed: boolean }> {
     this.log.warn({ model: name, path: before.path }, 'model file changed on disk since it was registered: re-hashing');
     const d = await describe(before.path);
-    const changed = d.sha256 !== before.sha256;
+    const mmproj = before.mmproj ? await describeProjector(before.mmproj.path) : undefined;
+    const changed = d.sha256 !== before.sha256 || mmproj?.sha256 !== before.mmproj?.sha256;
     const model = await this.store.update((data) => {
       const rec = data.models.find((x) => x.name === name);
       if (!rec) throw new RelayError(ErrorCode.MODEL_NOT_FOUND, `the model "${name}" does not exist`, { model: name });
-      Object.assign(rec, d);
+      Object.assign(rec, d, mmproj ? { mmproj } : {});
       if (!d.parts) delete rec.parts; // a split model re-written as one file
       return rec;
     });

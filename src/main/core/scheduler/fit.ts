@@ -4,11 +4,15 @@ import type { KvCacheType } from '../llama/argv.js';
  * The spec's VRAM fit formula, exactly:
  *   KV       = kv_bytes_per_token × ctx × slots × kv_scale
  *   overhead = weights × 3% + 384 MB + KV × 5%
- *   need     = weights + KV + overhead
+ *   need     = weights + KV + overhead (+ projector)
+ * A vision model's projector runs beside the model on the same device: its weights plus an allowance for its
+ * compute buffer (a quarter of its weights and 32 MB; llama-server logs its own worst case, "[mtmd] estimated
+ * worst-case memory usage of mmproj", at load).
  * MB here is MiB (2^20 bytes), the unit llama.cpp and NVML report in.
  */
 export const KV_SCALE: Readonly<Record<KvCacheType, number>> = { f16: 1.0, q8_0: 0.5, q4_0: 0.28 };
 export const FIXED_OVERHEAD_MB = 384;
+export const PROJECTOR_COMPUTE_MB = 32;
 const MIB = 1024 * 1024;
 
 export interface FitModel {
@@ -17,6 +21,8 @@ export interface FitModel {
   readonly sizeBytes: number;
   /** From the GGUF header; null when the header gave no estimate (then KV = 0). */
   readonly kvBytesPerToken: number | null;
+  /** A vision projector's file size; absent or 0: none. */
+  readonly projectorBytes?: number | undefined;
 }
 
 export interface FitSettings {
@@ -30,6 +36,8 @@ export interface FitBreakdown {
   readonly weightsMb: number;
   readonly kvMb: number;
   readonly overheadMb: number;
+  /** The projector's weights and compute allowance; 0 for a text-only model. */
+  readonly projectorMb: number;
   readonly needMb: number;
   readonly ctx: number;
   readonly slots: number;
@@ -49,7 +57,8 @@ export function fitNeed(m: FitModel, s: FitSettings): FitBreakdown {
   const weightsMb = m.requiredVramMb ?? m.sizeBytes / MIB;
   const kvMb = m.kvBytesPerToken ? (m.kvBytesPerToken * ctx * slots * kvScale) / MIB : 0;
   const overheadMb = weightsMb * 0.03 + FIXED_OVERHEAD_MB + kvMb * 0.05;
-  return { weightsMb, kvMb, overheadMb, needMb: weightsMb + kvMb + overheadMb, ctx, slots, kvScale, kvCacheType: s.kvCacheType };
+  const projectorMb = m.projectorBytes ? (m.projectorBytes / MIB) * 1.25 + PROJECTOR_COMPUTE_MB : 0;
+  return { weightsMb, kvMb, overheadMb, projectorMb, needMb: weightsMb + kvMb + overheadMb + projectorMb, ctx, slots, kvScale, kvCacheType: s.kvCacheType };
 }
 
 export function fmtMb(mb: number): string {

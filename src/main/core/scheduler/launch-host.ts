@@ -83,6 +83,8 @@ export class HostLauncher {
           embedding: model.embedding,
           reranking: model.reranker ?? false,
           pooling: poolingFor(model) ?? undefined,
+          // A vision model's projector beside it, on its device (kept on the CPU with a CPU placement).
+          ...(model.mmproj ? { mmproj: model.mmproj.path, mmprojOffload: p.device !== 'CPU' } : {}),
           ...replicaPlacement(p.device, this.deps.install.backend),
           onSpawn: (child) => {
             held.child = child;

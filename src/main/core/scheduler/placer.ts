@@ -56,7 +56,10 @@ export class Placer {
   constructor(private readonly deps: PlacerDeps) {}
 
   need(model: ModelRecord): FitBreakdown {
-    const need = fitNeed({ requiredVramMb: model.required_vram_mb, sizeBytes: model.size, kvBytesPerToken: model.kv_bytes_per_token }, settingsFor(this.deps.config, model));
+    const need = fitNeed(
+      { requiredVramMb: model.required_vram_mb, sizeBytes: model.size, kvBytesPerToken: model.kv_bytes_per_token, projectorBytes: model.mmproj?.size },
+      settingsFor(this.deps.config, model),
+    );
     this.deps.log.debug({ model: model.name, fit: need }, 'fit-check');
     return need;
   }
@@ -132,6 +135,8 @@ export class Placer {
     const evict = [...(w.evicting ?? [])];
     const host = this.planHost(model, w);
     if (host) return { kind: 'host', device: host.device, evict };
+    // A vision model runs on the hub's own devices for now: projectors are not pushed to nodes yet.
+    if (model.mmproj) return null;
     const node = this.planNode(model, w);
     if (node) return { kind: 'node', conn: node.conn, device: node.device, evict };
     if (!shards) return null;
@@ -185,7 +190,8 @@ export class Placer {
     const plan = planHostReplica(this.need(model), freeAfterReservations(this.hubDevices({}), this.views(null)), []);
     const hub = plan.kind === 'none' ? shortfallMessage(model.name, plan) : `${model.name}: the hub's device fits it`;
     const paused = this.deps.hubPaused() ? " (the hub's own devices are paused)" : '';
-    return `${hub}${paused}; ${this.nodesSummary(model.name)}`;
+    const nodes = model.mmproj ? 'a model with a vision projector runs on the hub only (projectors are not pushed to nodes yet)' : this.nodesSummary(model.name);
+    return `${hub}${paused}; ${nodes}`;
   }
 
   private nodesSummary(model: string): string {

@@ -98,7 +98,8 @@ export function planHostReplica(need: FitBreakdown, devices: readonly DeviceView
 }
 
 export function describeNeed(model: string, n: FitBreakdown): string {
-  return `model "${model}" needs ${fmtMb(n.needMb)} (weights ${fmtMb(n.weightsMb)} + KV ${fmtMb(n.kvMb)} + overhead ${fmtMb(n.overheadMb)}; ctx ${n.ctx} × ${n.slots} slots, ${n.kvCacheType} cache)`;
+  const projector = n.projectorMb > 0 ? ` + projector ${fmtMb(n.projectorMb)}` : '';
+  return `model "${model}" needs ${fmtMb(n.needMb)} (weights ${fmtMb(n.weightsMb)} + KV ${fmtMb(n.kvMb)} + overhead ${fmtMb(n.overheadMb)}${projector}; ctx ${n.ctx} × ${n.slots} slots, ${n.kvCacheType} cache)`;
 }
 
 /** The 503 message: need vs free per device, and what the pool lacks. */

@@ -53,6 +53,8 @@ export interface ModelRecord {
   expert_bytes?: number | null;
   /** The model's own context, slots, KV cache type, flash attention (absent: the pool's defaults). */
   settings?: ModelSettings;
+  /** Its vision projector (an mmproj GGUF): every llama-server of the model runs with --mmproj; absent: text only. */
+  mmproj?: ModelPart;
   added_at: string;
 }
 

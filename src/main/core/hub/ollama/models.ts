@@ -47,13 +47,14 @@ export function details(m: ModelRecord, card: ModelCard | null) {
   };
 }
 
-/** Ollama's capability names: completion, embedding, tools, insert (fill in the middle), thinking. */
+/** Ollama's capability names: completion, embedding, tools, insert (fill in the middle), thinking, vision (a projector). */
 export function capabilities(m: ModelRecord, card: ModelCard | null): string[] {
   if (m.embedding) return ['embedding'];
   const caps = ['completion'];
   if (card?.tools) caps.push('tools');
   if (card?.fim) caps.push('insert');
   if (card?.thinking) caps.push('thinking');
+  if (m.mmproj) caps.push('vision');
   return caps;
 }
 
