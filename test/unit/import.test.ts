@@ -3,7 +3,7 @@ import { mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
-import { discoverFolder, discoverOllama, importName, ollamaRoot } from '../../src/main/core/models/import.js';
+import { bestProjector, discoverFolder, discoverOllama, importName, ollamaRoot, quantBits } from '../../src/main/core/models/import.js';
 
 const tmp = () => mkdtempSync(join(tmpdir(), 'relay-import-'));
 const hex = (c: string) => c.repeat(64);
@@ -21,10 +21,10 @@ function blob(root: string, h: string): string {
 }
 
 describe('import: finding the GGUFs already on the machine', () => {
-  it("Ollama: each manifest's model layer, named model:tag, its sha256 from the digest; projectors, adapters and missing blobs are notes", async () => {
+  it("Ollama: each manifest's model layer, named model:tag, its sha256 from the digest, its projector layer paired; adapters and missing blobs are notes", async () => {
     const root = tmp();
     const model = blob(root, hex('a'));
-    blob(root, hex('b'));
+    const projector = blob(root, hex('b'));
     manifest(
       root,
       ['registry.ollama.ai', 'library', 'qwen3', '8b'],
@@ -38,18 +38,17 @@ describe('import: finding the GGUFs already on the machine', () => {
     manifest(root, ['registry.ollama.ai', 'library', 'gone', 'latest'], [{ mediaType: 'application/vnd.ollama.image.model', digest: `sha256:${hex('d')}` }]);
     manifest(root, ['registry.ollama.ai', 'library', 'lora', 'x'], [{ mediaType: 'application/vnd.ollama.image.adapter', digest: `sha256:${hex('e')}` }]);
     const d = await discoverOllama(root);
-    assert.deepEqual(d.found.map((f) => [f.name, f.path, f.sha256]).sort(), [
-      ['bartowski-Some-Model-GGUF:Q4_K_M', model, hex('a')],
-      ['qwen3:8b', model, hex('a')],
+    assert.deepEqual(d.found.map((f) => [f.name, f.path, f.sha256, f.mmproj?.path, f.mmproj?.sha256]).sort(), [
+      ['bartowski-Some-Model-GGUF:Q4_K_M', model, hex('a'), undefined, undefined],
+      ['qwen3:8b', model, hex('a'), projector, hex('b')],
     ]);
     const why = d.skipped.map((s) => s.why).sort();
-    assert.equal(why.length, 3);
+    assert.equal(why.length, 2);
     assert.match(why.join('\n'), /gone:latest: the model blob is missing/);
     assert.match(why.join('\n'), /lora:x: a LoRA adapter/);
-    assert.match(why.join('\n'), /qwen3:8b: a vision projector/);
   });
 
-  it("a folder (LM Studio's): every .gguf below it, named after its file; projectors and later split parts are notes", async () => {
+  it("a folder (LM Studio's): every .gguf below it, named after its file, with the projector beside it; later split parts are notes", async () => {
     const root = tmp();
     const dir = join(root, 'lmstudio-community', 'Qwen3-8B-GGUF');
     mkdirSync(dir, { recursive: true });
@@ -57,14 +56,24 @@ describe('import: finding the GGUFs already on the machine', () => {
     writeFileSync(join(dir, 'empty.gguf'), '');
     const d = await discoverFolder(root, 'lmstudio');
     assert.deepEqual(
-      d.found.map((f) => [f.name, f.sha256]),
-      [['Qwen3-8B-Q4_K_M', undefined]],
+      d.found.map((f) => [f.name, f.sha256, f.mmproj?.path]),
+      [['Qwen3-8B-Q4_K_M', undefined, join(dir, 'mmproj-Qwen3-8B-f16.gguf')]],
     );
-    assert.deepEqual(d.skipped.map((s) => s.why).sort(), [
-      'a vision projector (mmproj: not a model llama-server loads on its own)',
-      'an empty file',
-      'part 2 of 3 of the split model Big: comes with its first part',
-    ]);
+    assert.deepEqual(d.skipped.map((s) => s.why).sort(), ['an empty file', 'part 2 of 3 of the split model Big: comes with its first part']);
+  });
+
+  it("a projector's quantization as llama.cpp reads it from the name; the closest to the model's wins", () => {
+    assert.equal(quantBits('Qwen3-8B-Q4_K_M.gguf'), 4);
+    assert.equal(quantBits('mmproj-model-f16.gguf'), 16);
+    assert.equal(quantBits('mmproj-BF16.gguf'), 16);
+    assert.equal(quantBits('Big-Q8_0-00001-of-00003.gguf'), 8);
+    assert.equal(quantBits('model.gguf'), 0);
+    const ps = ['/m/mmproj-x-f32.gguf', '/m/mmproj-x-f16.gguf', '/m/mmproj-x-Q8_0.gguf'];
+    assert.equal(bestProjector('/m/x-Q4_K_M.gguf', ps)?.path, '/m/mmproj-x-Q8_0.gguf');
+    assert.equal(bestProjector('/m/x-BF16.gguf', ps)?.path, '/m/mmproj-x-f16.gguf');
+    assert.equal(bestProjector('/m/x-F32.gguf', ps)?.path, '/m/mmproj-x-f32.gguf');
+    assert.match(bestProjector('/m/x.gguf', ps)!.why, /of 3 projectors/);
+    assert.equal(bestProjector('/m/x.gguf', []), null);
   });
 
   it('names fit the registry (letters, digits, . _ : -) and OLLAMA_MODELS wins as Ollama reads it', () => {

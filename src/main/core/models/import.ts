@@ -1,7 +1,7 @@
 import { existsSync } from 'node:fs';
 import { access, readdir, readFile, stat } from 'node:fs/promises';
 import { homedir } from 'node:os';
-import { basename, join, relative, sep } from 'node:path';
+import { basename, dirname, join, relative, sep } from 'node:path';
 import { splitName } from '../gguf/split.js';
 import { processEnv } from '../config.js';
 
@@ -17,6 +17,8 @@ export interface Found {
   readonly path: string;
   /** Known without hashing (Ollama names blobs by their sha256 and verifies them itself). */
   readonly sha256?: string;
+  /** Its vision projector, found beside it (an Ollama projector layer, an mmproj*.gguf in its folder). */
+  readonly mmproj?: { readonly path: string; readonly sha256?: string; readonly why: string };
 }
 
 export interface Skipped {
@@ -32,10 +34,31 @@ export interface Discovery {
 }
 
 const OLLAMA_MODEL = 'application/vnd.ollama.image.model';
+const OLLAMA_PROJECTOR = 'application/vnd.ollama.image.projector';
 const OLLAMA_NOT_MODELS: Record<string, string> = {
-  'application/vnd.ollama.image.projector': 'a vision projector (not a model llama-server loads on its own)',
   'application/vnd.ollama.image.adapter': 'a LoRA adapter (not a model on its own)',
 };
+
+/** The quantization's bit count in a GGUF's file name (`…-Q4_K_M.gguf` 4, `…-f16.gguf` 16), as llama.cpp reads it. */
+export function quantBits(file: string): number {
+  const stem = file.replace(/\.gguf$/i, '').replace(/-\d{5}-of-\d{5}$/i, '');
+  const tag = /[-.]([A-Z0-9_]+)$/i.exec(stem)?.[1] ?? '';
+  const digits = /\d+/.exec(tag);
+  return digits ? Number(digits[0]) : 0;
+}
+
+/**
+ * The projector for a model among the mmproj files beside it: the one whose quantization is closest to the
+ * model's (llama.cpp's find_best_mmproj), the first by name on a tie. `why` says which was chosen.
+ */
+export function bestProjector(model: string, projectors: readonly string[]): { path: string; why: string } | null {
+  if (projectors.length === 0) return null;
+  const bits = quantBits(basename(model));
+  const ranked = [...projectors].sort((a, b) => Math.abs(quantBits(basename(a)) - bits) - Math.abs(quantBits(basename(b)) - bits) || a.localeCompare(b));
+  const path = ranked[0]!;
+  const why = projectors.length === 1 ? `the projector beside it` : `of ${projectors.length} projectors beside it, the one whose quantization is closest to the model's`;
+  return { path, why };
+}
 
 /** A name the registry accepts: letters, digits and . _ : - ; anything else becomes '-'. */
 export function importName(s: string): string {
@@ -110,6 +133,11 @@ export async function discoverOllama(root: string): Promise<Discovery> {
       skipped.push({ path: file, why: 'not a readable Ollama manifest' });
       continue;
     }
+    // A vision model's projector is a layer of the same manifest.
+    const proj = layers.find((l) => l.mediaType === OLLAMA_PROJECTOR && l.digest && /^sha256:[0-9a-f]{64}$/.test(l.digest));
+    const projBlob = proj ? join(root, 'blobs', proj.digest!.replace(':', '-')) : null;
+    if (proj && !(await exists(projBlob!))) skipped.push({ path: projBlob!, why: `${label}: its projector blob is missing (pull it again with ollama): imported as text only` });
+    const mmproj = projBlob && (await exists(projBlob)) ? { path: projBlob, sha256: proj!.digest!.slice('sha256:'.length), why: 'the projector layer of its manifest' } : undefined;
     for (const l of layers) {
       const blob = l.digest && /^sha256:[0-9a-f]{64}$/.test(l.digest) ? join(root, 'blobs', l.digest.replace(':', '-')) : null;
       if (l.mediaType && OLLAMA_NOT_MODELS[l.mediaType]) skipped.push({ path: blob ?? file, why: `${label}: ${OLLAMA_NOT_MODELS[l.mediaType]}` });
@@ -118,7 +146,7 @@ export async function discoverOllama(root: string): Promise<Discovery> {
         skipped.push({ path: blob ?? file, why: `${label}: the model blob is missing (pull it again with ollama)` });
         continue;
       }
-      found.push({ name: importName(label), path: blob, sha256: l.digest!.slice('sha256:'.length) });
+      found.push({ name: importName(label), path: blob, sha256: l.digest!.slice('sha256:'.length), ...(mmproj ? { mmproj } : {}) });
     }
   }
   return { source: 'ollama', root, found, skipped };
@@ -128,13 +156,14 @@ export async function discoverOllama(root: string): Promise<Discovery> {
 export async function discoverFolder(root: string, source = 'folder'): Promise<Discovery> {
   const found: Found[] = [];
   const skipped: Skipped[] = [];
-  for (const path of await walk(root)) {
-    if (!/\.gguf$/i.test(path)) continue;
+  const files = (await walk(root)).filter((p) => /\.gguf$/i.test(p));
+  // Projectors go with the models in their folder (LM Studio and Hugging Face keep them side by side).
+  const projectors = new Map<string, string[]>();
+  for (const p of files) if (/^mmproj/i.test(basename(p))) projectors.set(dirname(p), [...(projectors.get(dirname(p)) ?? []), p]);
+  const paired = new Set<string>();
+  for (const path of files) {
     const file = basename(path);
-    if (/^mmproj/i.test(file)) {
-      skipped.push({ path, why: 'a vision projector (mmproj: not a model llama-server loads on its own)' });
-      continue;
-    }
+    if (/^mmproj/i.test(file)) continue;
     // A split GGUF is one model, registered by its first part (the registry reads and hashes every part).
     const split = splitName(file);
     if (split && split.no > 1) {
@@ -152,7 +181,12 @@ export async function discoverFolder(root: string, source = 'folder'): Promise<D
       skipped.push({ path, why: 'an empty file' });
       continue;
     }
-    found.push({ name: importName(split ? split.prefix : file.replace(/\.gguf$/i, '')), path });
+    const mmproj = bestProjector(path, projectors.get(dirname(path)) ?? []);
+    if (mmproj) paired.add(mmproj.path);
+    found.push({ name: importName(split ? split.prefix : file.replace(/\.gguf$/i, '')), path, ...(mmproj ? { mmproj } : {}) });
+  }
+  for (const list of projectors.values()) {
+    for (const p of list) if (!paired.has(p)) skipped.push({ path: p, why: 'a vision projector (mmproj) no model beside it was paired with: a projector loads only beside its model' });
   }
   return { source, root, found, skipped };
 }

@@ -46,6 +46,8 @@ export interface AddModelInput {
   readonly settings?: ModelSettings | undefined;
   /** Its vision projector's path (an mmproj GGUF); null removes it, undefined leaves it as it is. */
   readonly mmproj?: string | null | undefined;
+  /** The projector's sha256 when known without hashing (an Ollama blob's name). */
+  readonly mmprojSha256?: string | undefined;
 }
 
 function statFile(path: string): Stats {
@@ -96,6 +98,15 @@ async function describe(path: string, progress?: HashProgress, knownSha256?: str
     before += stats[i]!.size;
   }
   return { path, sha256: splitId(parts.map((x) => x.sha256)), size: total, mtimeMs: st.mtimeMs, parts, ...header };
+}
+
+/** One model an import registered (or found registered already), with the projector paired with it. */
+export interface Imported {
+  readonly name: string;
+  readonly path: string;
+  readonly created: boolean;
+  readonly settingsChanged: boolean;
+  readonly mmproj?: { readonly path: string; readonly why: string };
 }
 
 /** A vision projector: read, checked to be one (general.architecture = clip), hashed. */
@@ -188,7 +199,7 @@ export class ModelRegistry {
       d = await describe(input.path, progress, knownSha256);
     }
     const samePrior = prior?.mmproj && prior.mmproj.path === input.mmproj && filesState(prior) === 'ok';
-    const mmproj = typeof input.mmproj === 'string' ? await describeProjector(input.mmproj, samePrior ? prior.mmproj!.sha256 : undefined) : input.mmproj;
+    const mmproj = typeof input.mmproj === 'string' ? await describeProjector(input.mmproj, samePrior ? prior.mmproj!.sha256 : input.mmprojSha256) : input.mmproj;
     return this.store.update((data) => {
       const existing = data.models.find((m) => m.name === name);
       if (existing) {
@@ -232,13 +243,23 @@ export class ModelRegistry {
    * Register what an import found (see import.ts), one at a time; a file that cannot be registered (not a
    * model, a name another file holds) is reported with its reason, the rest go on.
    */
-  async importAll(d: Discovery, settings?: ModelSettings): Promise<{ registered: { name: string; path: string; created: boolean; settingsChanged: boolean }[]; skipped: Skipped[] }> {
-    const registered: { name: string; path: string; created: boolean; settingsChanged: boolean }[] = [];
+  async importAll(d: Discovery, settings?: ModelSettings): Promise<{ registered: Imported[]; skipped: Skipped[] }> {
+    const registered: Imported[] = [];
     const skipped: Skipped[] = [...d.skipped];
     for (const f of d.found) {
       try {
-        const r = await this.add({ path: f.path, name: f.name, settings }, undefined, f.sha256);
-        registered.push({ name: r.model.name, path: f.path, created: r.created, settingsChanged: r.settingsChanged });
+        let mmproj = f.mmproj;
+        let r: Awaited<ReturnType<ModelRegistry['add']>>;
+        try {
+          r = await this.add({ path: f.path, name: f.name, settings, mmproj: mmproj?.path, mmprojSha256: mmproj?.sha256 }, undefined, f.sha256);
+        } catch (err) {
+          if (!mmproj) throw err;
+          // A projector that will not do (not one, unreadable) costs the model its images, not its place.
+          r = await this.add({ path: f.path, name: f.name, settings }, undefined, f.sha256);
+          skipped.push({ path: mmproj.path, why: `${f.name}: its projector cannot be used (${(err as Error).message}): imported as text only` });
+          mmproj = undefined;
+        }
+        registered.push({ name: r.model.name, path: f.path, created: r.created, settingsChanged: r.settingsChanged, ...(mmproj ? { mmproj } : {}) });
       } catch (err) {
         skipped.push({ path: f.path, why: `${f.name}: ${(err as Error).message}` });
       }
