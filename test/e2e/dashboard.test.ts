@@ -197,7 +197,7 @@ describe('dashboard in chromium', { timeout: 300_000 }, () => {
       await page.getByRole('button', { name: 'Import' }).click();
       const result = page.locator('#import-result');
       await result.getByText(/1 added, 0 already registered/).waitFor();
-      assert.match(await result.innerText(), /added Imported-Q8[\s\S]*mmproj-Imported-f16\.gguf: a vision projector/);
+      assert.match(await result.innerText(), /added Imported-Q8[\s\S]*mmproj-Imported-f16\.gguf: Imported-Q8: its projector cannot be used/);
       await page.getByRole('table', { name: 'Models' }).getByText('Imported-Q8').waitFor(); // the next live update lists it
       const m = (await hub.api<{ models: { name: string; path: string }[] }>('/api/models')).body.models.find((x) => x.name === 'Imported-Q8');
       assert.equal(m?.path, join(dir, 'Imported-Q8.gguf'));
