@@ -133,7 +133,12 @@ export async function cmdModels(sub: string | undefined, args: string[]): Promis
     if (!from) throw new Error('usage: relay models import ollama|lmstudio|DIR');
     const source = from === 'ollama' || from === 'lmstudio' ? from : resolve(from);
     const res = await api(base, '/api/models/import', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ source, ...settings }) });
-    const j = (await res.json()) as { root?: string; registered?: { name: string; created: boolean; mmproj?: { path: string; why: string } }[]; skipped?: { path: string; why: string }[]; error?: { code: string; message: string } };
+    const j = (await res.json()) as {
+      root?: string;
+      registered?: { name: string; created: boolean; mmproj?: { path: string; why: string } }[];
+      skipped?: { path: string; why: string }[];
+      error?: { code: string; message: string };
+    };
     if (!res.ok || !j.registered) return apiFailure(j);
     if (values.json) {
       console.log(JSON.stringify(j, null, 2));

@@ -73,6 +73,7 @@ const SCHEMAS: Record<string, Check> = {
     flashAttn: oneOf('on', 'off', 'auto', null),
     embedding: isBool,
     reranking: optional(isBool),
+    mmproj: optional(isSha),
     pooling: oneOf('mean', null),
     alias: isId,
     device: isId,

@@ -116,6 +116,8 @@ export interface StartReplica {
   embedding: boolean;
   /** A reranker: its llama-server runs with --reranking (absent: not one). */
   reranking?: boolean;
+  /** A vision model's projector, by sha256 (a file in the node's cache): --mmproj (absent: text only). */
+  mmproj?: string;
   pooling: 'mean' | null;
   alias: string;
   /** The node device the hub placed it on: a llama.cpp device name, or CPU for the node's CPU budget. */

@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
-import { readFileSync, statSync } from 'node:fs';
+import { existsSync, readFileSync, statSync } from 'node:fs';
+import { join } from 'node:path';
 import { after, describe, it } from 'node:test';
 import { startLlamaServer, type RunningLlamaServer } from '../../src/main/core/llama/index.js';
 import { ensureProjector, IMAGE_TOKENS, testPng } from '../fixtures/vision.js';
@@ -8,6 +9,8 @@ import Anthropic from '@anthropic-ai/sdk';
 import { Ollama } from 'ollama';
 import { addModel, startHub, type HubProcess } from '../helpers/hub.js';
 import { fixture, llama } from '../helpers/llama.js';
+import { startNode } from '../helpers/node.js';
+import { until } from '../helpers/proc.js';
 
 /**
  * Vision: the generated projector against the real llama-server (an image grows the prompt by exactly its tokens,
@@ -152,6 +155,47 @@ describe('vision fixtures', { timeout: 300_000 }, () => {
       });
       assert.equal(remote.status, 400);
       assert.equal(((await remote.json()) as { error: { code: string } }).error.code, 'image_url_not_allowed');
+      // On a node: the hub pushes model and projector (each verified by its hash on the node), the replica runs
+      // with the cached projector, and the answer is the same.
+      const node = await startNode(h, { name: 'n1', cpuBudgetMb: 2400, env: ENV });
+      try {
+        await h.api('/api/hub/availability', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ paused: true }) });
+        await until(
+          async () => (await h.status()).replicas.filter((r) => r.node === null).length,
+          (n) => n === 0,
+        );
+        const onNode = await fetch(`${h.url}/v1/chat/completions`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json' },
+          body: JSON.stringify({ model: 'eyes', messages: [{ role: 'user', content: ask }], max_tokens: 12, ...GREEDY }),
+        });
+        const nj = (await onNode.json()) as { choices: { message: { content: string } }[]; usage: { prompt_tokens: number } };
+        assert.equal(nj.choices[0]!.message.content, want.text);
+        assert.equal(nj.usage.prompt_tokens, want.prompt);
+        const rep = (await h.status()).replicas.find((r) => r.model === 'eyes')!;
+        assert.equal(rep.node, 'n1');
+        const nodeArgv = readFileSync(`/proc/${rep.pid}/cmdline`, 'utf8').split('\0');
+        const cachedProjector = join(node.home, 'cache', 'models', `${eyes.mmproj!.sha256}.gguf`);
+        assert.equal(nodeArgv[nodeArgv.indexOf('--mmproj') + 1], cachedProjector, "the node's replica reads its cached projector");
+        assert.equal(createHash('sha256').update(readFileSync(cachedProjector)).digest('hex'), eyes.mmproj!.sha256);
+        const cache = async () => (((await node.local('/status')) as { cache?: { sha256: string }[] }).cache ?? []).map((c) => c.sha256).sort();
+        assert.deepEqual(
+          await cache(),
+          [
+            eyes.mmproj!.sha256,
+            createHash('sha256')
+              .update(readFileSync(fixture('dense')))
+              .digest('hex'),
+          ].sort(),
+        );
+        // Removing the vision model takes its projector from the node; the model file stays ("m" uses it).
+        assert.equal((await h.api('/api/models/eyes', { method: 'DELETE' })).status, 200);
+        await until(cache, (c) => !c.includes(eyes.mmproj!.sha256));
+        assert.ok(!existsSync(cachedProjector));
+      } finally {
+        await node.stop();
+      }
+
       // A model file given as a projector is refused.
       const wrong = await h.api<{ error: { code: string } }>('/api/models', {
         method: 'POST',

@@ -10,17 +10,22 @@ export function modelFiles(m: Pick<ModelRecord, 'path' | 'sha256' | 'size' | 'mt
   return m.parts && m.parts.length > 1 ? m.parts : [{ path: m.path, sha256: m.sha256, size: m.size, mtimeMs: m.mtimeMs }];
 }
 
+/** Every file a placement of `m` reads: the model's, then its vision projector's (pushed, cached, evicted with it). */
+export function servedFiles(m: Pick<ModelRecord, 'path' | 'sha256' | 'size' | 'mtimeMs' | 'parts' | 'mmproj'>): readonly ModelPart[] {
+  return m.mmproj ? [...modelFiles(m), m.mmproj] : modelFiles(m);
+}
+
 /** A split model's identity: the sha256 of its parts' sha256 hex digests, in order, one per line. */
 export function splitId(partShas: readonly string[]): string {
   return createHash('sha256').update(partShas.join('\n')).digest('hex');
 }
 
-/** Whether `m` is made of (or includes) the file with this sha256. */
-export function usesFile(m: Pick<ModelRecord, 'path' | 'sha256' | 'size' | 'mtimeMs' | 'parts'>, sha256: string): boolean {
-  return modelFiles(m).some((f) => f.sha256 === sha256);
+/** Whether `m` is made of (or includes, its projector too) the file with this sha256. */
+export function usesFile(m: Pick<ModelRecord, 'path' | 'sha256' | 'size' | 'mtimeMs' | 'parts' | 'mmproj'>, sha256: string): boolean {
+  return servedFiles(m).some((f) => f.sha256 === sha256);
 }
 
-/** Whether a node's cache (its files by sha256) holds every file of `m`. */
-export function cachedIn(cache: { has(sha256: string): boolean }, m: Pick<ModelRecord, 'path' | 'sha256' | 'size' | 'mtimeMs' | 'parts'>): boolean {
-  return modelFiles(m).every((f) => cache.has(f.sha256));
+/** Whether a node's cache (its files by sha256) holds every file of `m`, its projector too. */
+export function cachedIn(cache: { has(sha256: string): boolean }, m: Pick<ModelRecord, 'path' | 'sha256' | 'size' | 'mtimeMs' | 'parts' | 'mmproj'>): boolean {
+  return servedFiles(m).every((f) => cache.has(f.sha256));
 }

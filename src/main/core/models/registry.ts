@@ -5,7 +5,7 @@ import type { Logger } from 'pino';
 import { ErrorCode, RelayError } from '../../../shared/errors.js';
 import { readModelFilesOffThread, splitName } from '../gguf/index.js';
 import type { ModelPart, ModelRecord, ModelSettings, Store } from '../store/store.js';
-import { modelFiles, splitId } from './files.js';
+import { servedFiles, splitId } from './files.js';
 import type { Discovery, Skipped } from './import.js';
 
 /**
@@ -122,18 +122,13 @@ async function describeProjector(path: string, knownSha256?: string): Promise<Mo
   return { path, sha256: knownSha256 ?? (await sha256File(path)), size: st.size, mtimeMs: st.mtimeMs };
 }
 
-/** Every file a record's llama-servers read: the model's, then its projector. */
-function recordFiles(m: ModelRecord): readonly ModelPart[] {
-  return m.mmproj ? [...modelFiles(m), m.mmproj] : modelFiles(m);
-}
-
 /** Each file of a record as it is now: gone, changed since it was hashed (size or modification time), or ok. */
 export type FileState = 'ok' | 'missing' | 'changed';
 
 function filesState(m: ModelRecord): FileState {
   // Registered as one file before relay read split models: read again (as every part) before it is served.
   let state: FileState = !m.parts && (splitName(m.path)?.count ?? 1) > 1 ? 'changed' : 'ok';
-  for (const f of recordFiles(m)) {
+  for (const f of servedFiles(m)) {
     let st: Stats;
     try {
       st = statSync(f.path);
@@ -300,7 +295,7 @@ export class ModelRegistry {
    */
   async verify(name: string): Promise<{ model: ModelRecord; changed: boolean }> {
     const m = this.require(name);
-    for (const f of recordFiles(m)) statFile(f.path); // a missing part (or projector) is refused with model_file_missing
+    for (const f of servedFiles(m)) statFile(f.path); // a missing part (or projector) is refused with model_file_missing
     if (filesState(m) === 'ok') return { model: m, changed: false };
     let p = this.verifying.get(name);
     if (!p) {

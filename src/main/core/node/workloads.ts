@@ -56,7 +56,7 @@ export class Workloads extends EventEmitter {
       if (existing.server && !existing.stopping) return { pid: existing.server.child.pid, port: existing.server.port };
       throw new RelayError(ErrorCode.REPLICA_FAILED, `replica ${c.replica} did not start`);
     }
-    const files = c.parts ?? [c.sha256];
+    const files = [...(c.parts ?? [c.sha256]), ...(c.mmproj ? [c.mmproj] : [])];
     for (const f of files) {
       if (!cache.has(f)) throw new RelayError(ErrorCode.MODEL_FILE_MISSING, `node ${nodeName} does not hold ${f.slice(0, 12)}…`);
     }
@@ -80,6 +80,7 @@ export class Workloads extends EventEmitter {
           embedding: c.embedding,
           reranking: c.reranking ?? false,
           pooling: c.pooling ?? undefined,
+          ...(c.mmproj ? { mmproj: cache.pathOf(c.mmproj), mmprojOffload: c.device !== 'CPU' } : {}),
           metrics: true,
           threads: this.deps.threads,
           readyTimeoutMs: c.loadTimeoutMs ?? DEFAULT_LOAD_TIMEOUT_MS,

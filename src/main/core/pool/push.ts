@@ -5,7 +5,7 @@ import type { Logger } from 'pino';
 import { ErrorCode, RelayError, fromWireCode } from '../../../shared/errors.js';
 import type { YamuxStream } from '../tunnel/yamux/session.js';
 import type { ModelPart, ModelRecord } from '../store/store.js';
-import { modelFiles } from '../models/files.js';
+import { modelFiles, servedFiles } from '../models/files.js';
 import { PROBE_EVERY_MS, type NodeConn } from './conn.js';
 
 export interface PushProgress {
@@ -33,13 +33,15 @@ export class WeightPusher {
    */
   private readonly pushing = new Map<string, Promise<void>>();
 
-  /** Push every file of `model` the node lacks (each part of a split model is a file of its own), in order. */
+  /** Push every file of `model` the node lacks (each part of a split model is a file of its own, its projector too), in order. */
   async push(conn: NodeConn, model: ModelRecord): Promise<void> {
-    const files = modelFiles(model);
+    const parts = modelFiles(model);
+    const files = servedFiles(model);
     for (const [i, f] of files.entries()) {
       if (conn.cache.has(f.sha256)) continue;
       const siblings = files.filter((x) => x.sha256 !== f.sha256).map((x) => x.sha256);
-      await this.pushFile(conn, files.length > 1 ? `${model.name} (part ${i + 1} of ${files.length})` : model.name, f, siblings);
+      const label = i >= parts.length ? `${model.name} (its projector)` : parts.length > 1 ? `${model.name} (part ${i + 1} of ${parts.length})` : model.name;
+      await this.pushFile(conn, label, f, siblings);
     }
   }
 

@@ -51,6 +51,7 @@ export class NodeLauncher {
           flashAttn: c.flashAttn ?? null,
           embedding: model.embedding,
           ...(model.reranker ? { reranking: true } : {}),
+          ...(model.mmproj ? { mmproj: model.mmproj.sha256 } : {}),
           pooling: poolingFor(model),
           alias: model.name,
           device: p.device,

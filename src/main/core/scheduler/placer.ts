@@ -135,11 +135,10 @@ export class Placer {
     const evict = [...(w.evicting ?? [])];
     const host = this.planHost(model, w);
     if (host) return { kind: 'host', device: host.device, evict };
-    // A vision model runs on the hub's own devices for now: projectors are not pushed to nodes yet.
-    if (model.mmproj) return null;
     const node = this.planNode(model, w);
     if (node) return { kind: 'node', conn: node.conn, device: node.device, evict };
-    if (!shards) return null;
+    // A shard's head would need the projector beside it, counted in its stage: vision models are replicas only for now.
+    if (!shards || model.mmproj) return null;
     const shard = this.planShardFor(model, w);
     return shard.kind === 'shard' ? { kind: 'shard', plan: shard, evict } : null;
   }
@@ -190,8 +189,8 @@ export class Placer {
     const plan = planHostReplica(this.need(model), freeAfterReservations(this.hubDevices({}), this.views(null)), []);
     const hub = plan.kind === 'none' ? shortfallMessage(model.name, plan) : `${model.name}: the hub's device fits it`;
     const paused = this.deps.hubPaused() ? " (the hub's own devices are paused)" : '';
-    const nodes = model.mmproj ? 'a model with a vision projector runs on the hub only (projectors are not pushed to nodes yet)' : this.nodesSummary(model.name);
-    return `${hub}${paused}; ${nodes}`;
+    const shards = model.mmproj ? ' (a vision model is not split across machines yet: one device must hold it)' : '';
+    return `${hub}${paused}; ${this.nodesSummary(model.name)}${shards}`;
   }
 
   private nodesSummary(model: string): string {
