@@ -175,14 +175,14 @@ describe('vision fixtures', { timeout: 300_000 }, () => {
         const rep = (await h.status()).replicas.find((r) => r.model === 'eyes')!;
         assert.equal(rep.node, 'n1');
         const nodeArgv = readFileSync(`/proc/${rep.pid}/cmdline`, 'utf8').split('\0');
-        const cachedProjector = join(node.home, 'cache', 'models', `${eyes.mmproj!.sha256}.gguf`);
+        const cachedProjector = join(node.home, 'cache', 'models', `${eyes.mmproj.sha256}.gguf`);
         assert.equal(nodeArgv[nodeArgv.indexOf('--mmproj') + 1], cachedProjector, "the node's replica reads its cached projector");
-        assert.equal(createHash('sha256').update(readFileSync(cachedProjector)).digest('hex'), eyes.mmproj!.sha256);
+        assert.equal(createHash('sha256').update(readFileSync(cachedProjector)).digest('hex'), eyes.mmproj.sha256);
         const cache = async () => (((await node.local('/status')) as { cache?: { sha256: string }[] }).cache ?? []).map((c) => c.sha256).sort();
         assert.deepEqual(
           await cache(),
           [
-            eyes.mmproj!.sha256,
+            eyes.mmproj.sha256,
             createHash('sha256')
               .update(readFileSync(fixture('dense')))
               .digest('hex'),
