@@ -126,6 +126,8 @@ export interface ModelStatus {
   readonly fits_now: boolean;
   readonly shortfall: string | null;
   readonly embedding: boolean;
+  /** Its vision projector (it sees images), or null for a text-only model. */
+  readonly mmproj: { readonly path: string; readonly sha256: string; readonly size: number } | null;
 }
 
 export interface HubAvailabilityStatus {
@@ -165,6 +167,8 @@ export interface V1ModelDto {
   readonly owned_by: 'relay';
   readonly available: boolean;
   readonly unavailable_reason: string | null;
+  /** What it takes as input: text, and image when it has a vision projector. */
+  readonly input_modalities: readonly ('text' | 'image')[];
 }
 
 /** The pool-wide settings in effect, as /status shows them. */

@@ -133,7 +133,15 @@ describe('vision fixtures', { timeout: 300_000 }, () => {
       const o = await ollama.chat({ model: 'eyes', messages: [{ role: 'user', content: 'What is this?', images: [png] }], options: { ...GREEDY, num_predict: 12 } });
       assert.equal(o.message.content, want.text);
       assert.equal(o.prompt_eval_count, want.prompt);
-      assert.ok((await ollama.show({ model: 'eyes' })).capabilities.includes('vision'));
+      const shown = await ollama.show({ model: 'eyes' });
+      assert.ok(shown.capabilities.includes('vision'));
+      assert.equal((shown as unknown as { projector_info: Record<string, unknown> }).projector_info['clip.projector_type'], 'mlp', "the projector's own header");
+      // /status and /v1/models say it sees images; the text model does not.
+      const st = await h.status();
+      assert.equal(st.models.find((x) => x.name === 'eyes')!.mmproj?.sha256, eyes.mmproj.sha256);
+      assert.equal(st.models.find((x) => x.name === 'm')!.mmproj, null);
+      const listed = ((await (await fetch(`${h.url}/v1/models`)).json()) as { data: { id: string; input_modalities: string[] }[] }).data;
+      assert.deepEqual(Object.fromEntries(listed.map((x) => [x.id, x.input_modalities])), { eyes: ['text', 'image'], m: ['text'] });
       assert.ok(!(await ollama.show({ model: 'm' })).capabilities.includes('vision'));
 
       // A text-only model and a remote image: refused with the reason, in each client's shape.

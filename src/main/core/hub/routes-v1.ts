@@ -31,7 +31,7 @@ export const mountV1: Mount = (app, h) => {
       object: 'list',
       data: registry.list().map((m): V1ModelDto => {
         const a = scheduler.availability(m);
-        return { id: m.name, object: 'model', created: Math.floor(Date.parse(m.added_at) / 1000), owned_by: 'relay', available: a.available, unavailable_reason: a.reason };
+        return { id: m.name, object: 'model', created: Math.floor(Date.parse(m.added_at) / 1000), owned_by: 'relay', available: a.available, unavailable_reason: a.reason, input_modalities: m.mmproj ? ['text', 'image'] : ['text'] };
       }),
     });
   });

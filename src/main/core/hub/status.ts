@@ -51,6 +51,7 @@ export function buildStatus({ deps: d, auth, recent, modelView }: HubHttp): Stat
         fits_now: v.fits_now,
         shortfall: v.shortfall,
         embedding: m.embedding,
+        mmproj: m.mmproj ? { path: m.mmproj.path, sha256: m.mmproj.sha256, size: m.mmproj.size } : null,
       };
     }),
     replicas: scheduler.view.status(),

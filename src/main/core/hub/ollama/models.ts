@@ -29,6 +29,18 @@ export class ModelCards {
     return c;
   }
 
+  /** A vision model's projector's metadata (Ollama's projector_info), or null for a text-only model. */
+  async projectorInfo(m: ModelRecord): Promise<Record<string, unknown> | null> {
+    if (!m.mmproj) return null;
+    let c = this.cache.get(m.mmproj.sha256);
+    if (!c) {
+      c = readModelCardOffThread([m.mmproj.path], SHOWN_ARRAY);
+      c.catch(() => this.cache.delete(m.mmproj!.sha256));
+      this.cache.set(m.mmproj.sha256, c);
+    }
+    return (await c).metadata;
+  }
+
   /** The card, or null when the file cannot be read now (the list still shows the model). */
   cardOrNull(m: ModelRecord): Promise<ModelCard | null> {
     return this.card(m).catch(() => null);

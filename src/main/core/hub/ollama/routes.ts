@@ -57,7 +57,8 @@ export const mountOllama: Mount = (app, h) => {
       answer(res, async () => {
         const b = parseJson(req);
         const m = recordOf(b);
-        return showBody(m, await cards.card(m, b.verbose === true), scheduler.need(m).ctx);
+        const projector = await cards.projectorInfo(m);
+        return { ...showBody(m, await cards.card(m, b.verbose === true), scheduler.need(m).ctx), ...(projector ? { projector_info: projector } : {}) };
       }),
     inOllamaShape,
   );
