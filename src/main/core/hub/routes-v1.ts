@@ -31,7 +31,15 @@ export const mountV1: Mount = (app, h) => {
       object: 'list',
       data: registry.list().map((m): V1ModelDto => {
         const a = scheduler.availability(m);
-        return { id: m.name, object: 'model', created: Math.floor(Date.parse(m.added_at) / 1000), owned_by: 'relay', available: a.available, unavailable_reason: a.reason, input_modalities: m.mmproj ? ['text', 'image'] : ['text'] };
+        return {
+          id: m.name,
+          object: 'model',
+          created: Math.floor(Date.parse(m.added_at) / 1000),
+          owned_by: 'relay',
+          available: a.available,
+          unavailable_reason: a.reason,
+          input_modalities: m.mmproj ? ['text', 'image'] : ['text'],
+        };
       }),
     });
   });
