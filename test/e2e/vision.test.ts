@@ -216,4 +216,45 @@ describe('vision fixtures', { timeout: 300_000 }, () => {
       await h.stop();
     }
   });
+
+  it('a vision model as a shard: the projector runs beside the head on the hub, its fit counted in the hub stage', async () => {
+    const ENV = { RELAY_CONTEXT_SIZE: '512', RELAY_PARALLEL_SLOTS: '1', RELAY_THREADS: '1' };
+    // 800 MB of weights (registered) need 1241 MB with the projector: no device holds it; the hub's 700 take one
+    // layer and the projector (622 MB), each node's 800 at most two layers.
+    const h = await startHub({ env: ENV, args: ['--cpu-budget-mb', '700'] });
+    const nodes = [await startNode(h, { name: 'north', cpuBudgetMb: 800, env: ENV }), await startNode(h, { name: 'south', cpuBudgetMb: 800, env: ENV })];
+    try {
+      const r = await h.api('/api/models', {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ path: fixture('dense'), name: 'eyes', mmproj: ensureProjector(), required_vram_mb: 800 }),
+      });
+      assert.equal(r.status, 201, JSON.stringify(r.body));
+      const ask = [
+        { type: 'text', text: 'What is this?' },
+        { type: 'image_url', image_url: { url: `data:image/png;base64,${testPng()}` } },
+      ];
+      const want = await chatUsage(started[0]!.baseUrl, ask);
+      const res = await fetch(`${h.url}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ model: 'eyes', messages: [{ role: 'user', content: ask }], max_tokens: 12, ...GREEDY }),
+      });
+      const j = (await res.json()) as { choices: { message: { content: string } }[]; usage: { prompt_tokens: number } };
+      assert.equal(res.status, 200, JSON.stringify(j));
+      assert.equal(j.choices[0]!.message.content, want.text, "the shard's answer is one process's");
+      assert.equal(j.usage.prompt_tokens, want.prompt);
+      const [sh] = (await h.status()).shards;
+      assert.ok(sh && sh.pid);
+      const argv = readFileSync(`/proc/${sh.pid}/cmdline`, 'utf8').split('\0');
+      assert.equal(argv[argv.indexOf('--mmproj') + 1], ensureProjector(), 'the head runs with the projector');
+      const hubStage = sh.stages.find((st) => st.node === null)!;
+      const projMb = (statSync(ensureProjector()).size / 2 ** 20) * 1.25 + 32;
+      const layerMb = 800 / 4;
+      assert.ok(Math.abs(hubStage.need_mb - ((hubStage.layers[1] - hubStage.layers[0]) * layerMb * 1.03 + 384 + projMb)) < 2, `hub stage ${hubStage.need_mb} MB`);
+    } finally {
+      for (const n of nodes) await n.stop();
+      await h.stop();
+    }
+  });
 });

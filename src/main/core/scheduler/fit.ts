@@ -50,6 +50,11 @@ export function contextPerSlot(s: Pick<FitSettings, 'contextSize' | 'replicaCtx'
   return s.replicaCtx > 0 ? Math.min(s.replicaCtx, s.contextSize) : s.contextSize;
 }
 
+/** A vision projector's part of a need: its weights and the allowance for its compute buffer (0 without one). */
+export function projectorNeedMb(projectorBytes: number | undefined): number {
+  return projectorBytes ? (projectorBytes / MIB) * 1.25 + PROJECTOR_COMPUTE_MB : 0;
+}
+
 export function fitNeed(m: FitModel, s: FitSettings): FitBreakdown {
   const ctx = contextPerSlot(s);
   const slots = s.parallelSlots;
@@ -57,7 +62,7 @@ export function fitNeed(m: FitModel, s: FitSettings): FitBreakdown {
   const weightsMb = m.requiredVramMb ?? m.sizeBytes / MIB;
   const kvMb = m.kvBytesPerToken ? (m.kvBytesPerToken * ctx * slots * kvScale) / MIB : 0;
   const overheadMb = weightsMb * 0.03 + FIXED_OVERHEAD_MB + kvMb * 0.05;
-  const projectorMb = m.projectorBytes ? (m.projectorBytes / MIB) * 1.25 + PROJECTOR_COMPUTE_MB : 0;
+  const projectorMb = projectorNeedMb(m.projectorBytes);
   return { weightsMb, kvMb, overheadMb, projectorMb, needMb: weightsMb + kvMb + overheadMb + projectorMb, ctx, slots, kvScale, kvCacheType: s.kvCacheType };
 }
 

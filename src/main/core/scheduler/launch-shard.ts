@@ -119,6 +119,8 @@ export class ShardLauncher {
         tensorSplit: flags.tensorSplit.length > 0 ? flags.tensorSplit : undefined,
         overrides: flags.overrides,
         fit: flags.fit,
+        // A vision model's projector runs beside the head, on the hub's stage device (its fit counts it there).
+        ...(model.mmproj ? { mmproj: model.mmproj.path, mmprojOffload: (plan.stages.find((st) => st.node === null)?.device ?? 'CPU') !== 'CPU' } : {}),
         onSpawn: (child) => {
           h.head = child;
           p.loadingSince = Date.now();

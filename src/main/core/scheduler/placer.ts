@@ -137,8 +137,7 @@ export class Placer {
     if (host) return { kind: 'host', device: host.device, evict };
     const node = this.planNode(model, w);
     if (node) return { kind: 'node', conn: node.conn, device: node.device, evict };
-    // A shard's head would need the projector beside it, counted in its stage: vision models are replicas only for now.
-    if (!shards || model.mmproj) return null;
+    if (!shards) return null;
     const shard = this.planShardFor(model, w);
     return shard.kind === 'shard' ? { kind: 'shard', plan: shard, evict } : null;
   }
@@ -189,8 +188,7 @@ export class Placer {
     const plan = planHostReplica(this.need(model), freeAfterReservations(this.hubDevices({}), this.views(null)), []);
     const hub = plan.kind === 'none' ? shortfallMessage(model.name, plan) : `${model.name}: the hub's device fits it`;
     const paused = this.deps.hubPaused() ? " (the hub's own devices are paused)" : '';
-    const shards = model.mmproj ? ' (a vision model is not split across machines yet: one device must hold it)' : '';
-    return `${hub}${paused}; ${this.nodesSummary(model.name)}${shards}`;
+    return `${hub}${paused}; ${this.nodesSummary(model.name)}`;
   }
 
   private nodesSummary(model: string): string {

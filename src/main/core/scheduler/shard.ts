@@ -1,5 +1,5 @@
 import type { ModelRecord } from '../store/store.js';
-import { FIXED_OVERHEAD_MB, KV_SCALE, contextPerSlot, type FitSettings } from './fit.js';
+import { FIXED_OVERHEAD_MB, KV_SCALE, contextPerSlot, projectorNeedMb, type FitSettings } from './fit.js';
 
 /**
  * Pipeline shards, pure: inventory + model + settings → plan, and plan → llama-server flags. No I/O.
@@ -33,6 +33,8 @@ export interface ShardModel {
    * these move to remote stages; null = unknown (a model registered before relay read it): proportional shares.
    */
   readonly expertWeightsMb?: number | null;
+  /** A vision model's projector (fit.ts projectorNeedMb): it runs beside the head, so the hub's stage holds it. */
+  readonly projectorMb?: number;
 }
 
 /** The split planner's view of a model (null: the header gives no layer count to split). */
@@ -47,6 +49,7 @@ export function shardModel(model: ModelRecord): ShardModel | null {
     isMoe: model.expert_count > 0 && model.expert_used_count > 0,
     // The experts' share of the weights, scaled like the weights themselves (required_vram_mb or the file).
     expertWeightsMb: model.expert_bytes != null && model.tensor_bytes ? weightsMb * (model.expert_bytes / model.tensor_bytes) : null,
+    projectorMb: projectorNeedMb(model.mmproj?.size),
   };
 }
 
@@ -98,7 +101,8 @@ export function stageNeedMb(model: ShardModel, layers: number, s: FitSettings, r
   const weights = experts === null ? model.weightsMb * share : role === 'hub' ? model.weightsMb - experts + experts * share : experts * share;
   const ctx = contextPerSlot(s);
   const kv = model.kvBytesPerToken ? (model.kvBytesPerToken * kvShare * ctx * s.parallelSlots * KV_SCALE[s.kvCacheType]) / MIB : 0;
-  return weights + kv + weights * 0.03 + FIXED_OVERHEAD_MB + kv * 0.05;
+  const projector = role === 'hub' ? (model.projectorMb ?? 0) : 0;
+  return weights + kv + weights * 0.03 + FIXED_OVERHEAD_MB + kv * 0.05 + projector;
 }
 
 /** Put the hub's stage last (or first) and renumber every stage's layer range to match the new order. */
