@@ -119,9 +119,10 @@ export async function cmdModels(sub: string | undefined, args: string[]): Promis
   }
   if (sub === 'set') {
     const name = positionals[0];
-    if (!name || Object.values(settings).every((v) => v === undefined))
-      throw new Error('usage: relay models set NAME [--ctx N] [--slots N] [--kv f16|q8_0|q4_0] [--flash-attn on|off|auto] (a value, or "default")');
-    const res = await api(base, `/api/models/${encodeURIComponent(name)}`, { method: 'PATCH', headers: { 'content-type': 'application/json' }, body: JSON.stringify(settings) });
+    const mmproj = values.mmproj === undefined ? undefined : values.mmproj === 'none' ? null : resolve(values.mmproj);
+    if (!name || (Object.values(settings).every((v) => v === undefined) && mmproj === undefined))
+      throw new Error('usage: relay models set NAME [--ctx N] [--slots N] [--kv f16|q8_0|q4_0] [--flash-attn on|off|auto] (a value, or "default") [--mmproj FILE|none]');
+    const res = await api(base, `/api/models/${encodeURIComponent(name)}`, { method: 'PATCH', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ ...settings, mmproj }) });
     const j = (await res.json()) as { model?: { name: string; need_mb: number; need: { ctx: number; slots: number }; settings?: Record<string, unknown> }; error?: { code: string; message: string } };
     if (!res.ok || !j.model) return apiFailure(j);
     const m = j.model;

@@ -5,6 +5,7 @@ import { after, before, describe, it } from 'node:test';
 import { fixture } from '../helpers/llama.js';
 import { startHub, type HubProcess } from '../helpers/hub.js';
 import { sha256File } from '../fixtures/models.js';
+import { ensureProjector } from '../fixtures/vision.js';
 
 const run = promisify(execFile);
 const relay = new URL('../../../bin/relay.js', import.meta.url).pathname;
@@ -31,6 +32,19 @@ describe('relay models (CLI → admin API)', { timeout: 120_000 }, () => {
     assert.equal(m.sha256, sha);
     assert.equal(m.required_vram_mb, 300);
     assert.deepEqual([m.arch, m.block_count, m.kv_bytes_per_token, m.expert_count, m.expert_used_count, m.context_length], ['llama', 4, 1024, 0, 0, 2048]);
+  });
+
+  it('--mmproj gives a model its projector (add and set), none takes it away; a model file is no projector', async () => {
+    const { stdout } = await cli('models', 'add', fixture('dense'), '--name', 'v1', '--mmproj', ensureProjector());
+    assert.match(stdout, new RegExp(`added: v1 \\(sees images: ${ensureProjector().replace(/[.]/g, '\\.')}\\)`));
+    const proj = async () => (await hub.api<{ models: { name: string; mmproj?: { sha256: string } }[] }>('/api/models')).body.models.find((x) => x.name === 'v1')!.mmproj;
+    assert.equal((await proj())?.sha256, sha256File(ensureProjector()));
+    await cli('models', 'set', 'v1', '--mmproj', 'none');
+    assert.equal(await proj(), undefined);
+    await cli('models', 'set', 'v1', '--mmproj', ensureProjector());
+    assert.equal((await proj())?.sha256, sha256File(ensureProjector()));
+    await assert.rejects(cli('models', 'set', 'v1', '--mmproj', fixture('moe')), (e: { stderr: string }) => /is not a vision projector/.test(e.stderr));
+    await cli('models', 'rm', 'v1');
   });
 
   it('ls shows size, need and availability; rm removes', async () => {

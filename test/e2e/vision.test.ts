@@ -163,6 +163,22 @@ describe('vision fixtures', { timeout: 300_000 }, () => {
       });
       assert.equal(remote.status, 400);
       assert.equal(((await remote.json()) as { error: { code: string } }).error.code, 'image_url_not_allowed');
+      // PATCH takes the projector away (the running replica stops: it ran with --mmproj) and gives it back.
+      const patch = (mmproj: string | null) =>
+        h.api<{ model: { mmproj?: unknown } }>('/api/models/eyes', { method: 'PATCH', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ mmproj }) });
+      assert.equal((await patch(null)).body.model.mmproj, undefined);
+      assert.equal((await h.status()).replicas.filter((x) => x.model === 'eyes').length, 0, 'its replica stopped');
+      const blind = await fetch(`${h.url}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ model: 'eyes', messages: [{ role: 'user', content: ask }] }),
+      });
+      assert.equal(((await blind.json()) as { error: { code: string } }).error.code, 'model_not_vision');
+      assert.ok((await patch(ensureProjector())).body.model.mmproj);
+      // Ollama's generate takes images too.
+      const g = await ollama.generate({ model: 'eyes', prompt: 'What is this?', images: [png], stream: false, options: { ...GREEDY, num_predict: 12 } });
+      assert.equal(g.response, want.text);
+
       // On a node: the hub pushes model and projector (each verified by its hash on the node), the replica runs
       // with the cached projector, and the answer is the same.
       const node = await startNode(h, { name: 'n1', cpuBudgetMb: 2400, env: ENV });

@@ -84,10 +84,13 @@ export const mountModels: Mount = (app, { deps: d, raw, auth, modelView }) => {
   app.patch('/api/models/:name', auth.requireAdmin(false), raw, async (req, res, next) => {
     try {
       const name = String(req.params.name);
+      const body = parseJson(req);
       const before = registry.require(name).settings;
-      const settings = applySettings(before, parseJson(req));
+      const settings = applySettings(before, body);
+      // A projector (a path) or none (null): its placements run with or without --mmproj.
+      const projector = body.mmproj === undefined ? null : await registry.setProjector(name, body.mmproj === null ? null : textField(body.mmproj));
       const m = await registry.setSettings(name, settings);
-      if (!sameSettings(before, m.settings)) await scheduler.stopModel(name, 'its settings changed');
+      if (!sameSettings(before, m.settings) || projector?.changed) await scheduler.stopModel(name, 'its settings changed');
       res.json({ model: modelView(m) });
     } catch (err) {
       next(err);

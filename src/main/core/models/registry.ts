@@ -279,6 +279,21 @@ export class ModelRegistry {
     });
   }
 
+  /** Give a model a vision projector (a path), or take it away (null); whether it changed (its placements restart). */
+  async setProjector(name: string, path: string | null): Promise<{ model: ModelRecord; changed: boolean }> {
+    const before = this.require(name).mmproj;
+    const mmproj = path === null ? null : await describeProjector(path, before?.path === path ? before.sha256 : undefined);
+    return this.store.update((data) => {
+      const m = data.models.find((x) => x.name === name);
+      if (!m) throw new RelayError(ErrorCode.MODEL_NOT_FOUND, `the model "${name}" does not exist`, { model: name });
+      const was = m.mmproj?.sha256;
+      if (mmproj) m.mmproj = mmproj;
+      else delete m.mmproj;
+      this.log.info({ model: name, mmproj: m.mmproj?.path ?? null }, 'model projector set');
+      return { model: m, changed: was !== m.mmproj?.sha256 };
+    });
+  }
+
   async remove(name: string): Promise<ModelRecord> {
     return this.store.update((data) => {
       const i = data.models.findIndex((m) => m.name === name);
