@@ -6,6 +6,7 @@ import { after, before, describe, it } from 'node:test';
 import { chromium, type Browser, type Page } from 'playwright-core';
 import { addModel, startHub, type HubProcess } from '../helpers/hub.js';
 import { fixture } from '../helpers/llama.js';
+import { ensureProjector } from '../fixtures/vision.js';
 import { startNode, type NodeProcess } from '../helpers/node.js';
 import { until, waitGone } from '../helpers/proc.js';
 
@@ -204,6 +205,23 @@ describe('dashboard in chromium', { timeout: 300_000 }, () => {
     } finally {
       await hub.api('/api/models/Imported-Q8', { method: 'DELETE' });
       rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it("a vision model's row says it sees images (its projector's path on hover)", async () => {
+    const r = await hub.api('/api/models', {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ path: fixture('dense'), name: 'eyes', mmproj: ensureProjector() }),
+    });
+    assert.equal(r.status, 201);
+    try {
+      await page.goto(hub.url);
+      const row = page.getByRole('table', { name: 'Models' }).getByRole('row').filter({ hasText: 'eyes' });
+      await row.getByText('sees images').waitFor();
+      assert.equal(await row.getByText('sees images').getAttribute('title'), ensureProjector());
+    } finally {
+      await hub.api('/api/models/eyes', { method: 'DELETE' });
     }
   });
 
