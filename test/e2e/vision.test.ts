@@ -109,6 +109,7 @@ describe('vision fixtures', { timeout: 300_000 }, () => {
       const pid = (await h.status()).replicas.find((r) => r.model === 'eyes')!.pid!;
       const argv = readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0');
       assert.equal(argv[argv.indexOf('--mmproj') + 1], ensureProjector(), 'the replica runs with its projector');
+      assert.ok(argv.includes('--no-mmproj-offload'), 'a CPU placement keeps its projector on the CPU');
 
       // Anthropic's image block and Ollama's images: the same image, the same answer.
       const anthropic = new Anthropic({ baseURL: h.url, apiKey: 'x', maxRetries: 0 });

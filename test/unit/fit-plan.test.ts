@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { fitNeed, contextPerSlot, KV_SCALE } from '../../src/main/core/scheduler/fit.js';
-import { freeAfterReservations, planHostReplica, shortfallMessage, type Reservation } from '../../src/main/core/scheduler/plan.js';
+import { describeNeed, freeAfterReservations, planHostReplica, shortfallMessage, type Reservation } from '../../src/main/core/scheduler/plan.js';
 
 const MIB = 1024 * 1024;
 const settings = { contextSize: 4096, replicaCtx: 0, parallelSlots: 2, kvCacheType: 'f16' as const };
@@ -93,5 +93,18 @@ describe('host placement plan', () => {
     const plan = planHostReplica(need, [], []);
     assert.equal(plan.kind, 'none');
     assert.match(shortfallMessage('m', plan), /no GPU and no CPU budget \(start it with --cpu-budget-mb/);
+  });
+});
+
+describe('the fit of a vision model', () => {
+  it('adds the projector: its weights × 1.25 + 32 MB, named in the breakdown; nothing for a text model', () => {
+    const s = { contextSize: 4096, replicaCtx: 0, parallelSlots: 2, kvCacheType: 'f16' as const };
+    const text = fitNeed({ requiredVramMb: null, sizeBytes: 4000 * 2 ** 20, kvBytesPerToken: 131072 }, s);
+    const seeing = fitNeed({ requiredVramMb: null, sizeBytes: 4000 * 2 ** 20, kvBytesPerToken: 131072, projectorBytes: 800 * 2 ** 20 }, s);
+    assert.equal(text.projectorMb, 0);
+    assert.equal(seeing.projectorMb, 800 * 1.25 + 32);
+    assert.equal(seeing.needMb - text.needMb, 1032);
+    assert.match(describeNeed('gemma3', seeing), /\+ projector 1032 MB;/);
+    assert.doesNotMatch(describeNeed('m', text), /projector/);
   });
 });
