@@ -22,6 +22,8 @@ export const ErrorCode = {
   MODEL_NOT_VISION: 'MODEL_NOT_VISION',
   /** An image given as a remote http(s) URL: the hub does not fetch on a client's behalf. */
   IMAGE_URL_NOT_ALLOWED: 'IMAGE_URL_NOT_ALLOWED',
+  /** RELAY_FETCH_IMAGES on, and an image link could not be fetched (not found, not an image, too big, too slow). */
+  IMAGE_FETCH_FAILED: 'IMAGE_FETCH_FAILED',
   /** A split GGUF given by a later part, missing a part, or with parts that do not agree. */
   GGUF_BAD_SPLIT: 'GGUF_BAD_SPLIT',
   // llama.cpp binaries and child processes
@@ -161,6 +163,7 @@ export const HTTP_ERRORS: Readonly<Partial<Record<ErrorCode, { status: number; t
   MMPROJ_NOT_A_PROJECTOR: { status: 422, type: 'invalid_request_error' },
   MODEL_NOT_VISION: { status: 400, type: 'invalid_request_error' },
   IMAGE_URL_NOT_ALLOWED: { status: 400, type: 'invalid_request_error' },
+  IMAGE_FETCH_FAILED: { status: 400, type: 'invalid_request_error' },
   GGUF_BAD_SPLIT: { status: 422, type: 'invalid_request_error' },
   MODEL_NOT_FOUND: { status: 404, type: 'invalid_request_error' },
   MODEL_EXISTS: { status: 409, type: 'invalid_request_error' },

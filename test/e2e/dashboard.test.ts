@@ -208,18 +208,25 @@ describe('dashboard in chromium', { timeout: 300_000 }, () => {
     }
   });
 
-  it("a vision model's row says it sees images (its projector's path on hover)", async () => {
-    const r = await hub.api('/api/models', {
-      method: 'POST',
-      headers: { 'content-type': 'application/json' },
-      body: JSON.stringify({ path: fixture('dense'), name: 'eyes', mmproj: ensureProjector() }),
-    });
+  it("a model's projector set from its Settings… dialog; its row then says it sees images (the path on hover)", async () => {
+    const r = await hub.api('/api/models', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ path: fixture('dense'), name: 'eyes' }) });
     assert.equal(r.status, 201);
     try {
       await page.goto(hub.url);
+      await page.getByRole('button', { name: 'Settings of eyes' }).click();
+      await page.getByLabel(/Vision projector/).fill(ensureProjector());
+      await page.getByRole('button', { name: 'Save' }).click();
       const row = page.getByRole('table', { name: 'Models' }).getByRole('row').filter({ hasText: 'eyes' });
       await row.getByText('sees images').waitFor();
       assert.equal(await row.getByText('sees images').getAttribute('title'), ensureProjector());
+      const m = (await hub.api<{ models: { name: string; mmproj?: { path: string } }[] }>('/api/models')).body.models.find((x) => x.name === 'eyes');
+      assert.equal(m?.mmproj?.path, ensureProjector());
+      // Emptied: text only again.
+      await page.getByRole('button', { name: 'Settings of eyes' }).click();
+      assert.equal(await page.getByLabel(/Vision projector/).inputValue(), ensureProjector(), 'the dialog shows the projector');
+      await page.getByLabel(/Vision projector/).fill('');
+      await page.getByRole('button', { name: 'Save' }).click();
+      await row.getByText('sees images').waitFor({ state: 'detached' });
     } finally {
       await hub.api('/api/models/eyes', { method: 'DELETE' });
     }

@@ -1,6 +1,8 @@
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
 import { existsSync, readFileSync, statSync } from 'node:fs';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { after, describe, it } from 'node:test';
 import { startLlamaServer, type RunningLlamaServer } from '../../src/main/core/llama/index.js';
@@ -272,6 +274,80 @@ describe('vision fixtures', { timeout: 300_000 }, () => {
     } finally {
       for (const n of nodes) await n.stop();
       await h.stop();
+    }
+  });
+
+  it('RELAY_FETCH_IMAGES=1: the hub fetches image links and sends them inline; a link that is no image is refused', async () => {
+    const png = Buffer.from(testPng(), 'base64');
+    const site = createServer((req, res) => {
+      if (req.url === '/photo.png') res.writeHead(200, { 'content-type': 'image/png' }).end(png);
+      else if (req.url === '/page') res.writeHead(200, { 'content-type': 'text/html' }).end('<html></html>');
+      else res.writeHead(404).end();
+    });
+    await new Promise<void>((r) => site.listen(0, '127.0.0.1', () => r()));
+    const base = `http://127.0.0.1:${(site.address() as AddressInfo).port}`;
+    const h = await startHub({ env: { RELAY_CONTEXT_SIZE: '512', RELAY_PARALLEL_SLOTS: '1', RELAY_THREADS: '1', RELAY_FETCH_IMAGES: '1' }, args: ['--cpu-budget-mb', '1200'] });
+    try {
+      await h.api('/api/models', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ path: fixture('dense'), name: 'eyes', mmproj: ensureProjector() }) });
+      const want = await chatUsage(started[0]!.baseUrl, [
+        { type: 'text', text: 'What is this?' },
+        { type: 'image_url', image_url: { url: `data:image/png;base64,${testPng()}` } },
+      ]);
+      const ask = (url: string) =>
+        fetch(`${h.url}/v1/chat/completions`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json' },
+          body: JSON.stringify({
+            model: 'eyes',
+            messages: [
+              {
+                role: 'user',
+                content: [
+                  { type: 'text', text: 'What is this?' },
+                  { type: 'image_url', image_url: { url } },
+                ],
+              },
+            ],
+            max_tokens: 12,
+            ...GREEDY,
+          }),
+        });
+      const ok = await ask(`${base}/photo.png`);
+      const j = (await ok.json()) as { choices: { message: { content: string } }[]; usage: { prompt_tokens: number } };
+      assert.equal(ok.status, 200, JSON.stringify(j));
+      assert.equal(j.choices[0]!.message.content, want.text, 'the fetched image is the inline one');
+      assert.equal(j.usage.prompt_tokens, want.prompt);
+      // Anthropic's url source too.
+      const anthropic = new Anthropic({ baseURL: h.url, apiKey: 'x', maxRetries: 0 });
+      const aAsk = {
+        model: 'eyes',
+        max_tokens: 12,
+        temperature: 0,
+        top_k: 1,
+        messages: [
+          {
+            role: 'user' as const,
+            content: [
+              { type: 'text', text: 'What is this?' },
+              { type: 'image', source: { type: 'url', url: `${base}/photo.png` } },
+            ] satisfies Anthropic.ContentBlockParam[],
+          },
+        ],
+      };
+      assert.equal((await anthropic.messages.create(aAsk)).content.map((c) => (c.type === 'text' ? c.text : '')).join(''), want.text);
+      for (const [path, why] of [
+        ['/missing.png', /answered 404/],
+        ['/page', /text\/html, not an image/],
+      ] as const) {
+        const bad = await ask(`${base}${path}`);
+        assert.equal(bad.status, 400);
+        const e = ((await bad.json()) as { error: { code: string; message: string } }).error;
+        assert.equal(e.code, 'image_fetch_failed');
+        assert.match(e.message, why);
+      }
+    } finally {
+      await h.stop();
+      site.close();
     }
   });
 });

@@ -66,6 +66,11 @@ export interface HubConfig {
   readonly allowedHosts: readonly string[];
   /** Loopback clients are admins without a login (RELAY_LOOPBACK_ADMIN=0: they need one too, for a machine shared with other users). */
   readonly loopbackAdmin: boolean;
+  /**
+   * RELAY_FETCH_IMAGES=1: the hub fetches images clients give as http(s) links and sends them on inline. Off by
+   * default: a hub that fetches any address a client names reaches the home network's devices for it (SSRF).
+   */
+  readonly fetchImages: boolean;
   /** A request's headers and body must arrive within this (RELAY_REQUEST_TIMEOUT_MS); the response is not limited. */
   readonly requestTimeoutMs: number;
   /** Open connections the hub accepts at once, nodes included (RELAY_MAX_CONNECTIONS). */
@@ -205,6 +210,7 @@ export function hubConfigFromEnv(env: NodeJS.ProcessEnv = processEnv(), override
     pushStallMs: int(env, 'RELAY_PUSH_STALL_MS', 30_000),
     hangCheck: env.RELAY_HANG_CHECK !== '0',
     loopbackAdmin: env.RELAY_LOOPBACK_ADMIN !== '0',
+    fetchImages: env.RELAY_FETCH_IMAGES === '1',
     allowedHosts: `${env.RELAY_ALLOWED_HOSTS ?? ''},${allowedHostsFlag}`
       .split(',')
       .map((h) => h.trim())

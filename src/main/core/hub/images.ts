@@ -34,8 +34,8 @@ function sourceOf(part: Record<string, unknown>): string {
   return /^https?:/i.test(remote) ? remote : 'data';
 }
 
-/** Refuses what `model` cannot take: any image without a projector, and images given as remote URLs. */
-export function checkImages(body: unknown, model: { name: string; mmproj?: unknown }): void {
+/** Refuses what `model` cannot take: any image without a projector, and (unless `fetching`) images given as remote URLs. */
+export function checkImages(body: unknown, model: { name: string; mmproj?: unknown }, fetching = false): void {
   const sources = imageSources(body);
   if (sources.length === 0) return;
   if (!model.mmproj) {
@@ -46,7 +46,68 @@ export function checkImages(body: unknown, model: { name: string; mmproj?: unkno
     );
   }
   const remote = sources.find((s) => s !== 'data');
-  if (remote) {
-    throw new RelayError(ErrorCode.IMAGE_URL_NOT_ALLOWED, `images must be sent inline (a data: URL or base64), not as a link the hub would fetch: ${remote.slice(0, 200)}`, { model: model.name });
+  if (remote && !fetching) {
+    throw new RelayError(
+      ErrorCode.IMAGE_URL_NOT_ALLOWED,
+      `images must be sent inline (a data: URL or base64), not as a link the hub would fetch (its owner can allow that: RELAY_FETCH_IMAGES=1): ${remote.slice(0, 200)}`,
+      { model: model.name },
+    );
   }
+}
+
+const FETCH_TIMEOUT_MS = 15_000;
+
+/** One image link fetched: its media type and bytes, bounded in size and time. */
+async function fetchImage(url: string, maxBytes: number): Promise<{ type: string; data: Buffer }> {
+  const failed = (why: string): RelayError => new RelayError(ErrorCode.IMAGE_FETCH_FAILED, `could not fetch the image at ${url.slice(0, 200)}: ${why}`, { url: url.slice(0, 200) });
+  let res: Response;
+  try {
+    res = await fetch(url, { signal: AbortSignal.timeout(FETCH_TIMEOUT_MS), redirect: 'follow' });
+  } catch (err) {
+    throw failed((err as Error).name === 'TimeoutError' ? `no answer within ${FETCH_TIMEOUT_MS / 1000} s` : (err as Error).message);
+  }
+  if (!res.ok) throw failed(`it answered ${res.status}`);
+  const type = (res.headers.get('content-type') ?? '').split(';')[0]!.trim().toLowerCase();
+  if (!type.startsWith('image/')) throw failed(`it is ${type || 'of no stated type'}, not an image`);
+  const chunks: Buffer[] = [];
+  let size = 0;
+  for await (const c of res.body ?? []) {
+    size += (c as Uint8Array).byteLength;
+    if (size > maxBytes) throw failed(`it is over ${Math.round(maxBytes / 2 ** 20)} MiB`);
+    chunks.push(Buffer.from(c as Uint8Array));
+  }
+  return { type, data: Buffer.concat(chunks) };
+}
+
+/**
+ * With RELAY_FETCH_IMAGES: the body with every image link replaced by the fetched image, inline, in its dialect's
+ * shape (OpenAI's data: URL, Anthropic's base64 source). The same body when it has none.
+ */
+export async function inlineRemoteImages(body: Record<string, unknown>, maxBytes: number): Promise<Record<string, unknown> | null> {
+  if (!imageSources(body).some((s) => s !== 'data')) return null;
+  const copy = structuredClone(body);
+  const jobs: Promise<void>[] = [];
+  const dataUrl = async (url: string): Promise<string> => {
+    const img = await fetchImage(url, maxBytes);
+    return `data:${img.type};base64,${img.data.toString('base64')}`;
+  };
+  const visit = (v: unknown, depth: number): void => {
+    if (depth > 12 || typeof v !== 'object' || v === null) return;
+    if (Array.isArray(v)) return v.forEach((x) => visit(x, depth + 1));
+    const o = v as Record<string, unknown>;
+    if (typeof o.type === 'string' && IMAGE_PARTS.has(o.type)) {
+      const iu = o.image_url;
+      const src = o.source as { type?: unknown; url?: unknown } | undefined;
+      if (typeof iu === 'string' && /^https?:/i.test(iu)) jobs.push(dataUrl(iu).then((u) => void (o.image_url = u)));
+      else if (typeof iu === 'object' && iu !== null && typeof (iu as { url?: unknown }).url === 'string' && /^https?:/i.test((iu as { url: string }).url)) {
+        jobs.push(dataUrl((iu as { url: string }).url).then((u) => void ((iu as { url: string }).url = u)));
+      } else if (src?.type === 'url' && typeof src.url === 'string' && /^https?:/i.test(src.url)) {
+        jobs.push(fetchImage(src.url, maxBytes).then((img) => void (o.source = { type: 'base64', media_type: img.type, data: img.data.toString('base64') })));
+      }
+    }
+    for (const k of ['messages', 'input', 'content', 'system']) if (k in o) visit(o[k], depth + 1);
+  };
+  visit(copy, 0);
+  await Promise.all(jobs);
+  return copy;
 }

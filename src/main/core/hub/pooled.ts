@@ -1,5 +1,5 @@
 import type { Request, Response } from 'express';
-import { checkImages } from './images.js';
+import { checkImages, inlineRemoteImages } from './images.js';
 import { ErrorCode, isRelayError, RelayError } from '../../../shared/errors.js';
 import { MAX_ATTEMPTS, newAttempts } from '../scheduler/scheduler.js';
 import type { ModelRecord } from '../store/store.js';
@@ -61,11 +61,17 @@ export async function throughPool(h: HubHttp, req: Request, res: Response, endpo
     }
   };
   try {
-    const p = prepare();
+    let p = prepare();
     model = p.model;
     const record = registry.require(p.model);
     checkUse(p.use, record, p.model);
-    if (p.use === 'generate') checkImages(JSON.parse(p.body.toString('utf8')) as unknown, record);
+    if (p.use === 'generate') {
+      const parsed = JSON.parse(p.body.toString('utf8')) as Record<string, unknown>;
+      checkImages(parsed, record, h.deps.config.fetchImages);
+      // The owner let the hub fetch image links (RELAY_FETCH_IMAGES): they go on inline.
+      const inlined = h.deps.config.fetchImages ? await inlineRemoteImages(parsed, h.deps.config.maxBodyBytes) : null;
+      if (inlined) p = { ...p, body: Buffer.from(JSON.stringify(inlined)) };
+    }
     const attempts = newAttempts();
     const gone = new AbortController();
     res.on('close', () => {
