@@ -32,6 +32,28 @@ async function chatUsage(base: string, content: unknown): Promise<{ text: string
   return { status: res.status, text: j.choices?.[0]?.message.content ?? '', prompt: j.usage?.prompt_tokens ?? 0 };
 }
 
+/** Anthropic's Messages API asked about one image (its `source`) at temperature 0: the answer's text. */
+async function anthropicAbout(hubUrl: string, source: Anthropic.ImageBlockParam['source']): Promise<string> {
+  const anthropic = new Anthropic({ baseURL: hubUrl, apiKey: 'x', maxRetries: 0 });
+  const ask = {
+    model: 'eyes',
+    max_tokens: 12,
+    temperature: 0,
+    top_k: 1,
+    messages: [
+      {
+        role: 'user' as const,
+        content: [
+          { type: 'text', text: 'What is this?' },
+          { type: 'image', source },
+        ] satisfies Anthropic.ContentBlockParam[],
+      },
+    ],
+  };
+  const m = await anthropic.messages.create(ask);
+  return m.content.map((c) => (c.type === 'text' ? c.text : '')).join('');
+}
+
 describe('vision fixtures', { timeout: 300_000 }, () => {
   const started: RunningLlamaServer[] = [];
   let hub: HubProcess | null = null;
@@ -114,24 +136,7 @@ describe('vision fixtures', { timeout: 300_000 }, () => {
       assert.ok(argv.includes('--no-mmproj-offload'), 'a CPU placement keeps its projector on the CPU');
 
       // Anthropic's image block and Ollama's images: the same image, the same answer.
-      const anthropic = new Anthropic({ baseURL: h.url, apiKey: 'x', maxRetries: 0 });
-      const aAsk = {
-        model: 'eyes',
-        max_tokens: 12,
-        temperature: 0,
-        top_k: 1,
-        messages: [
-          {
-            role: 'user' as const,
-            content: [
-              { type: 'text', text: 'What is this?' },
-              { type: 'image', source: { type: 'base64', media_type: 'image/png', data: png } },
-            ] satisfies Anthropic.ContentBlockParam[],
-          },
-        ],
-      };
-      const a = await anthropic.messages.create(aAsk);
-      assert.equal(a.content.map((c) => (c.type === 'text' ? c.text : '')).join(''), want.text);
+      assert.equal(await anthropicAbout(h.url, { type: 'base64', media_type: 'image/png', data: png }), want.text);
       const ollama = new Ollama({ host: h.url });
       const o = await ollama.chat({ model: 'eyes', messages: [{ role: 'user', content: 'What is this?', images: [png] }], options: { ...GREEDY, num_predict: 12 } });
       assert.equal(o.message.content, want.text);
@@ -318,23 +323,7 @@ describe('vision fixtures', { timeout: 300_000 }, () => {
       assert.equal(j.choices[0]!.message.content, want.text, 'the fetched image is the inline one');
       assert.equal(j.usage.prompt_tokens, want.prompt);
       // Anthropic's url source too.
-      const anthropic = new Anthropic({ baseURL: h.url, apiKey: 'x', maxRetries: 0 });
-      const aAsk = {
-        model: 'eyes',
-        max_tokens: 12,
-        temperature: 0,
-        top_k: 1,
-        messages: [
-          {
-            role: 'user' as const,
-            content: [
-              { type: 'text', text: 'What is this?' },
-              { type: 'image', source: { type: 'url', url: `${base}/photo.png` } },
-            ] satisfies Anthropic.ContentBlockParam[],
-          },
-        ],
-      };
-      assert.equal((await anthropic.messages.create(aAsk)).content.map((c) => (c.type === 'text' ? c.text : '')).join(''), want.text);
+      assert.equal(await anthropicAbout(h.url, { type: 'url', url: `${base}/photo.png` }), want.text);
       for (const [path, why] of [
         ['/missing.png', /answered 404/],
         ['/page', /text\/html, not an image/],
