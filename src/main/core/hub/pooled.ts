@@ -12,9 +12,10 @@ export interface Pooled {
   /** The registered model's name. */
   readonly model: string;
   readonly use: ModelUse;
-  /** llama-server's path and the body sent there. */
+  /** llama-server's path and the body sent there, as bytes and as the object they encode (read, never parsed again). */
   readonly path: string;
   readonly body: Buffer;
+  readonly json: Record<string, unknown>;
   /** A dialect llama-server does not speak (Ollama's): the answer rewritten on its way; a fresh one per attempt. */
   readonly translate?: (t: { startedAt: number; leasedAt: number }) => Translator;
 }
@@ -66,11 +67,10 @@ export async function throughPool(h: HubHttp, req: Request, res: Response, endpo
     const record = registry.require(p.model);
     checkUse(p.use, record, p.model);
     if (p.use === 'generate') {
-      const parsed = JSON.parse(p.body.toString('utf8')) as Record<string, unknown>;
-      checkImages(parsed, record, h.deps.config.fetchImages);
+      checkImages(p.json, record, h.deps.config.fetchImages);
       // The owner let the hub fetch image links (RELAY_FETCH_IMAGES): they go on inline.
-      const inlined = h.deps.config.fetchImages ? await inlineRemoteImages(parsed, h.deps.config.maxBodyBytes) : null;
-      if (inlined) p = { ...p, body: Buffer.from(JSON.stringify(inlined)) };
+      const inlined = h.deps.config.fetchImages ? await inlineRemoteImages(p.json, h.deps.config.maxBodyBytes) : null;
+      if (inlined) p = { ...p, json: inlined, body: Buffer.from(JSON.stringify(inlined)) };
     }
     const attempts = newAttempts();
     const gone = new AbortController();

@@ -60,6 +60,7 @@ export const mountV1: Mount = (app, h) => {
             use: route.use,
             path: route.upstream ?? route.path,
             body: named === undefined ? (req.body as Buffer) : Buffer.from(JSON.stringify(body)),
+            json: body,
           };
         }),
       // Errors before the handler (an API key, the body's type and size) in the route's own shape too.

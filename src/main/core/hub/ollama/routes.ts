@@ -104,6 +104,7 @@ export const mountOllama: Mount = (app, h) => {
             use: 'generate',
             path: up.path,
             body: Buffer.from(JSON.stringify(up.body)),
+            json: up.body,
             translate: (t) => ollamaGeneration({ kind, model: asked, stream, upstream: up.format, ...t }),
           };
         });
@@ -126,7 +127,7 @@ export const mountOllama: Mount = (app, h) => {
           const asked = modelField(b);
           const name = registeredName(asked, has);
           const up = embedUpstream(b, name, legacy);
-          return { model: name, use: 'embed', path: up.path, body: Buffer.from(JSON.stringify(up.body)), translate: (t) => ollamaEmbedding({ model: asked, legacy, ...t }) };
+          return { model: name, use: 'embed', path: up.path, body: Buffer.from(JSON.stringify(up.body)), json: up.body, translate: (t) => ollamaEmbedding({ model: asked, legacy, ...t }) };
         }),
       inOllamaShape,
     );
