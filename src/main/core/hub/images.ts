@@ -9,21 +9,23 @@ import { ErrorCode, RelayError } from '../../../shared/errors.js';
 
 const IMAGE_PARTS = new Set(['image_url', 'input_image', 'image']);
 
-/** Where each image of `body` comes from: 'data' (inline bytes) or the remote URL it names. */
-export function imageSources(body: unknown): string[] {
-  const out: string[] = [];
+/** The image parts of a request body, whatever its dialect (the objects themselves, to read or to rewrite). */
+function imageParts(body: unknown): Record<string, unknown>[] {
+  const out: Record<string, unknown>[] = [];
   const visit = (v: unknown, depth: number): void => {
     if (depth > 12 || typeof v !== 'object' || v === null) return;
-    if (Array.isArray(v)) {
-      for (const x of v) visit(x, depth + 1);
-      return;
-    }
+    if (Array.isArray(v)) return v.forEach((x) => visit(x, depth + 1));
     const o = v as Record<string, unknown>;
-    if (typeof o.type === 'string' && IMAGE_PARTS.has(o.type)) out.push(sourceOf(o));
+    if (typeof o.type === 'string' && IMAGE_PARTS.has(o.type)) out.push(o);
     for (const k of ['messages', 'input', 'content', 'system']) if (k in o) visit(o[k], depth + 1);
   };
   visit(body, 0);
   return out;
+}
+
+/** Where each image of `body` comes from: 'data' (inline bytes) or the remote URL it names. */
+export function imageSources(body: unknown): string[] {
+  return imageParts(body).map(sourceOf);
 }
 
 function sourceOf(part: Record<string, unknown>): string {
@@ -81,33 +83,23 @@ async function fetchImage(url: string, maxBytes: number): Promise<{ type: string
 
 /**
  * With RELAY_FETCH_IMAGES: the body with every image link replaced by the fetched image, inline, in its dialect's
- * shape (OpenAI's data: URL, Anthropic's base64 source). The same body when it has none.
+ * shape (OpenAI's data: URL, Anthropic's base64 source); null when it has none.
  */
 export async function inlineRemoteImages(body: Record<string, unknown>, maxBytes: number): Promise<Record<string, unknown> | null> {
-  if (!imageSources(body).some((s) => s !== 'data')) return null;
+  if (!imageSources(body).some((src) => src !== 'data')) return null;
   const copy = structuredClone(body);
-  const jobs: Promise<void>[] = [];
-  const dataUrl = async (url: string): Promise<string> => {
-    const img = await fetchImage(url, maxBytes);
-    return `data:${img.type};base64,${img.data.toString('base64')}`;
-  };
-  const visit = (v: unknown, depth: number): void => {
-    if (depth > 12 || typeof v !== 'object' || v === null) return;
-    if (Array.isArray(v)) return v.forEach((x) => visit(x, depth + 1));
-    const o = v as Record<string, unknown>;
-    if (typeof o.type === 'string' && IMAGE_PARTS.has(o.type)) {
-      const iu = o.image_url;
-      const src = o.source as { type?: unknown; url?: unknown } | undefined;
-      if (typeof iu === 'string' && /^https?:/i.test(iu)) jobs.push(dataUrl(iu).then((u) => void (o.image_url = u)));
-      else if (typeof iu === 'object' && iu !== null && typeof (iu as { url?: unknown }).url === 'string' && /^https?:/i.test((iu as { url: string }).url)) {
-        jobs.push(dataUrl((iu as { url: string }).url).then((u) => void ((iu as { url: string }).url = u)));
-      } else if (src?.type === 'url' && typeof src.url === 'string' && /^https?:/i.test(src.url)) {
-        jobs.push(fetchImage(src.url, maxBytes).then((img) => void (o.source = { type: 'base64', media_type: img.type, data: img.data.toString('base64') })));
-      }
-    }
-    for (const k of ['messages', 'input', 'content', 'system']) if (k in o) visit(o[k], depth + 1);
-  };
-  visit(copy, 0);
-  await Promise.all(jobs);
+  await Promise.all(
+    imageParts(copy).map(async (part) => {
+      const url = sourceOf(part);
+      if (url === 'data') return;
+      const img = await fetchImage(url, maxBytes);
+      const data = img.data.toString('base64');
+      const dataUrl = `data:${img.type};base64,${data}`;
+      // Anthropic's source; the Responses API's image_url string; OpenAI chat's image_url object.
+      if (part.type === 'image') part.source = { type: 'base64', media_type: img.type, data };
+      else if (typeof part.image_url === 'string') part.image_url = dataUrl;
+      else part.image_url = { ...(part.image_url as object), url: dataUrl };
+    }),
+  );
   return copy;
 }
