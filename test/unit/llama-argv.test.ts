@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { cmakeFlags, effectiveFlashAttn, llamaServerArgv, parseListDevices, rpcServerArgv, type LlamaServerOptions } from '../../src/main/core/llama/index.js';
-import { replicaPlacement } from '../../src/main/core/llama/argv.js';
+import { projectorPlacement, replicaPlacement } from '../../src/main/core/llama/argv.js';
 
 const base: LlamaServerOptions = { model: '/m.gguf', host: '127.0.0.1', port: 8080, ctx: 4096, slots: 2, cacheType: 'f16' };
 
@@ -32,6 +32,9 @@ describe('llamaServerArgv', () => {
     assert.ok(!llamaServerArgv({ ...base, mmproj: '/p.gguf' }).includes('--no-mmproj-offload'));
     assert.ok(llamaServerArgv({ ...base, mmproj: '/p.gguf', mmprojOffload: false }).includes('--no-mmproj-offload'));
     assert.ok(!llamaServerArgv(base).includes('--mmproj'));
+    assert.deepEqual(projectorPlacement('/p.gguf', 'CPU'), { mmproj: '/p.gguf', mmprojOffload: false });
+    assert.deepEqual(projectorPlacement('/p.gguf', 'CUDA0'), { mmproj: '/p.gguf', mmprojOffload: true });
+    assert.deepEqual(projectorPlacement(undefined, 'CUDA0'), {});
   });
 
   it('sizes the context as ctx per slot × slots, and binds where told', () => {

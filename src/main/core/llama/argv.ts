@@ -59,6 +59,11 @@ export function replicaPlacement(device: string, backend: string): { devices?: s
   return backend === 'cpu' ? {} : { devices: ['none'], gpuLayers: 0 };
 }
 
+/** A vision projector beside a whole-model llama-server: on the placement's device, kept on the CPU for a CPU placement. */
+export function projectorPlacement(path: string | undefined, device: string): { mmproj?: string; mmprojOffload?: boolean } {
+  return path === undefined ? {} : { mmproj: path, mmprojOffload: device !== 'CPU' };
+}
+
 export function effectiveFlashAttn(cacheType: KvCacheType, explicit: FlashAttn | undefined): FlashAttn {
   if (explicit !== undefined) return explicit;
   return cacheType === 'f16' ? 'auto' : 'on';

@@ -4,7 +4,7 @@ import type { Logger } from 'pino';
 import { ErrorCode, RelayError, isRelayError } from '../../../shared/errors.js';
 import type { RunningReplica, RunningRpc, StageInfo, StartReplica } from '../../../shared/protocol.js';
 import type { LlamaInstall } from '../llama/install.js';
-import { replicaPlacement } from '../llama/argv.js';
+import { projectorPlacement, replicaPlacement } from '../llama/argv.js';
 import { startLlamaServer, startRpcServer, type RunningLlamaServer, type RunningRpcServer } from '../llama/processes.js';
 import { describeExit, type ManagedChild } from '../llama/supervisor.js';
 import { liveness, type Liveness } from '../llama/liveness.js';
@@ -80,7 +80,7 @@ export class Workloads extends EventEmitter {
           embedding: c.embedding,
           reranking: c.reranking ?? false,
           pooling: c.pooling ?? undefined,
-          ...(c.mmproj ? { mmproj: cache.pathOf(c.mmproj), mmprojOffload: c.device !== 'CPU' } : {}),
+          ...projectorPlacement(c.mmproj === undefined ? undefined : cache.pathOf(c.mmproj), c.device),
           metrics: true,
           threads: this.deps.threads,
           readyTimeoutMs: c.loadTimeoutMs ?? DEFAULT_LOAD_TIMEOUT_MS,

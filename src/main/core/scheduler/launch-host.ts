@@ -1,7 +1,7 @@
 import type { Logger } from 'pino';
 import { ErrorCode, RelayError, isRelayError } from '../../../shared/errors.js';
 import type { HubConfig } from '../config.js';
-import { replicaPlacement } from '../llama/argv.js';
+import { projectorPlacement, replicaPlacement } from '../llama/argv.js';
 import type { LlamaInstall } from '../llama/install.js';
 import { startLlamaServer, type RunningLlamaServer } from '../llama/processes.js';
 import { describeExit, type ManagedChild } from '../llama/supervisor.js';
@@ -84,7 +84,7 @@ export class HostLauncher {
           reranking: model.reranker ?? false,
           pooling: poolingFor(model) ?? undefined,
           // A vision model's projector beside it, on its device (kept on the CPU with a CPU placement).
-          ...(model.mmproj ? { mmproj: model.mmproj.path, mmprojOffload: p.device !== 'CPU' } : {}),
+          ...projectorPlacement(model.mmproj?.path, p.device),
           ...replicaPlacement(p.device, this.deps.install.backend),
           onSpawn: (child) => {
             held.child = child;

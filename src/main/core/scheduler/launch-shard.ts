@@ -3,6 +3,7 @@ import { ErrorCode, RelayError, isRelayError } from '../../../shared/errors.js';
 import type { CommandBody } from '../../../shared/protocol.js';
 import type { HubConfig } from '../config.js';
 import type { LlamaInstall } from '../llama/install.js';
+import { projectorPlacement } from '../llama/argv.js';
 import { startLlamaServer } from '../llama/processes.js';
 import type { ManagedChild } from '../llama/supervisor.js';
 import { asLiveness, liveness, worst, type Liveness } from '../llama/liveness.js';
@@ -120,7 +121,7 @@ export class ShardLauncher {
         overrides: flags.overrides,
         fit: flags.fit,
         // A vision model's projector runs beside the head, on the hub's stage device (its fit counts it there).
-        ...(model.mmproj ? { mmproj: model.mmproj.path, mmprojOffload: (plan.stages.find((st) => st.node === null)?.device ?? 'CPU') !== 'CPU' } : {}),
+        ...projectorPlacement(model.mmproj?.path, plan.stages.find((st) => st.node === null)?.device ?? 'CPU'),
         onSpawn: (child) => {
           h.head = child;
           p.loadingSince = Date.now();
