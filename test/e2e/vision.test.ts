@@ -1,11 +1,11 @@
 import assert from 'node:assert/strict';
-import { createHash } from 'node:crypto';
 import { existsSync, readFileSync, statSync } from 'node:fs';
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { after, describe, it } from 'node:test';
 import { startLlamaServer, type RunningLlamaServer } from '../../src/main/core/llama/index.js';
+import { sha256File } from '../fixtures/models.js';
 import { ensureProjector, IMAGE_TOKENS, testPng } from '../fixtures/vision.js';
 import Anthropic from '@anthropic-ai/sdk';
 import { Ollama } from 'ollama';
@@ -107,7 +107,7 @@ describe('vision fixtures', { timeout: 300_000 }, () => {
       const text = await addModel(h, { path: fixture('dense'), name: 'm' });
       const eyes = res.body.model;
       assert.equal(eyes.mmproj?.size, statSync(ensureProjector()).size);
-      assert.equal(eyes.mmproj?.sha256, createHash('sha256').update(readFileSync(ensureProjector())).digest('hex'));
+      assert.equal(eyes.mmproj?.sha256, sha256File(ensureProjector()));
       // The fit: the same model's need grows by the projector's weights × 1.25 + 32 MB.
       const projMb = (statSync(ensureProjector()).size / 2 ** 20) * 1.25 + 32;
       assert.equal(eyes.need.projector_mb, Math.ceil(projMb));
@@ -209,17 +209,9 @@ describe('vision fixtures', { timeout: 300_000 }, () => {
         const nodeArgv = readFileSync(`/proc/${rep.pid}/cmdline`, 'utf8').split('\0');
         const cachedProjector = join(node.home, 'cache', 'models', `${eyes.mmproj.sha256}.gguf`);
         assert.equal(nodeArgv[nodeArgv.indexOf('--mmproj') + 1], cachedProjector, "the node's replica reads its cached projector");
-        assert.equal(createHash('sha256').update(readFileSync(cachedProjector)).digest('hex'), eyes.mmproj.sha256);
+        assert.equal(sha256File(cachedProjector), eyes.mmproj.sha256);
         const cache = async () => (((await node.local('/status')) as { cache?: { sha256: string }[] }).cache ?? []).map((c) => c.sha256).sort();
-        assert.deepEqual(
-          await cache(),
-          [
-            eyes.mmproj.sha256,
-            createHash('sha256')
-              .update(readFileSync(fixture('dense')))
-              .digest('hex'),
-          ].sort(),
-        );
+        assert.deepEqual(await cache(), [eyes.mmproj.sha256, sha256File(fixture('dense'))].sort());
         // Removing the vision model takes its projector from the node; the model file stays ("m" uses it).
         assert.equal((await h.api('/api/models/eyes', { method: 'DELETE' })).status, 200);
         await until(cache, (c) => !c.includes(eyes.mmproj!.sha256));
