@@ -28,6 +28,10 @@ export interface PlacementStatus {
   readonly served: number;
   readonly kv_cache_type: KvCacheTypeName;
   readonly ms_per_token: number | null;
+  /** Requests routed here because its KV cache held a prefix of their prompt (prefix-aware routing). */
+  readonly prefix_hits: number;
+  /** Recent prompt evaluation speed, milliseconds per token; null until measured. */
+  readonly prompt_ms_per_token: number | null;
   readonly failure: PlacementFailure | null;
   /**
    * While its llama-server loads: since when, how long so far and the deadline (a base plus a term per GiB of

@@ -118,7 +118,7 @@ export function fakeNode(name: string, freeMb: number, extra: Partial<NodeConn> 
   } as unknown as NodeConn;
 }
 
-export function setup(o: { hubMb?: number; nodes?: NodeConn[]; models: ModelRecord[]; env?: Record<string, string>; hubPaused?: () => boolean; config?: Partial<HubConfig> }) {
+export function setup(o: { hubMb?: number; nodes?: NodeConn[]; models: ModelRecord[]; env?: Record<string, string>; hubPaused?: () => boolean; config?: Partial<HubConfig>; now?: () => number }) {
   const config = hubConfigFromEnv({ HOME: '/tmp', RELAY_CONTEXT_SIZE: '512', RELAY_PARALLEL_SLOTS: '1', ...o.env }, { port: 0, ...o.config });
   const devices: Device[] = o.hubMb
     ? [{ id: 'CPU', kind: 'cpu', description: 'cpu budget', totalMb: o.hubMb, reportedFreeMb: o.hubMb, utilizationPct: null, source: 'cpu-budget', busId: null, readAt: 0 }]
@@ -136,7 +136,7 @@ export function setup(o: { hubMb?: number; nodes?: NodeConn[]; models: ModelReco
     push: async () => undefined,
   } as unknown as NodeManager;
   const launcher = new ManualLauncher();
-  const scheduler = new Scheduler({ config, registry, launcher, devices: () => devices, nodes: manager, log, hubPaused: o.hubPaused });
+  const scheduler = new Scheduler({ config, registry, launcher, devices: () => devices, nodes: manager, log, hubPaused: o.hubPaused, ...(o.now ? { now: o.now } : {}) });
   return { scheduler, launcher, config };
 }
 

@@ -52,7 +52,7 @@ describe('scheduler with a manual launcher', () => {
     const fourth = scheduler.acquire('m');
     await tick();
     assert.deepEqual(scheduler.view.queues(), [{ model: 'm', waiting: 1 }]);
-    got[1]!.release(20);
+    got[1]!.release({ tokensPerSecond: 20 });
     const l4 = await fourth;
     assert.equal(l4.placementId, got[1]!.placementId);
     got[1]!.release(); // a second release changes nothing

@@ -71,6 +71,8 @@ export interface HubConfig {
    * default: a hub that fetches any address a client names reaches the home network's devices for it (SSRF).
    */
   readonly fetchImages: boolean;
+  /** Route a conversation to the placement whose KV cache holds its prompt's prefix (RELAY_PREFIX_ROUTING=0: least loaded only). */
+  readonly prefixRouting: boolean;
   /** A request's headers and body must arrive within this (RELAY_REQUEST_TIMEOUT_MS); the response is not limited. */
   readonly requestTimeoutMs: number;
   /** Open connections the hub accepts at once, nodes included (RELAY_MAX_CONNECTIONS). */
@@ -211,6 +213,7 @@ export function hubConfigFromEnv(env: NodeJS.ProcessEnv = processEnv(), override
     hangCheck: env.RELAY_HANG_CHECK !== '0',
     loopbackAdmin: env.RELAY_LOOPBACK_ADMIN !== '0',
     fetchImages: env.RELAY_FETCH_IMAGES === '1',
+    prefixRouting: env.RELAY_PREFIX_ROUTING !== '0',
     allowedHosts: `${env.RELAY_ALLOWED_HOSTS ?? ''},${allowedHostsFlag}`
       .split(',')
       .map((h) => h.trim())

@@ -34,6 +34,7 @@ class Family {
 export class HubMetrics {
   readonly requests = new Family('relay_requests_total', 'counter', 'Requests to /v1 by endpoint and HTTP status.');
   readonly tokens = new Family('relay_tokens_total', 'counter', 'Tokens processed through /v1, by model and kind (prompt, completion).');
+  readonly promptTokens = new Family('relay_prompt_tokens_total', 'counter', 'Prompt tokens by model and whether llama-server found them in its KV cache (cache: cached, evaluated).');
   readonly loadSeconds = new Family('relay_load_seconds_total', 'counter', 'Seconds spent loading placements (replicas and shards), by model.');
   readonly loads = new Family('relay_loads_total', 'counter', 'Placement loads (replicas and shards), by model.');
   readonly replicas = new Family('relay_replicas', 'gauge', 'Replicas (hub and node) by state.');
@@ -48,6 +49,6 @@ export class HubMetrics {
       family.values.clear();
       for (const s of ['starting', 'ready', 'failed', 'stopping']) family.set({ state: s }, now.filter((x) => x === s).length);
     }
-    return `${[this.requests, this.tokens, this.loadSeconds, this.loads, this.replicas, this.shards].map((f) => f.render()).join('\n')}\n`;
+    return `${[this.requests, this.tokens, this.promptTokens, this.loadSeconds, this.loads, this.replicas, this.shards].map((f) => f.render()).join('\n')}\n`;
   }
 }

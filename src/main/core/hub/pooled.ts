@@ -1,5 +1,6 @@
 import type { Request, Response } from 'express';
 import { checkImages, inlineRemoteImages } from './images.js';
+import { promptPrefix } from './prompt-prefix.js';
 import { ErrorCode, isRelayError, RelayError } from '../../../shared/errors.js';
 import { MAX_ATTEMPTS, newAttempts } from '../scheduler/scheduler.js';
 import type { ModelRecord } from '../store/store.js';
@@ -59,6 +60,10 @@ export async function throughPool(h: HubHttp, req: Request, res: Response, endpo
     if (usage) {
       metrics.tokens.add({ model, kind: 'prompt' }, usage.promptTokens);
       metrics.tokens.add({ model, kind: 'completion' }, usage.completionTokens);
+      if (usage.cachedTokens !== null) {
+        metrics.promptTokens.add({ model, cache: 'cached' }, usage.cachedTokens);
+        metrics.promptTokens.add({ model, cache: 'evaluated' }, Math.max(0, usage.promptTokens - usage.cachedTokens));
+      }
     }
   };
   try {
@@ -72,13 +77,15 @@ export async function throughPool(h: HubHttp, req: Request, res: Response, endpo
       const inlined = h.deps.config.fetchImages ? await inlineRemoteImages(p.json, h.deps.config.maxBodyBytes) : null;
       if (inlined) p = { ...p, json: inlined, body: Buffer.from(JSON.stringify(inlined)) };
     }
+    // The prompt's prefix keys: its placement is the one holding most of it (prefix-aware routing).
+    const prefix = p.use === 'generate' && h.deps.config.prefixRouting ? promptPrefix(p.json) : null;
     const attempts = newAttempts();
     const gone = new AbortController();
     res.on('close', () => {
       if (!res.writableFinished) gone.abort();
     });
     for (;;) {
-      const lease = await scheduler.acquire(p.model, attempts, gone.signal);
+      const lease = await scheduler.acquire(p.model, attempts, gone.signal, prefix);
       if (res.destroyed) {
         lease.release();
         return;

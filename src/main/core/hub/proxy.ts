@@ -26,6 +26,11 @@ export interface Usage {
   promptTokens: number;
   completionTokens: number;
   tokensPerSecond: number | null;
+  /** Of the prompt's tokens, those llama-server found in its KV cache (null: not reported). */
+  cachedTokens: number | null;
+  /** llama-server's time on the prompt and the tokens it evaluated (timings.prompt_ms / prompt_n), for its prompt speed. */
+  promptMs: number | null;
+  promptEvaluated: number | null;
 }
 
 const TAIL_BYTES = 8192;
@@ -53,7 +58,15 @@ export function usageFromTail(tail: string, head = ''): Usage | null {
   const prompt = num(/"prompt_tokens":(\d+)/g) ?? anthropicPrompt ?? timedPrompt;
   const completion = num(/"completion_tokens":(\d+)/g) ?? num(/"output_tokens":(\d+)/g) ?? num(/"predicted_n":(\d+)/g);
   if (prompt === null && completion === null) return null;
-  return { promptTokens: prompt ?? 0, completionTokens: completion ?? 0, tokensPerSecond: num(/"predicted_per_second":([\d.]+)/g) };
+  const cached = num(/"cached_tokens":(\d+)/g) ?? num(/"cache_n":(\d+)/g) ?? num(/"cache_read_input_tokens":(\d+)/g);
+  return {
+    promptTokens: prompt ?? 0,
+    completionTokens: completion ?? 0,
+    tokensPerSecond: num(/"predicted_per_second":([\d.]+)/g),
+    cachedTokens: cached,
+    promptMs: num(/"prompt_ms":([\d.]+)/g),
+    promptEvaluated: evaluated,
+  };
 }
 
 /** The most of an error body kept (llama-server's are a line of JSON). */
@@ -161,7 +174,7 @@ export function proxyToPlacement(opts: {
     settled = true;
     unwatch();
     const usage = usageFromTail(Buffer.concat(tailChunks).toString('utf8'), Buffer.concat(headChunks).toString('utf8'));
-    lease.release(usage?.tokensPerSecond);
+    lease.release(usage);
     opts.onDone(status, usage);
     resolveOutcome({ kind: 'done' });
   };

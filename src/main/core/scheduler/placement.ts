@@ -6,7 +6,7 @@ import type { FitBreakdown } from './fit.js';
 import type { ShardPlan } from './shard.js';
 import type { NewPlacement } from './placer.js';
 import type { PlacementFailure, PlacementStateName } from '../../../shared/status.js';
-import { nextMsPerToken, stallMs } from './routing.js';
+import { nextMsPerToken, nextPromptMsPerToken, stallMs } from './routing.js';
 
 /**
  * A placement is one running copy of a model that can answer requests: a replica on the hub's own device
@@ -62,10 +62,21 @@ export interface Placement {
   lastUsedAt: number;
   /** Recent milliseconds per generated token (moving average), null until a request reported its timings. */
   msPerToken: number | null;
+  /** Recent milliseconds per prompt token evaluated (moving average; routing.ts), null until measured. */
+  promptMsPerToken: number | null;
+  /** Requests sent here because its KV cache held a prefix of their prompt (prefix-aware routing). */
+  prefixHits: number;
   idleTimer: NodeJS.Timeout | null;
   failure: Failure | null;
   /** Checks in a row that found its llama-server not answering /health (two fail it). */
   unresponsive: number;
+}
+
+/** What a request's answer said of its placement's speed (hub/proxy.ts's Usage is one). */
+export interface LeaseReport {
+  readonly tokensPerSecond?: number | null;
+  readonly promptMs?: number | null;
+  readonly promptEvaluated?: number | null;
 }
 
 /** A claim on one slot of a ready placement for one request; release() exactly once when the response is done. */
@@ -76,8 +87,8 @@ export interface Lease {
   readonly baseUrl: string;
   readonly connect?: () => Duplex;
   readonly model: ModelRecord;
-  /** `tokensPerSecond`: the generation speed llama-server reported, for routing by recent time-per-token. */
-  release(tokensPerSecond?: number | null): void;
+  /** What llama-server reported of the request (speeds, for routing by recent time per token and prompt speed). */
+  release(report?: LeaseReport | null): void;
   /**
    * How long a request through it may hear nothing before `probe` is asked (model-aware: a few of its recent
    * token times, within 1–2.5 s), and the probe: are its nodes there, are its processes answering? A probe
@@ -122,6 +133,8 @@ export function newPlacement(model: ModelRecord, plan: NewPlacement, fit: FitBre
     readyAt: 0,
     lastUsedAt: now,
     msPerToken: null,
+    promptMsPerToken: null,
+    prefixHits: 0,
     idleTimer: null,
     failure: null,
     unresponsive: 0,
@@ -146,14 +159,25 @@ export function openLease(p: Placement, model: ModelRecord, hooks: { now(): numb
     model,
     stallMs: () => stallMs(p.msPerToken),
     probe: hooks.probe,
-    release: (tokensPerSecond) => {
+    release: (report) => {
       if (released) return;
       released = true;
       p.inFlight--;
       p.served++;
       p.lastUsedAt = hooks.now();
-      p.msPerToken = nextMsPerToken(p.msPerToken, tokensPerSecond);
+      p.msPerToken = nextMsPerToken(p.msPerToken, report?.tokensPerSecond);
+      p.promptMsPerToken = nextPromptMsPerToken(p.promptMsPerToken, report?.promptMs, report?.promptEvaluated);
       hooks.released();
     },
   };
+}
+
+/** (Re-)arm a placement's keep-alive: `idle` runs once it has served nothing for `ms` (and is still ready then). */
+export function armIdle(p: Placement, ms: number, idle: () => void): void {
+  if (p.idleTimer) clearTimeout(p.idleTimer);
+  p.idleTimer = setTimeout(() => {
+    p.idleTimer = null;
+    if (p.inFlight === 0 && p.state === 'ready') idle();
+  }, ms);
+  p.idleTimer.unref();
 }

@@ -1,6 +1,7 @@
 import { ErrorCode, RelayError } from '../../../shared/errors.js';
 import type { ModelRecord } from '../store/store.js';
 import type { Lease } from './placement.js';
+import type { PromptPrefix } from './prefix.js';
 
 /**
  * The per-model wait queue: requests that found no free slot wait here in arrival order, bounded in length
@@ -27,6 +28,9 @@ export function newAttempts(): Attempts {
 export interface Waiter {
   readonly model: ModelRecord;
   readonly attempts: Attempts;
+  /** Its prompt's prefix keys (prefix-aware routing) and when it began to wait (how long it may wait for them). */
+  readonly prefix: PromptPrefix | null;
+  readonly since: number;
   resolve(lease: Lease): void;
   reject(err: RelayError): void;
 }
@@ -72,7 +76,12 @@ export class WaitQueue {
   }
 
   /** Queue a request; the promise settles when the scheduler resolves it, it times out or `signal` aborts. */
-  add(model: ModelRecord, attempts: Attempts, signal?: AbortSignal): { waiter: Waiter; lease: Promise<Lease> } {
+  add(
+    model: ModelRecord,
+    attempts: Attempts,
+    signal?: AbortSignal,
+    route: { prefix: PromptPrefix | null; since: number } = { prefix: null, since: Date.now() },
+  ): { waiter: Waiter; lease: Promise<Lease> } {
     let waiter!: Waiter;
     const lease = new Promise<Lease>((resolve, reject) => {
       const onAbort = (): void => waiter.reject(new RelayError(ErrorCode.INVALID_REQUEST, 'the client went away while waiting'));
@@ -97,6 +106,7 @@ export class WaitQueue {
       waiter = {
         model,
         attempts,
+        ...route,
         resolve: (l) => {
           settle();
           resolve(l);

@@ -2,6 +2,7 @@
  * Routing and scale-out, pure: which placement of a model takes the next request, and whether the requests
  * waiting for the model need another placement. No I/O, no timers; the scheduler acts on the answers.
  */
+import { CHARS_PER_TOKEN } from './prefix.js';
 
 export interface RouteView {
   readonly id: string;
@@ -12,6 +13,10 @@ export interface RouteView {
   readonly inFlight: number;
   /** Recent milliseconds per generated token; null when not measured yet. */
   readonly msPerToken: number | null;
+  /** Recent milliseconds per prompt token evaluated; null when not measured yet. */
+  readonly promptMsPerToken?: number | null;
+  /** Characters of the request's prompt this placement's KV cache holds (prefix.ts); 0 or absent: none. */
+  readonly matched?: number;
 }
 
 export function freeSlots(p: RouteView): number {
@@ -42,6 +47,36 @@ function better(a: RouteView, b: RouteView): boolean {
 }
 
 /**
+ * Prefix-aware routing: the ready placement holding the longest prefix of the request's prompt takes it when it
+ * has a free slot. When that one is saturated and another is free, the request waits for it — but no longer than
+ * evaluating the prefix elsewhere would take (the characters it would have to evaluate again, as tokens, at the
+ * warm placement's measured prompt speed), then goes to the free one: never more than twice the best choice's
+ * cost, whatever the wait turns out to be. No placement holds any of it: least loaded (pickPlacement).
+ * `waitedMs`: how long the request has waited already. `holdMs` > 0: ask again after that long.
+ */
+export function routeRequest<T extends RouteView>(placements: readonly T[], exclude: ReadonlySet<string>, waitedMs: number): { pick: T | null; holdMs: number } {
+  const least = pickPlacement(placements, exclude);
+  let warm: T | null = null;
+  for (const p of placements) {
+    if (p.state !== 'ready' || exclude.has(p.id) || (p.matched ?? 0) === 0) continue;
+    if (warm === null || warmer(p, warm)) warm = p;
+  }
+  if (warm === null) return { pick: least, holdMs: 0 };
+  if (freeSlots(warm) > 0) return { pick: warm, holdMs: 0 };
+  if (least === null) return { pick: null, holdMs: 0 };
+  const again = (warm.matched ?? 0) - (least.matched ?? 0);
+  const msPerToken = warm.promptMsPerToken ?? least.promptMsPerToken ?? 0;
+  const costMs = (again / CHARS_PER_TOKEN) * msPerToken;
+  if (waitedMs < costMs) return { pick: null, holdMs: Math.ceil(costMs - waitedMs) };
+  return { pick: least, holdMs: 0 };
+}
+
+function warmer(a: RouteView, b: RouteView): boolean {
+  if ((a.matched ?? 0) !== (b.matched ?? 0)) return (a.matched ?? 0) > (b.matched ?? 0);
+  return better(a, b);
+}
+
+/**
  * Whether the waiting requests need one more placement: more are waiting than the free slots of ready
  * placements plus the slots that placements still loading will bring, and `maxPlacements` (0 = no bound but
  * the devices) allows another. The caller adds one at a time and asks again.
@@ -52,6 +87,16 @@ export function wantsAnother(placements: readonly RouteView[], waiting: number, 
   const free = live.filter((p) => p.state === 'ready').reduce((s, p) => s + freeSlots(p), 0);
   if (waiting <= coming + free) return false;
   return maxPlacements <= 0 || live.length < maxPlacements;
+}
+
+/**
+ * A moving average of prompt time per token, from llama-server's report of a request (prompt_ms over prompt_n):
+ * prompts of fewer than 16 evaluated tokens say more of a request's fixed cost than of prompt speed, and are left out.
+ */
+export function nextPromptMsPerToken(prev: number | null, promptMs: number | null | undefined, promptEvaluated: number | null | undefined): number | null {
+  if (!promptMs || !promptEvaluated || promptEvaluated < 16 || !Number.isFinite(promptMs) || promptMs <= 0) return prev;
+  const ms = promptMs / promptEvaluated;
+  return prev === null ? ms : prev * 0.7 + ms * 0.3;
 }
 
 /** A moving average of time-per-token: recent requests weigh most. */

@@ -9,10 +9,12 @@ import type { ModelRecord } from '../store/store.js';
 import { blamedMachine, FailureMemory } from './backoff.js';
 import type { FitBreakdown } from './fit.js';
 import type { Launcher } from './launcher.js';
-import { isLive, machinesOf, newPlacement, openLease, type Lease, type Placement } from './placement.js';
+import { armIdle, isLive, machinesOf, newPlacement, openLease, type Lease, type Placement } from './placement.js';
 import { HUB, Placer, type NewPlacement } from './placer.js';
 import { newAttempts, WaitQueue, type Attempts, type Waiter } from './queue.js';
-import { pickPlacement, wantsAnother } from './routing.js';
+import { wantsAnother } from './routing.js';
+import { Router } from './router.js';
+import type { PromptPrefix } from './prefix.js';
 import { PoolView } from './view.js';
 import { PlacementWatch } from './watch.js';
 import { loadDeadlineMs } from './deadline.js';
@@ -52,11 +54,14 @@ export class Scheduler {
   /** (machine, model) pairs whose placement failed to load or crashed: skipped for that model for a while. */
   private readonly failures: FailureMemory;
   readonly placer: Placer;
+  /** Which placement takes a request: least loaded, or the one holding its prompt's prefix (router.ts). */
+  private readonly router: Router;
   /** Reads of the table for /status, the dashboard, the tray and auto-pause (view.ts). */
   readonly view: PoolView;
 
   constructor(private readonly deps: SchedulerDeps) {
     this.failures = new FailureMemory(() => this.now());
+    this.router = new Router({ enabled: deps.config.prefixRouting, now: () => this.now(), repump: (m) => this.pump(m) });
     this.waiting = new WaitQueue({
       max: deps.config.queueMax,
       timeoutMs: deps.config.queueTimeoutMs,
@@ -110,10 +115,6 @@ export class Scheduler {
     return [...this.placements.values()].filter((p) => p.model === model.name && p.sha256 === model.sha256);
   }
 
-  private routeViews(model: ModelRecord) {
-    return this.of(model).map((p) => ({ id: p.id, node: p.node?.name ?? null, state: p.state, slots: p.fit.slots, inFlight: p.inFlight, msPerToken: p.msPerToken, p }));
-  }
-
   /** Whether the pool can serve the model now, and if not, why (for /v1/models and /status). */
   availability(model: ModelRecord): { available: boolean; reason: string | null } {
     if (this.of(model).some(isLive) || this.placer.canPlaceNow(model)) return { available: true, reason: null };
@@ -122,17 +123,18 @@ export class Scheduler {
 
   /**
    * A slot of a ready placement of `name`, now or once one frees up or a new placement is ready. `attempts`
-   * carries a request's earlier failures across calls (see MAX_ATTEMPTS); `signal` withdraws a waiting request.
+   * carries a request's earlier failures across calls (see MAX_ATTEMPTS); `signal` withdraws a waiting request;
+   * `prefix`: its prompt's keys, for the placement that holds most of them (router.ts).
    */
-  async acquire(name: string, attempts: Attempts = newAttempts(), signal?: AbortSignal): Promise<Lease> {
+  async acquire(name: string, attempts: Attempts = newAttempts(), signal?: AbortSignal, prefix: PromptPrefix | null = null): Promise<Lease> {
     if (this.closed) throw new RelayError(ErrorCode.MODEL_UNAVAILABLE, 'the hub is shutting down');
     const model = await this.current(name);
     if (this.waiting.size(model.name) === 0) {
-      const free = pickPlacement(this.routeViews(model), attempts.exclude);
-      if (free) return this.lease(free.p, model);
+      const c = this.router.choose(model.name, this.of(model), attempts.exclude, prefix, this.now());
+      if (c) return this.lease(c, model, prefix);
     }
     this.waiting.checkRoom(model.name);
-    const { lease } = this.waiting.add(model, attempts, signal);
+    const { lease } = this.waiting.add(model, attempts, signal, { prefix, since: this.now() });
     this.pump(model.name);
     return lease;
   }
@@ -157,15 +159,15 @@ export class Scheduler {
     // The record as it is now (its settings may have changed while these requests waited).
     const model = this.deps.registry.get(name) ?? q[0]!.model;
     for (const w of q) {
-      const free = pickPlacement(this.routeViews(model), w.attempts.exclude);
-      if (free) w.resolve(this.lease(free.p, model));
+      const c = this.router.choose(name, this.of(model), w.attempts.exclude, w.prefix, w.since);
+      if (c) w.resolve(this.lease(c, model, w.prefix));
     }
     const left = (): Waiter[] => this.waiting.of(name);
     // A waiter is stranded when every live placement of M already failed it (or M has none).
     const stranded = (): Waiter[] => left().filter((w) => !this.of(model).some((p) => isLive(p) && !w.attempts.exclude.has(p.id)));
     const max = this.deps.config.maxPlacementsPerModel;
     const below = (): boolean => max <= 0 || this.of(model).filter(isLive).length < max;
-    while (left().length > 0 && ((stranded().length > 0 && below()) || wantsAnother(this.routeViews(model), left().length, max))) {
+    while (left().length > 0 && ((stranded().length > 0 && below()) || wantsAnother(this.router.views(this.of(model)), left().length, max))) {
       const first = !this.of(model).some(isLive);
       const plan = this.placer.place(model, first);
       if (!plan) break;
@@ -181,23 +183,19 @@ export class Scheduler {
   }
 
   /** A slot of `p` for one request (placement.ts): each release re-pumps M and re-arms the keep-alive. */
-  private lease(p: Placement, model: ModelRecord): Lease {
+  private lease({ p, warm }: { p: Placement; warm: boolean }, model: ModelRecord, prefix: PromptPrefix | null): Lease {
+    this.router.leased(p, prefix, warm);
     if (p.idleTimer) clearTimeout(p.idleTimer);
     p.idleTimer = null;
     return openLease(p, model, {
       now: () => this.now(),
-      probe: () => this.probe(p),
+      probe: () => this.watch.probe(p),
       released: () => {
         if (p.state !== 'ready') return;
         this.pump(p.model);
         if (p.inFlight === 0) this.armIdleTimer(p);
       },
     });
-  }
-
-  /** A request through `p` has heard nothing for a while: are its nodes there, do its processes answer (watch.ts)? */
-  probe(p: Placement): Promise<void> {
-    return this.watch.probe(p);
   }
 
   /** A request's placement failed before its first byte: it is not offered that placement again. */
@@ -208,12 +206,7 @@ export class Scheduler {
   }
 
   private armIdleTimer(p: Placement): void {
-    if (p.idleTimer) clearTimeout(p.idleTimer);
-    p.idleTimer = setTimeout(() => {
-      p.idleTimer = null;
-      if (p.inFlight === 0 && p.state === 'ready') void this.stop(p, `idle for ${this.deps.config.keepAliveMs} ms`);
-    }, this.deps.config.keepAliveMs);
-    p.idleTimer.unref();
+    armIdle(p, this.deps.config.keepAliveMs, () => void this.stop(p, `idle for ${this.deps.config.keepAliveMs} ms`));
   }
 
   private start(model: ModelRecord, plan: NewPlacement): Placement {
@@ -287,6 +280,7 @@ export class Scheduler {
     p.failure = { message, tail, at: new Date(this.now()).toISOString() };
     if (p.idleTimer) clearTimeout(p.idleTimer);
     this.placements.delete(p.id);
+    this.router.forget(p.id);
     this.failed.set(p.model, p);
     this.deps.log.warn({ placement: p.id, model: p.model, message, tail }, 'placement failed');
   }
@@ -298,6 +292,7 @@ export class Scheduler {
     this.deps.log.info({ placement: p.id, model: p.model, node: p.node?.name, reason }, 'stopping placement');
     await this.deps.launcher.stop(p);
     this.placements.delete(p.id);
+    this.router.forget(p.id);
     this.pumpAll();
   }
 
@@ -343,6 +338,7 @@ export class Scheduler {
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
+    this.router.close();
     this.waiting.rejectAll(new RelayError(ErrorCode.MODEL_UNAVAILABLE, 'the hub is shutting down'));
     await Promise.all([...this.placements.values()].map((p) => this.stop(p, 'hub shutting down')));
   }
