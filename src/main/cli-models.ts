@@ -15,6 +15,9 @@ export async function cmdModels(sub: string | undefined, args: string[]): Promis
       embedding: { type: 'boolean' },
       reranker: { type: 'boolean' },
       mmproj: { type: 'string' },
+      draft: { type: 'string' },
+      'draft-max': { type: 'string' },
+      'draft-min': { type: 'string' },
       json: { type: 'boolean' },
       ctx: { type: 'string' },
       slots: { type: 'string' },
@@ -120,13 +123,26 @@ export async function cmdModels(sub: string | undefined, args: string[]): Promis
   if (sub === 'set') {
     const name = positionals[0];
     const mmproj = values.mmproj === undefined ? undefined : values.mmproj === 'none' ? null : resolve(values.mmproj);
-    if (!name || (Object.values(settings).every((v) => v === undefined) && mmproj === undefined))
-      throw new Error('usage: relay models set NAME [--ctx N] [--slots N] [--kv f16|q8_0|q4_0] [--flash-attn on|off|auto] (a value, or "default") [--mmproj FILE|none]');
-    const res = await api(base, `/api/models/${encodeURIComponent(name)}`, { method: 'PATCH', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ ...settings, mmproj }) });
-    const j = (await res.json()) as { model?: { name: string; need_mb: number; need: { ctx: number; slots: number }; settings?: Record<string, unknown> }; error?: { code: string; message: string } };
+    // A draft model for speculative decoding: another registered model's name, or "none".
+    const draft = values.draft === undefined ? undefined : values.draft === 'none' ? null : values.draft;
+    const draftMax = values['draft-max'] === undefined ? undefined : intFlag(values['draft-max'], '--draft-max');
+    const draftMin = values['draft-min'] === undefined ? undefined : intFlag(values['draft-min'], '--draft-min');
+    if (!name || [...Object.values(settings), mmproj, draft, draftMax, draftMin].every((v) => v === undefined))
+      throw new Error(
+        'usage: relay models set NAME [--ctx N] [--slots N] [--kv f16|q8_0|q4_0] [--flash-attn on|off|auto] (a value, or "default") [--mmproj FILE|none] [--draft MODEL|none] [--draft-max N] [--draft-min N]',
+      );
+    const body = { ...settings, mmproj, draft, draft_max: draftMax, draft_min: draftMin };
+    const res = await api(base, `/api/models/${encodeURIComponent(name)}`, { method: 'PATCH', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
+    const j = (await res.json()) as {
+      model?: { name: string; need_mb: number; need: { ctx: number; slots: number; draft_mb?: number }; settings?: Record<string, unknown>; draft?: { name: string; max: number; min: number } };
+      error?: { code: string; message: string };
+    };
     if (!res.ok || !j.model) return apiFailure(j);
     const m = j.model;
-    console.log(`${m.name}: ctx ${m.need.ctx} × ${m.need.slots} slots, needs ${m.need_mb} MB; own settings ${JSON.stringify(m.settings ?? {})} (running placements restart on the next request)`);
+    const drafted = m.draft ? `; draft model ${m.draft.name} (${m.draft.min}–${m.draft.max} tokens a step, ${m.need.draft_mb} MB of the need)` : '';
+    console.log(
+      `${m.name}: ctx ${m.need.ctx} × ${m.need.slots} slots, needs ${m.need_mb} MB${drafted}; own settings ${JSON.stringify(m.settings ?? {})} (running placements restart on the next request)`,
+    );
     return 0;
   }
   if (sub === 'import') {

@@ -18,6 +18,8 @@ export const ErrorCode = {
   GGUF_IS_PROJECTOR: 'GGUF_IS_PROJECTOR',
   /** A file given as a model's projector (--mmproj) that is not one. */
   MMPROJ_NOT_A_PROJECTOR: 'MMPROJ_NOT_A_PROJECTOR',
+  /** A draft model (speculative decoding) whose vocabulary is not the target's. */
+  DRAFT_VOCAB_MISMATCH: 'DRAFT_VOCAB_MISMATCH',
   /** An image sent to a model registered without a vision projector. */
   MODEL_NOT_VISION: 'MODEL_NOT_VISION',
   /** An image given as a remote http(s) URL: the hub does not fetch on a client's behalf. */
@@ -161,6 +163,7 @@ export const HTTP_ERRORS: Readonly<Partial<Record<ErrorCode, { status: number; t
   GGUF_NOT_A_MODEL: { status: 422, type: 'invalid_request_error' },
   GGUF_IS_PROJECTOR: { status: 422, type: 'invalid_request_error' },
   MMPROJ_NOT_A_PROJECTOR: { status: 422, type: 'invalid_request_error' },
+  DRAFT_VOCAB_MISMATCH: { status: 422, type: 'invalid_request_error' },
   MODEL_NOT_VISION: { status: 400, type: 'invalid_request_error' },
   IMAGE_URL_NOT_ALLOWED: { status: 400, type: 'invalid_request_error' },
   IMAGE_FETCH_FAILED: { status: 400, type: 'invalid_request_error' },

@@ -74,6 +74,7 @@ const SCHEMAS: Record<string, Check> = {
     embedding: isBool,
     reranking: optional(isBool),
     mmproj: optional(isSha),
+    draft: optional(shape({ sha256: isSha, max: isInt, min: isInt })),
     pooling: oneOf('mean', null),
     alias: isId,
     device: isId,

@@ -118,6 +118,8 @@ export interface StartReplica {
   reranking?: boolean;
   /** A vision model's projector, by sha256 (a file in the node's cache): --mmproj (absent: text only). */
   mmproj?: string;
+  /** A draft model for speculative decoding, by sha256 (a file in the node's cache), and its tokens per step. */
+  draft?: { sha256: string; max: number; min: number };
   pooling: 'mean' | null;
   alias: string;
   /** The node device the hub placed it on: a llama.cpp device name, or CPU for the node's CPU budget. */

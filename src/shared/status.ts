@@ -132,6 +132,8 @@ export interface ModelStatus {
   readonly embedding: boolean;
   /** Its vision projector (it sees images), or null for a text-only model. */
   readonly mmproj: { readonly path: string; readonly sha256: string; readonly size: number } | null;
+  /** Its draft model for speculative decoding (relay models set NAME --draft OTHER), or null. */
+  readonly draft: { readonly name: string; readonly path: string; readonly sha256: string; readonly size: number; readonly max: number; readonly min: number } | null;
 }
 
 export interface HubAvailabilityStatus {

@@ -108,3 +108,16 @@ describe('the fit of a vision model', () => {
     assert.doesNotMatch(describeNeed('m', text), /projector/);
   });
 });
+
+describe('the fit of a model with a draft (speculative decoding)', () => {
+  it("adds the draft's weights, its KV at the target's context and cache type, 3 % + 5 % and 64 MB", () => {
+    const s = { contextSize: 4096, replicaCtx: 0, parallelSlots: 2, kvCacheType: 'q8_0' as const };
+    const plain = fitNeed({ requiredVramMb: null, sizeBytes: 8000 * MIB, kvBytesPerToken: 131072 }, s);
+    // A 500 MB draft with 32 KiB of KV per token: KV = 32768 × 4096 × 2 × 0.5 / MiB = 128 MB.
+    const drafted = fitNeed({ requiredVramMb: null, sizeBytes: 8000 * MIB, kvBytesPerToken: 131072, draft: { sizeBytes: 500 * MIB, kvBytesPerToken: 32768 } }, s);
+    assert.equal(plain.draftMb, 0);
+    assert.equal(drafted.draftMb, 500 + 128 + 500 * 0.03 + 128 * 0.05 + 64);
+    assert.ok(Math.abs(drafted.needMb - plain.needMb - drafted.draftMb) < 1e-9);
+    assert.match(describeNeed('qwen', drafted), /\+ draft 714 MB;/);
+  });
+});

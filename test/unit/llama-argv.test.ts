@@ -1,7 +1,8 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { cmakeFlags, effectiveFlashAttn, llamaServerArgv, parseListDevices, rpcServerArgv, type LlamaServerOptions } from '../../src/main/core/llama/index.js';
-import { projectorPlacement, replicaPlacement } from '../../src/main/core/llama/argv.js';
+import { draftPlacement, projectorPlacement, replicaPlacement } from '../../src/main/core/llama/argv.js';
+import { vocabMismatch, type Vocab } from '../../src/main/core/models/draft.js';
 
 const base: LlamaServerOptions = { model: '/m.gguf', host: '127.0.0.1', port: 8080, ctx: 4096, slots: 2, cacheType: 'f16' };
 
@@ -25,6 +26,33 @@ describe('llamaServerArgv', () => {
     assert.equal(flag(llamaServerArgv({ ...base, cacheType: 'f16' }), '--flash-attn'), 'auto');
     assert.equal(flag(llamaServerArgv({ ...base, cacheType: 'q8_0', flashAttn: 'off' }), '--flash-attn'), 'off');
     assert.equal(effectiveFlashAttn('f16', 'on'), 'on');
+  });
+
+  it('a draft model: --model-draft with the draft-simple speculator, its tokens per step, the cache type, its device', () => {
+    const onGpu = llamaServerArgv({ ...base, cacheType: 'q8_0', ...draftPlacement({ path: '/d.gguf', max: 8, min: 1 }, 'CUDA0', 'cuda') });
+    assert.equal(flag(onGpu, '--model-draft'), '/d.gguf');
+    assert.equal(flag(onGpu, '--spec-type'), 'draft-simple', 'without it this build loads the draft and drafts nothing');
+    assert.deepEqual([flag(onGpu, '--spec-draft-n-max'), flag(onGpu, '--spec-draft-n-min')], ['8', '1']);
+    assert.deepEqual([flag(onGpu, '--cache-type-k-draft'), flag(onGpu, '--cache-type-v-draft')], ['q8_0', 'q8_0']);
+    assert.deepEqual([flag(onGpu, '--spec-draft-device'), flag(onGpu, '--spec-draft-ngl')], ['CUDA0', '999']);
+    const cpuBeside = llamaServerArgv({ ...base, ...draftPlacement({ path: '/d.gguf', max: 8, min: 0 }, 'CPU', 'vulkan') });
+    assert.deepEqual([flag(cpuBeside, '--spec-draft-device'), flag(cpuBeside, '--spec-draft-ngl')], ['none', '0']);
+    const cpuOnly = llamaServerArgv({ ...base, ...draftPlacement({ path: '/d.gguf', max: 8, min: 0 }, 'CPU', 'cpu') });
+    assert.ok(!cpuOnly.includes('--spec-draft-device'));
+    assert.ok(!llamaServerArgv({ ...base, ...draftPlacement(null, 'CUDA0', 'cuda') }).includes('--model-draft'));
+  });
+
+  it("a draft's vocabulary against the target's, by llama.cpp's rule", () => {
+    const tokens = Array.from({ length: 300 }, (_, i) => `t${i}`);
+    const v: Vocab = { model: 'llama', tokens, bos: 1, eos: 2, addBos: true, addEos: undefined };
+    assert.equal(vocabMismatch(v, { ...v }), null);
+    assert.equal(vocabMismatch(v, { ...v, tokens: tokens.slice(0, 200) }), null, 'sizes within 128');
+    assert.equal(vocabMismatch(v, { ...v, tokens: ['x', 'y', 'z', ...tokens.slice(3)] }), null, 'the first 5 ids are not compared');
+    assert.match(vocabMismatch(v, { ...v, tokens: tokens.slice(0, 100) })!, /100 tokens vs 300/);
+    assert.match(vocabMismatch(v, { ...v, tokens: tokens.map((t, i) => (i === 42 ? 'other' : t)) })!, /token 42/);
+    assert.match(vocabMismatch(v, { ...v, model: 'gpt2' })!, /tokenizer/);
+    assert.match(vocabMismatch(v, { ...v, eos: 3 })!, /eos/);
+    assert.match(vocabMismatch(v, { ...v, tokens: [] })!, /no tokenizer/);
   });
 
   it('a vision projector: --mmproj, kept on the CPU only when told', () => {

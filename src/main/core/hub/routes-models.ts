@@ -27,6 +27,7 @@ export function modelViewer(d: AppDeps): (m: ModelRecord) => ModelView {
         kv_mb: Math.ceil(need.kvMb),
         overhead_mb: Math.ceil(need.overheadMb),
         projector_mb: Math.ceil(need.projectorMb),
+        draft_mb: Math.ceil(need.draftMb),
         ctx: need.ctx,
         slots: need.slots,
         kv_scale: need.kvScale,
@@ -36,6 +37,24 @@ export function modelViewer(d: AppDeps): (m: ModelRecord) => ModelView {
       shortfall: file === 'missing' ? `the file is gone from ${modelFiles(m).find((f) => !existsSync(f.path))?.path ?? m.path} (register it again, or remove the model)` : a.reason,
     };
   };
+}
+
+/**
+ * A PATCH's draft model: `draft` a registered model's name (null: none), `draft_max` / `draft_min` its tokens per
+ * step (alone: the draft it has). Null when the body says nothing of it.
+ */
+function setDraft(registry: AppDeps['registry'], name: string, body: Record<string, unknown>): Promise<{ changed: boolean }> | null {
+  const count = (v: unknown, what: string): number | undefined => {
+    if (v === undefined || v === null) return undefined;
+    if (typeof v !== 'number') throw new RelayError(ErrorCode.INVALID_REQUEST, `${what} must be a number, got ${JSON.stringify(v)}`);
+    return v;
+  };
+  const opts = { max: count(body.draft_max, 'draft_max'), min: count(body.draft_min, 'draft_min') };
+  if (body.draft === undefined && opts.max === undefined && opts.min === undefined) return null;
+  if (body.draft === null) return registry.setDraft(name, null);
+  const draft = body.draft === undefined ? registry.require(name).draft?.name : textField(body.draft);
+  if (draft === undefined) throw new RelayError(ErrorCode.INVALID_REQUEST, `"${name}" has no draft model: give "draft" (a registered model's name) with draft_max / draft_min`);
+  return registry.setDraft(name, draft, opts);
 }
 
 /** The registry over HTTP: list, add (with hashing progress), per-model settings, import, remove. */
@@ -89,8 +108,9 @@ export const mountModels: Mount = (app, { deps: d, raw, auth, modelView }) => {
       const settings = applySettings(before, body);
       // A projector (a path) or none (null): its placements run with or without --mmproj.
       const projector = body.mmproj === undefined ? null : await registry.setProjector(name, body.mmproj === null ? null : textField(body.mmproj));
+      const draft = await setDraft(registry, name, body);
       const m = await registry.setSettings(name, settings);
-      if (!sameSettings(before, m.settings) || projector?.changed) await scheduler.stopModel(name, 'its settings changed');
+      if (!sameSettings(before, m.settings) || projector?.changed || draft?.changed) await scheduler.stopModel(name, 'its settings changed');
       res.json({ model: modelView(m) });
     } catch (err) {
       next(err);

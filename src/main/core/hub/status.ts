@@ -52,6 +52,7 @@ export function buildStatus({ deps: d, auth, recent, modelView }: HubHttp): Stat
         shortfall: v.shortfall,
         embedding: m.embedding,
         mmproj: m.mmproj ? { path: m.mmproj.path, sha256: m.mmproj.sha256, size: m.mmproj.size } : null,
+        draft: m.draft ? { name: m.draft.name, path: m.draft.path, sha256: m.draft.sha256, size: m.draft.size, max: m.draft.max, min: m.draft.min } : null,
       };
     }),
     replicas: scheduler.view.status(),

@@ -40,6 +40,8 @@ export interface LlamaServerOptions {
   readonly mmproj?: string | undefined;
   /** false: the projector stays on the CPU (--no-mmproj-offload), for a placement that runs on the CPU. */
   readonly mmprojOffload?: boolean | undefined;
+  /** A draft model for speculative decoding (draftPlacement): --model-draft with the draft-simple speculator. */
+  readonly draft?: DraftOptions | undefined;
   /** Embedding pooling (--pooling); unset = the model's own. */
   readonly pooling?: 'none' | 'mean' | 'cls' | 'last' | 'rank' | undefined;
   /** llama.cpp log threshold; 4 keeps the load report (model and KV buffer sizes per device) in the tail. */
@@ -62,6 +64,26 @@ export function replicaPlacement(device: string, backend: string): { devices?: s
 /** A vision projector beside a whole-model llama-server: on the placement's device, kept on the CPU for a CPU placement. */
 export function projectorPlacement(path: string | undefined, device: string): { mmproj?: string; mmprojOffload?: boolean } {
   return path === undefined ? {} : { mmproj: path, mmprojOffload: device !== 'CPU' };
+}
+
+export interface DraftOptions {
+  readonly path: string;
+  /** Tokens drafted per step, at most and at least. */
+  readonly max: number;
+  readonly min: number;
+  /** Where its layers go: the placement's device (all layers), or none (the CPU). */
+  readonly devices?: readonly string[] | undefined;
+  readonly gpuLayers?: number | undefined;
+}
+
+/**
+ * A draft model beside a whole-model llama-server, on the same device as the target (a GPU placement offloads
+ * every draft layer there; a CPU one keeps it off the GPU as replicaPlacement does). Null path: no draft.
+ */
+export function draftPlacement(d: { path: string; max: number; min: number } | null, device: string, backend: string): { draft?: DraftOptions } {
+  if (!d) return {};
+  const where = replicaPlacement(device, backend);
+  return { draft: { ...d, ...(where.devices ? { devices: where.devices } : {}), ...(where.gpuLayers !== undefined ? { gpuLayers: where.gpuLayers } : {}) } };
 }
 
 export function effectiveFlashAttn(cacheType: KvCacheType, explicit: FlashAttn | undefined): FlashAttn {
@@ -105,6 +127,13 @@ export function llamaServerArgv(o: LlamaServerOptions): string[] {
   if (o.mmproj !== undefined) {
     a.push('--mmproj', o.mmproj);
     if (o.mmprojOffload === false) a.push('--no-mmproj-offload');
+  }
+  if (o.draft) {
+    // In this build --model-draft alone loads the draft and drafts nothing: the speculator is --spec-type (LLAMA-NOTES).
+    a.push('--model-draft', o.draft.path, '--spec-type', 'draft-simple', '--spec-draft-n-max', String(o.draft.max), '--spec-draft-n-min', String(o.draft.min));
+    a.push('--cache-type-k-draft', o.cacheType, '--cache-type-v-draft', o.cacheType);
+    if (o.draft.devices && o.draft.devices.length > 0) a.push('--spec-draft-device', o.draft.devices.join(','));
+    if (o.draft.gpuLayers !== undefined) a.push('--spec-draft-ngl', String(o.draft.gpuLayers));
   }
   if (o.metrics) a.push('--metrics');
   if (o.logVerbosity !== undefined) a.push('--log-verbosity', String(o.logVerbosity));

@@ -78,7 +78,6 @@ export async function describe(path: string, progress?: HashProgress, knownSha25
   return { path, sha256: splitId(parts.map((x) => x.sha256)), size: total, mtimeMs: st.mtimeMs, parts, ...header };
 }
 
-
 /** A vision projector: read, checked to be one (general.architecture = clip), hashed. */
 export async function describeProjector(path: string, knownSha256?: string): Promise<ModelPart> {
   if (!isAbsolute(path)) throw new RelayError(ErrorCode.INVALID_REQUEST, `the projector's path must be absolute, got ${JSON.stringify(path)}`);
@@ -90,6 +89,12 @@ export async function describeProjector(path: string, knownSha256?: string): Pro
     });
   }
   return { path, sha256: knownSha256 ?? (await sha256File(path)), size: st.size, mtimeMs: st.mtimeMs };
+}
+
+/** A file as a part of a record: its size, modification time and hash now. */
+export async function describePart(path: string): Promise<ModelPart> {
+  const st = statFile(path);
+  return { path, sha256: await sha256File(path), size: st.size, mtimeMs: st.mtimeMs };
 }
 
 /** Each file of a record as it is now: gone, changed since it was hashed (size or modification time), or ok. */
@@ -110,4 +115,3 @@ export function filesState(m: ModelRecord): FileState {
   }
   return state;
 }
-

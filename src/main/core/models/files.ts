@@ -10,9 +10,12 @@ export function modelFiles(m: Pick<ModelRecord, 'path' | 'sha256' | 'size' | 'mt
   return m.parts && m.parts.length > 1 ? m.parts : [{ path: m.path, sha256: m.sha256, size: m.size, mtimeMs: m.mtimeMs }];
 }
 
-/** Every file a placement of `m` reads: the model's, then its vision projector's (pushed, cached, evicted with it). */
-export function servedFiles(m: Pick<ModelRecord, 'path' | 'sha256' | 'size' | 'mtimeMs' | 'parts' | 'mmproj'>): readonly ModelPart[] {
-  return m.mmproj ? [...modelFiles(m), m.mmproj] : modelFiles(m);
+type Served = Pick<ModelRecord, 'path' | 'sha256' | 'size' | 'mtimeMs' | 'parts' | 'mmproj' | 'draft'>;
+
+/** Every file a placement of `m` reads: the model's, then its vision projector's and its draft model's (pushed, cached, evicted with it). */
+export function servedFiles(m: Served): readonly ModelPart[] {
+  const draft = m.draft ? [{ path: m.draft.path, sha256: m.draft.sha256, size: m.draft.size, mtimeMs: m.draft.mtimeMs }] : [];
+  return [...modelFiles(m), ...(m.mmproj ? [m.mmproj] : []), ...draft];
 }
 
 /** A split model's identity: the sha256 of its parts' sha256 hex digests, in order, one per line. */
@@ -21,11 +24,11 @@ export function splitId(partShas: readonly string[]): string {
 }
 
 /** Whether `m` is made of (or includes, its projector too) the file with this sha256. */
-export function usesFile(m: Pick<ModelRecord, 'path' | 'sha256' | 'size' | 'mtimeMs' | 'parts' | 'mmproj'>, sha256: string): boolean {
+export function usesFile(m: Served, sha256: string): boolean {
   return servedFiles(m).some((f) => f.sha256 === sha256);
 }
 
 /** Whether a node's cache (its files by sha256) holds every file of `m`, its projector too. */
-export function cachedIn(cache: { has(sha256: string): boolean }, m: Pick<ModelRecord, 'path' | 'sha256' | 'size' | 'mtimeMs' | 'parts' | 'mmproj'>): boolean {
+export function cachedIn(cache: { has(sha256: string): boolean }, m: Served): boolean {
   return servedFiles(m).every((f) => cache.has(f.sha256));
 }

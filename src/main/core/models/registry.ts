@@ -3,7 +3,8 @@ import type { Logger } from 'pino';
 import { ErrorCode, RelayError } from '../../../shared/errors.js';
 import { splitName } from '../gguf/index.js';
 import type { ModelRecord, ModelSettings, Store } from '../store/store.js';
-import { describe, describeProjector, filesState, statFile, type FileState, type HashProgress } from './describe.js';
+import { describeDraft } from './draft.js';
+import { describe, describePart, describeProjector, filesState, statFile, type FileState, type HashProgress } from './describe.js';
 import { servedFiles } from './files.js';
 import type { Discovery, Skipped } from './import.js';
 
@@ -90,7 +91,7 @@ export class ModelRegistry {
     const prior = this.get(name);
     let d: Awaited<ReturnType<typeof describe>>;
     if (prior && prior.path === input.path && filesState(prior) === 'ok') {
-      const { name: _name, required_vram_mb: _req, embedding: _emb, reranker: _rr, added_at: _at, settings: _settings, mmproj: _mm, ...described } = prior;
+      const { name: _name, required_vram_mb: _req, embedding: _emb, reranker: _rr, added_at: _at, settings: _settings, mmproj: _mm, draft: _draft, ...described } = prior;
       d = described;
     } else {
       d = await describe(input.path, progress, knownSha256);
@@ -184,15 +185,25 @@ export class ModelRegistry {
   /** Give a model a vision projector (a path), or take it away (null); whether it changed (its placements restart). */
   async setProjector(name: string, path: string | null): Promise<{ model: ModelRecord; changed: boolean }> {
     const before = this.require(name).mmproj;
-    const mmproj = path === null ? null : await describeProjector(path, before?.path === path ? before.sha256 : undefined);
+    return this.attach(name, 'mmproj', path === null ? null : await describeProjector(path, before?.path === path ? before.sha256 : undefined));
+  }
+
+  /** Give a model a draft model for speculative decoding (another registered model; draft.ts checks it), or none (null). */
+  setDraft(name: string, draft: string | null, opts: { max?: number | undefined; min?: number | undefined } = {}): Promise<{ model: ModelRecord; changed: boolean }> {
+    const target = this.require(name);
+    return this.attach(name, 'draft', draft === null ? null : describeDraft(target, this.require(draft), { max: opts.max ?? target.draft?.max, min: opts.min ?? target.draft?.min }));
+  }
+
+  /** Set (or, null, remove) a file that runs beside a model; whether its placements must restart. */
+  private attach<K extends 'mmproj' | 'draft'>(name: string, key: K, value: ModelRecord[K] | null): Promise<{ model: ModelRecord; changed: boolean }> {
     return this.store.update((data) => {
       const m = data.models.find((x) => x.name === name);
       if (!m) throw new RelayError(ErrorCode.MODEL_NOT_FOUND, `the model "${name}" does not exist`, { model: name });
-      const was = m.mmproj?.sha256;
-      if (mmproj) m.mmproj = mmproj;
-      else delete m.mmproj;
-      this.log.info({ model: name, mmproj: m.mmproj?.path ?? null }, 'model projector set');
-      return { model: m, changed: was !== m.mmproj?.sha256 };
+      const was = JSON.stringify(m[key] ?? null);
+      if (value) m[key] = value;
+      else delete m[key];
+      this.log.info({ model: name, [key]: m[key]?.path ?? null }, `model ${key} set`);
+      return { model: m, changed: was !== JSON.stringify(m[key] ?? null) };
     });
   }
 
@@ -226,11 +237,12 @@ export class ModelRegistry {
     this.log.warn({ model: name, path: before.path }, 'model file changed on disk since it was registered: re-hashing');
     const d = await describe(before.path);
     const mmproj = before.mmproj ? await describeProjector(before.mmproj.path) : undefined;
-    const changed = d.sha256 !== before.sha256 || mmproj?.sha256 !== before.mmproj?.sha256;
+    const draft = before.draft ? { ...before.draft, ...(await describePart(before.draft.path)) } : undefined;
+    const changed = d.sha256 !== before.sha256 || mmproj?.sha256 !== before.mmproj?.sha256 || draft?.sha256 !== before.draft?.sha256;
     const model = await this.store.update((data) => {
       const rec = data.models.find((x) => x.name === name);
       if (!rec) throw new RelayError(ErrorCode.MODEL_NOT_FOUND, `the model "${name}" does not exist`, { model: name });
-      Object.assign(rec, d, mmproj ? { mmproj } : {});
+      Object.assign(rec, d, mmproj ? { mmproj } : {}, draft ? { draft } : {});
       if (!d.parts) delete rec.parts; // a split model re-written as one file
       return rec;
     });

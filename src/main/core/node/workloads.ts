@@ -4,7 +4,7 @@ import type { Logger } from 'pino';
 import { ErrorCode, RelayError, isRelayError } from '../../../shared/errors.js';
 import type { RunningReplica, RunningRpc, StageInfo, StartReplica } from '../../../shared/protocol.js';
 import type { LlamaInstall } from '../llama/install.js';
-import { projectorPlacement, replicaPlacement } from '../llama/argv.js';
+import { draftPlacement, projectorPlacement, replicaPlacement } from '../llama/argv.js';
 import { startLlamaServer, startRpcServer, type RunningLlamaServer, type RunningRpcServer } from '../llama/processes.js';
 import { describeExit, type ManagedChild } from '../llama/supervisor.js';
 import { liveness, type Liveness } from '../llama/liveness.js';
@@ -56,7 +56,7 @@ export class Workloads extends EventEmitter {
       if (existing.server && !existing.stopping) return { pid: existing.server.child.pid, port: existing.server.port };
       throw new RelayError(ErrorCode.REPLICA_FAILED, `replica ${c.replica} did not start`);
     }
-    const files = [...(c.parts ?? [c.sha256]), ...(c.mmproj ? [c.mmproj] : [])];
+    const files = [...(c.parts ?? [c.sha256]), ...(c.mmproj ? [c.mmproj] : []), ...(c.draft ? [c.draft.sha256] : [])];
     for (const f of files) {
       if (!cache.has(f)) throw new RelayError(ErrorCode.MODEL_FILE_MISSING, `node ${nodeName} does not hold ${f.slice(0, 12)}…`);
     }
@@ -81,6 +81,7 @@ export class Workloads extends EventEmitter {
           reranking: c.reranking ?? false,
           pooling: c.pooling ?? undefined,
           ...projectorPlacement(c.mmproj === undefined ? undefined : cache.pathOf(c.mmproj), c.device),
+          ...draftPlacement(c.draft ? { path: cache.pathOf(c.draft.sha256), max: c.draft.max, min: c.draft.min } : null, c.device, this.deps.install.backend),
           metrics: true,
           threads: this.deps.threads,
           readyTimeoutMs: c.loadTimeoutMs ?? DEFAULT_LOAD_TIMEOUT_MS,

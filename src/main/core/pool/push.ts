@@ -33,14 +33,21 @@ export class WeightPusher {
    */
   private readonly pushing = new Map<string, Promise<void>>();
 
-  /** Push every file of `model` the node lacks (each part of a split model is a file of its own, its projector too), in order. */
+  /** Push every file of `model` the node lacks (each part of a split model is a file of its own, its projector and draft model too), in order. */
   async push(conn: NodeConn, model: ModelRecord): Promise<void> {
     const parts = modelFiles(model);
     const files = servedFiles(model);
     for (const [i, f] of files.entries()) {
       if (conn.cache.has(f.sha256)) continue;
       const siblings = files.filter((x) => x.sha256 !== f.sha256).map((x) => x.sha256);
-      const label = i >= parts.length ? `${model.name} (its projector)` : parts.length > 1 ? `${model.name} (part ${i + 1} of ${parts.length})` : model.name;
+      const label =
+        f.sha256 === model.draft?.sha256
+          ? `${model.name} (its draft model ${model.draft.name})`
+          : i >= parts.length
+            ? `${model.name} (its projector)`
+            : parts.length > 1
+              ? `${model.name} (part ${i + 1} of ${parts.length})`
+              : model.name;
       await this.pushFile(conn, label, f, siblings);
     }
   }

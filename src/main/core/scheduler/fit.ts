@@ -4,15 +4,19 @@ import type { KvCacheType } from '../llama/argv.js';
  * The spec's VRAM fit formula, exactly:
  *   KV       = kv_bytes_per_token × ctx × slots × kv_scale
  *   overhead = weights × 3% + 384 MB + KV × 5%
- *   need     = weights + KV + overhead (+ projector)
+ *   need     = weights + KV + overhead (+ projector) (+ draft)
  * A vision model's projector runs beside the model on the same device: its weights plus an allowance for its
  * compute buffer (a quarter of its weights and 32 MB; llama-server logs its own worst case, "[mtmd] estimated
  * worst-case memory usage of mmproj", at load).
+ * A draft model (speculative decoding) runs beside it too, with a context of its own as long as the target's:
+ *   draft    = draft weights + draft KV + draft weights × 3% + draft KV × 5% + 64 MB (its compute buffer)
+ * where draft KV = the draft's kv_bytes_per_token × ctx × slots × kv_scale (it uses the target's cache type).
  * MB here is MiB (2^20 bytes), the unit llama.cpp and NVML report in.
  */
 export const KV_SCALE: Readonly<Record<KvCacheType, number>> = { f16: 1.0, q8_0: 0.5, q4_0: 0.28 };
 export const FIXED_OVERHEAD_MB = 384;
 export const PROJECTOR_COMPUTE_MB = 32;
+export const DRAFT_COMPUTE_MB = 64;
 const MIB = 1024 * 1024;
 
 export interface FitModel {
@@ -23,6 +27,8 @@ export interface FitModel {
   readonly kvBytesPerToken: number | null;
   /** A vision projector's file size; absent or 0: none. */
   readonly projectorBytes?: number | undefined;
+  /** A draft model's file size and KV bytes per token; absent: none. */
+  readonly draft?: { readonly sizeBytes: number; readonly kvBytesPerToken: number | null } | undefined;
 }
 
 export interface FitSettings {
@@ -38,6 +44,8 @@ export interface FitBreakdown {
   readonly overheadMb: number;
   /** The projector's weights and compute allowance; 0 for a text-only model. */
   readonly projectorMb: number;
+  /** The draft model's weights, KV and overhead; 0 without one. */
+  readonly draftMb: number;
   readonly needMb: number;
   readonly ctx: number;
   readonly slots: number;
@@ -63,7 +71,15 @@ export function fitNeed(m: FitModel, s: FitSettings): FitBreakdown {
   const kvMb = m.kvBytesPerToken ? (m.kvBytesPerToken * ctx * slots * kvScale) / MIB : 0;
   const overheadMb = weightsMb * 0.03 + FIXED_OVERHEAD_MB + kvMb * 0.05;
   const projectorMb = projectorNeedMb(m.projectorBytes);
-  return { weightsMb, kvMb, overheadMb, projectorMb, needMb: weightsMb + kvMb + overheadMb + projectorMb, ctx, slots, kvScale, kvCacheType: s.kvCacheType };
+  const draftMb = m.draft ? draftNeedMb(m.draft, ctx * slots * kvScale) : 0;
+  return { weightsMb, kvMb, overheadMb, projectorMb, draftMb, needMb: weightsMb + kvMb + overheadMb + projectorMb + draftMb, ctx, slots, kvScale, kvCacheType: s.kvCacheType };
+}
+
+/** A draft model's part of a need at `scaledTokens` = ctx × slots × kv_scale. */
+function draftNeedMb(d: { sizeBytes: number; kvBytesPerToken: number | null }, scaledTokens: number): number {
+  const weights = d.sizeBytes / MIB;
+  const kv = ((d.kvBytesPerToken ?? 0) * scaledTokens) / MIB;
+  return weights + kv + weights * 0.03 + kv * 0.05 + DRAFT_COMPUTE_MB;
 }
 
 export function fmtMb(mb: number): string {

@@ -1,7 +1,7 @@
 import type { Logger } from 'pino';
 import { ErrorCode, RelayError, isRelayError } from '../../../shared/errors.js';
 import type { HubConfig } from '../config.js';
-import { projectorPlacement, replicaPlacement } from '../llama/argv.js';
+import { draftPlacement, projectorPlacement, replicaPlacement } from '../llama/argv.js';
 import type { LlamaInstall } from '../llama/install.js';
 import { startLlamaServer, type RunningLlamaServer } from '../llama/processes.js';
 import { describeExit, type ManagedChild } from '../llama/supervisor.js';
@@ -85,6 +85,8 @@ export class HostLauncher {
           pooling: poolingFor(model) ?? undefined,
           // A vision model's projector beside it, on its device (kept on the CPU with a CPU placement).
           ...projectorPlacement(model.mmproj?.path, p.device),
+          // Its draft model (speculative decoding) on the same device.
+          ...draftPlacement(model.draft ?? null, p.device, this.deps.install.backend),
           ...replicaPlacement(p.device, this.deps.install.backend),
           onSpawn: (child) => {
             held.child = child;

@@ -52,6 +52,7 @@ export class NodeLauncher {
           embedding: model.embedding,
           ...(model.reranker ? { reranking: true } : {}),
           ...(model.mmproj ? { mmproj: model.mmproj.sha256 } : {}),
+          ...(model.draft ? { draft: { sha256: model.draft.sha256, max: model.draft.max, min: model.draft.min } } : {}),
           pooling: poolingFor(model),
           alias: model.name,
           device: p.device,

@@ -57,7 +57,13 @@ export class Placer {
 
   need(model: ModelRecord): FitBreakdown {
     const need = fitNeed(
-      { requiredVramMb: model.required_vram_mb, sizeBytes: model.size, kvBytesPerToken: model.kv_bytes_per_token, projectorBytes: model.mmproj?.size },
+      {
+        requiredVramMb: model.required_vram_mb,
+        sizeBytes: model.size,
+        kvBytesPerToken: model.kv_bytes_per_token,
+        projectorBytes: model.mmproj?.size,
+        draft: model.draft ? { sizeBytes: model.draft.size, kvBytesPerToken: model.draft.kv_bytes_per_token } : undefined,
+      },
       settingsFor(this.deps.config, model),
     );
     this.deps.log.debug({ model: model.name, fit: need }, 'fit-check');

@@ -99,7 +99,8 @@ export function planHostReplica(need: FitBreakdown, devices: readonly DeviceView
 
 export function describeNeed(model: string, n: FitBreakdown): string {
   const projector = n.projectorMb > 0 ? ` + projector ${fmtMb(n.projectorMb)}` : '';
-  return `model "${model}" needs ${fmtMb(n.needMb)} (weights ${fmtMb(n.weightsMb)} + KV ${fmtMb(n.kvMb)} + overhead ${fmtMb(n.overheadMb)}${projector}; ctx ${n.ctx} × ${n.slots} slots, ${n.kvCacheType} cache)`;
+  const draft = n.draftMb > 0 ? ` + draft ${fmtMb(n.draftMb)}` : '';
+  return `model "${model}" needs ${fmtMb(n.needMb)} (weights ${fmtMb(n.weightsMb)} + KV ${fmtMb(n.kvMb)} + overhead ${fmtMb(n.overheadMb)}${projector}${draft}; ctx ${n.ctx} × ${n.slots} slots, ${n.kvCacheType} cache)`;
 }
 
 /** The 503 message: need vs free per device, and what the pool lacks. */

@@ -24,6 +24,17 @@ export interface ModelPart {
   mtimeMs: number;
 }
 
+/** A draft model: another registered model, as its file was when it was set, and how many tokens it drafts. */
+export interface DraftRecord extends ModelPart {
+  /** The registered model it is. */
+  name: string;
+  /** Its KV cache per token: the fit counts its cache at the target's context. */
+  kv_bytes_per_token: number | null;
+  /** Tokens drafted per step, at most and at least (--spec-draft-n-max, --spec-draft-n-min). */
+  max: number;
+  min: number;
+}
+
 export interface ModelRecord {
   name: string;
   /** The GGUF llama-server is given: the file, or the first part of a split model. */
@@ -55,6 +66,8 @@ export interface ModelRecord {
   settings?: ModelSettings;
   /** Its vision projector (an mmproj GGUF): every llama-server of the model runs with --mmproj; absent: text only. */
   mmproj?: ModelPart;
+  /** Its draft model for speculative decoding (models/draft.ts): whole-model placements load it beside it. */
+  draft?: DraftRecord;
   added_at: string;
 }
 

@@ -1,0 +1,164 @@
+import assert from 'node:assert/strict';
+import { execFile } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { after, before, describe, it } from 'node:test';
+import { promisify } from 'node:util';
+import { addModel, startHub, type HubProcess } from '../helpers/hub.js';
+import { fixture, llama } from '../helpers/llama.js';
+import { startNode } from '../helpers/node.js';
+import { GREEDY } from '../helpers/openai.js';
+import { until } from '../helpers/proc.js';
+import { sha256File } from '../fixtures/models.js';
+import { startLlamaServer } from '../../src/main/core/llama/processes.js';
+
+/**
+ * Speculative decoding per model, on real llama-server: `deep` (the `dense` fixture plus eight layers that add
+ * nothing) gets `dense` as its draft — a perfect one, every drafted token accepted — or `dense` of another seed, a
+ * bad one. At temperature 0 the answers with either draft equal deep's answers without one (llama-server's own
+ * answer, no hub), on the hub's replica and on a node's after the hub pushed it the draft; the fit counts the
+ * draft; a draft of another vocabulary is refused when it is set.
+ */
+const ENV = { RELAY_CONTEXT_SIZE: '512', RELAY_PARALLEL_SLOTS: '1', RELAY_THREADS: '1' };
+const PROMPTS = ['The quick brown fox', 'Once upon a time, in a house by the sea,'];
+const MIB = 1024 * 1024;
+const relayBin = new URL('../../../bin/relay.js', import.meta.url).pathname;
+
+interface Answer {
+  readonly text: string;
+  readonly drafted: number;
+  readonly accepted: number;
+}
+
+async function answer(baseUrl: string, model: string, prompt: string): Promise<Answer> {
+  const res = await fetch(`${baseUrl}/v1/completions`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ model, prompt, max_tokens: 32, ...GREEDY }),
+  });
+  const j = (await res.json()) as { choices: { text: string }[]; timings?: { draft_n?: number; draft_n_accepted?: number } };
+  assert.equal(res.status, 200, JSON.stringify(j));
+  return { text: j.choices[0]!.text, drafted: j.timings?.draft_n ?? 0, accepted: j.timings?.draft_n_accepted ?? 0 };
+}
+
+const patch = (hub: HubProcess, name: string, body: Record<string, unknown>) =>
+  hub.api<{
+    model: { need_mb: number; need: { draft_mb: number; ctx: number; slots: number }; draft?: { name: string; sha256: string; max: number; min: number } };
+    error: { code: string; message: string };
+  }>(`/api/models/${name}`, { method: 'PATCH', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
+
+describe('speculative decoding with a draft model', { timeout: 600_000 }, () => {
+  let hub: HubProcess;
+  let want: string[];
+  before(async () => {
+    // The oracle: deep alone, on llama-server with no draft and no hub.
+    const s = await startLlamaServer(llama(), { model: fixture('deep'), ctx: 512, slots: 1, cacheType: 'f16', threads: 1 });
+    try {
+      want = [];
+      for (const p of PROMPTS) want.push((await answer(s.baseUrl, 'deep', p)).text);
+    } finally {
+      await s.child.terminate(5000);
+    }
+    hub = await startHub({ env: ENV, args: ['--cpu-budget-mb', '2000'] });
+    await addModel(hub, { path: fixture('deep'), name: 'deep' });
+    await addModel(hub, { path: fixture('dense'), name: 'dense' });
+    await addModel(hub, { path: fixture('dense', 2), name: 'other-dense' });
+    await addModel(hub, { path: fixture('widevocab'), name: 'wide' });
+  });
+  after(async () => {
+    await hub?.stop();
+  });
+
+  it("a draft of another vocabulary, or one that is not a generation model's, is refused when it is set", async () => {
+    const r = await patch(hub, 'deep', { draft: 'wide' });
+    assert.equal(r.status, 422);
+    assert.equal(r.body.error.code, 'draft_vocab_mismatch');
+    assert.match(r.body.error.message, /vocabularies differ/);
+    const self = await patch(hub, 'deep', { draft: 'deep' });
+    assert.equal(self.status, 400);
+    assert.equal((await patch(hub, 'deep', { draft: 'nothing' })).body.error.code, 'model_not_found');
+    assert.equal((await patch(hub, 'deep', { draft: 'dense', draft_max: 0 })).status, 400);
+    // The CLI says so too, with the code.
+    const cli = await promisify(execFile)(process.execPath, [relayBin, 'models', 'set', 'deep', '--draft', 'wide', '--hub', hub.url]).then(
+      () => null,
+      (e: { code: number; stderr: string }) => e,
+    );
+    assert.ok(cli && cli.code !== 0 && /draft_vocab_mismatch/.test(cli.stderr), cli?.stderr);
+    assert.equal((await hub.status()).models.find((m) => m.name === 'deep')!.draft, null, 'nothing was set');
+  });
+
+  it('the fit adds the draft: its weights, its KV at the target’s context, its overhead', async () => {
+    const plain = (await hub.status()).models.find((m) => m.name === 'deep')!;
+    const r = await patch(hub, 'deep', { draft: 'dense' });
+    assert.equal(r.status, 200, JSON.stringify(r.body));
+    const dense = (await hub.api<{ models: { name: string; size: number; kv_bytes_per_token: number }[] }>('/api/models')).body.models.find((m) => m.name === 'dense')!;
+    const weights = dense.size / MIB;
+    const kv = (dense.kv_bytes_per_token * r.body.model.need.ctx * r.body.model.need.slots) / MIB;
+    const draftMb = weights + kv + weights * 0.03 + kv * 0.05 + 64;
+    assert.equal(r.body.model.need.draft_mb, Math.ceil(draftMb));
+    assert.ok(Math.abs(r.body.model.need_mb - (plain.need_mb + draftMb)) <= 1, `${r.body.model.need_mb} vs ${plain.need_mb} + ${draftMb}`);
+    const d = r.body.model.draft!;
+    assert.deepEqual([d.name, d.sha256, d.max, d.min], ['dense', sha256File(fixture('dense')), 8, 0], 'the defaults: up to 8 tokens a step');
+  });
+
+  it("with a draft the hub's replica answers as deep alone; a perfect draft's tokens are all accepted, a bad one's not, same text", async () => {
+    const perfect: Answer[] = [];
+    for (const p of PROMPTS) perfect.push(await answer(hub.url, 'deep', p));
+    assert.deepEqual(
+      perfect.map((a) => a.text),
+      want,
+    );
+    assert.ok(
+      perfect.every((a) => a.drafted > 0 && a.accepted === a.drafted),
+      JSON.stringify(perfect),
+    );
+    const rep = (await hub.status()).replicas.find((r) => r.model === 'deep' && r.state === 'ready')!;
+    const argv = readFileSync(`/proc/${rep.pid}/cmdline`, 'utf8').split('\0');
+    assert.equal(argv[argv.indexOf('--model-draft') + 1], fixture('dense'));
+
+    assert.equal((await patch(hub, 'deep', { draft: 'other-dense', draft_max: 4 })).status, 200);
+    const bad: Answer[] = [];
+    for (const p of PROMPTS) bad.push(await answer(hub.url, 'deep', p));
+    assert.deepEqual(
+      bad.map((a) => a.text),
+      want,
+      'lossless at temperature 0, whatever the draft proposes',
+    );
+    assert.ok(
+      bad.every((a) => a.drafted > 0 && a.accepted < a.drafted),
+      JSON.stringify(bad),
+    );
+    assert.equal((await patch(hub, 'deep', { draft: 'dense', draft_max: 8 })).status, 200);
+  });
+
+  it("on a node: the hub pushes the draft with the model, the node's replica drafts from its cached copy, same text", async () => {
+    const node = await startNode(hub, { name: 'n1', cpuBudgetMb: 2000, env: ENV });
+    try {
+      await hub.api('/api/hub/availability', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ paused: true }) });
+      await until(
+        async () => (await hub.status()).replicas.filter((r) => r.node === null).length,
+        (n) => n === 0,
+      );
+      const got: Answer[] = [];
+      for (const p of PROMPTS) got.push(await answer(hub.url, 'deep', p));
+      assert.deepEqual(
+        got.map((a) => a.text),
+        want,
+      );
+      assert.ok(
+        got.every((a) => a.drafted > 0 && a.accepted === a.drafted),
+        JSON.stringify(got),
+      );
+      const rep = (await hub.status()).replicas.find((r) => r.model === 'deep')!;
+      assert.equal(rep.node, 'n1');
+      const draftSha = sha256File(fixture('dense'));
+      const cached = join(node.home, 'cache', 'models', `${draftSha}.gguf`);
+      const argv = readFileSync(`/proc/${rep.pid}/cmdline`, 'utf8').split('\0');
+      assert.equal(argv[argv.indexOf('--model-draft') + 1], cached, "the node's replica reads its cached draft");
+      assert.equal(sha256File(cached), draftSha, 'the pushed draft hashes to what the hub registered');
+    } finally {
+      await hub.api('/api/hub/availability', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ paused: false }) });
+      await node.stop();
+    }
+  });
+});
