@@ -232,6 +232,44 @@ describe('dashboard in chromium', { timeout: 300_000 }, () => {
     }
   });
 
+  it("a model's draft model chosen in its Settings… dialog; its row then names it; a draft of another vocabulary is refused", async () => {
+    for (const [name, path] of [
+      ['deep', fixture('deep')],
+      ['little', fixture('dense')],
+      ['wide', fixture('widevocab')],
+    ] as const) {
+      assert.ok([200, 201].includes((await hub.api('/api/models', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ path, name }) })).status));
+    }
+    try {
+      await page.goto(hub.url);
+      const row = page.getByRole('table', { name: 'Models' }).getByRole('row').filter({ hasText: 'deep' });
+      await page.getByRole('button', { name: 'Settings of deep' }).click();
+      await page.getByLabel(/Draft model/).selectOption('little');
+      await page.getByRole('button', { name: 'Save' }).click();
+      await row.getByText('draft little').waitFor();
+      const m = (await hub.api<{ models: { name: string; draft?: { name: string } }[] }>('/api/models')).body.models.find((x) => x.name === 'deep');
+      assert.equal(m?.draft?.name, 'little');
+      // Another vocabulary: the dashboard says why, and the draft stays as it was.
+      await page.getByRole('button', { name: 'Settings of deep' }).click();
+      assert.equal(await page.getByLabel(/Draft model/).inputValue(), 'little', 'the dialog shows the draft');
+      await page.getByLabel(/Draft model/).selectOption('wide');
+      const said = new Promise<string>((r) =>
+        page.once('dialog', (d) => {
+          r(d.message());
+          void d.dismiss();
+        }),
+      );
+      await page.getByRole('button', { name: 'Save' }).click();
+      assert.match(await said, /Could not change the settings of deep: .*vocabularies differ/);
+      await page.getByRole('button', { name: 'Settings of deep' }).click();
+      await page.getByLabel(/Draft model/).selectOption('');
+      await page.getByRole('button', { name: 'Save' }).click();
+      await row.getByText('draft little').waitFor({ state: 'detached' });
+    } finally {
+      for (const n of ['deep', 'little', 'wide']) await hub.api(`/api/models/${n}`, { method: 'DELETE' });
+    }
+  });
+
   it('says so clearly when the hub is unreachable', async () => {
     for (const n of nodes) await n.stop();
     nodes = [];
