@@ -20,6 +20,7 @@ const MAX_TOKENS = Number(process.env.BENCH_MAX_TOKENS ?? 128);
 const THREAD_COUNTS = (process.env.BENCH_THREADS ?? '1,2').split(',');
 const CTX = 1024;
 const BARE_ROUNDS = 6;
+const WARM_REQUESTS = Number(process.env.BENCH_WARM_REQUESTS ?? 40);
 
 interface Sample {
   ttftMs: number;
@@ -28,12 +29,12 @@ interface Sample {
 }
 
 /** One streaming completion; TTFT = request start → first content chunk; tok/s over the rest of the stream. */
-async function sample(url: string, model: string, prompt: string): Promise<Sample> {
+async function sample(url: string, model: string, prompt: string, maxTokens = MAX_TOKENS): Promise<Sample> {
   const t0 = performance.now();
   const res = await fetch(`${url}/v1/completions`, {
     method: 'POST',
     headers: { 'content-type': 'application/json' },
-    body: JSON.stringify({ model, prompt, max_tokens: MAX_TOKENS, temperature: 0, top_k: 1, seed: 1, stream: true }),
+    body: JSON.stringify({ model, prompt, max_tokens: maxTokens, temperature: 0, top_k: 1, seed: 1, stream: true }),
   });
   if (!res.ok || !res.body) throw new Error(`${url}: ${res.status} ${await res.text()}`);
   let first = 0;
@@ -104,9 +105,14 @@ async function benchModel(name: FixtureName, THREADS: string): Promise<string[]>
   try {
     await addModel(hub, { path, name });
     const prompts = ['Once upon a time', 'The history of the bicycle', 'In the beginning', 'A recipe for bread'];
-    // Warm both (the hub's first request also loads its replica).
+    // Warm both (the hub's first request also loads its replica), then WARM_REQUESTS short ones each: a hub that has
+    // served a few dozen requests runs its request path compiled (V8's JIT), as a household's hub does after minutes.
     await sample(hub.url, name, 'warm up');
     await sample(direct.baseUrl, name, 'warm up');
+    for (let i = 0; i < WARM_REQUESTS; i++) {
+      await sample(hub.url, name, 'warm up', 4);
+      await sample(direct.baseUrl, name, 'warm up', 4);
+    }
     const d: Sample[] = [];
     const h: Sample[] = [];
     let hubCpuMs = 0;
