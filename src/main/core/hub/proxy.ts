@@ -185,6 +185,7 @@ export function proxyToPlacement(opts: {
     unwatch();
     up.destroy();
     lease.release();
+    if (!lease.connect) spares?.refill(url.hostname, Number(url.port));
     log.warn({ model: lease.model.name, placement: lease.placementId, why }, 'placement failed before the first byte: trying another');
     resolveOutcome({ kind: 'retry', error: new RelayError(ErrorCode.UPSTREAM_ERROR, `the placement of "${lease.model.name}" failed before answering (${why})`, { model: lease.model.name }) });
   };
@@ -268,6 +269,7 @@ export function proxyToPlacement(opts: {
     const begin = (): void => {
       if (started) return;
       started = true;
+      if (!lease.connect) spares?.refill(url.hostname, Number(url.port)); // the next request's socket, now the first byte is out
       res.status(status);
       const type = translate?.contentType ?? ur.headers['content-type'];
       if (type) res.setHeader('content-type', type);

@@ -4,8 +4,9 @@ import { connect, type Socket } from 'node:net';
  * One connected, never-used socket kept ready per llama-server on this machine (the hub's replicas, and a
  * node's for the http streams the hub sends it), so a /v1 request does not wait for a TCP handshake and
  * llama-server's accept on its path (~0.7 ms of the hub's added time-to-first-token, measured). Not for
- * ggml-rpc-server, which serves one connection at a time. A spare is made when one is taken (never when one closes: a stopped
- * llama-server does not cause reconnect loops) and replaced off the request's path. Used sockets are not
+ * ggml-rpc-server, which serves one connection at a time. A spare is made again once the request that took one has its
+ * first byte (`refill`: the connect, ~0.1 ms of CPU on this VM's loopback, then runs after the time-to-first-token, not
+ * in it), never when one closes (a stopped llama-server does not cause reconnect loops). Used sockets are not
  * reused: llama-server closes a connection after a streamed answer, and a request written onto it resets.
  * A spare holds one of llama-server's HTTP threads (it has slots + 2) while it waits.
  */
@@ -18,7 +19,6 @@ export class SpareSockets {
     const key = `${host}:${port}`;
     const spare = this.spares.get(key);
     this.spares.delete(key);
-    setImmediate(() => this.prepare(host, port));
     if (spare && !spare.destroyed && !spare.connecting && spare.readyState === 'open') {
       spare.removeAllListeners('error');
       spare.removeAllListeners('close');
@@ -27,6 +27,11 @@ export class SpareSockets {
     }
     spare?.destroy();
     return connect({ host, port, noDelay: true });
+  }
+
+  /** Make the spare for host:port again (once its taker heard back); a no-op while one is ready. */
+  refill(host: string, port: number): void {
+    setImmediate(() => this.prepare(host, port));
   }
 
   private prepare(host: string, port: number): void {

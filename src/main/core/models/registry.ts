@@ -223,8 +223,9 @@ export class ModelRegistry {
    */
   async verify(name: string): Promise<{ model: ModelRecord; changed: boolean }> {
     const m = this.require(name);
-    for (const f of servedFiles(m)) statFile(f.path); // a missing part (or projector) is refused with model_file_missing
-    if (filesState(m) === 'ok') return { model: m, changed: false };
+    const state = filesState(m); // one stat per file, per request
+    if (state === 'ok') return { model: m, changed: false };
+    if (state === 'missing') for (const f of servedFiles(m)) statFile(f.path); // refused with model_file_missing, naming the file
     let p = this.verifying.get(name);
     if (!p) {
       p = this.rehash(name, m).finally(() => this.verifying.delete(name));

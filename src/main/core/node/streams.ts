@@ -46,6 +46,12 @@ export async function serveHubStream(st: YamuxStream, c: StreamContext): Promise
   // connect fresh (ggml-rpc-server serves one connection at a time).
   const sock = header.kind === 'http' ? c.spares.take('127.0.0.1', port) : connect({ host: '127.0.0.1', port });
   sock.setNoDelay(true);
+  // Its replacement is made once llama-server answers (off the first token's path), or when this one ends.
+  if (header.kind === 'http') {
+    const refill = (): void => c.spares.refill('127.0.0.1', port);
+    sock.once('data', refill);
+    sock.once('close', refill);
+  }
   sock.once('close', () => c.active(-1));
   sock.on('error', () => st.destroy());
   st.on('close', () => sock.destroy());
