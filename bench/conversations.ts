@@ -13,6 +13,7 @@ import { ensureFixture, type FixtureName } from '../test/fixtures/models.js';
 import { addModel, startHub } from '../test/helpers/hub.js';
 import { llama } from '../test/helpers/llama.js';
 import { startNode } from '../test/helpers/node.js';
+import { sseData } from './sse.js';
 import { reportTarget } from './targets.js';
 
 const PEOPLE = Number(process.env.BENCH_CONVERSATIONS ?? 3);
@@ -43,23 +44,14 @@ async function turn(url: string, messages: readonly { role: string; content: str
   let text = '';
   type Usage = { prompt_tokens: number; prompt_tokens_details?: { cached_tokens?: number } };
   let usage = null as Usage | null;
-  let buf = '';
-  const dec = new TextDecoder();
-  for await (const chunk of res.body as unknown as AsyncIterable<Uint8Array>) {
-    buf += dec.decode(chunk, { stream: true });
-    let i: number;
-    while ((i = buf.indexOf('\n\n')) >= 0) {
-      const ev = buf.slice(0, i);
-      buf = buf.slice(i + 2);
-      if (!ev.startsWith('data: ') || ev === 'data: [DONE]') continue;
-      const j = JSON.parse(ev.slice(6)) as { choices?: { delta?: { content?: string } }[]; usage?: Usage };
-      const c = j.choices?.[0]?.delta?.content;
-      if (c) {
-        if (first === 0) first = performance.now();
-        text += c;
-      }
-      if (j.usage) usage = j.usage;
+  for await (const ev of sseData(res)) {
+    const j = ev as { choices?: { delta?: { content?: string } }[]; usage?: Usage };
+    const c = j.choices?.[0]?.delta?.content;
+    if (c) {
+      if (first === 0) first = performance.now();
+      text += c;
     }
+    if (j.usage) usage = j.usage;
   }
   if (!usage) throw new Error('no usage in the stream');
   return { ttftMs: (first || performance.now()) - t0, prompt: usage.prompt_tokens, cached: usage.prompt_tokens_details?.cached_tokens ?? 0, text };

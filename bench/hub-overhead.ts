@@ -12,6 +12,7 @@ import { startLlamaServer } from '../src/main/core/llama/index.js';
 import { ensureFixture, type FixtureName } from '../test/fixtures/models.js';
 import { addModel, startHub } from '../test/helpers/hub.js';
 import { llama } from '../test/helpers/llama.js';
+import { sseData } from './sse.js';
 import { reportRatio, reportTarget } from './targets.js';
 
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 15);
@@ -40,22 +41,12 @@ async function sample(url: string, model: string, prompt: string, maxTokens = MA
   let first = 0;
   let last = 0;
   let tokens = 0;
-  let buf = '';
-  const dec = new TextDecoder();
-  for await (const chunk of res.body as unknown as AsyncIterable<Uint8Array>) {
-    buf += dec.decode(chunk, { stream: true });
-    let i: number;
-    while ((i = buf.indexOf('\n\n')) >= 0) {
-      const ev = buf.slice(0, i);
-      buf = buf.slice(i + 2);
-      if (!ev.startsWith('data: ') || ev === 'data: [DONE]') continue;
-      const j = JSON.parse(ev.slice(6)) as { choices?: { text?: string }[] };
-      if (j.choices?.[0]?.text) {
-        const now = performance.now();
-        if (tokens === 0) first = now;
-        last = now;
-        tokens++;
-      }
+  for await (const ev of sseData(res)) {
+    if ((ev as { choices?: { text?: string }[] }).choices?.[0]?.text) {
+      const now = performance.now();
+      if (tokens === 0) first = now;
+      last = now;
+      tokens++;
     }
   }
   return { ttftMs: first - t0, tokPerS: tokens > 1 ? (tokens - 1) / ((last - first) / 1000) : 0, tokens };
