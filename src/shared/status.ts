@@ -32,6 +32,8 @@ export interface PlacementStatus {
   readonly prefix_hits: number;
   /** Recent prompt evaluation speed, milliseconds per token; null until measured. */
   readonly prompt_ms_per_token: number | null;
+  /** With a draft model (speculative decoding): tokens drafted and accepted so far; a low share means the draft slows it. */
+  readonly draft_tokens: { readonly drafted: number; readonly accepted: number } | null;
   readonly failure: PlacementFailure | null;
   /**
    * While its llama-server loads: since when, how long so far and the deadline (a base plus a term per GiB of

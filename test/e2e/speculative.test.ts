@@ -115,6 +115,9 @@ describe('speculative decoding with a draft model', { timeout: 600_000 }, () => 
     const rep = (await hub.status()).replicas.find((r) => r.model === 'deep' && r.state === 'ready')!;
     const argv = readFileSync(`/proc/${rep.pid}/cmdline`, 'utf8').split('\0');
     assert.equal(argv[argv.indexOf('--model-draft') + 1], fixture('dense'));
+    // /status counts the placement's drafted and accepted tokens: how well the draft does.
+    const drafted = perfect.reduce((n, a) => n + a.drafted, 0);
+    assert.deepEqual(rep.draft_tokens, { drafted, accepted: drafted });
 
     assert.equal((await patch(hub, 'deep', { draft: 'other-dense', draft_max: 4 })).status, 200);
     const bad: Answer[] = [];
@@ -128,6 +131,8 @@ describe('speculative decoding with a draft model', { timeout: 600_000 }, () => 
       bad.every((a) => a.drafted > 0 && a.accepted < a.drafted),
       JSON.stringify(bad),
     );
+    const badRep = (await hub.status()).replicas.find((r) => r.model === 'deep' && r.state === 'ready')!;
+    assert.deepEqual(badRep.draft_tokens, { drafted: bad.reduce((n, a) => n + a.drafted, 0), accepted: bad.reduce((n, a) => n + a.accepted, 0) });
     assert.equal((await patch(hub, 'deep', { draft: 'dense', draft_max: 8 })).status, 200);
   });
 

@@ -31,6 +31,9 @@ export interface Usage {
   /** llama-server's time on the prompt and the tokens it evaluated (timings.prompt_ms / prompt_n), for its prompt speed. */
   promptMs: number | null;
   promptEvaluated: number | null;
+  /** Speculative decoding: tokens the draft model proposed, and how many the model accepted (null: no draft). */
+  drafted: number | null;
+  draftAccepted: number | null;
 }
 
 const TAIL_BYTES = 8192;
@@ -66,6 +69,8 @@ export function usageFromTail(tail: string, head = ''): Usage | null {
     cachedTokens: cached,
     promptMs: num(/"prompt_ms":([\d.]+)/g),
     promptEvaluated: evaluated,
+    drafted: num(/"draft_n":(\d+)/g),
+    draftAccepted: num(/"draft_n_accepted":(\d+)/g),
   };
 }
 

@@ -66,6 +66,9 @@ export interface Placement {
   promptMsPerToken: number | null;
   /** Requests sent here because its KV cache held a prefix of their prompt (prefix-aware routing). */
   prefixHits: number;
+  /** With a draft model: tokens it proposed and the model accepted, over the requests served. */
+  drafted: number;
+  draftAccepted: number;
   idleTimer: NodeJS.Timeout | null;
   failure: Failure | null;
   /** Checks in a row that found its llama-server not answering /health (two fail it). */
@@ -77,6 +80,8 @@ export interface LeaseReport {
   readonly tokensPerSecond?: number | null;
   readonly promptMs?: number | null;
   readonly promptEvaluated?: number | null;
+  readonly drafted?: number | null;
+  readonly draftAccepted?: number | null;
 }
 
 /** A claim on one slot of a ready placement for one request; release() exactly once when the response is done. */
@@ -135,6 +140,8 @@ export function newPlacement(model: ModelRecord, plan: NewPlacement, fit: FitBre
     msPerToken: null,
     promptMsPerToken: null,
     prefixHits: 0,
+    drafted: 0,
+    draftAccepted: 0,
     idleTimer: null,
     failure: null,
     unresponsive: 0,
@@ -167,6 +174,8 @@ export function openLease(p: Placement, model: ModelRecord, hooks: { now(): numb
       p.lastUsedAt = hooks.now();
       p.msPerToken = nextMsPerToken(p.msPerToken, report?.tokensPerSecond);
       p.promptMsPerToken = nextPromptMsPerToken(p.promptMsPerToken, report?.promptMs, report?.promptEvaluated);
+      p.drafted += report?.drafted ?? 0;
+      p.draftAccepted += report?.draftAccepted ?? 0;
       hooks.released();
     },
   };

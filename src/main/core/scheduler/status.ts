@@ -22,6 +22,7 @@ function placementStatus(p: Placement, c: HubConfig, now = Date.now()): Placemen
     kv_cache_type: c.kvCacheType,
     ms_per_token: p.msPerToken === null ? null : Math.round(p.msPerToken * 100) / 100,
     prefix_hits: p.prefixHits,
+    draft_tokens: p.drafted > 0 ? { drafted: p.drafted, accepted: p.draftAccepted } : null,
     prompt_ms_per_token: p.promptMsPerToken === null ? null : Math.round(p.promptMsPerToken * 1000) / 1000,
     failure: p.failure,
     load: p.state === 'starting' && p.loadingSince !== null ? { since: new Date(p.loadingSince).toISOString(), elapsed_ms: Math.max(0, now - p.loadingSince), deadline_ms: p.deadlineMs } : null,
