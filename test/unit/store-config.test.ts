@@ -136,47 +136,22 @@ describe('devices', () => {
 
 describe('hub helpers', () => {
   it('reads token usage from a JSON body or the last SSE chunk', () => {
-    assert.deepEqual(usageFromTail('{"usage":{"completion_tokens":8,"prompt_tokens":29}}'), {
-      promptTokens: 29,
-      completionTokens: 8,
-      tokensPerSecond: null,
-      cachedTokens: null,
-      promptMs: null,
-      promptEvaluated: null,
-      drafted: null,
-      draftAccepted: null,
-    });
+    // What an answer did not report is null.
+    const unsaid = { tokensPerSecond: null, cachedTokens: null, promptMs: null, promptEvaluated: null, drafted: null, draftAccepted: null };
+    assert.deepEqual(usageFromTail('{"usage":{"completion_tokens":8,"prompt_tokens":29}}'), { ...unsaid, promptTokens: 29, completionTokens: 8 });
     const sse = 'data: {"choices":[]}\n\ndata: {"timings":{"prompt_n":5,"prompt_ms":2.5,"predicted_n":16,"predicted_per_second":250.5}}\n\ndata: [DONE]\n\n';
-    assert.deepEqual(usageFromTail(sse), { promptTokens: 5, completionTokens: 16, tokensPerSecond: 250.5, cachedTokens: null, promptMs: 2.5, promptEvaluated: 5, drafted: null, draftAccepted: null });
+    assert.deepEqual(usageFromTail(sse), { ...unsaid, promptTokens: 5, completionTokens: 16, tokensPerSecond: 250.5, promptMs: 2.5, promptEvaluated: 5 });
     assert.equal(usageFromTail('data: [DONE]'), null);
     assert.equal(usageFromTail('data: {"timings":{"cache_n":8,"prompt_n":44,"predicted_n":3}}')?.promptTokens, 52, 'the cached part of the prompt counts');
     // llama-server's OpenAI answers say the cached part twice (usage and timings): once; with a draft model, its counts.
     const both =
       '{"usage":{"completion_tokens":4,"prompt_tokens":59,"prompt_tokens_details":{"cached_tokens":58}},"timings":{"cache_n":58,"prompt_n":1,"prompt_ms":0.9,"draft_n":6,"draft_n_accepted":5}}';
-    assert.deepEqual(usageFromTail(both), { promptTokens: 59, completionTokens: 4, tokensPerSecond: null, cachedTokens: 58, promptMs: 0.9, promptEvaluated: 1, drafted: 6, draftAccepted: 5 });
+    assert.deepEqual(usageFromTail(both), { ...unsaid, promptTokens: 59, completionTokens: 4, cachedTokens: 58, promptMs: 0.9, promptEvaluated: 1, drafted: 6, draftAccepted: 5 });
     // Anthropic: cache reads are prompt tokens too; a stream's input tokens come in its first event, its output in its last.
-    assert.deepEqual(usageFromTail('{"usage":{"cache_read_input_tokens":22,"input_tokens":1,"output_tokens":8}}'), {
-      promptTokens: 23,
-      completionTokens: 8,
-      tokensPerSecond: null,
-      cachedTokens: 22,
-      promptMs: null,
-      promptEvaluated: null,
-      drafted: null,
-      draftAccepted: null,
-    });
+    assert.deepEqual(usageFromTail('{"usage":{"cache_read_input_tokens":22,"input_tokens":1,"output_tokens":8}}'), { ...unsaid, promptTokens: 23, completionTokens: 8, cachedTokens: 22 });
     const start = 'event: message_start\ndata: {"type":"message_start","message":{"usage":{"input_tokens":12,"output_tokens":0}}}\n\n';
     const end = 'event: message_delta\ndata: {"type":"message_delta","usage":{"output_tokens":40}}\n\n';
-    assert.deepEqual(usageFromTail(end, start), {
-      promptTokens: 12,
-      completionTokens: 40,
-      tokensPerSecond: null,
-      cachedTokens: null,
-      promptMs: null,
-      promptEvaluated: null,
-      drafted: null,
-      draftAccepted: null,
-    });
+    assert.deepEqual(usageFromTail(end, start), { ...unsaid, promptTokens: 12, completionTokens: 40 });
   });
 
   it('renders Prometheus text', () => {
