@@ -6,6 +6,7 @@ export { readModelFiles, splitName, splitPartName, MAX_SPLIT_PARTS } from './spl
 export type { ModelFiles } from './split.js';
 export { GgufValueType, ggmlType, GGML_TYPE_F16, GGML_TYPE_F32 } from './types.js';
 export type { GgufValue, GgufScalar, GgufScalarType, GgufArrayValue } from './types.js';
-export { readModelFilesOffThread, readModelCardOffThread } from './off-thread.js';
+export { readModelFilesOffThread, readModelCardOffThread, readVocabOffThread } from './off-thread.js';
+export { vocabOf, type Vocab } from './vocab.js';
 export { modelCard, readModelCard, humanCount } from './card.js';
 export type { ModelCard } from './card.js';

@@ -1,6 +1,7 @@
 import { runInWorker } from '../worker.js';
 import type { ModelCard } from './card.js';
 import type { ModelFiles } from './split.js';
+import type { Vocab } from './vocab.js';
 
 const WORKER = new URL('./worker.js', import.meta.url);
 
@@ -11,6 +12,11 @@ const WORKER = new URL('./worker.js', import.meta.url);
  */
 export function readModelFilesOffThread(path: string): Promise<ModelFiles> {
   return runInWorker<ModelFiles>(WORKER, { path });
+}
+
+/** A GGUF's tokenizer (vocab.ts) read in a worker thread: two of 150,000 tokens compared at `set` stall nothing. */
+export function readVocabOffThread(path: string): Promise<Vocab> {
+  return runInWorker<Vocab>(WORKER, { vocab: path });
 }
 
 /** readModelCard in a worker thread (a vocabulary of 150,000 tokens is read without stalling the hub). */

@@ -44,12 +44,7 @@ export function modelViewer(d: AppDeps): (m: ModelRecord) => ModelView {
  * step (alone: the draft it has). Null when the body says nothing of it.
  */
 function setDraft(registry: AppDeps['registry'], name: string, body: Record<string, unknown>): Promise<{ changed: boolean }> | null {
-  const count = (v: unknown, what: string): number | undefined => {
-    if (v === undefined || v === null) return undefined;
-    if (typeof v !== 'number') throw new RelayError(ErrorCode.INVALID_REQUEST, `${what} must be a number, got ${JSON.stringify(v)}`);
-    return v;
-  };
-  const opts = { max: count(body.draft_max, 'draft_max'), min: count(body.draft_min, 'draft_min') };
+  const opts = { max: body.draft_max ?? undefined, min: body.draft_min ?? undefined }; // checked by models/draft.ts
   if (body.draft === undefined && opts.max === undefined && opts.min === undefined) return null;
   if (body.draft === null) return registry.setDraft(name, null);
   const draft = body.draft === undefined ? registry.require(name).draft?.name : textField(body.draft);

@@ -81,20 +81,20 @@ export async function describe(path: string, progress?: HashProgress, knownSha25
 /** A vision projector: read, checked to be one (general.architecture = clip), hashed. */
 export async function describeProjector(path: string, knownSha256?: string): Promise<ModelPart> {
   if (!isAbsolute(path)) throw new RelayError(ErrorCode.INVALID_REQUEST, `the projector's path must be absolute, got ${JSON.stringify(path)}`);
-  const st = statFile(path);
+  statFile(path); // a missing file: model_file_missing, before the header is read
   const { info } = await readModelFilesOffThread(path);
   if (info.architecture !== 'clip') {
     throw new RelayError(ErrorCode.MMPROJ_NOT_A_PROJECTOR, `${path} is not a vision projector (its general.architecture is ${JSON.stringify(info.architecture ?? null)}, a projector's is "clip")`, {
       path,
     });
   }
-  return { path, sha256: knownSha256 ?? (await sha256File(path)), size: st.size, mtimeMs: st.mtimeMs };
+  return describePart(path, knownSha256);
 }
 
-/** A file as a part of a record: its size, modification time and hash now. */
-export async function describePart(path: string): Promise<ModelPart> {
+/** A file as a part of a record: its size, modification time and hash now (`knownSha256`: not hashed again). */
+export async function describePart(path: string, knownSha256?: string): Promise<ModelPart> {
   const st = statFile(path);
-  return { path, sha256: await sha256File(path), size: st.size, mtimeMs: st.mtimeMs };
+  return { path, sha256: knownSha256 ?? (await sha256File(path)), size: st.size, mtimeMs: st.mtimeMs };
 }
 
 /** Each file of a record as it is now: gone, changed since it was hashed (size or modification time), or ok. */

@@ -1,5 +1,5 @@
 import { ErrorCode, RelayError } from '../../../shared/errors.js';
-import { metaValue, readGgufFile, type GgufFile } from '../gguf/index.js';
+import { readVocabOffThread, type Vocab } from '../gguf/index.js';
 import type { DraftRecord, ModelRecord } from '../store/store.js';
 import { modelFiles } from './files.js';
 
@@ -13,28 +13,6 @@ import { modelFiles } from './files.js';
 export const DRAFT_MAX_DEFAULT = 8;
 export const DRAFT_MIN_DEFAULT = 0;
 const DRAFT_MAX_LIMIT = 64;
-
-/** What of a tokenizer decides whether two models can draft for each other (llama.cpp's own check). */
-export interface Vocab {
-  readonly model: unknown;
-  readonly tokens: readonly unknown[];
-  readonly bos: unknown;
-  readonly eos: unknown;
-  readonly addBos: unknown;
-  readonly addEos: unknown;
-}
-
-export function vocabOf(file: GgufFile): Vocab {
-  const tokens = metaValue(file, 'tokenizer.ggml.tokens');
-  return {
-    model: metaValue(file, 'tokenizer.ggml.model'),
-    tokens: Array.isArray(tokens) ? tokens : [],
-    bos: metaValue(file, 'tokenizer.ggml.bos_token_id'),
-    eos: metaValue(file, 'tokenizer.ggml.eos_token_id'),
-    addBos: metaValue(file, 'tokenizer.ggml.add_bos_token'),
-    addEos: metaValue(file, 'tokenizer.ggml.add_eos_token'),
-  };
-}
 
 /** llama.cpp's common_speculative_are_compatible: vocabulary sizes at most this far apart… */
 const VOCAB_MAX_SIZE_DIFFERENCE = 128;
@@ -60,14 +38,21 @@ export function vocabMismatch(target: Vocab, draft: Vocab): string | null {
   return null;
 }
 
-function count(v: number | undefined, fallback: number, min: number, max: number, what: string): number {
-  if (v === undefined) return fallback;
-  if (!Number.isInteger(v) || v < min || v > max) throw new RelayError(ErrorCode.INVALID_REQUEST, `${what} must be an integer from ${min} to ${max}, got ${JSON.stringify(v)}`);
+/** Tokens per step as a request gives them (checked here: integers in range; absent or null: as before or the default). */
+export interface DraftCounts {
+  readonly max?: unknown;
+  readonly min?: unknown;
+}
+
+function count(v: unknown, fallback: number, min: number, max: number, what: string): number {
+  if (v === undefined || v === null) return fallback;
+  if (typeof v !== 'number' || !Number.isInteger(v) || v < min || v > max)
+    throw new RelayError(ErrorCode.INVALID_REQUEST, `${what} must be an integer from ${min} to ${max}, got ${JSON.stringify(v)}`);
   return v;
 }
 
 /** `draft` as `target`'s draft model: checked (a generation model of one file, the same vocabulary), recorded as its file is now. */
-export function describeDraft(target: ModelRecord, draft: ModelRecord, opts: { max?: number | undefined; min?: number | undefined } = {}): DraftRecord {
+export async function describeDraft(target: ModelRecord, draft: ModelRecord, opts: DraftCounts = {}): Promise<DraftRecord> {
   const refuse = (why: string): never => {
     throw new RelayError(ErrorCode.INVALID_REQUEST, `"${draft.name}" cannot be the draft of "${target.name}": ${why}`, { model: target.name, draft: draft.name });
   };
@@ -75,14 +60,14 @@ export function describeDraft(target: ModelRecord, draft: ModelRecord, opts: { m
   if (target.embedding || target.reranker) refuse(`"${target.name}" does not generate text`);
   if (draft.embedding || draft.reranker) refuse('it does not generate text');
   if (modelFiles(draft).length > 1) refuse('it is a split GGUF; a draft is one file (llama-server loads it with --model-draft)');
-  const why = vocabMismatch(vocabOf(readGgufFile(target.path)), vocabOf(readGgufFile(draft.path)));
+  const max = count(opts.max, DRAFT_MAX_DEFAULT, 1, DRAFT_MAX_LIMIT, 'draft_max');
+  const min = count(opts.min, DRAFT_MIN_DEFAULT, 0, max, 'draft_min');
+  const why = vocabMismatch(...(await Promise.all([readVocabOffThread(target.path), readVocabOffThread(draft.path)])));
   if (why) {
     throw new RelayError(ErrorCode.DRAFT_VOCAB_MISMATCH, `"${draft.name}" cannot draft for "${target.name}": their vocabularies differ (${why}); a draft must share the target's tokenizer`, {
       model: target.name,
       draft: draft.name,
     });
   }
-  const max = count(opts.max, DRAFT_MAX_DEFAULT, 1, DRAFT_MAX_LIMIT, 'draft_max');
-  const min = count(opts.min, DRAFT_MIN_DEFAULT, 0, max, 'draft_min');
   return { name: draft.name, path: draft.path, sha256: draft.sha256, size: draft.size, mtimeMs: draft.mtimeMs, kv_bytes_per_token: draft.kv_bytes_per_token, max, min };
 }

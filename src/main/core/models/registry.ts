@@ -3,7 +3,7 @@ import type { Logger } from 'pino';
 import { ErrorCode, RelayError } from '../../../shared/errors.js';
 import { splitName } from '../gguf/index.js';
 import type { ModelRecord, ModelSettings, Store } from '../store/store.js';
-import { describeDraft } from './draft.js';
+import { describeDraft, type DraftCounts } from './draft.js';
 import { describe, describePart, describeProjector, filesState, statFile, type FileState, type HashProgress } from './describe.js';
 import { servedFiles } from './files.js';
 import type { Discovery, Skipped } from './import.js';
@@ -189,9 +189,10 @@ export class ModelRegistry {
   }
 
   /** Give a model a draft model for speculative decoding (another registered model; draft.ts checks it), or none (null). */
-  setDraft(name: string, draft: string | null, opts: { max?: number | undefined; min?: number | undefined } = {}): Promise<{ model: ModelRecord; changed: boolean }> {
+  async setDraft(name: string, draft: string | null, opts: DraftCounts = {}): Promise<{ model: ModelRecord; changed: boolean }> {
     const target = this.require(name);
-    return this.attach(name, 'draft', draft === null ? null : describeDraft(target, this.require(draft), { max: opts.max ?? target.draft?.max, min: opts.min ?? target.draft?.min }));
+    const counts = { max: opts.max ?? target.draft?.max, min: opts.min ?? target.draft?.min };
+    return this.attach(name, 'draft', draft === null ? null : await describeDraft(target, this.require(draft), counts));
   }
 
   /** Set (or, null, remove) a file that runs beside a model; whether its placements must restart. */

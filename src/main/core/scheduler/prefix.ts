@@ -53,7 +53,7 @@ export class PrefixIndex {
     this.held.delete(placementId);
   }
 
-  /** Keys remembered for a placement (for tests and /status). */
+  /** Keys remembered for a placement (for the tests). */
   size(placementId: string): number {
     return this.held.get(placementId)?.size ?? 0;
   }

@@ -1,0 +1,28 @@
+import { metaValue, readGgufFile, type GgufFile } from './reader.js';
+
+/** What of a tokenizer decides whether two models can draft for each other (llama.cpp's own check; models/draft.ts). */
+export interface Vocab {
+  readonly model: unknown;
+  readonly tokens: readonly unknown[];
+  readonly bos: unknown;
+  readonly eos: unknown;
+  readonly addBos: unknown;
+  readonly addEos: unknown;
+}
+
+export function vocabOf(file: GgufFile): Vocab {
+  const tokens = metaValue(file, 'tokenizer.ggml.tokens');
+  return {
+    model: metaValue(file, 'tokenizer.ggml.model'),
+    tokens: Array.isArray(tokens) ? tokens : [],
+    bos: metaValue(file, 'tokenizer.ggml.bos_token_id'),
+    eos: metaValue(file, 'tokenizer.ggml.eos_token_id'),
+    addBos: metaValue(file, 'tokenizer.ggml.add_bos_token'),
+    addEos: metaValue(file, 'tokenizer.ggml.add_eos_token'),
+  };
+}
+
+/** A GGUF's tokenizer, read from its header (the first part of a split model holds it). */
+export function readVocab(path: string): Vocab {
+  return vocabOf(readGgufFile(path));
+}
