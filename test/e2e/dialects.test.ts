@@ -3,7 +3,7 @@ import { after, before, describe, it } from 'node:test';
 import Anthropic from '@anthropic-ai/sdk';
 import OpenAI from 'openai';
 import { startLlamaServer, type RunningLlamaServer } from '../../src/main/core/llama/index.js';
-import { addModel, startHub, type HubProcess } from '../helpers/hub.js';
+import { addModel, type HubProcess, pauseHubDevices, startHub } from '../helpers/hub.js';
 import { fixture, llama } from '../helpers/llama.js';
 import { startNode, type NodeProcess } from '../helpers/node.js';
 import { until } from '../helpers/proc.js';
@@ -164,11 +164,7 @@ describe('client dialects through the pool', { timeout: 600_000 }, () => {
   });
 
   it('through a node replica (the hub paused): the same answers', async () => {
-    await hub.api('/api/hub/availability', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ paused: true }) });
-    await until(
-      async () => (await hub.status()).replicas.filter((r) => r.state === 'ready' && r.node === null).length,
-      (n) => n === 0,
-    );
+    await pauseHubDevices(hub);
     assert.deepEqual(await answers(hub.url), want);
     assert.ok(
       (await hub.status()).replicas.filter((r) => r.state === 'ready').every((r) => r.node === 'n1'),

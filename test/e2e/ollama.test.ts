@@ -4,10 +4,9 @@ import { after, before, describe, it } from 'node:test';
 import { Ollama, type ChatResponse, type Tool } from 'ollama';
 import { humanCount, readGgufFile, readModelCard } from '../../src/main/core/gguf/index.js';
 import { startLlamaServer, type RunningLlamaServer } from '../../src/main/core/llama/index.js';
-import { addModel, startHub, type HubProcess } from '../helpers/hub.js';
+import { addModel, type HubProcess, pauseHubDevices, startHub } from '../helpers/hub.js';
 import { fixture, llama } from '../helpers/llama.js';
 import { startNode, type NodeProcess } from '../helpers/node.js';
-import { until } from '../helpers/proc.js';
 
 /**
  * The Ollama API on the hub, driven by the `ollama` npm package (what Ollama-speaking apps use) against bare
@@ -302,11 +301,7 @@ describe('the Ollama API through the pool', { timeout: 600_000 }, () => {
 
   it('through a node replica (the hub paused): the same chat', async () => {
     node = await startNode(hub, { name: 'n1', cpuBudgetMb: 2400, env: ENV });
-    await hub.api('/api/hub/availability', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ paused: true }) });
-    await until(
-      async () => (await hub.status()).replicas.filter((r) => r.state === 'ready' && r.node === null).length,
-      (n) => n === 0,
-    );
+    await pauseHubDevices(hub);
     const messages = [{ role: 'user', content: PROMPT }];
     let text = '';
     let last: ChatResponse | null = null;

@@ -4,11 +4,10 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { promisify } from 'node:util';
-import { addModel, startHub, type HubProcess } from '../helpers/hub.js';
+import { addModel, type HubProcess, pauseHubDevices, startHub } from '../helpers/hub.js';
 import { fixture, llama } from '../helpers/llama.js';
 import { startNode } from '../helpers/node.js';
 import { GREEDY } from '../helpers/openai.js';
-import { until } from '../helpers/proc.js';
 import { sha256File } from '../fixtures/models.js';
 import { startLlamaServer } from '../../src/main/core/llama/processes.js';
 
@@ -101,13 +100,20 @@ describe('speculative decoding with a draft model', { timeout: 600_000 }, () => 
     assert.deepEqual([d.name, d.sha256, d.max, d.min], ['dense', sha256File(fixture('dense')), 8, 0], 'the defaults: up to 8 tokens a step');
   });
 
-  it("with a draft the hub's replica answers as deep alone; a perfect draft's tokens are all accepted, a bad one's not, same text", async () => {
-    const perfect: Answer[] = [];
-    for (const p of PROMPTS) perfect.push(await answer(hub.url, 'deep', p));
+  /** Every prompt through the hub: the texts must be deep's alone (lossless at temperature 0, whatever the draft proposes). */
+  async function askAll(): Promise<Answer[]> {
+    const got: Answer[] = [];
+    for (const p of PROMPTS) got.push(await answer(hub.url, 'deep', p));
     assert.deepEqual(
-      perfect.map((a) => a.text),
+      got.map((a) => a.text),
       want,
     );
+    return got;
+  }
+  const totals = (xs: Answer[]) => ({ drafted: xs.reduce((n, a) => n + a.drafted, 0), accepted: xs.reduce((n, a) => n + a.accepted, 0) });
+
+  it("with a draft the hub's replica answers as deep alone; a perfect draft's tokens are all accepted, a bad one's not, same text", async () => {
+    const perfect = await askAll();
     assert.ok(
       perfect.every((a) => a.drafted > 0 && a.accepted === a.drafted),
       JSON.stringify(perfect),
@@ -116,40 +122,24 @@ describe('speculative decoding with a draft model', { timeout: 600_000 }, () => 
     const argv = readFileSync(`/proc/${rep.pid}/cmdline`, 'utf8').split('\0');
     assert.equal(argv[argv.indexOf('--model-draft') + 1], fixture('dense'));
     // /status counts the placement's drafted and accepted tokens: how well the draft does.
-    const drafted = perfect.reduce((n, a) => n + a.drafted, 0);
-    assert.deepEqual(rep.draft_tokens, { drafted, accepted: drafted });
+    assert.deepEqual(rep.draft_tokens, totals(perfect));
 
     assert.equal((await patch(hub, 'deep', { draft: 'other-dense', draft_max: 4 })).status, 200);
-    const bad: Answer[] = [];
-    for (const p of PROMPTS) bad.push(await answer(hub.url, 'deep', p));
-    assert.deepEqual(
-      bad.map((a) => a.text),
-      want,
-      'lossless at temperature 0, whatever the draft proposes',
-    );
+    const bad = await askAll();
     assert.ok(
       bad.every((a) => a.drafted > 0 && a.accepted < a.drafted),
       JSON.stringify(bad),
     );
     const badRep = (await hub.status()).replicas.find((r) => r.model === 'deep' && r.state === 'ready')!;
-    assert.deepEqual(badRep.draft_tokens, { drafted: bad.reduce((n, a) => n + a.drafted, 0), accepted: bad.reduce((n, a) => n + a.accepted, 0) });
+    assert.deepEqual(badRep.draft_tokens, totals(bad));
     assert.equal((await patch(hub, 'deep', { draft: 'dense', draft_max: 8 })).status, 200);
   });
 
   it("on a node: the hub pushes the draft with the model, the node's replica drafts from its cached copy, same text", async () => {
     const node = await startNode(hub, { name: 'n1', cpuBudgetMb: 2000, env: ENV });
     try {
-      await hub.api('/api/hub/availability', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ paused: true }) });
-      await until(
-        async () => (await hub.status()).replicas.filter((r) => r.node === null).length,
-        (n) => n === 0,
-      );
-      const got: Answer[] = [];
-      for (const p of PROMPTS) got.push(await answer(hub.url, 'deep', p));
-      assert.deepEqual(
-        got.map((a) => a.text),
-        want,
-      );
+      await pauseHubDevices(hub);
+      const got = await askAll();
       assert.ok(
         got.every((a) => a.drafted > 0 && a.accepted === a.drafted),
         JSON.stringify(got),

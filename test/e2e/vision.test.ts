@@ -9,7 +9,7 @@ import { sha256File } from '../fixtures/models.js';
 import { ensureProjector, IMAGE_TOKENS, testPng } from '../fixtures/vision.js';
 import Anthropic from '@anthropic-ai/sdk';
 import { Ollama } from 'ollama';
-import { addModel, startHub, type HubProcess } from '../helpers/hub.js';
+import { addModel, type HubProcess, pauseHubDevices, startHub } from '../helpers/hub.js';
 import { fixture, llama } from '../helpers/llama.js';
 import { startNode } from '../helpers/node.js';
 import { until } from '../helpers/proc.js';
@@ -191,11 +191,7 @@ describe('vision fixtures', { timeout: 300_000 }, () => {
       // with the cached projector, and the answer is the same.
       const node = await startNode(h, { name: 'n1', cpuBudgetMb: 2400, env: ENV });
       try {
-        await h.api('/api/hub/availability', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ paused: true }) });
-        await until(
-          async () => (await h.status()).replicas.filter((r) => r.node === null).length,
-          (n) => n === 0,
-        );
+        await pauseHubDevices(h);
         const onNode = await fetch(`${h.url}/v1/chat/completions`, {
           method: 'POST',
           headers: { 'content-type': 'application/json' },

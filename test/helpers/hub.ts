@@ -5,7 +5,7 @@ import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
-import { signalIfRunning } from './proc.js';
+import { signalIfRunning, until } from './proc.js';
 
 /** A real `relay hub` process on 127.0.0.1 with its own data dir, as a household would run it. */
 export interface HubProcess {
@@ -89,4 +89,14 @@ export async function addModel(hub: { url: string }, body: { path: string; name?
   const j = (await res.json()) as { model?: ModelView; error?: { code: string; message: string } };
   if (res.status !== 201 && res.status !== 200) throw new Error(`add model failed: ${res.status} ${JSON.stringify(j)}`);
   return j.model!;
+}
+
+/** Pause the hub's own devices and wait until no replica is left on the hub: requests then go to the nodes. */
+export async function pauseHubDevices(hub: HubProcess): Promise<void> {
+  const r = await hub.api('/api/hub/availability', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ paused: true }) });
+  if (r.status !== 200) throw new Error(`pausing the hub failed: ${r.status} ${JSON.stringify(r.body)}`);
+  await until(
+    async () => (await hub.status()).replicas.filter((x) => x.node === null).length,
+    (n) => n === 0,
+  );
 }

@@ -2,7 +2,8 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { cmakeFlags, effectiveFlashAttn, llamaServerArgv, parseListDevices, rpcServerArgv, type LlamaServerOptions } from '../../src/main/core/llama/index.js';
 import { draftPlacement, projectorPlacement, replicaPlacement } from '../../src/main/core/llama/argv.js';
-import { vocabMismatch, type Vocab } from '../../src/main/core/models/draft.js';
+import { vocabMismatch } from '../../src/main/core/models/draft.js';
+import type { Vocab } from '../../src/main/core/gguf/index.js';
 
 const base: LlamaServerOptions = { model: '/m.gguf', host: '127.0.0.1', port: 8080, ctx: 4096, slots: 2, cacheType: 'f16' };
 
