@@ -107,9 +107,18 @@ try {
   const viaTunnel: number[] = [];
   const viaTcp: number[] = [];
   const rt0 = shardRoundTrips('dense');
+  const session = hub.nodes.get('bench')!.session;
+  const frames = () => session.stats.framesIn + session.stats.framesOut;
+  let tunnelFrames = 0;
+  let tunnelCpuUs = 0;
   for (let i = 0; i < ROUNDS; i++) {
     viaTcp.push((await gen(direct.baseUrl, 'dense')).tps);
+    const f0 = frames();
+    const c0 = process.cpuUsage();
     viaTunnel.push((await gen(hub.url, 'dense')).tps);
+    const c = process.cpuUsage(c0);
+    tunnelCpuUs += c.user + c.system;
+    tunnelFrames += frames() - f0;
   }
   // Where the gap comes from: ggml-rpc waits for the remote stage's answer several times per token, and each
   // wait crosses the tunnel (bridge, yamux, WebSocket, TLS, both ways) instead of one loopback TCP hop.
@@ -141,6 +150,8 @@ try {
     `| rpc round trips per generated token | ${roundTripsPerToken.toFixed(1)} |`,
     `| time added per token through the tunnel | ${addedMs.toFixed(2)} ms |`,
     `| = per round trip | ${roundTripsPerToken > 0 ? ((addedMs * 1000) / roundTripsPerToken).toFixed(0) : '-'} µs |`,
+    `| yamux frames per generated token, both directions (the hub's session) | ${(tunnelFrames / (ROUNDS * TOKENS)).toFixed(1)} |`,
+    `| CPU of the process holding both tunnel ends, per generated token (includes the request's HTTP) | ${(tunnelCpuUs / (ROUNDS * TOKENS)).toFixed(0)} µs |`,
     `| smallest ggml-rpc round trip (DEVICE_COUNT), p50: direct TCP / through the tunnel | ${(median(probeDirect) * 1000).toFixed(0)} µs / ${(median(probeTunnel) * 1000).toFixed(0)} µs |`,
     '',
   );
