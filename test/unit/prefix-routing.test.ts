@@ -1,7 +1,9 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { promptPrefix } from '../../src/main/core/hub/prompt-prefix.js';
+import type { Placement } from '../../src/main/core/scheduler/placement.js';
 import { PrefixIndex } from '../../src/main/core/scheduler/prefix.js';
+import { Router } from '../../src/main/core/scheduler/router.js';
 import { routeRequest, type RouteView } from '../../src/main/core/scheduler/routing.js';
 import { fakeNode, model, setup, tick, where } from '../helpers/scheduler-doubles.js';
 
@@ -66,6 +68,24 @@ describe('the prefix index', () => {
     assert.equal(ix.matched('p1', t2), t1.chars[2]);
     ix.forget('p1');
     assert.equal(ix.matched('p1', t2), 0);
+  });
+
+  it("kept slots: a parked placement's prefixes move to the replica that restored them; one parked per model", () => {
+    const router = new Router({ enabled: true, now: () => 0, repump: () => undefined });
+    const t1 = promptPrefix(turn(1))!;
+    const t2 = promptPrefix(turn(2))!;
+    const placement = (id: string) => ({ id, node: null, state: 'ready', fit: { slots: 1 }, inFlight: 0, msPerToken: null, promptMsPerToken: null, prefixHits: 0 }) as unknown as Placement;
+    router.leased(placement('old'), t1, false);
+    router.park('m', 'old');
+    router.adopt('m', 'old', 'new');
+    assert.equal(router.views([placement('new')], t2)[0]!.matched, t1.chars.at(-1));
+    assert.equal(router.views([placement('old')], t2)[0]!.matched, 0);
+    // A second park of the same model forgets the first one's keys (nothing restored them).
+    router.leased(placement('a'), t1, false);
+    router.park('m', 'a');
+    router.park('m', 'b');
+    router.adopt('m', 'a', 'c');
+    assert.equal(router.views([placement('c')], t2)[0]!.matched, 0);
   });
 });
 

@@ -43,6 +43,8 @@ export interface HubConfig {
   readonly cpuBudgetMb: number;
   /** An idle replica stops after this long (`--keep-alive-ms`, RELAY_KEEP_ALIVE_MS). */
   readonly keepAliveMs: number;
+  /** Disk for the slots of idle host replicas, kept for their next start (RELAY_SLOT_KEEP_MB); 0 = none kept. */
+  readonly slotKeepMb: number;
   /** When set, /v1 requires `Authorization: Bearer <key>` (RELAY_API_KEY). */
   readonly apiKey: string | undefined;
   /** When set, the admin API also answers non-loopback clients that present it (RELAY_ADMIN_TOKEN). */
@@ -160,6 +162,7 @@ export const HUB_DEFAULTS = {
   kvCacheType: 'f16' as KvCacheType,
   cpuBudgetMb: 0,
   keepAliveMs: 10 * 60_000,
+  slotKeepMb: 4096,
   maxBodyBytes: 32 * 1024 * 1024, // a few photos, base64 (a phone photo is 3–5 MB, a third more as base64)
   // 2 minutes, plus 45 s a GiB (about 23 MB/s: a USB disk or a NAS over Wi-Fi): 5 min for 4 GB, 32 min for 40 GB.
   loadBaseMs: 2 * 60_000,
@@ -197,6 +200,7 @@ export function hubConfigFromEnv(env: NodeJS.ProcessEnv = processEnv(), override
     flashAttn: fa === undefined || fa === ('' as FlashAttn) ? undefined : fa,
     cpuBudgetMb: int(env, 'RELAY_CPU_BUDGET_MB', HUB_DEFAULTS.cpuBudgetMb),
     keepAliveMs: int(env, 'RELAY_KEEP_ALIVE_MS', HUB_DEFAULTS.keepAliveMs),
+    slotKeepMb: int(env, 'RELAY_SLOT_KEEP_MB', HUB_DEFAULTS.slotKeepMb),
     apiKey: env.RELAY_API_KEY || undefined,
     adminToken: env.RELAY_ADMIN_TOKEN || undefined,
     maxBodyBytes: int(env, 'RELAY_MAX_BODY_BYTES', HUB_DEFAULTS.maxBodyBytes),
@@ -244,6 +248,7 @@ export function verifyConfig(c: HubConfig): void {
   if (c.ollamaPort !== null && (c.ollamaPort < 0 || c.ollamaPort > 65535)) bad(`the Ollama port ${c.ollamaPort} is out of range`);
   if (c.ollamaPort !== null && c.ollamaPort !== 0 && c.ollamaPort === c.port) bad(`the Ollama port must differ from the hub's port (${c.port})`);
   if (c.keepAliveMs < 0) bad(`keep-alive must be >= 0 ms, got ${c.keepAliveMs}`);
+  if (c.slotKeepMb < 0) bad(`RELAY_SLOT_KEEP_MB must be >= 0, got ${c.slotKeepMb}`);
   if (Boolean(c.tlsCertPath) !== Boolean(c.tlsKeyPath)) bad('TLS needs both a certificate and a key (--tls-cert and --tls-key)');
   if (c.requestTimeoutMs < 1000) bad(`RELAY_REQUEST_TIMEOUT_MS must be at least 1000, got ${c.requestTimeoutMs}`);
   if (c.maxConnections < 8) bad(`RELAY_MAX_CONNECTIONS must be at least 8, got ${c.maxConnections}`);

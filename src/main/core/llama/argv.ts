@@ -48,6 +48,8 @@ export interface LlamaServerOptions {
   readonly logVerbosity?: number | undefined;
   /** Prometheus counters at /metrics (loopback only, like the server itself). */
   readonly metrics?: boolean | undefined;
+  /** --slot-save-path: the folder /slots/{id}?action=save|restore reads and writes (bench/slot-restore). */
+  readonly slotSavePath?: string | undefined;
 }
 
 /**
@@ -136,6 +138,7 @@ export function llamaServerArgv(o: LlamaServerOptions): string[] {
     if (o.draft.gpuLayers !== undefined) a.push('--spec-draft-ngl', String(o.draft.gpuLayers));
   }
   if (o.metrics) a.push('--metrics');
+  if (o.slotSavePath !== undefined) a.push('--slot-save-path', o.slotSavePath);
   if (o.logVerbosity !== undefined) a.push('--log-verbosity', String(o.logVerbosity));
   return a;
 }

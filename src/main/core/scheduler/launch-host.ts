@@ -1,3 +1,4 @@
+import { join } from 'node:path';
 import type { Logger } from 'pino';
 import { ErrorCode, RelayError, isRelayError } from '../../../shared/errors.js';
 import type { HubConfig } from '../config.js';
@@ -10,6 +11,7 @@ import type { ModelRecord } from '../store/store.js';
 import { poolingFor, settingsFor } from './model-settings.js';
 import type { Placement, Running } from './placement.js';
 import { describeNeed } from './plan.js';
+import { SlotKeeper, type SlotLayout } from './slot-keep.js';
 
 /** How long a host replica's llama-server gets to exit before it is killed. */
 const HOST_STOP_GRACE_MS = 10_000;
@@ -65,15 +67,34 @@ export function localRunning(server: RunningLlamaServer, what: string): Running 
  * a stop while it still loads (a pause, an eviction, a settings change) kills it and resolves only once it has
  * exited, so the scheduler keeps its reservation until the device is really free.
  */
-export class HostLauncher {
-  private readonly servers = new Map<string, { child: ManagedChild | null; url: string | null; stopped: boolean; settled: Promise<unknown> }>();
+interface Held {
+  child: ManagedChild | null;
+  url: string | null;
+  stopped: boolean;
+  settled: Promise<unknown>;
+  readonly model: ModelRecord;
+}
 
-  constructor(private readonly deps: { config: HubConfig; install: LlamaInstall; log: Logger }) {}
+export class HostLauncher {
+  private readonly servers = new Map<string, Held>();
+  /** The slots of idle replicas, kept for the next start of their model. */
+  readonly slots: SlotKeeper;
+
+  constructor(private readonly deps: { config: HubConfig; install: LlamaInstall; log: Logger }) {
+    this.slots = new SlotKeeper({ dir: join(deps.config.home, 'slots'), budgetBytes: deps.config.slotKeepMb * 1048576, log: deps.log, now: Date.now });
+  }
+
+  /** What a kept slot must match to be restored; null for a model whose slots are not kept (a draft's KV is not saved). */
+  private layout(model: ModelRecord, p: Placement): SlotLayout | null {
+    if (!this.slots.enabled || model.draft) return null;
+    return { sha256: model.sha256, ctx: p.fit.ctx, slots: p.fit.slots, cacheType: settingsFor(this.deps.config, model).kvCacheType };
+  }
 
   start(p: Placement, model: ModelRecord): Promise<Running> {
     const log = this.deps.log.child({ placement: p.id, model: model.name });
     log.info({ device: p.device, need: describeNeed(model.name, p.fit), deadline_s: Math.round(p.deadlineMs / 1000) }, 'starting host replica');
-    const held: { child: ManagedChild | null; url: string | null; stopped: boolean; settled: Promise<unknown> } = { child: null, url: null, stopped: false, settled: Promise.resolve() };
+    const held: Held = { child: null, url: null, stopped: false, settled: Promise.resolve(), model };
+    const layout = this.layout(model, p);
     this.servers.set(p.id, held);
     const started = (async (): Promise<Running> => {
       try {
@@ -88,6 +109,7 @@ export class HostLauncher {
           // Its draft model (speculative decoding) on the same device.
           ...draftPlacement(model.draft ?? null, p.device, this.deps.install.backend),
           ...replicaPlacement(p.device, this.deps.install.backend),
+          slotSavePath: layout ? this.slots.savePath : undefined,
           onSpawn: (child) => {
             held.child = child;
             p.loadingSince = Date.now();
@@ -96,7 +118,9 @@ export class HostLauncher {
           },
         });
         held.url = server.baseUrl;
-        return localRunning(server, 'llama-server');
+        // The conversations the model's last replica held, read back before the first request.
+        const restoredFrom = layout ? await this.slots.restore(model.name, layout, server.baseUrl) : null;
+        return { ...localRunning(server, 'llama-server'), restoredFrom };
       } catch (err) {
         throw launchError(err, `could not start a replica of "${model.name}"`, { model: model.name });
       }
@@ -110,14 +134,17 @@ export class HostLauncher {
     return liveness(held?.child ?? null, held?.url ? `${held.url}/health` : null);
   }
 
-  /** Stops the replica, loading or ready; resolves once its process has exited. */
-  async stop(p: Placement): Promise<void> {
+  /** Stops the replica, loading or ready; resolves once its process has exited, true if its slots were kept (`keep`). */
+  async stop(p: Placement, keep = false): Promise<boolean> {
     const held = this.servers.get(p.id);
-    if (!held) return;
+    if (!held) return false;
     this.servers.delete(p.id);
     held.stopped = true;
+    const layout = keep && held.url ? this.layout(held.model, p) : null;
+    const kept = layout ? await this.slots.save(held.model.name, p.id, layout, held.url!) : false;
     if (held.child) await held.child.terminate(HOST_STOP_GRACE_MS);
     else await held.settled; // not spawned yet: onSpawn kills it, and a failed start settles once it has exited
     await held.child?.exited;
+    return kept;
   }
 }

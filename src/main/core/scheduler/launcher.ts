@@ -22,8 +22,11 @@ export type { ShardInfo } from './launch-shard.js';
 export interface Launcher {
   /** Resolves when the placement answers; rejects with a RelayError (REPLICA_FAILED, NODE_LOST, MODEL_UNAVAILABLE). */
   start(p: Placement, model: ModelRecord): Promise<Running>;
-  /** Stops whatever the placement holds (also while it is still starting); never rejects. */
-  stop(p: Placement): Promise<void>;
+  /**
+   * Stops whatever the placement holds (also while it is still starting); never rejects. `keep` (an idle stop):
+   * a host replica saves its slots for the model's next one first (slot-keep.ts) and resolves true if it did.
+   */
+  stop(p: Placement, keep?: boolean): Promise<boolean | void>;
   /** A shard's live members, for /status. */
   shardInfo(p: Placement): ShardInfo | null;
   /**
@@ -56,10 +59,10 @@ export class LlamaLauncher implements Launcher {
     return this.host.start(p, model);
   }
 
-  stop(p: Placement): Promise<void> {
+  stop(p: Placement, keep = false): Promise<boolean | void> {
     if (p.kind === 'node') return this.node?.stop(p) ?? Promise.resolve();
     if (p.kind === 'shard') return this.shard.stop(p);
-    return this.host.stop(p);
+    return this.host.stop(p, keep);
   }
 
   shardInfo(p: Placement): ShardInfo | null {

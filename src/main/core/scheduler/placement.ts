@@ -31,6 +31,8 @@ export interface Running {
   readonly exited: Promise<string> | null;
   /** The last lines of its output, for a failure report. */
   tail(): string;
+  /** The stopped placement whose kept slots this one restored before its first request (slot-keep.ts). */
+  readonly restoredFrom?: string | null;
 }
 
 export interface Placement {

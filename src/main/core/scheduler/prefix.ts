@@ -53,6 +53,13 @@ export class PrefixIndex {
     this.held.delete(placementId);
   }
 
+  /** `to` now holds what `from` held (its KV cache was restored into `to`). */
+  rename(from: string, to: string): void {
+    const keys = this.held.get(from);
+    this.held.delete(from);
+    if (keys) this.held.set(to, keys);
+  }
+
   /** Keys remembered for a placement (for the tests). */
   size(placementId: string): number {
     return this.held.get(placementId)?.size ?? 0;

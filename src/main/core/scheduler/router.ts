@@ -12,6 +12,8 @@ export class Router {
   private readonly index = new PrefixIndex();
   /** Per model, the next look at its waiters that a hold asked for, and when. */
   private readonly holds = new Map<string, { timer: NodeJS.Timeout; at: number }>();
+  /** Per model, the stopped placement whose slots are kept on disk. */
+  private readonly parked = new Map<string, string>();
 
   constructor(private readonly d: { readonly enabled: boolean; now(): number; repump(model: string): void }) {}
 
@@ -50,6 +52,22 @@ export class Router {
   /** The placement stopped or failed: what it held is gone. */
   forget(id: string): void {
     this.index.forget(id);
+  }
+
+  /**
+   * The placement stopped, its slots kept on disk (slot-keep.ts): what it held is remembered until `model`'s next
+   * replica restores them (`adopt`); one parked placement per model, an older one is forgotten.
+   */
+  park(model: string, id: string): void {
+    const before = this.parked.get(model);
+    if (before && before !== id) this.index.forget(before);
+    this.parked.set(model, id);
+  }
+
+  /** `to` restored the slots `from` kept: it holds what `from` held. */
+  adopt(model: string, from: string, to: string): void {
+    if (this.parked.get(model) === from) this.parked.delete(model);
+    this.index.rename(from, to);
   }
 
   private hold(model: string, ms: number): void {

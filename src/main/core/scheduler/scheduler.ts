@@ -206,7 +206,7 @@ export class Scheduler {
   }
 
   private armIdleTimer(p: Placement): void {
-    armIdle(p, this.deps.config.keepAliveMs, () => void this.stop(p, `idle for ${this.deps.config.keepAliveMs} ms`));
+    armIdle(p, this.deps.config.keepAliveMs, () => void this.stop(p, `idle for ${this.deps.config.keepAliveMs} ms`, true));
   }
 
   private start(model: ModelRecord, plan: NewPlacement): Placement {
@@ -226,6 +226,7 @@ export class Scheduler {
         return;
       }
       p.running = running;
+      if (running.restoredFrom) this.router.adopt(model.name, running.restoredFrom, p.id);
       p.state = 'ready';
       p.readyAt = this.now();
       this.failed.delete(model.name);
@@ -285,14 +286,16 @@ export class Scheduler {
     this.deps.log.warn({ placement: p.id, model: p.model, message, tail }, 'placement failed');
   }
 
-  private async stop(p: Placement, reason: string): Promise<void> {
+  /** `keep` (the keep-alive ran out): a host replica's slots are saved for the model's next one (slot-keep.ts). */
+  private async stop(p: Placement, reason: string, keep = false): Promise<void> {
     if (p.state === 'stopping' || p.state === 'failed') return;
     p.state = 'stopping';
     if (p.idleTimer) clearTimeout(p.idleTimer);
     this.deps.log.info({ placement: p.id, model: p.model, node: p.node?.name, reason }, 'stopping placement');
-    await this.deps.launcher.stop(p);
+    const kept = await this.deps.launcher.stop(p, keep);
     this.placements.delete(p.id);
-    this.router.forget(p.id);
+    if (kept === true) this.router.park(p.model, p.id);
+    else this.router.forget(p.id);
     this.pumpAll();
   }
 

@@ -1,0 +1,147 @@
+import { mkdirSync, rmSync } from 'node:fs';
+import { join } from 'node:path';
+import type { Logger } from 'pino';
+
+/**
+ * Conversations kept across a keep-alive stop (issue #26, item 2): before an idle host replica stops, each of its
+ * slots that holds a prompt is saved with llama-server's `/slots/{id}?action=save` into one folder under the hub's
+ * home; the next host replica of the same file and KV layout reads them back (`action=restore`) before it takes a
+ * request, so a conversation resumes with its history already evaluated (bench/slot-restore: 0.03–0.15× the cold
+ * prompt time on this CPU). One kept state per model, all of them within a byte budget (oldest dropped first);
+ * anything that fails (a save, a restore, a file) only means a cold start. The folder is emptied when the hub
+ * starts: what the routing knew about those slots is gone with the last process.
+ */
+
+/** The KV layout a state fits: a restore needs the same file, context per slot, slot count and cache type. */
+export interface SlotLayout {
+  readonly sha256: string;
+  readonly ctx: number;
+  readonly slots: number;
+  readonly cacheType: string;
+}
+
+interface Kept {
+  readonly placementId: string;
+  readonly layout: string;
+  readonly files: readonly { readonly slot: number; readonly file: string }[];
+  readonly bytes: number;
+  readonly at: number;
+}
+
+/** A save or restore of one slot: a KV cache of gigabytes is written or read at disk speed. */
+const SLOT_IO_TIMEOUT_MS = 120_000;
+
+const layoutKey = (l: SlotLayout): string => `${l.sha256}:${l.ctx}x${l.slots}:${l.cacheType}`;
+
+export class SlotKeeper {
+  private readonly kept = new Map<string, Kept>();
+
+  constructor(private readonly d: { readonly dir: string; readonly budgetBytes: number; readonly log: Logger; now(): number }) {
+    rmSync(d.dir, { recursive: true, force: true });
+    if (d.budgetBytes > 0) mkdirSync(d.dir, { recursive: true });
+  }
+
+  get enabled(): boolean {
+    return this.d.budgetBytes > 0;
+  }
+
+  /** llama-server's --slot-save-path (it joins names to it as strings: the trailing slash matters). */
+  get savePath(): string {
+    return `${this.d.dir}/`;
+  }
+
+  /** Held bytes, all models (tests, /status). */
+  get bytes(): number {
+    let n = 0;
+    for (const k of this.kept.values()) n += k.bytes;
+    return n;
+  }
+
+  /**
+   * Save the slots of `placementId`'s llama-server that hold a prompt; true when they are kept for `model`'s next
+   * replica (false: nothing to keep, over the budget, or a save failed — nothing is left on disk then).
+   */
+  async save(model: string, placementId: string, layout: SlotLayout, baseUrl: string): Promise<boolean> {
+    if (!this.enabled) return false;
+    const files: { slot: number; file: string }[] = [];
+    let bytes = 0;
+    try {
+      const slots = (await getJson(`${baseUrl}/slots`)) as { id: number; n_prompt_tokens?: number }[];
+      for (const s of slots.filter((x) => (x.n_prompt_tokens ?? 0) > 0)) {
+        const file = `${placementId}-${s.id}.bin`;
+        files.push({ slot: s.id, file });
+        const r = (await postJson(`${baseUrl}/slots/${s.id}?action=save`, { filename: file })) as { n_written?: number };
+        bytes += r.n_written ?? 0;
+      }
+    } catch (err) {
+      this.d.log.warn({ model, placement: placementId, message: (err as Error).message }, 'could not save the slots of a stopping replica: its conversations start cold');
+      this.remove(files);
+      return false;
+    }
+    if (files.length === 0 || bytes > this.d.budgetBytes) {
+      if (files.length > 0) this.d.log.info({ model, bytes, budget_bytes: this.d.budgetBytes }, 'slots larger than RELAY_SLOT_KEEP_MB: not kept');
+      this.remove(files);
+      return false;
+    }
+    this.drop(model);
+    this.kept.set(model, { placementId, layout: layoutKey(layout), files, bytes, at: this.d.now() });
+    // Within the budget: the oldest states go first.
+    for (const [m] of [...this.kept].sort((a, b) => a[1].at - b[1].at)) {
+      if (this.bytes <= this.d.budgetBytes || m === model) break;
+      this.drop(m);
+    }
+    this.d.log.info({ model, placement: placementId, slots: files.length, bytes }, 'kept the slots of an idle replica for its next start');
+    return true;
+  }
+
+  /**
+   * Read the state kept for `model` into a new llama-server of the same layout; the placement it came from (whose
+   * prompts the new one now holds), or null: none kept, another layout, or a restore failed (then cold).
+   */
+  async restore(model: string, layout: SlotLayout, baseUrl: string): Promise<string | null> {
+    const k = this.kept.get(model);
+    if (!k) return null;
+    this.kept.delete(model);
+    try {
+      if (k.layout !== layoutKey(layout)) return null;
+      for (const f of k.files) await postJson(`${baseUrl}/slots/${f.slot}?action=restore`, { filename: f.file });
+      this.d.log.info({ model, from: k.placementId, slots: k.files.length, bytes: k.bytes }, 'restored the slots kept from the last replica');
+      return k.placementId;
+    } catch (err) {
+      this.d.log.warn({ model, message: (err as Error).message }, 'could not restore kept slots: the conversations start cold');
+      // A partly restored server holds some prompts the routing does not know of: harmless (it only misses).
+      return null;
+    } finally {
+      this.remove(k.files);
+    }
+  }
+
+  /** Forget `model`'s kept state (its file changed, it was removed, or a newer one replaces it). */
+  drop(model: string): void {
+    const k = this.kept.get(model);
+    if (!k) return;
+    this.kept.delete(model);
+    this.remove(k.files);
+  }
+
+  /** The placement whose prompts `model`'s kept state holds (the router keeps its keys until then). */
+  keptFrom(model: string): string | null {
+    return this.kept.get(model)?.placementId ?? null;
+  }
+
+  private remove(files: readonly { file: string }[]): void {
+    for (const f of files) rmSync(join(this.d.dir, f.file), { force: true });
+  }
+}
+
+async function getJson(url: string): Promise<unknown> {
+  const r = await fetch(url, { signal: AbortSignal.timeout(SLOT_IO_TIMEOUT_MS) });
+  if (!r.ok) throw new Error(`${url}: ${r.status} ${await r.text()}`);
+  return r.json();
+}
+
+async function postJson(url: string, body: unknown): Promise<unknown> {
+  const r = await fetch(url, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body), signal: AbortSignal.timeout(SLOT_IO_TIMEOUT_MS) });
+  if (!r.ok) throw new Error(`${url}: ${r.status} ${await r.text()}`);
+  return r.json();
+}
