@@ -1,8 +1,9 @@
 import { resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { api, apiFailure, hubUrl, intFlag } from './cli-api.js';
+import { cmdPull } from './cli-pull.js';
 
-/** `relay models add|set|import|ls|rm`: the running hub's registry through its admin API. */
+/** `relay models add|pull|set|import|ls|rm`: the running hub's registry through its admin API. */
 
 export async function cmdModels(sub: string | undefined, args: string[]): Promise<number> {
   const { values, positionals } = parseArgs({
@@ -38,6 +39,7 @@ export async function cmdModels(sub: string | undefined, args: string[]): Promis
     flash_attn: setting(values['flash-attn'], '--flash-attn', false),
   };
   const base = hubUrl(values.hub);
+  if (sub === 'pull') return cmdPull(base, positionals[0], values.name);
   if (sub === 'add') {
     const file = positionals[0];
     if (!file) throw new Error('usage: relay models add FILE [--name NAME] [--required-vram-mb N] [--embedding | --reranker] [--mmproj FILE]');
@@ -175,5 +177,5 @@ export async function cmdModels(sub: string | undefined, args: string[]): Promis
     console.log(`removed: ${j.removed.name}`);
     return 0;
   }
-  throw new Error('usage: relay models add|set|import|ls|rm');
+  throw new Error('usage: relay models add|pull|set|import|ls|rm');
 }

@@ -83,6 +83,19 @@ export const ErrorCode = {
   /** A weight push moved no byte for RELAY_PUSH_STALL_MS while the node still answered pings (its disk, its cache). */
   PUSH_STALLED: 'PUSH_STALLED',
   HASH_MISMATCH: 'HASH_MISMATCH',
+  // Pulls from Hugging Face
+  HF_REPO_NOT_FOUND: 'HF_REPO_NOT_FOUND',
+  /** The repository asks for accepted terms: a token of an account that accepted them (HF_TOKEN). */
+  HF_GATED: 'HF_GATED',
+  HF_FILE_NOT_FOUND: 'HF_FILE_NOT_FOUND',
+  HF_NO_GGUF: 'HF_NO_GGUF',
+  HF_QUANT_NOT_FOUND: 'HF_QUANT_NOT_FOUND',
+  /** Several files match: the message lists them, name one. */
+  HF_AMBIGUOUS: 'HF_AMBIGUOUS',
+  /** The Hub or its file server cannot be reached, or the connection kept dropping (pull again: it resumes). */
+  HF_UNREACHABLE: 'HF_UNREACHABLE',
+  PULL_NOT_FOUND: 'PULL_NOT_FOUND',
+  PULL_CANCELLED: 'PULL_CANCELLED',
   // HTTP surface
   INVALID_REQUEST: 'INVALID_REQUEST',
   INVALID_JSON: 'INVALID_JSON',
@@ -198,6 +211,15 @@ export const HTTP_ERRORS: Readonly<Partial<Record<ErrorCode, { status: number; t
   MISDIRECTED_REQUEST: { status: 421, type: 'invalid_request_error' },
   UNSUPPORTED_MEDIA_TYPE: { status: 415, type: 'invalid_request_error' },
   IO_ERROR: { status: 422, type: 'invalid_request_error' },
+  HF_REPO_NOT_FOUND: { status: 404, type: 'invalid_request_error' },
+  HF_GATED: { status: 403, type: 'permission_error' },
+  HF_FILE_NOT_FOUND: { status: 404, type: 'invalid_request_error' },
+  HF_NO_GGUF: { status: 422, type: 'invalid_request_error' },
+  HF_QUANT_NOT_FOUND: { status: 404, type: 'invalid_request_error' },
+  HF_AMBIGUOUS: { status: 409, type: 'invalid_request_error' },
+  HF_UNREACHABLE: { status: 502, type: 'server_error' },
+  PULL_NOT_FOUND: { status: 404, type: 'invalid_request_error' },
+  DISK_FULL: { status: 507, type: 'server_error' },
 };
 
 export interface HttpErrorBody {

@@ -211,5 +211,30 @@ export interface StatusDto {
   readonly api_keys: readonly { name: string; prefix: string; created_at: string; last_used_at: string | null }[];
   readonly nodes: readonly NodeStatus[];
   readonly pushes: readonly PushStatus[];
+  /** Downloads from Hugging Face (`relay models pull`), running and recently finished. */
+  readonly pulls: readonly PullView[];
   readonly recent: readonly RecentRequest[];
+}
+
+/** One `relay models pull`: what it fetches and how far it is. */
+export interface PullView {
+  readonly id: string;
+  /** What was asked for: owner/repo[:QUANT] or owner/repo/FILE. */
+  readonly spec: string;
+  readonly repo: string;
+  readonly commit: string;
+  /** The name it is registered under. */
+  readonly name: string;
+  readonly quant: string;
+  /** The model's files (every part of a split model) and its projector, with their sizes. */
+  readonly files: readonly { readonly path: string; readonly size: number }[];
+  readonly projector: string | null;
+  /** stopped: the hub stopped mid-download (it resumes at the next start). */
+  readonly state: 'downloading' | 'registering' | 'done' | 'failed' | 'cancelled' | 'stopped';
+  readonly done_bytes: number;
+  readonly total_bytes: number;
+  readonly rate_bps: number;
+  readonly eta_s: number | null;
+  readonly error: { readonly code: string; readonly message: string } | null;
+  readonly started_at: string;
 }

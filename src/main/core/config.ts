@@ -1,3 +1,4 @@
+import { readFileSync } from 'node:fs';
 import { homedir as osHomedir } from 'node:os';
 import { join } from 'node:path';
 import { ErrorCode, RelayError } from '../../shared/errors.js';
@@ -89,6 +90,12 @@ export interface HubConfig {
   /** CPU threads per llama-server (RELAY_THREADS); undefined = llama.cpp's choice. */
   readonly threads: number | undefined;
   /** Cap on weight-push bandwidth per push in MiB per second (RELAY_PUSH_MAX_MBPS, named before this rule); 0 = unlimited. */
+  /** Where `relay models pull` stores files (RELAY_DOWNLOAD_DIR); unset: `<home>/models`. */
+  readonly downloadDir?: string | undefined;
+  /** The Hugging Face endpoint pulls use (HF_ENDPOINT, for mirrors), no trailing slash. */
+  readonly hfEndpoint: string;
+  /** A Hugging Face token for gated and private repositories (HF_TOKEN, else huggingface_hub's token file); never logged. */
+  readonly hfToken?: string | undefined;
   readonly pushMaxMibPerSec: number;
   /** A weight push that moves no byte for this long while the node answers pings fails (RELAY_PUSH_STALL_MS). */
   readonly pushStallMs: number;
@@ -184,6 +191,17 @@ function int(env: NodeJS.ProcessEnv, name: string, fallback: number): number {
   return n;
 }
 
+/** huggingface_hub's order: HF_TOKEN, then the file `huggingface-cli login` writes (HF_TOKEN_PATH, $HF_HOME/token). */
+function hfToken(env: NodeJS.ProcessEnv): string | undefined {
+  if (env.HF_TOKEN) return env.HF_TOKEN.trim() || undefined;
+  const path = env.HF_TOKEN_PATH || join(env.HF_HOME || join(env.HOME || osHomedir(), '.cache', 'huggingface'), 'token');
+  try {
+    return readFileSync(path, 'utf8').trim() || undefined;
+  } catch {
+    return undefined;
+  }
+}
+
 /** `allowedHostsFlag`: `relay hub --allowed-hosts`, added to RELAY_ALLOWED_HOSTS. */
 export function hubConfigFromEnv(env: NodeJS.ProcessEnv = processEnv(), overrides: Partial<HubConfig> = {}, allowedHostsFlag = ''): HubConfig {
   const kv = (env.RELAY_KV_CACHE_TYPE ?? HUB_DEFAULTS.kvCacheType) as KvCacheType;
@@ -213,6 +231,9 @@ export function hubConfigFromEnv(env: NodeJS.ProcessEnv = processEnv(), override
     maxPlacementsPerModel: int(env, 'RELAY_MAX_PLACEMENTS_PER_MODEL', HUB_DEFAULTS.maxPlacementsPerModel),
     threads: env.RELAY_THREADS ? int(env, 'RELAY_THREADS', 0) : undefined,
     pushMaxMibPerSec: int(env, 'RELAY_PUSH_MAX_MBPS', 0),
+    downloadDir: env.RELAY_DOWNLOAD_DIR || undefined,
+    hfEndpoint: (env.HF_ENDPOINT || 'https://huggingface.co').replace(/\/+$/, ''),
+    hfToken: hfToken(env),
     pushStallMs: int(env, 'RELAY_PUSH_STALL_MS', 30_000),
     hangCheck: env.RELAY_HANG_CHECK !== '0',
     loopbackAdmin: env.RELAY_LOOPBACK_ADMIN !== '0',
@@ -249,6 +270,7 @@ export function verifyConfig(c: HubConfig): void {
   if (c.ollamaPort !== null && c.ollamaPort !== 0 && c.ollamaPort === c.port) bad(`the Ollama port must differ from the hub's port (${c.port})`);
   if (c.keepAliveMs < 0) bad(`keep-alive must be >= 0 ms, got ${c.keepAliveMs}`);
   if (c.slotKeepMb < 0) bad(`RELAY_SLOT_KEEP_MB must be >= 0, got ${c.slotKeepMb}`);
+  if (!/^https?:\/\/[^/]+/.test(c.hfEndpoint)) bad(`HF_ENDPOINT must be an http(s) URL, got ${c.hfEndpoint}`);
   if (Boolean(c.tlsCertPath) !== Boolean(c.tlsKeyPath)) bad('TLS needs both a certificate and a key (--tls-cert and --tls-key)');
   if (c.requestTimeoutMs < 1000) bad(`RELAY_REQUEST_TIMEOUT_MS must be at least 1000, got ${c.requestTimeoutMs}`);
   if (c.maxConnections < 8) bad(`RELAY_MAX_CONNECTIONS must be at least 8, got ${c.maxConnections}`);

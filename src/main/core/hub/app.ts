@@ -8,6 +8,7 @@ import { sendError, type AppDeps, type HubHttp } from './http.js';
 import { mountV1, RecentRequests } from './routes-v1.js';
 import { modelViewer, mountModels } from './routes-models.js';
 import { mountAdmin } from './routes-admin.js';
+import { mountPulls } from './routes-pulls.js';
 import { mountNodes } from './routes-nodes.js';
 import { mountStatus } from './status.js';
 import { mountOllama } from './ollama/routes.js';
@@ -16,7 +17,7 @@ export type { AppDeps } from './http.js';
 
 /**
  * The hub's HTTP surface, assembled: the browser guard first, then each group of routes (one file each:
- * auth.ts, routes-v1.ts, ollama/routes.ts, routes-models.ts, routes-admin.ts, routes-nodes.ts, status.ts), then the 404 and
+ * auth.ts, routes-v1.ts, ollama/routes.ts, routes-pulls.ts, routes-models.ts, routes-admin.ts, routes-nodes.ts, status.ts), then the 404 and
  * the error handler that turns every failure into a coded OpenAI-shaped body.
  */
 export function createApp(d: AppDeps): express.Express {
@@ -34,7 +35,7 @@ export function createApp(d: AppDeps): express.Express {
     recent: new RecentRequests(),
     modelView: modelViewer(d),
   };
-  for (const mount of [mountLogins, mountV1, mountOllama, mountModels, mountAdmin, mountNodes, mountStatus]) mount(app, h);
+  for (const mount of [mountLogins, mountV1, mountOllama, mountPulls, mountModels, mountAdmin, mountNodes, mountStatus]) mount(app, h);
 
   app.use((_req, _res, next) => next(new RelayError(ErrorCode.NOT_FOUND, 'no such endpoint')));
 

@@ -3,6 +3,7 @@ import type { Express, Request, RequestHandler, Response } from 'express';
 import type { Logger } from 'pino';
 import { ErrorCode, httpError, isRelayError, RelayError } from '../../../shared/errors.js';
 import type { HubConfig } from '../config.js';
+import type { Pulls } from '../models/hf/pulls.js';
 import type { ModelRegistry } from '../models/registry.js';
 import type { Scheduler } from '../scheduler/scheduler.js';
 import type { ModelRecord } from '../store/store.js';
@@ -20,6 +21,8 @@ import type { RecentRequests } from './routes-v1.js';
 export interface AppDeps {
   readonly config: HubConfig;
   readonly registry: ModelRegistry;
+  /** Downloads from Hugging Face (`relay models pull`). */
+  readonly pulls: Pulls;
   readonly scheduler: Scheduler;
   readonly nodes: NodeManager;
   readonly metrics: HubMetrics;

@@ -11,6 +11,7 @@ import { HostInventory, type Device } from '../gpu/inventory.js';
 import { ensureLlama } from '../llama/build.js';
 import { ownChildPids } from '../llama/supervisor.js';
 import type { LlamaInstall } from '../llama/install.js';
+import { Pulls } from '../models/hf/pulls.js';
 import { ModelRegistry } from '../models/registry.js';
 import { LlamaLauncher } from '../scheduler/launcher.js';
 import { Scheduler } from '../scheduler/scheduler.js';
@@ -57,6 +58,16 @@ export async function startHub(config: HubConfig, deps: { log: Logger; install?:
   if (store.recovered !== null) log.warn({ path: store.path, why: store.recovered }, 'the store was unreadable: started from its last good copy (relay.json.bak)');
   if (store.migratedFrom !== null) log.warn({ path: store.path, from: store.migratedFrom }, 'store migrated to the current schema (backup kept beside it)');
   const registry = new ModelRegistry(store, log.child({ c: 'registry' }));
+  const pulls = new Pulls({
+    dir: config.downloadDir ?? join(config.home, 'models'),
+    access: { endpoint: config.hfEndpoint, token: config.hfToken ?? null },
+    log: log.child({ c: 'pull' }),
+    registered: (name) => registry.get(name)?.path ?? null,
+    // The download hashed every file as it wrote it: registered without a second pass.
+    register: async (p) => {
+      await registry.add({ path: p.path, name: p.name, mmproj: p.projector ?? undefined, mmprojSha256: p.projector ? p.hashes.get(p.projector) : undefined }, undefined, p.hashes);
+    },
+  });
   const inventory = new HostInventory(install, config.cpuBudgetMb);
   await inventory.start(); // the first listing and driver reading; the rest happens in the background
   const metrics = new HubMetrics();
@@ -116,6 +127,7 @@ export async function startHub(config: HubConfig, deps: { log: Logger; install?:
   const app = createApp({
     config,
     registry,
+    pulls,
     scheduler,
     nodes,
     metrics,
@@ -171,6 +183,8 @@ export async function startHub(config: HubConfig, deps: { log: Logger; install?:
   // what starts their connection tracking (requestTimeout → 408, closeAllConnections).
   if (plain) for (const h of httpServers) h.emit('listening');
   nodes.attach(secure);
+  // Downloads the last run left unfinished go on where their part files stop.
+  pulls.resumeAll();
   plain?.on('upgrade', (_req: IncomingMessage, socket: Duplex) => {
     const body = JSON.stringify({ error: { code: 'node_auth', message: 'nodes connect to this hub over TLS (wss://, pinned by the join token): join again with a token from `relay nodes token`' } });
     socket.end(`HTTP/1.1 426 Upgrade Required\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`);
@@ -195,6 +209,7 @@ export async function startHub(config: HubConfig, deps: { log: Logger; install?:
     closing ??= (async () => {
       nodes.close();
       charts.close();
+      await pulls.close();
       for (const h of httpServers) h.closeIdleConnections();
       ollama?.close();
       const closed = new Promise<void>((r) => server.close(() => r()));

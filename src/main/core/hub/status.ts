@@ -66,6 +66,7 @@ export function buildStatus({ deps: d, auth, recent, modelView }: HubHttp): Stat
       return conn ? { ...n, devices: scheduler.view.nodeDevicesFree(n.name, conn.devices).map(nodeDeviceStatus) } : n;
     }),
     pushes: [...nodes.pushes.values()],
+    pulls: d.pulls.list(),
     recent: recent.list,
   };
 }

@@ -39,8 +39,12 @@ export function statFile(path: string): Stats {
   return st;
 }
 
-/** What a model's file(s) say: read (every part of a split model), checked to be a model, hashed. */
-export async function describe(path: string, progress?: HashProgress, knownSha256?: string): Promise<Omit<ModelRecord, 'name' | 'required_vram_mb' | 'embedding' | 'added_at'>> {
+/**
+ * What a model's file(s) say: read (every part of a split model), checked to be a model, hashed. `known`: hashes
+ * computed already (an Ollama blob's name, a download that hashed as it wrote), the file's or by path per part.
+ */
+export async function describe(path: string, progress?: HashProgress, known?: string | ReadonlyMap<string, string>): Promise<Omit<ModelRecord, 'name' | 'required_vram_mb' | 'embedding' | 'added_at'>> {
+  const knownFor = (p: string): string | undefined => (typeof known === 'string' ? (p === path ? known : undefined) : known?.get(p));
   const st = statFile(path);
   const { info, paths } = await readModelFilesOffThread(path); // refuses non-GGUF, truncated and incomplete split files before hashing, off the event loop
   if (!info.architecture || info.tensorCount === 0) {
@@ -62,7 +66,7 @@ export async function describe(path: string, progress?: HashProgress, knownSha25
     expert_bytes: info.expertBytes,
   };
   if (paths.length === 1) {
-    const sha256 = knownSha256 ?? (await sha256File(path, progress));
+    const sha256 = knownFor(path) ?? (await sha256File(path, progress));
     return { path, sha256, size: st.size, mtimeMs: st.mtimeMs, ...header };
   }
   // A split model: every part hashed (one progress over the parts' total), the model named by its split id.
@@ -71,7 +75,7 @@ export async function describe(path: string, progress?: HashProgress, knownSha25
   const parts: ModelPart[] = [];
   let before = 0;
   for (const [i, p] of paths.entries()) {
-    const sha256 = await sha256File(p, progress && ((done) => progress(before + done, total)));
+    const sha256 = knownFor(p) ?? (await sha256File(p, progress && ((done) => progress(before + done, total))));
     parts.push({ path: p, sha256, size: stats[i]!.size, mtimeMs: stats[i]!.mtimeMs });
     before += stats[i]!.size;
   }

@@ -74,8 +74,8 @@ export class ModelRegistry {
   }
 
   /** Register a GGUF. The same file again is idempotent; another file under a taken name is refused. */
-  /** `knownSha256`: the file's hash from a store that names files by it (an import from Ollama): not re-hashed. */
-  async add(input: AddModelInput, progress?: HashProgress, knownSha256?: string): Promise<{ model: ModelRecord; created: boolean; settingsChanged: boolean }> {
+  /** `known`: hashes computed already (an Ollama blob's name; a pull's, by path): not computed again. */
+  async add(input: AddModelInput, progress?: HashProgress, known?: string | ReadonlyMap<string, string>): Promise<{ model: ModelRecord; created: boolean; settingsChanged: boolean }> {
     if (typeof input.path !== 'string' || !isAbsolute(input.path)) {
       throw new RelayError(ErrorCode.INVALID_REQUEST, `path must be an absolute path to a GGUF file on the hub, got ${JSON.stringify(input.path)}`);
     }
@@ -94,7 +94,7 @@ export class ModelRegistry {
       const { name: _name, required_vram_mb: _req, embedding: _emb, reranker: _rr, added_at: _at, settings: _settings, mmproj: _mm, draft: _draft, ...described } = prior;
       d = described;
     } else {
-      d = await describe(input.path, progress, knownSha256);
+      d = await describe(input.path, progress, known);
     }
     const samePrior = prior?.mmproj && prior.mmproj.path === input.mmproj && filesState(prior) === 'ok';
     const mmproj = typeof input.mmproj === 'string' ? await describeProjector(input.mmproj, samePrior ? prior.mmproj!.sha256 : input.mmprojSha256) : input.mmproj;

@@ -1,0 +1,282 @@
+import { randomBytes } from 'node:crypto';
+import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, statfsSync, statSync, writeFileSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+import type { Logger } from 'pino';
+import { ErrorCode, RelayError, isRelayError, wireCode } from '../../../../shared/errors.js';
+import type { PullView } from '../../../../shared/status.js';
+import { sha256File } from '../describe.js';
+import { choosePull, parsePullSpec, type RepoFile } from './choose.js';
+import { downloadFile, partOf } from './download.js';
+import { listFiles, resolveCommit, resolveUrl, type HubAccess } from './hub-api.js';
+
+/**
+ * The hub's pulls from Hugging Face: `start` resolves the repository and chooses the files (errors come back at
+ * once: not found, gated, no such quantization, no room on disk), then downloads them in the background; each job
+ * is written to `<downloads>/.pulls/<id>.json` first, so a hub restarted mid-download picks it up again where
+ * the part files stop. A finished job registers the model (with the hashes the download computed: no second
+ * pass) and is removed from disk; the last finished ones stay listed for the CLI and the dashboard.
+ */
+
+interface PullFile extends RepoFile {
+  readonly url: string;
+  readonly dest: string;
+}
+
+interface PullJob {
+  readonly id: string;
+  readonly spec: string;
+  readonly repo: string;
+  readonly commit: string;
+  readonly name: string;
+  readonly quant: string;
+  readonly files: readonly PullFile[];
+  readonly projector: PullFile | null;
+  readonly startedAt: number;
+}
+
+interface Live {
+  readonly job: PullJob;
+  state: PullView['state'];
+  have: number[];
+  rate: { bps: number; at: number; bytes: number };
+  error: { code: string; message: string } | null;
+  abort: AbortController;
+  cancelled: 'delete' | 'keep' | null;
+  done: Promise<void>;
+  endedAt: number | null;
+}
+
+/** What registering a finished pull needs: the model's first file, its projector, and every file's sha256. */
+export type RegisterPull = (p: { name: string; path: string; projector: string | null; hashes: ReadonlyMap<string, string> }) => Promise<void>;
+
+/** Room left on the disk beyond the files themselves (their folder, the store, the logs). */
+const DISK_MARGIN_BYTES = 64 * 1024 * 1024;
+/** Finished pulls kept in the list. */
+const KEEP_FINISHED = 20;
+
+export class Pulls {
+  private readonly live = new Map<string, Live>();
+  private readonly jobsDir: string;
+
+  constructor(
+    private readonly d: {
+      readonly dir: string;
+      readonly access: HubAccess;
+      readonly log: Logger;
+      /** The registered model of this name, if any: its first file's path. */
+      registered(name: string): string | null;
+      register: RegisterPull;
+    },
+  ) {
+    this.jobsDir = join(d.dir, '.pulls');
+  }
+
+  /** Pick up the pulls a previous run of the hub left unfinished. */
+  resumeAll(): void {
+    if (!existsSync(this.jobsDir)) return;
+    for (const f of readdirSync(this.jobsDir).filter((x) => x.endsWith('.json'))) {
+      try {
+        const job = JSON.parse(readFileSync(join(this.jobsDir, f), 'utf8')) as PullJob;
+        this.d.log.info({ pull: job.id, repo: job.repo, name: job.name }, 'resuming a pull the hub had not finished');
+        this.run(job);
+      } catch (err) {
+        this.d.log.warn({ file: f, message: (err as Error).message }, 'an unreadable pull record: removed');
+        rmSync(join(this.jobsDir, f), { force: true });
+      }
+    }
+  }
+
+  /** Resolve `spec`, check it can be stored, and start downloading; the job as /status shows it. */
+  async start(spec: string, name?: string): Promise<PullView> {
+    const s = parsePullSpec(spec);
+    const commit = await resolveCommit(this.d.access, s.repo);
+    const files = await listFiles(this.d.access, s.repo, commit);
+    const choice = choosePull(files, s);
+    const finalName = name ?? choice.name;
+    const folder = join(this.d.dir, ...s.repo.split('/'), commit.slice(0, 12));
+    const asFile = (f: RepoFile): PullFile => ({ ...f, url: resolveUrl(this.d.access, s.repo, commit, f.path), dest: join(folder, ...f.path.split('/')) });
+    const job: PullJob = {
+      id: randomBytes(6).toString('hex'),
+      spec,
+      repo: s.repo,
+      commit,
+      name: finalName,
+      quant: choice.quant,
+      files: choice.model.map(asFile),
+      projector: choice.projector ? asFile(choice.projector) : null,
+      startedAt: Date.now(),
+    };
+    const entry = job.files[0]!.dest;
+    const registered = this.d.registered(finalName);
+    if (registered !== null && registered !== entry) {
+      throw new RelayError(ErrorCode.MODEL_EXISTS, `a model named "${finalName}" is already registered for ${registered}; remove it first or give --name`, { model: finalName });
+    }
+    const same = [...this.live.values()].find((l) => l.job.files[0]!.dest === entry && l.endedAt === null);
+    if (same) return this.view(same);
+    const all = [...job.files, ...(job.projector ? [job.projector] : [])];
+    const need = all.reduce((n, f) => n + f.size - (existsSync(f.dest) ? f.size : existsSync(partOf(f.dest)) ? Math.min(f.size, statSync(partOf(f.dest)).size) : 0), 0);
+    mkdirSync(folder, { recursive: true });
+    const fs = statfsSync(folder);
+    const free = Number(fs.bavail) * Number(fs.bsize);
+    if (need + DISK_MARGIN_BYTES > free) {
+      throw new RelayError(ErrorCode.DISK_FULL, `${s.repo} needs ${gb(need)} more and ${folder} has ${gb(free)} free: nothing was downloaded`, { need_bytes: need, free_bytes: free, path: folder });
+    }
+    mkdirSync(this.jobsDir, { recursive: true });
+    writeFileSync(join(this.jobsDir, `${job.id}.json`), JSON.stringify(job));
+    this.d.log.info({ pull: job.id, repo: job.repo, commit, files: all.map((f) => f.path), bytes: need, name: finalName }, 'pull started');
+    return this.view(this.run(job));
+  }
+
+  list(): PullView[] {
+    return [...this.live.values()].map((l) => this.view(l));
+  }
+
+  get(id: string): PullView {
+    return this.view(this.require(id));
+  }
+
+  /** Stop a pull: its part files are deleted, or kept (`keep`) so that pulling it again resumes. */
+  async cancel(id: string, keep = false): Promise<PullView> {
+    const l = this.require(id);
+    if (l.endedAt === null) {
+      l.cancelled = keep ? 'keep' : 'delete';
+      l.abort.abort(new RelayError(ErrorCode.PULL_CANCELLED, 'cancelled'));
+      await l.done;
+    }
+    return this.view(l);
+  }
+
+  /** The hub stops: downloads stop with their part files and records kept, to resume at the next start. */
+  async close(): Promise<void> {
+    const running = [...this.live.values()].filter((l) => l.endedAt === null);
+    for (const l of running) l.abort.abort(new Error('the hub is stopping'));
+    await Promise.all(running.map((l) => l.done));
+  }
+
+  private require(id: string): Live {
+    const l = this.live.get(id);
+    if (!l) throw new RelayError(ErrorCode.PULL_NOT_FOUND, `no pull ${id}`, { pull: id });
+    return l;
+  }
+
+  private run(job: PullJob): Live {
+    const all = [...job.files, ...(job.projector ? [job.projector] : [])];
+    const l: Live = {
+      job,
+      state: 'downloading',
+      have: all.map(() => 0),
+      rate: { bps: 0, at: Date.now(), bytes: 0 },
+      error: null,
+      abort: new AbortController(),
+      cancelled: null,
+      done: Promise.resolve(),
+      endedAt: null,
+    };
+    this.live.set(job.id, l);
+    l.done = this.download(l, all).finally(() => {
+      l.endedAt = Date.now();
+      this.trim();
+    });
+    return l;
+  }
+
+  private async download(l: Live, all: readonly PullFile[]): Promise<void> {
+    const { job } = l;
+    const hashes = new Map<string, string>();
+    try {
+      for (const [i, f] of all.entries()) {
+        mkdirSync(dirname(f.dest), { recursive: true });
+        if (existsSync(f.dest) && statSync(f.dest).size === f.size) {
+          // Downloaded before a restart that came ahead of the registration: read once to be sure of it.
+          const sha = await sha256File(f.dest);
+          if (f.sha256 && sha !== f.sha256) rmSync(f.dest, { force: true });
+          else {
+            hashes.set(f.dest, sha);
+            l.have[i] = f.size;
+            continue;
+          }
+        }
+        const sha = await downloadFile(
+          { url: f.url, dest: f.dest, size: f.size, sha256: f.sha256, repo: job.repo, path: f.path },
+          {
+            access: this.d.access,
+            signal: l.abort.signal,
+            onBytes: (have) => this.progress(l, i, have),
+            onRetry: (message, inMs) => this.d.log.warn({ pull: job.id, file: f.path, message, retry_in_ms: inMs }, 'download interrupted: resuming'),
+          },
+        );
+        hashes.set(f.dest, sha);
+      }
+      l.state = 'registering';
+      await this.d.register({ name: job.name, path: job.files[0]!.dest, projector: job.projector?.dest ?? null, hashes });
+      l.state = 'done';
+      this.forgetJob(job);
+      this.d.log.info({ pull: job.id, name: job.name, seconds: Math.round((Date.now() - job.startedAt) / 1000) }, 'pull finished: model registered');
+    } catch (err) {
+      if (l.cancelled) {
+        l.state = 'cancelled';
+        this.forgetJob(job);
+        if (l.cancelled === 'delete') for (const f of all) rmSync(partOf(f.dest), { force: true });
+        this.d.log.info({ pull: job.id, kept_parts: l.cancelled === 'keep' }, 'pull cancelled');
+        return;
+      }
+      if (l.abort.signal.aborted) {
+        l.state = 'stopped'; // the hub stops: the record stays for the next start
+        return;
+      }
+      const e = isRelayError(err) ? err : new RelayError(ErrorCode.INTERNAL, String(err));
+      l.state = 'failed';
+      l.error = { code: wireCode(e.code), message: e.message };
+      // A network loss or a full disk keeps what came (pull again to resume); anything else starts over next time.
+      if (e.code !== ErrorCode.HF_UNREACHABLE && e.code !== ErrorCode.DISK_FULL) for (const f of all) rmSync(partOf(f.dest), { force: true });
+      this.forgetJob(job);
+      this.d.log.warn({ pull: job.id, code: e.code, message: e.message }, 'pull failed');
+    }
+  }
+
+  private progress(l: Live, i: number, have: number): void {
+    l.have[i] = have;
+    const now = Date.now();
+    const total = l.have.reduce((a, b) => a + b, 0);
+    if (now - l.rate.at >= 1000) {
+      const bps = ((total - l.rate.bytes) * 1000) / (now - l.rate.at);
+      l.rate = { bps: l.rate.bps === 0 ? bps : 0.7 * l.rate.bps + 0.3 * bps, at: now, bytes: total };
+    }
+  }
+
+  private forgetJob(job: PullJob): void {
+    rmSync(join(this.jobsDir, `${job.id}.json`), { force: true });
+  }
+
+  private trim(): void {
+    const ended = [...this.live.values()].filter((l) => l.endedAt !== null).sort((a, b) => a.endedAt! - b.endedAt!);
+    for (const l of ended.slice(0, Math.max(0, ended.length - KEEP_FINISHED))) this.live.delete(l.job.id);
+  }
+
+  private view(l: Live): PullView {
+    const { job } = l;
+    const all = [...job.files, ...(job.projector ? [job.projector] : [])];
+    const total = all.reduce((a, f) => a + f.size, 0);
+    const done = l.have.reduce((a, b) => a + b, 0);
+    const bps = Math.round(l.rate.bps);
+    return {
+      id: job.id,
+      spec: job.spec,
+      repo: job.repo,
+      commit: job.commit,
+      name: job.name,
+      quant: job.quant,
+      files: all.map((f) => ({ path: f.path, size: f.size })),
+      projector: job.projector?.path ?? null,
+      state: l.state,
+      done_bytes: done,
+      total_bytes: total,
+      rate_bps: bps,
+      eta_s: l.state === 'downloading' && bps > 0 ? Math.ceil((total - done) / bps) : null,
+      error: l.error,
+      started_at: new Date(job.startedAt).toISOString(),
+    };
+  }
+}
+
+const gb = (n: number): string => (n >= 1e9 ? `${(n / 1e9).toFixed(1)} GB` : `${(n / 1e6).toFixed(0)} MB`);
