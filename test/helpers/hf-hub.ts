@@ -52,7 +52,9 @@ export interface FakeHub {
 const sha = (file: string): string => createHash('sha256').update(readFileSync(file)).digest('hex');
 
 export async function startFakeHub(repos: Record<string, HubRepoSpec>): Promise<FakeHub> {
-  const commit = createHash('sha1').update(JSON.stringify(Object.keys(repos))).digest('hex');
+  const commit = createHash('sha1')
+    .update(JSON.stringify(Object.keys(repos)))
+    .digest('hex');
   const hashes = new Map<string, string>();
   const hashOf = (f: HubFileSpec): string => {
     if (!hashes.has(f.source)) hashes.set(f.source, sha(f.source));
@@ -64,7 +66,13 @@ export async function startFakeHub(repos: Record<string, HubRepoSpec>): Promise<
   const blobs = new Map<string, HubFileSpec>();
 
   const record = (origin: 'api' | 'files', req: IncomingMessage): RecordedRequest => {
-    const r: RecordedRequest = { origin, path: decodeURIComponent(new URL(req.url!, 'http://x').pathname), range: req.headers.range ?? null, authorization: req.headers.authorization ?? null, sent: 0 };
+    const r: RecordedRequest = {
+      origin,
+      path: decodeURIComponent(new URL(req.url!, 'http://x').pathname),
+      range: req.headers.range ?? null,
+      authorization: req.headers.authorization ?? null,
+      sent: 0,
+    };
     requests.push(r);
     return r;
   };
@@ -100,7 +108,12 @@ export async function startFakeHub(repos: Record<string, HubRepoSpec>): Promise<
     if (!f) return refuse(res, 'EntryNotFound', 404);
     const key = hashOf(f);
     blobs.set(`${key}/${f.path}`, f);
-    res.writeHead(302, { location: `${filesOrigin}/blobs/${key}/${encodeURIComponent(f.path)}?sig=abc`, 'x-linked-size': String(statSync(f.source).size), 'x-linked-etag': `"${key}"`, etag: `"${key}"` });
+    res.writeHead(302, {
+      location: `${filesOrigin}/blobs/${key}/${encodeURIComponent(f.path)}?sig=abc`,
+      'x-linked-size': String(statSync(f.source).size),
+      'x-linked-etag': `"${key}"`,
+      etag: `"${key}"`,
+    });
     res.end();
   });
 

@@ -46,7 +46,14 @@ describe('choosing the files (llama.cpp -hf rule)', () => {
       pick(files, 'o/big').model.map((x) => x.path),
       ['Q4_K_M/big-Q4_K_M-00001-of-00003.gguf', 'Q4_K_M/big-Q4_K_M-00002-of-00003.gguf', 'Q4_K_M/big-Q4_K_M-00003-of-00003.gguf'],
     );
-    code(() => pick(files.filter((x) => !x.path.includes('00002')), 'o/big'), 'HF_NO_GGUF');
+    code(
+      () =>
+        pick(
+          files.filter((x) => !x.path.includes('00002')),
+          'o/big',
+        ),
+      'HF_NO_GGUF',
+    );
   });
 
   it("a vision model's projector: in its folder or above, the quantization nearest the model's", () => {

@@ -43,7 +43,11 @@ export function statFile(path: string): Stats {
  * What a model's file(s) say: read (every part of a split model), checked to be a model, hashed. `known`: hashes
  * computed already (an Ollama blob's name, a download that hashed as it wrote), the file's or by path per part.
  */
-export async function describe(path: string, progress?: HashProgress, known?: string | ReadonlyMap<string, string>): Promise<Omit<ModelRecord, 'name' | 'required_vram_mb' | 'embedding' | 'added_at'>> {
+export async function describe(
+  path: string,
+  progress?: HashProgress,
+  known?: string | ReadonlyMap<string, string>,
+): Promise<Omit<ModelRecord, 'name' | 'required_vram_mb' | 'embedding' | 'added_at'>> {
   const knownFor = (p: string): string | undefined => (typeof known === 'string' ? (p === path ? known : undefined) : known?.get(p));
   const st = statFile(path);
   const { info, paths } = await readModelFilesOffThread(path); // refuses non-GGUF, truncated and incomplete split files before hashing, off the event loop

@@ -39,7 +39,10 @@ export interface PullChoice {
 const REPO_RE = /^[A-Za-z0-9][A-Za-z0-9._-]{0,95}\/[A-Za-z0-9][A-Za-z0-9._-]{0,95}$/;
 
 export function parsePullSpec(input: string): PullSpec {
-  const s = input.trim().replace(/^https?:\/\/(www\.)?huggingface\.co\//i, '').replace(/^hf\.co\//i, '');
+  const s = input
+    .trim()
+    .replace(/^https?:\/\/(www\.)?huggingface\.co\//i, '')
+    .replace(/^hf\.co\//i, '');
   const [owner, rest, ...path] = s.split('/');
   const bad = (): RelayError =>
     new RelayError(ErrorCode.INVALID_REQUEST, `${JSON.stringify(input)} is not a Hugging Face model: give owner/repo, owner/repo:QUANT (e.g. :Q4_K_M) or owner/repo/file.gguf`);
@@ -122,8 +125,12 @@ export function choosePull(files: readonly RepoFile[], spec: PullSpec): PullChoi
   let entry: RepoFile | undefined;
   if (spec.file) {
     entry = safe.find((f) => f.path === spec.file);
-    if (!entry) throw new RelayError(ErrorCode.HF_FILE_NOT_FOUND, `${spec.repo} has no file ${spec.file}; its GGUF files: ${listed(safe.filter((f) => f.path.endsWith('.gguf'))) || 'none'}`, { repo: spec.repo });
-    if (!isModelFile(entry.path) || !isEntry(entry.path)) throw new RelayError(ErrorCode.INVALID_REQUEST, `${spec.file} is not a model file (a projector, an imatrix, or a later part of a split model)`);
+    if (!entry)
+      throw new RelayError(ErrorCode.HF_FILE_NOT_FOUND, `${spec.repo} has no file ${spec.file}; its GGUF files: ${listed(safe.filter((f) => f.path.endsWith('.gguf'))) || 'none'}`, {
+        repo: spec.repo,
+      });
+    if (!isModelFile(entry.path) || !isEntry(entry.path))
+      throw new RelayError(ErrorCode.INVALID_REQUEST, `${spec.file} is not a model file (a projector, an imatrix, or a later part of a split model)`);
   } else {
     if (models.length === 0) throw new RelayError(ErrorCode.HF_NO_GGUF, `${spec.repo} has no GGUF model file (this is not a llama.cpp repository; look for one named …-GGUF)`, { repo: spec.repo });
     let matches: RepoFile[];

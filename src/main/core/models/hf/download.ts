@@ -140,7 +140,10 @@ export async function downloadFile(t: DownloadTarget, o: DownloadOptions): Promi
       failures = have > before ? 1 : failures + 1;
       const message = err instanceof Error ? ((err.cause as Error | undefined)?.message ?? err.message) : String(err);
       if (failures >= MAX_FAILURES) {
-        throw new RelayError(ErrorCode.HF_UNREACHABLE, `${t.path}: the download failed ${failures} times in a row at byte ${have} of ${t.size} (${message}); pull again to resume`, { repo: t.repo, have });
+        throw new RelayError(ErrorCode.HF_UNREACHABLE, `${t.path}: the download failed ${failures} times in a row at byte ${have} of ${t.size} (${message}); pull again to resume`, {
+          repo: t.repo,
+          have,
+        });
       }
       const wait = failures === 1 ? 0 : Math.min(30_000, 500 * 2 ** failures);
       o.onRetry?.(message, wait);

@@ -46,7 +46,9 @@ async function apiGet(access: HubAccess, path: string, repo: string): Promise<un
   try {
     r = await fetch(url, { headers: hubHeaders(access, url, { accept: 'application/json' }), signal: AbortSignal.timeout(API_TIMEOUT_MS) });
   } catch (err) {
-    throw new RelayError(ErrorCode.HF_UNREACHABLE, `cannot reach ${access.endpoint}: ${(err as Error).cause instanceof Error ? ((err as Error).cause as Error).message : (err as Error).message}`, { repo });
+    throw new RelayError(ErrorCode.HF_UNREACHABLE, `cannot reach ${access.endpoint}: ${(err as Error).cause instanceof Error ? ((err as Error).cause as Error).message : (err as Error).message}`, {
+      repo,
+    });
   }
   if (!r.ok) throw hubError(r.status, r.headers.get('x-error-code'), repo, access, path);
   try {
