@@ -3,7 +3,7 @@ import { after, before, describe, it } from 'node:test';
 import { addModel, startHub, type HubProcess } from '../helpers/hub.js';
 import { fixture, llama } from '../helpers/llama.js';
 import { startNode, type NodeProcess } from '../helpers/node.js';
-import { GREEDY } from '../helpers/openai.js';
+import { chatConversation, type ChatTurn } from '../helpers/openai.js';
 import { until } from '../helpers/proc.js';
 import { startLlamaServer } from '../../src/main/core/llama/processes.js';
 
@@ -18,30 +18,12 @@ const SYSTEM = 'You are the household assistant. Answer briefly, in plain words,
 const PEOPLE = ['ana', 'ben', 'cleo', 'dev'];
 const TURNS = 4;
 
-interface Turn {
-  readonly text: string;
-  readonly prompt: number;
-  readonly cached: number;
-}
+type Turn = ChatTurn;
 
 /** One conversation, a turn at a time: the whole history is sent again each turn, the answers added to it. */
 function conversation(baseUrl: string, who: string): { next(t: number): Promise<Turn> } {
-  const messages: { role: string; content: string }[] = [{ role: 'system', content: SYSTEM }];
-  return {
-    async next(t) {
-      messages.push({ role: 'user', content: `${who} asks question number ${t} about the garden` });
-      const res = await fetch(`${baseUrl}/v1/chat/completions`, {
-        method: 'POST',
-        headers: { 'content-type': 'application/json' },
-        body: JSON.stringify({ model: 'm', messages, max_tokens: 8, ...GREEDY }),
-      });
-      const j = (await res.json()) as { choices: { message: { content: string } }[]; usage: { prompt_tokens: number; prompt_tokens_details?: { cached_tokens?: number } } };
-      assert.equal(res.status, 200, JSON.stringify(j));
-      const text = j.choices[0]!.message.content;
-      messages.push({ role: 'assistant', content: text });
-      return { text, prompt: j.usage.prompt_tokens, cached: j.usage.prompt_tokens_details?.cached_tokens ?? 0 };
-    },
-  };
+  const c = chatConversation(baseUrl, SYSTEM);
+  return { next: (t) => c.say(`${who} asks question number ${t} about the garden`) };
 }
 
 describe('conversations stay warm across the pool (prefix-aware routing)', { timeout: 600_000 }, () => {

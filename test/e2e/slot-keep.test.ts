@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { addModel, startHub, type HubProcess } from '../helpers/hub.js';
 import { fixture, llama } from '../helpers/llama.js';
-import { GREEDY } from '../helpers/openai.js';
+import { chatConversation, type ChatTurn } from '../helpers/openai.js';
 import { until } from '../helpers/proc.js';
 import { startLlamaServer } from '../../src/main/core/llama/processes.js';
 
@@ -18,29 +18,11 @@ const ENV = { RELAY_CONTEXT_SIZE: '1024', RELAY_PARALLEL_SLOTS: '1', RELAY_THREA
 const SYSTEM = 'You are the household assistant. Answer briefly, in plain words, and say when you do not know. '.repeat(4);
 const QUESTIONS = ['what grows in the garden in May', 'and what should be planted next to the tomatoes', 'how often do they need water'];
 
-interface Turn {
-  readonly text: string;
-  readonly prompt: number;
-  readonly cached: number;
-}
+type Turn = ChatTurn;
 
 function conversation(baseUrl: string): { next(t: number): Promise<Turn> } {
-  const messages: { role: string; content: string }[] = [{ role: 'system', content: SYSTEM }];
-  return {
-    async next(t) {
-      messages.push({ role: 'user', content: QUESTIONS[t]! });
-      const res = await fetch(`${baseUrl}/v1/chat/completions`, {
-        method: 'POST',
-        headers: { 'content-type': 'application/json' },
-        body: JSON.stringify({ model: 'm', messages, max_tokens: 8, ...GREEDY }),
-      });
-      const j = (await res.json()) as { choices: { message: { content: string } }[]; usage: { prompt_tokens: number; prompt_tokens_details?: { cached_tokens?: number } } };
-      assert.equal(res.status, 200, JSON.stringify(j));
-      const text = j.choices[0]!.message.content;
-      messages.push({ role: 'assistant', content: text });
-      return { text, prompt: j.usage.prompt_tokens, cached: j.usage.prompt_tokens_details?.cached_tokens ?? 0 };
-    },
-  };
+  const c = chatConversation(baseUrl, SYSTEM);
+  return { next: (t) => c.say(QUESTIONS[t]!) };
 }
 
 /** The replica has stopped for its keep-alive (the test waits for the hub to say so). */

@@ -43,3 +43,30 @@ export async function streamUntil(stream: AsyncIterable<{ choices: { text?: stri
     return 'error';
   }
 }
+
+export interface ChatTurn {
+  readonly text: string;
+  readonly prompt: number;
+  /** llama-server's `cached_tokens`: how much of the prompt was in its KV cache. */
+  readonly cached: number;
+}
+
+/** A conversation through /v1/chat/completions at temperature 0: each turn resends the history, the answers added. */
+export function chatConversation(baseUrl: string, system: string, model = 'm'): { say(content: string): Promise<ChatTurn> } {
+  const messages: { role: string; content: string }[] = [{ role: 'system', content: system }];
+  return {
+    async say(content) {
+      messages.push({ role: 'user', content });
+      const res = await fetch(`${baseUrl}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ model, messages, max_tokens: 8, ...GREEDY }),
+      });
+      const j = (await res.json()) as { choices: { message: { content: string } }[]; usage: { prompt_tokens: number; prompt_tokens_details?: { cached_tokens?: number } } };
+      if (res.status !== 200) throw new Error(`chat turn: ${res.status} ${JSON.stringify(j)}`);
+      const text = j.choices[0]!.message.content;
+      messages.push({ role: 'assistant', content: text });
+      return { text, prompt: j.usage.prompt_tokens, cached: j.usage.prompt_tokens_details?.cached_tokens ?? 0 };
+    },
+  };
+}
