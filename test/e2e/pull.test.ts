@@ -246,6 +246,7 @@ describe('models from Hugging Face (relay models pull)', { timeout: 600_000 }, (
     const ok = await run(process.execPath, [relay, 'models', 'pull', 'acme/split-GGUF', '--name', 'via-cli', '--hub', hub.url]);
     assert.match(ok.stdout, /pulling acme\/split-GGUF @ [0-9a-f]{12} as "via-cli"/);
     assert.match(ok.stdout, /registered: via-cli/);
+    assert.match(ok.stderr, /via-cli \[#+\] 100% {2}[\d.]+ MB\/s {2}done in \d+:\d\d/, 'the progress line with its rate (off a terminal: one line per 10 % and the last)');
     assert.ok(await registered(hub, 'via-cli'));
     const bad = await run(process.execPath, [relay, 'models', 'pull', 'acme/tiny-GGUF:Q5_K_M', '--hub', hub.url]).then(
       () => null,

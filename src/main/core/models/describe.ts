@@ -1,4 +1,4 @@
-import { createHash } from 'node:crypto';
+import { createHash, type Hash } from 'node:crypto';
 import { createReadStream, statSync, type Stats } from 'node:fs';
 import { isAbsolute } from 'node:path';
 import { ErrorCode, RelayError } from '../../../shared/errors.js';
@@ -12,8 +12,8 @@ import { servedFiles, splitId } from './files.js';
  */
 export type HashProgress = (done: number, total: number) => void;
 
-export async function sha256File(path: string, progress?: HashProgress): Promise<string> {
-  const h = createHash('sha256');
+/** Feed the file's bytes to `h` (a download carries the hash of its part file on); progress every 64 MiB. */
+export async function hashFileInto(path: string, h: Hash, progress?: HashProgress): Promise<void> {
   const total = statSync(path).size;
   let done = 0;
   let last = 0;
@@ -25,6 +25,11 @@ export async function sha256File(path: string, progress?: HashProgress): Promise
       progress(done, total);
     }
   }
+}
+
+export async function sha256File(path: string, progress?: HashProgress): Promise<string> {
+  const h = createHash('sha256');
+  await hashFileInto(path, h, progress);
   return h.digest('hex');
 }
 

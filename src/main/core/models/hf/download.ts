@@ -1,7 +1,8 @@
-import { createHash, type Hash } from 'node:crypto';
-import { createReadStream, existsSync, statSync } from 'node:fs';
+import { createHash } from 'node:crypto';
+import { existsSync, statSync } from 'node:fs';
 import { open, rename, rm, truncate } from 'node:fs/promises';
 import { ErrorCode, RelayError, isRelayError } from '../../../../shared/errors.js';
+import { hashFileInto } from '../describe.js';
 import { hubError, hubHeaders, type HubAccess } from './hub-api.js';
 
 /**
@@ -36,10 +37,6 @@ const STALL_MS = 60_000;
 const MAX_REDIRECTS = 5;
 
 export const partOf = (dest: string): string => `${dest}.part`;
-
-async function hashExisting(path: string, h: Hash): Promise<void> {
-  for await (const c of createReadStream(path, { highWaterMark: 4 * 1024 * 1024 })) h.update(c as Buffer);
-}
 
 /** GET with Range from `have`, following redirects by hand: the token never goes to another origin. */
 async function get(t: DownloadTarget, o: DownloadOptions, have: number, etag: string | null, signal: AbortSignal): Promise<Response> {
@@ -80,7 +77,7 @@ export async function downloadFile(t: DownloadTarget, o: DownloadOptions): Promi
     await truncate(part, 0);
     have = 0;
   } else if (have > 0) {
-    await hashExisting(part, hash);
+    await hashFileInto(part, hash);
   }
   o.onBytes(have);
   let etag: string | null = null;

@@ -113,7 +113,7 @@ export class Pulls {
     }
     const same = [...this.live.values()].find((l) => l.job.files[0]!.dest === entry && l.endedAt === null);
     if (same) return this.view(same);
-    const all = [...job.files, ...(job.projector ? [job.projector] : [])];
+    const all = filesOf(job);
     const need = all.reduce((n, f) => n + f.size - (existsSync(f.dest) ? f.size : existsSync(partOf(f.dest)) ? Math.min(f.size, statSync(partOf(f.dest)).size) : 0), 0);
     mkdirSync(folder, { recursive: true });
     const fs = statfsSync(folder);
@@ -160,7 +160,7 @@ export class Pulls {
   }
 
   private run(job: PullJob): Live {
-    const all = [...job.files, ...(job.projector ? [job.projector] : [])];
+    const all = filesOf(job);
     const l: Live = {
       job,
       state: 'downloading',
@@ -255,7 +255,7 @@ export class Pulls {
 
   private view(l: Live): PullView {
     const { job } = l;
-    const all = [...job.files, ...(job.projector ? [job.projector] : [])];
+    const all = filesOf(job);
     const total = all.reduce((a, f) => a + f.size, 0);
     const done = l.have.reduce((a, b) => a + b, 0);
     const bps = Math.round(l.rate.bps);
@@ -278,5 +278,8 @@ export class Pulls {
     };
   }
 }
+
+/** Everything a pull fetches: the model's files, then its projector. */
+const filesOf = (job: PullJob): PullFile[] => [...job.files, ...(job.projector ? [job.projector] : [])];
 
 const gb = (n: number): string => (n >= 1e9 ? `${(n / 1e9).toFixed(1)} GB` : `${(n / 1e6).toFixed(0)} MB`);
