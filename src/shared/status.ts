@@ -131,6 +131,8 @@ export interface ModelStatus {
   readonly need: { weights_mb: number; kv_mb: number; overhead_mb: number; projector_mb: number; ctx: number; slots: number; kv_scale: number; kv_cache_type: string };
   readonly fits_now: boolean;
   readonly shortfall: string | null;
+  /** The shortfall in one line (need vs the largest free room, then what would make room); the 503's details.why_not. */
+  readonly why_not: string | null;
   readonly embedding: boolean;
   /** Its vision projector (it sees images), or null for a text-only model. */
   readonly mmproj: { readonly path: string; readonly sha256: string; readonly size: number } | null;
@@ -195,6 +197,48 @@ export interface PoolSettingsStatus {
   readonly max_placements_per_model: number;
 }
 
+/** One placement's share of a device in the pool picture: a replica, or one stage of a shard. */
+export interface PictureSegment {
+  readonly placement: string;
+  readonly model: string;
+  readonly kind: 'replica' | 'stage';
+  /** For a shard's stage: its place in execution order (1-based), how many there are, its layers, and whether it holds the output. */
+  readonly stage: { readonly index: number; readonly of: number; readonly layers: readonly [number, number]; readonly output: boolean } | null;
+  readonly state: PlacementStateName;
+  /** What relay reserved for it on this device. */
+  readonly mb: number;
+  readonly in_flight: number;
+  readonly slots: number;
+  readonly tokens_per_second: number | null;
+  readonly load: PlacementStatus['load'];
+}
+
+/** A device in the pool picture: relay's placements, then other programs' use, then free room (MB; they add up to total_mb). */
+export interface PictureDevice {
+  readonly id: string;
+  readonly kind: 'gpu' | 'cpu';
+  readonly description: string;
+  readonly total_mb: number;
+  readonly free_mb: number;
+  readonly other_mb: number;
+  readonly segments: readonly PictureSegment[];
+}
+
+/** A machine of the pool (the hub, then each node) as the dashboard's picture draws it. */
+export interface PictureMachine {
+  /** "hub", or the node's name. */
+  readonly name: string;
+  readonly role: 'hub' | 'node';
+  readonly state: Availability | 'offline' | 'revoked';
+  /** Why it is paused (its owner, its schedule, auto-pause), or null. */
+  readonly reason: string | null;
+  readonly devices: readonly PictureDevice[];
+  /** Models kept off this machine after a failure. */
+  readonly backoffs: readonly { readonly model: string; readonly reason: string; readonly until: string }[];
+  /** Weight pushes to this machine in progress (bytes). */
+  readonly pushes: readonly { readonly model: string; readonly done: number; readonly total: number }[];
+}
+
 /** GET /status. */
 export interface StatusDto {
   readonly relay: string;
@@ -210,6 +254,8 @@ export interface StatusDto {
   readonly queues: readonly { model: string; waiting: number }[];
   readonly api_keys: readonly { name: string; prefix: string; created_at: string; last_used_at: string | null }[];
   readonly nodes: readonly NodeStatus[];
+  /** The pool at a glance: every machine with its devices and what runs on them (built from the fields above). */
+  readonly machines: readonly PictureMachine[];
   readonly pushes: readonly PushStatus[];
   /** Downloads from Hugging Face (`relay models pull`), running and recently finished. */
   readonly pulls: readonly PullView[];

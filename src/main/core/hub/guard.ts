@@ -96,12 +96,12 @@ export function requireJson(req: Request, _res: Response, next: NextFunction): v
   next(new RelayError(ErrorCode.UNSUPPORTED_MEDIA_TYPE, `send the body as application/json (got ${req.get('content-type') ?? 'no content-type'})`));
 }
 
-/** The dashboard's Content-Security-Policy: its own inline script (by hash) and nothing else; never framed. */
+/** The dashboard's Content-Security-Policy: its own scripts (the hub's /ui/*.js, its inline one by hash) and nothing else; never framed. */
 export function pageCsp(html: string): string {
   const scripts = [...html.matchAll(/<script>([\s\S]*?)<\/script>/g)].map((m) => `'sha256-${createHash('sha256').update(m[1]!).digest('base64')}'`);
   return [
     "default-src 'none'",
-    `script-src ${scripts.join(' ') || "'none'"}`,
+    `script-src ${/<script src="\/ui\//.test(html) ? "'self' " : ''}${scripts.join(' ') || "'none'"}`,
     "style-src 'unsafe-inline'",
     "connect-src 'self'",
     "img-src 'self' data:",

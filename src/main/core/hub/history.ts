@@ -1,5 +1,7 @@
+import type { CounterTotals } from './metrics.js';
+
 /**
- * The dashboard's charts, kept by the hub: a few series (tok/s per placement, memory used per device) sampled
+ * The dashboard's charts, kept by the hub: a few series (tok/s per placement and per model, memory used per device, requests per minute and error rate) sampled
  * every few seconds over the last five minutes, so a page opened now draws the recent past at once (it then
  * appends what /events brings). Pure ring logic here; the sampler's sources are given by the hub.
  */
@@ -32,6 +34,8 @@ export class History {
 
 /** What the hub samples, named as the dashboard names its charts. */
 export interface HistorySources {
+  /** Running totals (HubMetrics.totals): turned into rates between two samples. */
+  readonly counters?: () => CounterTotals;
   readonly placements: () => readonly { id: string; ms_per_token: number | null }[];
   readonly hubDevices: () => readonly { id: string; total_mb: number; free_mb: number }[];
   readonly nodeDevices: () => readonly { node: string; id: string; totalMb: number; freeMb: number }[];
@@ -45,9 +49,30 @@ export function samples(src: HistorySources): [string, number | null][] {
   ];
 }
 
+/**
+ * Rates between two readings of the totals, `dtMs` apart: `gen:MODEL` completion tokens per second, `req`
+ * requests per minute, `err` the share of those requests that failed (%; 0 when there were none).
+ */
+export function rates(prev: CounterTotals, now: CounterTotals, dtMs: number): [string, number][] {
+  if (dtMs <= 0) return [];
+  const requests = Math.max(0, now.requests - prev.requests);
+  const errors = Math.max(0, now.errors - prev.errors);
+  return [
+    ...Object.entries(now.completion).map(([model, n]): [string, number] => [`gen:${model}`, (Math.max(0, n - (prev.completion[model] ?? 0)) * 1000) / dtMs]),
+    ['req', (requests * 60_000) / dtMs],
+    ['err', requests > 0 ? (100 * errors) / requests : 0],
+  ];
+}
+
 /** Sample every HISTORY_INTERVAL_MS until closed. */
 export function startHistory(src: HistorySources, history = new History()): { history: History; close(): void } {
-  const tick = (): void => history.record(samples(src), Date.now());
+  let prev = src.counters ? { t: Date.now(), totals: src.counters() } : null;
+  const tick = (): void => {
+    const t = Date.now();
+    const extra = prev && src.counters ? rates(prev.totals, src.counters(), t - prev.t) : [];
+    if (prev && src.counters) prev = { t, totals: src.counters() };
+    history.record([...samples(src), ...extra], t);
+  };
   tick();
   const timer = setInterval(tick, HISTORY_INTERVAL_MS);
   timer.unref();

@@ -59,7 +59,7 @@ export type ModelView = Omit<ModelRecord, 'mtimeMs' | 'parts'> & {
 } & ModelViewExtra;
 
 /** What the admin API adds to a model record: the same fields /status shows for it. */
-export type ModelViewExtra = Pick<ModelStatus, 'file' | 'need_mb' | 'need' | 'fits_now' | 'shortfall'>;
+export type ModelViewExtra = Pick<ModelStatus, 'file' | 'need_mb' | 'need' | 'fits_now' | 'shortfall' | 'why_not'>;
 
 /** A group of routes, mounted on the app in the order app.ts gives. */
 export type Mount = (app: Express, h: HubHttp) => void;

@@ -120,6 +120,7 @@ export async function startHub(config: HubConfig, deps: { log: Logger; install?:
   }
   const spares = new SpareSockets();
   const charts = startHistory({
+    counters: () => metrics.totals(),
     placements: () => [...scheduler.view.status(), ...scheduler.view.shardStatus()],
     hubDevices: () => scheduler.view.deviceStatus(),
     nodeDevices: () => nodes.connected().flatMap((c) => scheduler.view.nodeDevicesFree(c.name, c.devices).map((d) => ({ node: c.name, id: d.id, totalMb: d.totalMb, freeMb: d.freeMb }))),

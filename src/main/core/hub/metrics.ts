@@ -12,6 +12,7 @@ function key(labels: Labels): string {
 
 class Family {
   readonly values = new Map<string, number>();
+  private readonly labelsOf = new Map<string, Labels>();
   constructor(
     readonly name: string,
     readonly type: 'counter' | 'gauge',
@@ -20,6 +21,16 @@ class Family {
   add(labels: Labels, v = 1): void {
     const k = key(labels);
     this.values.set(k, (this.values.get(k) ?? 0) + v);
+    this.labelsOf.set(k, labels);
+  }
+  /** The values summed by one label's value, over the series `where` accepts. */
+  sumBy(label: string, where: (l: Labels) => boolean = () => true): Map<string, number> {
+    const out = new Map<string, number>();
+    for (const [k, v] of this.values) {
+      const l = this.labelsOf.get(k);
+      if (l && where(l)) out.set(l[label] ?? '', (out.get(l[label] ?? '') ?? 0) + v);
+    }
+    return out;
   }
   set(labels: Labels, v: number): void {
     this.values.set(key(labels), v);
@@ -31,6 +42,12 @@ class Family {
   }
 }
 
+export interface CounterTotals {
+  readonly requests: number;
+  readonly errors: number;
+  readonly completion: Readonly<Record<string, number>>;
+}
+
 export class HubMetrics {
   readonly requests = new Family('relay_requests_total', 'counter', 'Requests to /v1 by endpoint and HTTP status.');
   readonly tokens = new Family('relay_tokens_total', 'counter', 'Tokens processed through /v1, by model and kind (prompt, completion).');
@@ -39,6 +56,13 @@ export class HubMetrics {
   readonly loads = new Family('relay_loads_total', 'counter', 'Placement loads (replicas and shards), by model.');
   readonly replicas = new Family('relay_replicas', 'gauge', 'Replicas (hub and node) by state.');
   readonly shards = new Family('relay_shards', 'gauge', 'Shards by state.');
+
+  /** Running totals for the dashboard's charts: requests, the failed ones (HTTP ≥ 400), completion tokens by model. */
+  totals(): CounterTotals {
+    const byStatus = this.requests.sumBy('status');
+    const sum = (pred: (status: number) => boolean): number => [...byStatus].filter(([st]) => pred(Number(st))).reduce((a, [, v]) => a + v, 0);
+    return { requests: sum(() => true), errors: sum((st) => st >= 400), completion: Object.fromEntries(this.tokens.sumBy('model', (l) => l.kind === 'completion')) };
+  }
 
   /** The text for /metrics; the gauges from the placements' states now. */
   render(states: { readonly replicas: readonly string[]; readonly shards: readonly string[] }): string {

@@ -7,6 +7,8 @@ import { applySettings, sameSettings } from '../scheduler/model-settings.js';
 import type { ModelRecord } from '../store/store.js';
 import { parseJson, textField, type AppDeps, type ModelView, type Mount } from './http.js';
 
+const gone = (m: ModelRecord): string => `the file is gone from ${modelFiles(m).find((f) => !existsSync(f.path))?.path ?? m.path} (register it again, or remove the model)`;
+
 /** A model as the admin API and /status show it: the record, its need and whether it can run now. */
 export function modelViewer(d: AppDeps): (m: ModelRecord) => ModelView {
   const { registry, scheduler } = d;
@@ -34,7 +36,8 @@ export function modelViewer(d: AppDeps): (m: ModelRecord) => ModelView {
         kv_cache_type: need.kvCacheType,
       },
       fits_now: a.available && file !== 'missing',
-      shortfall: file === 'missing' ? `the file is gone from ${modelFiles(m).find((f) => !existsSync(f.path))?.path ?? m.path} (register it again, or remove the model)` : a.reason,
+      shortfall: file === 'missing' ? gone(m) : a.reason,
+      why_not: file === 'missing' ? gone(m) : a.whyNot,
     };
   };
 }

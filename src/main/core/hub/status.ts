@@ -1,8 +1,9 @@
-import { readFileSync } from 'node:fs';
+import { readdirSync, readFileSync } from 'node:fs';
 import { effectiveFlashAttn } from '../llama/argv.js';
 import { modelFiles } from '../models/files.js';
 import { pageCsp } from './guard.js';
 import { serveEvents } from './events.js';
+import { poolPicture } from './picture.js';
 import type { AppDeps, HubHttp, Mount } from './http.js';
 import type { HubAvailabilityStatus, StatusDto } from '../../../shared/status.js';
 import { nodeDeviceStatus } from '../pool/manager.js';
@@ -17,7 +18,21 @@ export function hubView(d: AppDeps): HubAvailabilityStatus {
 /** /status: the whole pool as the dashboard, `relay status` and the tests read it. */
 export function buildStatus({ deps: d, auth, recent, modelView }: HubHttp): StatusDto {
   const { config, registry, scheduler, nodes } = d;
+  const parts = {
+    hub: hubView(d),
+    devices: scheduler.view.deviceStatus(),
+    replicas: scheduler.view.status(),
+    shards: scheduler.view.shardStatus(),
+    backoffs: scheduler.view.backoffs(),
+    // Each connected node's devices with what relay's placements there have reserved taken off.
+    nodes: nodes.status().map((n) => {
+      const conn = nodes.get(n.name);
+      return conn ? { ...n, devices: scheduler.view.nodeDevicesFree(n.name, conn.devices).map(nodeDeviceStatus) } : n;
+    }),
+    pushes: [...nodes.pushes.values()],
+  };
   return {
+    ...parts,
     relay: d.version,
     llama_cpp: d.llama,
     kv_cache_type: config.kvCacheType,
@@ -34,8 +49,6 @@ export function buildStatus({ deps: d, auth, recent, modelView }: HubHttp): Stat
       queue_timeout_ms: config.queueTimeoutMs,
       max_placements_per_model: config.maxPlacementsPerModel,
     },
-    hub: hubView(d),
-    devices: scheduler.view.deviceStatus(),
     models: registry.list().map((m) => {
       const v = modelView(m);
       return {
@@ -50,22 +63,15 @@ export function buildStatus({ deps: d, auth, recent, modelView }: HubHttp): Stat
         need: v.need,
         fits_now: v.fits_now,
         shortfall: v.shortfall,
+        why_not: v.why_not,
         embedding: m.embedding,
         mmproj: m.mmproj ? { path: m.mmproj.path, sha256: m.mmproj.sha256, size: m.mmproj.size } : null,
         draft: m.draft ? { name: m.draft.name, path: m.draft.path, sha256: m.draft.sha256, size: m.draft.size, max: m.draft.max, min: m.draft.min } : null,
       };
     }),
-    replicas: scheduler.view.status(),
-    shards: scheduler.view.shardStatus(),
-    backoffs: scheduler.view.backoffs(),
     queues: scheduler.view.queues(),
     api_keys: d.keys.list(),
-    // Each connected node's devices with what relay's placements there have reserved taken off.
-    nodes: nodes.status().map((n) => {
-      const conn = nodes.get(n.name);
-      return conn ? { ...n, devices: scheduler.view.nodeDevicesFree(n.name, conn.devices).map(nodeDeviceStatus) } : n;
-    }),
-    pushes: [...nodes.pushes.values()],
+    machines: poolPicture(parts),
     pulls: d.pulls.list(),
     recent: recent.list,
   };
@@ -89,6 +95,15 @@ export const mountStatus: Mount = (app, h) => {
 
   app.get('/metrics', auth.requireAdmin(true), (_req, res) => {
     res.type('text/plain; version=0.0.4').send(metrics.render({ replicas: scheduler.view.status().map((r) => r.state), shards: scheduler.view.shardStatus().map((sh) => sh.state) }));
+  });
+
+  // The page's own scripts (src/renderer/ui/*.js): by name from that folder only, nothing else under it.
+  const ui = new URL('../../../../../src/renderer/ui/', import.meta.url);
+  const scripts = new Set(readdirSync(ui).filter((f) => /^[a-z-]+\.js$/.test(f)));
+  app.get('/ui/:file', (req, res, next) => {
+    if (!scripts.has(req.params.file)) return next();
+    res.type('text/javascript').setHeader('cache-control', 'no-cache');
+    res.send(readFileSync(new URL(req.params.file, ui), 'utf8'));
   });
 
   const dashboard = new URL('../../../../../src/renderer/index.html', import.meta.url);

@@ -11,6 +11,7 @@ import { chooseEvictions, freeAfterReservations, planHostReplica, shortfallMessa
 import { planShard, shardModel, type ShardDevice, type ShardPlan } from './shard.js';
 import { settingsFor } from './model-settings.js';
 import { cachedIn } from '../models/files.js';
+import { whyNotLine } from './why-not.js';
 
 /**
  * Where a new placement of a model goes, in the spec's order, as a plan the scheduler then carries out:
@@ -42,6 +43,8 @@ export interface PlacerDeps {
 interface WhatIf {
   readonly evicting?: ReadonlySet<string>;
   readonly ignorePause?: boolean;
+  /** Machines (HUB or a node's name) planned as if they were not paused. */
+  readonly resume?: ReadonlySet<string>;
   readonly ignoreBackoff?: boolean;
 }
 
@@ -86,12 +89,12 @@ export class Placer {
   }
 
   private hubDevices(w: WhatIf): Device[] {
-    if (this.deps.hubPaused() && !w.ignorePause) return [];
+    if (this.deps.hubPaused() && !w.ignorePause && !w.resume?.has(HUB)) return [];
     return this.deps.devices();
   }
 
   private usable(conn: NodeConn, model: string, w: WhatIf): boolean {
-    if (conn.availability === 'paused' && !w.ignorePause) return false;
+    if (conn.availability === 'paused' && !w.ignorePause && !w.resume?.has(conn.name)) return false;
     return w.ignoreBackoff || !this.deps.failures.blocked(conn.name, model);
   }
 
@@ -183,10 +186,11 @@ export class Placer {
       return new RelayError(ErrorCode.POOL_BUSY, `"${model.name}" fits once busy placements finish, paused machines return or backoffs expire: ${message}`, {
         model: model.name,
         need_mb: needMb,
+        why_not: this.whyNot(model),
         retry_after_s: 10,
       });
     }
-    return new RelayError(ErrorCode.MODEL_UNAVAILABLE, message, { model: model.name, need_mb: needMb });
+    return new RelayError(ErrorCode.MODEL_UNAVAILABLE, message, { model: model.name, need_mb: needMb, why_not: this.whyNot(model) });
   }
 
   /** The 503 message: need vs free per device on the hub and on every node. */
@@ -195,6 +199,34 @@ export class Placer {
     const hub = plan.kind === 'none' ? shortfallMessage(model.name, plan) : `${model.name}: the hub's device fits it`;
     const paused = this.deps.hubPaused() ? " (the hub's own devices are paused)" : '';
     return `${hub}${paused}; ${this.nodesSummary(model.name)}`;
+  }
+
+  /** The one-line "why not" beside the 503's long message: need vs the largest free room, then what would make room. */
+  whyNot(model: ModelRecord): string {
+    const fits = (w: WhatIf): boolean => this.tryPlan(model, w, true) !== null;
+    const hub = this.deps.hubPaused() ? [] : freeAfterReservations(this.hubDevices({}), this.views(null)).map((dv) => ({ machine: HUB, device: dv.id, freeMb: dv.freeMb }));
+    const conns = this.deps.nodes?.connected() ?? [];
+    const nodes = conns
+      .filter((c) => c.availability !== 'paused')
+      .flatMap((c) => freeAfterReservations(nodeDevices(c), this.views(c.name)).map((dv) => ({ machine: c.name, device: dv.id, freeMb: dv.freeMb })));
+    const largest = [...hub, ...nodes].reduce<(typeof hub)[number] | null>((a, r) => (a && a.freeMb >= r.freeMb ? a : r), null);
+    const paused = [
+      ...(this.deps.hubPaused() ? [{ machine: HUB, reason: "the hub's devices are paused" as string | null }] : []),
+      ...conns.filter((c) => c.availability === 'paused').map((c) => ({ machine: c.name, reason: c.reason })),
+    ];
+    const blocked = [HUB, ...conns.map((c) => c.name)].flatMap((m) => {
+      const b = this.deps.failures.blocked(m, model.name);
+      return b ? [{ machine: m, until: b.until }] : [];
+    });
+    const all = new Set([...this.deps.placements()].filter((p) => p.state !== 'failed').map((p) => p.id));
+    return whyNotLine({
+      needMb: this.need(model).needMb,
+      largest,
+      resumeOne: paused.filter((m) => fits({ resume: new Set([m.machine]) })),
+      resumeAll: paused.length > 1 && fits({ ignorePause: true }),
+      backedOff: blocked.length > 0 && fits({ ignoreBackoff: true }) ? blocked : [],
+      onceIdle: fits({ evicting: all }),
+    });
   }
 
   private nodesSummary(model: string): string {

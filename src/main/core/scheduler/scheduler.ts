@@ -116,9 +116,9 @@ export class Scheduler {
   }
 
   /** Whether the pool can serve the model now, and if not, why (for /v1/models and /status). */
-  availability(model: ModelRecord): { available: boolean; reason: string | null } {
-    if (this.of(model).some(isLive) || this.placer.canPlaceNow(model)) return { available: true, reason: null };
-    return { available: false, reason: this.placer.shortfall(model) };
+  availability(model: ModelRecord): { available: boolean; reason: string | null; whyNot: string | null } {
+    if (this.of(model).some(isLive) || this.placer.canPlaceNow(model)) return { available: true, reason: null, whyNot: null };
+    return { available: false, reason: this.placer.shortfall(model), whyNot: this.placer.whyNot(model) };
   }
 
   /**
