@@ -1,5 +1,5 @@
 // Type-checks the script of each page in src/renderer with TypeScript (checkJs): the pages have no build step,
-// so their inline <script> is extracted and checked as it is. `import('relay-dto')` in a JSDoc type is the
+// so their inline <script> is extracted and checked as it is, together with the ui/*.js files the page loads. `import('relay-dto')` in a JSDoc type is the
 // hub's /status shapes (src/shared/status.ts), `import('relay-ipc')` the tray's IPC contract: a field the page
 // reads that the DTO does not have fails here. Run by `npm run lint`.
 import { mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
@@ -36,10 +36,13 @@ for (const page of readdirSync(pages).filter((f) => f.endsWith('.html'))) {
   const before = html.slice(0, html.indexOf('<script>') + '<script>'.length).split('\n').length - 1;
   const file = join(out, page.replace(/\.html$/, '.js'));
   writeFileSync(file, `${'\n'.repeat(before)}${scripts.join('\n')}`);
-  const program = ts.createProgram([file], options);
+  // The page's own script files (<script src="/ui/NAME.js">, served from src/renderer/ui) share its global scope.
+  const own = [...html.matchAll(/<script src="\/ui\/([a-z-]+\.js)"><\/script>/g)].map((m) => join(pages, 'ui', m[1]));
+  const program = ts.createProgram([...own, file], options);
   for (const d of ts.getPreEmitDiagnostics(program)) {
     failed++;
-    const where = d.file ? `src/renderer/${page}:${d.file.getLineAndCharacterOfPosition(d.start ?? 0).line + 1}` : page;
+    const name = d.file && own.includes(d.file.fileName) ? `ui/${d.file.fileName.split('/').pop()}` : page;
+    const where = d.file ? `src/renderer/${name}:${d.file.getLineAndCharacterOfPosition(d.start ?? 0).line + 1}` : page;
     console.error(`${where}: ${ts.flattenDiagnosticMessageText(d.messageText, '\n')}`);
   }
 }

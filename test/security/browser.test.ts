@@ -106,7 +106,12 @@ describe('the admin API against browsers', { timeout: 120_000 }, () => {
     const csp = String(page.headers['content-security-policy']);
     assert.match(csp, /frame-ancestors 'none'/);
     assert.match(csp, /default-src 'none'/);
-    assert.match(csp, /script-src 'sha256-[A-Za-z0-9+/=]+'/);
+    assert.match(csp, /script-src 'self' 'sha256-[A-Za-z0-9+/=]+'/);
     assert.doesNotMatch(csp, /unsafe-inline'[^;]*script|script-src[^;]*unsafe/);
+    // 'self' is the page's own scripts under /ui/: those files by name, nothing else from that folder or above it.
+    const own = await raw(hub.url, { path: '/ui/picture.js' });
+    assert.equal(own.status, 200);
+    assert.match(String(own.headers['content-type']), /^text\/javascript/);
+    for (const path of ['/ui/nope.js', '/ui/..%2findex.html', '/ui/%2e%2e%2f%2e%2e%2fpackage.json', '/ui/README.md']) assert.equal((await raw(hub.url, { path })).status, 404, path);
   });
 });

@@ -33,6 +33,7 @@ describe('browser guard (pure)', () => {
     assert.equal(csp.match(/'sha256-/g)?.length, 2);
     assert.match(csp, /frame-ancestors 'none'/);
     assert.match(pageCsp('<p>no script</p>'), /script-src 'none'/);
+    assert.match(pageCsp('<script src="/ui/charts.js"></script><script>c()</script>'), /script-src 'self' 'sha256-[^' ]+'(;|$)/, "the page's own files under /ui/, its inline script by hash");
   });
 });
 
