@@ -244,6 +244,10 @@ describe('tunnel limits', { timeout: 180_000 }, () => {
     const token = await mintToken(hub);
     await joinHub(hub.url, token, 'owner');
     await assert.rejects(joinHub(hub.url, token, 'thief'), (e: Error & { code?: string }) => e.code === 'NODE_AUTH' && /already used/.test(e.message));
+    // "hub" is the hub's own name (its backoffs, the dashboard's picture): refused, the token left unused.
+    const spare = await mintToken(hub);
+    await assert.rejects(joinHub(hub.url, spare, 'Hub'), /may not be named "hub"/);
+    await joinHub(hub.url, spare, 'spare');
     const plain = await fetch(`${hub.url}/api/nodes/join`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ token: await mintToken(hub), name: 'clear' }) });
     assert.equal(plain.status, 403, 'a join over plain HTTP is refused before the token is looked at');
     const names = (await hub.api<{ nodes: { name: string }[] }>('/api/nodes')).body.nodes.map((n) => n.name);

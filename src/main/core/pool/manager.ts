@@ -78,9 +78,9 @@ export class NodeManager extends EventEmitter {
   }
 
   async join(token: string, name: string): Promise<{ name: string; credential: string }> {
-    if (typeof name !== 'string' || !/^[A-Za-z0-9._-]{1,64}$/.test(name)) {
-      throw new RelayError(ErrorCode.INVALID_REQUEST, 'a node name is 1-64 letters, digits, . _ or -');
-    }
+    if (typeof name !== 'string' || !/^[A-Za-z0-9._-]{1,64}$/.test(name)) throw new RelayError(ErrorCode.INVALID_REQUEST, 'a node name is 1-64 letters, digits, . _ or -');
+    // "hub" names the hub's own devices in backoffs and the dashboard's picture: a node may not take it.
+    if (name.toLowerCase() === 'hub') throw new RelayError(ErrorCode.INVALID_REQUEST, 'a node may not be named "hub" (the hub\'s own name); choose another --name');
     const check = checkJoinToken(this.deps.secret, token);
     if (!check.ok) throw new RelayError(ErrorCode.NODE_AUTH, `join refused: ${check.why}`);
     const credential = newCredential();
