@@ -13,8 +13,11 @@
 #   strace                the chaos tests' syscall fault injection (a SIGKILL between two renames of a store write)
 #   fuse3, libfuse3-dev, pkg-config
 #                         the chaos tests' slow disk (test/helpers/slowfs.c): a model read at a paced rate
+#   g++-mingw-w64-x86-64-posix, gcc-mingw-w64-x86-64-posix, ninja-build
+#                         the Windows x64 cross-build (relay llama build --windows)
+#   wine, wine64          runs those Windows binaries in the Windows tests (the closest thing to a Windows PC here)
 set -euo pipefail
-pkgs=(cmake g++ make git ccache python3 python3-numpy util-linux ca-certificates golang-go golang-github-hashicorp-yamux-dev chromium libvulkan1 mesa-vulkan-drivers binutils procps strace fuse3 libfuse3-dev pkg-config)
+pkgs=(cmake g++ make git ccache python3 python3-numpy util-linux ca-certificates golang-go golang-github-hashicorp-yamux-dev chromium libvulkan1 mesa-vulkan-drivers binutils procps strace fuse3 libfuse3-dev pkg-config g++-mingw-w64-x86-64-posix gcc-mingw-w64-x86-64-posix ninja-build wine wine64)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -2,6 +2,7 @@ import { parseArgs } from 'node:util';
 import { autoPauseSupport } from './core/gpu/nvml.js';
 import { packageVersion } from './core/hub/index.js';
 import { BACKEND_CHOICES, GPU_BACKENDS, buildBackendModule, chooseBackend, ensureLlama, findLlama, modulesIn, probeMachine, type BackendChoice, type GpuBackend } from './core/llama/index.js';
+import { buildWindows } from './core/llama/build-windows.js';
 import { doctorLines } from './core/llama/doctor.js';
 import { llamaBuildProgress, TerminalProgress } from './terminal-progress.js';
 
@@ -14,8 +15,13 @@ export function backendOf(v: string | undefined): BackendChoice | undefined {
 }
 
 export async function cmdLlamaBuild(args: string[]): Promise<number> {
-  const { values } = parseArgs({ args, options: { backend: { type: 'string' } } });
+  const { values } = parseArgs({ args, options: { backend: { type: 'string' }, windows: { type: 'boolean' } } });
   const progress = llamaBuildProgress(new TerminalProgress(process.stderr, (l) => console.error(l)));
+  if (values.windows) {
+    // Cross-built here for a Windows node or the Windows app (npm run dist -- --win): never on the Windows PC.
+    console.log(`windows x64      ${await buildWindows({ progress })}`);
+    return 0;
+  }
   const gpu = values.backend === undefined || values.backend === 'cpu' ? null : values.backend;
   if (gpu !== null && !(GPU_BACKENDS as readonly string[]).includes(gpu)) throw new Error(`unknown backend "${gpu}" (one of cpu, ${GPU_BACKENDS.join(', ')})`);
   if (gpu) console.log(`${gpu} module      ${await buildBackendModule(gpu as GpuBackend, { progress })}`);

@@ -54,10 +54,11 @@ Usage:
                          stop sharing (the hub releases this machine's GPU within 30 s) / share again
   relay pause | resume --hub [--hub-url URL]
                          the same for the hub's own devices: its placements stop, requests go to nodes
-  relay llama build [--backend cuda|vulkan|metal]
+  relay llama build [--backend cuda|vulkan|metal] [--windows]
                          build llama-server and ggml-rpc-server from the pinned llama.cpp source (cached
                          under ~/.cache/relay/llama.cpp/<tag>-shared/; a second call returns at once); with
-                         --backend, also that GPU module, with your local toolkit (preferred to a prebuilt one)
+                         --backend, also that GPU module, with your local toolkit (preferred to a prebuilt one);
+                         --windows: cross-build the Windows x64 binaries with mingw-w64 (<tag>-win64/)
   relay doctor [--backend auto|cpu|cuda|vulkan|metal]
                          what this machine has (NVIDIA driver, CUDA runtime, Vulkan), the backend relay uses
                          and why, the devices llama-server sees, and whether auto-pause can work here

@@ -22,7 +22,7 @@ function hasCommand(cmd: string): boolean {
 }
 
 /** Fetch and unpack the pinned llama.cpp source into `work/src`. */
-async function fetchSource(work: string, progress: Progress): Promise<string> {
+export async function fetchSource(work: string, progress: Progress): Promise<string> {
   const src = join(work, 'src');
   if (existsSync(join(src, 'CMakeLists.txt')) && existsSync(join(src, 'tools', 'rpc'))) return src;
   mkdirSync(work, { recursive: true });
@@ -70,7 +70,7 @@ export function cmakeFlags(gpu: GpuBackend | null, useCcache: boolean): string[]
 }
 
 /** A lock directory with the owner's pid; a lock whose owner is gone is taken over. */
-async function withLock<T>(lockDir: string, progress: Progress, fn: () => Promise<T>): Promise<T> {
+export async function withLock<T>(lockDir: string, progress: Progress, fn: () => Promise<T>): Promise<T> {
   for (let waited = 0; ; waited++) {
     try {
       mkdirSync(lockDir);
