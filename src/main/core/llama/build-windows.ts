@@ -1,5 +1,5 @@
 import { spawnSync } from 'node:child_process';
-import { copyFileSync, existsSync, mkdirSync, readdirSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { availableParallelism } from 'node:os';
 import { join } from 'node:path';
 import { ErrorCode, RelayError } from '../../../shared/errors.js';
@@ -78,6 +78,30 @@ export function windowsCmakeFlags(work: string, useCcache: boolean): string[] {
   ];
 }
 
+/**
+ * llama-common and llama-server-impl as static libraries inside the programs, not DLLs. As DLLs, their static
+ * objects (the log's worker thread) are destroyed when the DLL is detached at process exit, after Windows has
+ * already ended every other thread; winpthreads' join then waits for ever, so `llama-server.exe --version`
+ * printed its version and never exited (seen under Wine). In the program, the destructors run from exit()
+ * while the threads still live. ggml and libllama stay DLLs (the GPU modules link against ggml-base.dll).
+ */
+export function linkHelpersStatically(src: string): void {
+  for (const [file, first] of [
+    ['common/CMakeLists.txt', 'arg.cpp'],
+    ['tools/server/CMakeLists.txt', 'server.cpp'],
+  ] as const) {
+    const path = join(src, file);
+    const text = readFileSync(path, 'utf8');
+    const from = new RegExp(`add_library\\(\\$\\{TARGET\\}\\s*\\n(\\s*)${first.replace('.', '\\.')}`);
+    if (text.includes(`add_library(\${TARGET} STATIC\n`) && !from.test(text)) continue;
+    if (!from.test(text)) throw new RelayError(ErrorCode.LLAMA_BUILD_FAILED, `${file}: the library definition to link statically was not found (llama.cpp changed?)`);
+    writeFileSync(
+      path,
+      text.replace(from, (_m, indent: string) => `add_library(\${TARGET} STATIC\n${indent}${first}`),
+    );
+  }
+}
+
 /** Where gcc keeps a runtime DLL of the mingw toolchain (asked of the compiler itself). */
 function runtimeDll(name: string): string {
   const r = spawnSync(MINGW.cxx, [`-print-file-name=${name}`], { encoding: 'utf8' });
@@ -103,6 +127,7 @@ export async function buildWindows(opts: { env?: NodeJS.ProcessEnv; progress?: P
     if (findWindowsLlama(env)) return;
     const work = join(cacheRoot(env), 'llama.cpp', '.work', `${LLAMA_SOURCE.tag}-${WIN_LAYOUT}`);
     const src = await fetchSource(work, progress);
+    linkHelpersStatically(src);
     writeFileSync(join(work, 'mingw64.cmake'), toolchainFile());
     writeFileSync(join(work, 'mingw-compat.h'), COMPAT_H);
     const build = join(work, 'build');
