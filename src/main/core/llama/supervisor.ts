@@ -1,3 +1,4 @@
+import { healthStatus } from './health.js';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
 import { connect } from 'node:net';
@@ -227,14 +228,16 @@ export class ManagedChild {
 
   /**
    * SIGTERM, then SIGKILL after graceMs. A stopped child (SIGSTOP, a debugger) is continued after the SIGTERM, as
-   * a shell does for a stopped job, so it can handle it. Idempotent; resolves when the process is gone.
+   * a shell does for a stopped job, so it can handle it. Idempotent; resolves when the process is gone. On
+   * Windows Node's SIGTERM is TerminateProcess: the stop is immediate there (no graceful step yet).
    */
   terminate(graceMs = 5000): Promise<ExitInfo> {
     if (this.exitInfo) return Promise.resolve(this.exitInfo);
     if (this.terminating) return this.terminating;
     this.terminating = (async () => {
       this.child.kill('SIGTERM');
-      this.child.kill('SIGCONT');
+      // Windows has no stopped processes (and Node there knows no SIGCONT); its SIGTERM already ends the process.
+      if (process.platform !== 'win32') this.child.kill('SIGCONT');
       const timer = setTimeout(() => this.child.kill('SIGKILL'), graceMs);
       try {
         return await this.exited;
@@ -258,13 +261,7 @@ export function describeExit(info: ExitInfo): string {
 
 async function pollHealth(url: string, intervalMs: number, stop: () => boolean): Promise<boolean> {
   while (!stop()) {
-    try {
-      const res = await fetch(url, { signal: AbortSignal.timeout(2000) });
-      await res.body?.cancel();
-      if (res.status === 200) return true;
-    } catch {
-      /* not listening yet */
-    }
+    if ((await healthStatus(url, 2000)) === 200) return true; // else not listening yet, or loading
     await new Promise((r) => setTimeout(r, intervalMs));
   }
   return false;

@@ -1,0 +1,97 @@
+import assert from 'node:assert/strict';
+import { createHash } from 'node:crypto';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { after, before, describe, it } from 'node:test';
+import { buildWindows } from '../../src/main/core/llama/build-windows.js';
+import { addModel, startHub, type HubProcess } from '../helpers/hub.js';
+import { directTexts, fixture } from '../helpers/llama.js';
+import { mintToken } from '../helpers/node.js';
+import { until } from '../helpers/proc.js';
+import { startWineNode, winePids, winPath, winePrefix, type WinePrefix } from '../helpers/wine.js';
+
+/**
+ * A Windows PC joins the pool, as closely as these Linux machines allow: a Linux hub, and `relay up` run by
+ * Node.js for Windows under Wine with the cross-built llama-server.exe. The node joins over the hub's pinned
+ * certificate, receives a push (its copy hashes to what the hub registered), serves a node replica whose text
+ * equals a Linux llama-server's at temperature 0, and stops it when paused.
+ */
+const ENV = { RELAY_CONTEXT_SIZE: '512', RELAY_PARALLEL_SLOTS: '1', RELAY_THREADS: '1' };
+const PROMPTS = ['The quick brown fox', 'In a hole in the ground there lived'];
+const TOKENS = 16;
+
+let hub: HubProcess;
+let wine: WinePrefix;
+let node: Awaited<ReturnType<typeof startWineNode>>;
+
+before(
+  async () => {
+    const winBin = await buildWindows({ progress: (l) => console.error(`[llama win64] ${l}`) });
+    wine = winePrefix();
+    hub = await startHub({ env: ENV }); // no CPU budget: the hub cannot serve, the Windows node must
+    await addModel(hub, { path: fixture('dense'), name: 'small' });
+    node = await startWineNode(wine, hub, { name: 'gaming-pc', token: await mintToken(hub), winBin, cpuBudgetMb: 1000, env: ENV });
+  },
+  { timeout: 1_800_000 }, // a fresh machine cross-builds first
+);
+after(async () => {
+  await wine?.close();
+  await hub?.stop();
+});
+
+const post = (path: string, body: unknown) => fetch(`${hub.url}${path}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
+
+describe('a Windows node (Node.js for Windows under Wine)', { timeout: 600_000 }, () => {
+  it("joins with the hub's certificate pinned and reports its devices", async () => {
+    const settings = JSON.parse(readFileSync(join(node.home, 'node.json'), 'utf8')) as { hubCert: string | null; credential: string };
+    assert.match(settings.hubCert ?? '', /BEGIN CERTIFICATE/, 'the hub certificate from the join token is pinned');
+    const s = await hub.status();
+    const n = s.nodes.find((x) => x.name === 'gaming-pc');
+    assert.deepEqual([n?.connected, n?.state], [true, 'idle']);
+    assert.deepEqual(
+      n?.devices.map((d) => [d.id, d.total_mb]),
+      [['CPU', 1000]],
+    );
+  });
+
+  it("receives the push, hash-checked, and serves a replica whose text equals a Linux llama-server's", async () => {
+    const want = await directTexts(fixture('dense'), PROMPTS, TOKENS);
+    const got: string[] = [];
+    for (const prompt of PROMPTS) {
+      const r = await post('/v1/completions', { model: 'small', prompt, max_tokens: TOKENS, temperature: 0 });
+      assert.equal(r.status, 200, await r.clone().text());
+      got.push(((await r.json()) as { choices: { text: string }[] }).choices[0]!.text);
+    }
+    assert.deepEqual(got, want);
+    const s = await hub.status();
+    const rep = s.replicas.find((r) => r.model === 'small')!;
+    assert.deepEqual([rep.where, rep.node], ['node', 'gaming-pc']);
+    const model = s.models.find((m) => m.name === 'small')!;
+    const copy = readFileSync(join(node.home, 'cache', 'models', `${model.sha256}.gguf`));
+    assert.equal(createHash('sha256').update(copy).digest('hex'), model.sha256, "the node's copy hashes to what the hub registered");
+  });
+
+  it('pausing it stops its llama-server.exe; resuming lets it serve again', async () => {
+    const exes = () => winePids('llama-server.exe', winPath(node.home));
+    assert.equal(exes().length, 1, 'one llama-server.exe runs from the node');
+    const pr = await post('/api/nodes/gaming-pc/pause', {});
+    assert.equal(pr.status, 200, `${await pr.text()}\n${node.log().slice(-2000)}`);
+    const paused = await until(
+      () => hub.status(),
+      (s) => s.nodes.find((n) => n.name === 'gaming-pc')?.state === 'paused' && !s.replicas.some((r) => r.node === 'gaming-pc'),
+      60_000,
+    );
+    assert.equal(paused.nodes.find((n) => n.name === 'gaming-pc')?.state, 'paused');
+    assert.deepEqual(await until(exes, (p) => p.length === 0, 30_000), [], 'its llama-server.exe is gone');
+    const r = await post('/v1/completions', { model: 'small', prompt: 'hi', max_tokens: 2 });
+    assert.equal(r.status, 503, 'nothing else can serve it');
+    assert.equal(((await r.json()) as { error: { code: string } }).error.code, 'pool_busy');
+    assert.equal((await post('/api/nodes/gaming-pc/resume', {})).status, 200);
+    await until(
+      () => hub.status(),
+      (s) => s.nodes.find((n) => n.name === 'gaming-pc')?.state === 'idle',
+      60_000,
+    );
+    assert.equal((await post('/v1/completions', { model: 'small', prompt: 'hi', max_tokens: 2 })).status, 200);
+  });
+});
