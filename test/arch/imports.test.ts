@@ -122,4 +122,11 @@ describe('file size', () => {
     assert.ok(files.length > 100);
     assert.deepEqual(long, []);
   });
+
+  it('no child is spawned detached: on Windows that would take it out of the job that ends it with relay', () => {
+    const detached = sources(join(root, 'src'))
+      .filter((f) => /\bdetached\s*:\s*true/.test(readFileSync(f, 'utf8')))
+      .map((f) => relative(root, f));
+    assert.deepEqual(detached, []);
+  });
 });

@@ -94,4 +94,13 @@ describe('a Windows node (Node.js for Windows under Wine)', { timeout: 600_000 }
     );
     assert.equal((await post('/v1/completions', { model: 'small', prompt: 'hi', max_tokens: 2 })).status, 200);
   });
+
+  it("when its agent is killed, its llama-server.exe goes too (Node's Job Object on Windows)", async () => {
+    assert.equal((await post('/v1/completions', { model: 'small', prompt: 'hi', max_tokens: 2 })).status, 200);
+    const exes = () => winePids('llama-server.exe', winPath(node.home));
+    assert.equal(exes().length, 1, 'its llama-server.exe runs');
+    node.proc.child.kill('SIGKILL'); // no handler runs: only the job libuv put the child in can end it
+    await node.proc.exited;
+    assert.deepEqual(await until(exes, (p) => p.length === 0, 30_000), [], 'no llama-server.exe outlives the agent');
+  });
 });

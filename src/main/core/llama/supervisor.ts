@@ -76,6 +76,9 @@ function installExitHook(): void {
   });
 }
 
+// Windows needs nothing of relay's own: libuv puts every child that is not spawned `detached` in one Job Object
+// with KILL_ON_JOB_CLOSE, so Windows ends them when relay ends, however it ends (tested under Wine by
+// test/windows/wine-node.test.ts). relay never spawns a child detached (test/arch checks it).
 const SETPRIV = '/usr/bin/setpriv';
 /** `setpriv --pdeathsig KILL` execs the target in place: same pid, and the kernel kills it if relay dies. */
 function withDeathSignal(command: string, args: readonly string[]): [string, string[]] {
