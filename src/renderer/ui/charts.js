@@ -30,7 +30,8 @@ function mergeHistory(j) {
   }
 }
 
-const escText = (s) => String(s ?? '').replace(/[&<>"]/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;' })[c] ?? c);
+/** Text safe inside HTML and attributes: the one escape every script of the page uses. @param {unknown} s */
+const esc = (s) => String(s ?? '').replace(/[&<>"]/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;' })[c] ?? c);
 /** A number as short as it reads well: 1234, 12.5, 0.84 (no trailing zeros). @param {number} v */
 const fmt = (v) => String(Number(v >= 100 ? v.toFixed(0) : v >= 10 ? v.toFixed(1) : v.toFixed(2)));
 
@@ -48,7 +49,7 @@ function spark(key, label, unit) {
   const W = 120;
   const H = 24;
   const xy = pts.map((p) => `${(((p.t - t0) / span) * W).toFixed(1)},${(H - 1 - (peak > 0 ? p.v / peak : 0) * (H - 2)).toFixed(1)}`).join(' ');
-  return `<svg class="spark" width="${W}" height="${H}" viewBox="0 0 ${W} ${H}" role="img" aria-label="${escText(label)}, over the last ${Math.round(span / 60_000)} min: now ${h[h.length - 1].v.toFixed(1)} ${unit}, peak ${peak.toFixed(1)} ${unit}">`
+  return `<svg class="spark" width="${W}" height="${H}" viewBox="0 0 ${W} ${H}" role="img" aria-label="${esc(label)}, over the last ${Math.round(span / 60_000)} min: now ${h[h.length - 1].v.toFixed(1)} ${unit}, peak ${peak.toFixed(1)} ${unit}">`
     + `<polyline fill="none" stroke="currentColor" stroke-width="1.5" points="${xy}"/></svg>`;
 }
 
@@ -73,8 +74,8 @@ const COLORS = ['#2563eb', '#dc2626', '#059669', '#d97706', '#7c3aed', '#db2777'
 function lineChart(c) {
   const now = Date.now();
   const lines = c.lines.map((l, i) => ({ ...l, color: COLORS[i % COLORS.length], pts: series.get(l.key) ?? [] })).filter((l) => l.pts.length > 0);
-  const head = `<figcaption>${escText(c.title)} <span class="muted">(${escText(c.unit)})</span></figcaption>`;
-  if (lines.length === 0) return `<figure class="chart" id="${c.id}">${head}<p class="muted">${escText(c.empty)}</p></figure>`;
+  const head = `<figcaption>${esc(c.title)} <span class="muted">(${esc(c.unit)})</span></figcaption>`;
+  if (lines.length === 0) return `<figure class="chart" id="${c.id}">${head}<p class="muted">${esc(c.empty)}</p></figure>`;
   const W = 360, H = 170, L = 44, R = 8, T = 8, B = 26;
   const first = Math.min(...lines.map((l) => l.pts[0].t));
   const span = Math.min(HISTORY_MS, Math.max(60_000, now - first));
@@ -97,6 +98,6 @@ function lineChart(c) {
   const latest = (l) => `${fmt(l.pts[l.pts.length - 1].v)} ${c.unit}`;
   const words = `${c.title} over the last ${minutes} min: ${lines.map((l) => `${l.name} now ${latest(l)}`).join('; ')}`;
   return `<figure class="chart" id="${c.id}">${head}`
-    + `<svg viewBox="0 0 ${W} ${H}" role="img" aria-label="${escText(words)}"><g class="axis">${grid}<line x1="${L}" x2="${L}" y1="${T}" y2="${H - B}"/><line x1="${L}" x2="${W - R}" y1="${H - B}" y2="${H - B}"/>${xt}</g>${paths}</svg>`
-    + `<ul class="legend">${lines.map((l) => `<li><span class="swatch" style="background:${l.color}"></span>${escText(l.name)} <span class="muted">${latest(l)}</span></li>`).join('')}</ul></figure>`;
+    + `<svg viewBox="0 0 ${W} ${H}" role="img" aria-label="${esc(words)}"><g class="axis">${grid}<line x1="${L}" x2="${L}" y1="${T}" y2="${H - B}"/><line x1="${L}" x2="${W - R}" y1="${H - B}" y2="${H - B}"/>${xt}</g>${paths}</svg>`
+    + `<ul class="legend">${lines.map((l) => `<li><span class="swatch" style="background:${l.color}"></span>${esc(l.name)} <span class="muted">${latest(l)}</span></li>`).join('')}</ul></figure>`;
 }

@@ -2,6 +2,7 @@
 // by scripts/check-renderer.mjs against the status DTO). Draws /status's `machines` — each machine a card, each
 // device a memory bar split into relay's placements, other programs' use and free room — then every shard as
 // its stages in execution order, and one "why not" line per model the pool cannot place now.
+/* global esc */ // ui/charts.js, loaded first
 'use strict';
 
 /** @typedef {import('relay-dto').StatusDto} PoolStatus */
@@ -9,7 +10,6 @@
 /** @typedef {import('relay-dto').PictureDevice} PictureDevice */
 /** @typedef {import('relay-dto').PictureSegment} PictureSegment */
 
-const h = (s) => String(s ?? '').replace(/[&<>"]/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;' })[c] ?? c);
 const MB = (n) => (n >= 10_240 ? `${(n / 1024).toFixed(1)} GB` : `${Math.round(n)} MB`);
 const pct = (part, total) => (total > 0 ? Math.max(0, Math.min(100, (100 * part) / total)) : 0);
 const dur = (ms) => (ms >= 120_000 ? `${Math.round(ms / 60_000)} min` : `${Math.round(ms / 1000)} s`);
@@ -26,15 +26,15 @@ function segmentWords(g) {
 function deviceHtml(machine, d) {
   const used = d.total_mb - d.free_mb;
   const parts = [
-    ...d.segments.map((g) => `<span class="seg ${g.kind}${g.state === 'starting' ? ' starting' : ''}" style="width:${pct(g.mb, d.total_mb)}%" title="${h(segmentWords(g))}">${h(g.model)}</span>`),
+    ...d.segments.map((g) => `<span class="seg ${g.kind}${g.state === 'starting' ? ' starting' : ''}" style="width:${pct(g.mb, d.total_mb)}%" title="${esc(segmentWords(g))}">${esc(g.model)}</span>`),
     `<span class="seg other" style="width:${pct(d.other_mb, d.total_mb)}%" title="other programs ${MB(d.other_mb)}"></span>`,
   ].join('');
   const words = `${machine} ${d.id}: ${[...d.segments.map((g) => `${g.model} ${MB(g.mb)}`), `other programs ${MB(d.other_mb)}`, `free ${MB(d.free_mb)}`].join(', ')} of ${MB(d.total_mb)}`;
-  const list = d.segments.map((g) => `<li><button type="button" class="link" data-placement="${h(g.placement)}" data-model="${h(g.model)}" data-kind="${g.kind}" aria-label="Details of ${h(segmentWords(g))}">`
-    + `<span class="dot ${g.kind}"></span>${h(g.model)}</button> <span class="muted">${h(segmentWords(g).slice(g.model.length + 2))}</span>`
-    + (g.load ? ` <progress max="${g.load.deadline_ms}" value="${Math.min(g.load.elapsed_ms, g.load.deadline_ms)}" aria-label="loading ${h(g.model)} against its deadline"></progress>` : '') + '</li>').join('');
-  return `<div class="device" data-device="${h(d.id)}"><div class="devhead"><b>${h(d.id)}</b> <span class="muted">${h(d.description)}</span> <span class="nowrap">${MB(used)} of ${MB(d.total_mb)} used</span></div>`
-    + `<div class="membar" role="img" aria-label="${h(words)}">${parts}</div>`
+  const list = d.segments.map((g) => `<li><button type="button" class="link" data-placement="${esc(g.placement)}" data-model="${esc(g.model)}" data-kind="${g.kind}" aria-label="Details of ${esc(segmentWords(g))}">`
+    + `<span class="dot ${g.kind}"></span>${esc(g.model)}</button> <span class="muted">${esc(segmentWords(g).slice(g.model.length + 2))}</span>`
+    + (g.load ? ` <progress max="${g.load.deadline_ms}" value="${Math.min(g.load.elapsed_ms, g.load.deadline_ms)}" aria-label="loading ${esc(g.model)} against its deadline"></progress>` : '') + '</li>').join('');
+  return `<div class="device" data-device="${esc(d.id)}"><div class="devhead"><b>${esc(d.id)}</b> <span class="muted">${esc(d.description)}</span> <span class="nowrap">${MB(used)} of ${MB(d.total_mb)} used</span></div>`
+    + `<div class="membar" role="img" aria-label="${esc(words)}">${parts}</div>`
     + `<ul class="segments">${list || '<li class="muted">nothing of relay\'s runs here</li>'}</ul></div>`;
 }
 
@@ -42,12 +42,12 @@ function deviceHtml(machine, d) {
 function machineHtml(m) {
   const label = `${m.role === 'hub' ? 'the hub' : `node ${m.name}`}: ${m.state}${m.reason ? ` (${m.reason})` : ''}`;
   const marks = [
-    ...m.backoffs.map((b) => `<li class="bad">kept off ${h(b.model)} until ${h(b.until.slice(11, 16))} UTC: ${h(b.reason)}</li>`),
-    ...m.pushes.map((p) => `<li>receiving ${h(p.model)} <progress max="${p.total}" value="${p.done}" aria-label="push of ${h(p.model)} to ${h(m.name)}"></progress> ${Math.floor(pct(p.done, p.total))}%</li>`),
+    ...m.backoffs.map((b) => `<li class="bad">kept off ${esc(b.model)} until ${esc(b.until.slice(11, 16))} UTC: ${esc(b.reason)}</li>`),
+    ...m.pushes.map((p) => `<li>receiving ${esc(p.model)} <progress max="${p.total}" value="${p.done}" aria-label="push of ${esc(p.model)} to ${esc(m.name)}"></progress> ${Math.floor(pct(p.done, p.total))}%</li>`),
   ].join('');
-  return `<article class="machine state-${m.state}" data-machine="${h(m.name)}" data-state="${m.state}" aria-label="${h(label)}">`
-    + `<header><button type="button" class="link machine-name" data-machine="${h(m.name)}" aria-label="Details of ${h(label)}">${h(m.role === 'hub' ? 'hub' : m.name)}</button>`
-    + ` <span class="pill ${m.state}">${h(m.state)}</span>${m.reason ? ` <span class="muted reason">${h(m.reason)}</span>` : ''}</header>`
+  return `<article class="machine state-${m.state}" data-machine="${esc(m.name)}" data-state="${m.state}" aria-label="${esc(label)}">`
+    + `<header><button type="button" class="link machine-name" data-machine="${esc(m.name)}" aria-label="Details of ${esc(label)}">${esc(m.role === 'hub' ? 'hub' : m.name)}</button>`
+    + ` <span class="pill ${m.state}">${esc(m.state)}</span>${m.reason ? ` <span class="muted reason">${esc(m.reason)}</span>` : ''}</header>`
     + (m.devices.map((d) => deviceHtml(m.name, d)).join('') || `<p class="muted">${m.state === 'offline' ? 'not connected' : 'no devices'}</p>`)
     + (marks ? `<ul class="marks">${marks}</ul>` : '') + '</article>';
 }
@@ -63,10 +63,10 @@ function shardFlows(s) {
     const stages = [...sh.stages].sort((a, b) => a.index - b.index);
     const outputLast = stages.length > 0 && stages[stages.length - 1].output;
     const out = stages.find((st) => st.output);
-    const tail = !outputLast && out ? `<li class="stage output" data-machine="${h(out.node ?? 'hub')}">${h(out.node ?? 'hub')} · ${h(out.device)} · <b>output layer and sampling</b></li>` : '';
-    return `<li class="flow" data-shard="${h(sh.id)}"><button type="button" class="link" data-placement="${h(sh.id)}" aria-label="Details of the shard of ${h(sh.model)}"><b>${h(sh.model)}</b></button> <span class="muted">${h(sh.state)}</span>`
-      + `<ol class="stages" aria-label="stages of ${h(sh.model)} in execution order">${stages.map((st) => `<li class="stage${st.output && outputLast ? ' output' : ''}" data-machine="${h(st.node ?? 'hub')}">`
-        + `${h(st.node ?? 'hub')} · ${h(st.device)} · layers ${st.layers[0]}–${st.layers[1] - 1}${st.output && outputLast ? ' · <b>last stage, output</b>' : ''}</li>`).join('')}${tail}</ol></li>`;
+    const tail = !outputLast && out ? `<li class="stage output" data-machine="${esc(out.node ?? 'hub')}">${esc(out.node ?? 'hub')} · ${esc(out.device)} · <b>output layer and sampling</b></li>` : '';
+    return `<li class="flow" data-shard="${esc(sh.id)}"><button type="button" class="link" data-placement="${esc(sh.id)}" aria-label="Details of the shard of ${esc(sh.model)}"><b>${esc(sh.model)}</b></button> <span class="muted">${esc(sh.state)}</span>`
+      + `<ol class="stages" aria-label="stages of ${esc(sh.model)} in execution order">${stages.map((st) => `<li class="stage${st.output && outputLast ? ' output' : ''}" data-machine="${esc(st.node ?? 'hub')}">`
+        + `${esc(st.node ?? 'hub')} · ${esc(st.device)} · layers ${st.layers[0]}–${st.layers[1] - 1}${st.output && outputLast ? ' · <b>last stage, output</b>' : ''}</li>`).join('')}${tail}</ol></li>`;
   }).join('');
 }
 
@@ -78,11 +78,11 @@ function drawPool(s) {
   const unavailable = s.models.filter((m) => !m.fits_now && m.why_not);
   return `<div class="machines">${s.machines.map(machineHtml).join('')}</div>`
     + (s.shards.length ? `<h3>Shards <span class="muted">(one model split across machines, in execution order)</span></h3><ul class="flows">${shardFlows(s)}</ul>` : '')
-    + (unavailable.length ? `<h3>Cannot run now</h3><ul class="why-nots">${unavailable.map((m) => `<li data-model="${h(m.name)}"><b>${h(m.name)}</b>: <span class="why-not">${h(m.why_not)}</span></li>`).join('')}</ul>` : '');
+    + (unavailable.length ? `<h3>Cannot run now</h3><ul class="why-nots">${unavailable.map((m) => `<li data-model="${esc(m.name)}"><b>${esc(m.name)}</b>: <span class="why-not">${esc(m.why_not)}</span></li>`).join('')}</ul>` : '');
 }
 
 /** A details list. @param {[string, unknown][]} rows */
-const dl = (rows) => `<dl>${rows.filter(([, v]) => v !== null && v !== undefined && v !== '').map(([k, v]) => `<dt>${h(k)}</dt><dd>${h(v)}</dd>`).join('')}</dl>`;
+const dl = (rows) => `<dl>${rows.filter(([, v]) => v !== null && v !== undefined && v !== '').map(([k, v]) => `<dt>${esc(k)}</dt><dd>${esc(v)}</dd>`).join('')}</dl>`;
 
 /** The details of a placement (replica or shard) by id, or null. @param {PoolStatus} s @param {string} id */
 function placementDetails(s, id) {
