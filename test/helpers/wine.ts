@@ -156,3 +156,12 @@ export function winePids(...parts: string[]): number[] {
   }
   return out;
 }
+
+/** Whether Linux process `pid` runs in the Wine prefix at `dir` (a Windows program another prefix runs is not it). */
+export function inPrefix(pid: number, dir: string): boolean {
+  try {
+    return readFileSync(`/proc/${pid}/environ`, 'utf8').split('\0').includes(`WINEPREFIX=${dir}`);
+  } catch {
+    return false; // gone
+  }
+}

@@ -8,13 +8,15 @@ import { addModel, startHub, type HubProcess } from '../helpers/hub.js';
 import { directTexts, fixture } from '../helpers/llama.js';
 import { mintToken } from '../helpers/node.js';
 import { until } from '../helpers/proc.js';
-import { startWineNode, winePids, winPath, winePrefix, type WinePrefix } from '../helpers/wine.js';
+import { inPrefix, startWineNode, winePids, winPath, winePrefix, type WinePrefix } from '../helpers/wine.js';
 
 /**
  * A Windows PC joins the pool, as closely as these Linux machines allow: a Linux hub, and `relay up` run by
  * Node.js for Windows under Wine with the cross-built llama-server.exe. The node joins over the hub's pinned
  * certificate, receives a push (its copy hashes to what the hub registered), serves a node replica whose text
- * equals a Linux llama-server's at temperature 0, and stops it when paused.
+ * equals a Linux llama-server's at temperature 0, stops it when paused, and serves a shard stage: its
+ * ggml-rpc-server.exe holds layers of a model neither machine fits alone, for the hub's llama-server through
+ * the tunnel. The hub has a CPU budget (600 MB) too small for either model, so each must use the Windows node.
  */
 const ENV = { RELAY_CONTEXT_SIZE: '512', RELAY_PARALLEL_SLOTS: '1', RELAY_THREADS: '1' };
 const PROMPTS = ['The quick brown fox', 'In a hole in the ground there lived'];
@@ -28,8 +30,11 @@ before(
   async () => {
     const winBin = await buildWindows({ progress: (l) => console.error(`[llama win64] ${l}`) });
     wine = winePrefix();
-    hub = await startHub({ env: ENV }); // no CPU budget: the hub cannot serve, the Windows node must
-    await addModel(hub, { path: fixture('dense'), name: 'small' });
+    hub = await startHub({ env: ENV, args: ['--cpu-budget-mb', '600'] });
+    // 500 MB of weights need about 900 MB on one device: the node (1000) holds it, the hub (600) does not.
+    await addModel(hub, { path: fixture('dense'), name: 'small', required_vram_mb: 500 });
+    // 700 MB need about 1100 MB: no machine alone; the hub's one layer (565 MB) + the node's three (926 MB) do.
+    await addModel(hub, { path: fixture('dense', 2), name: 'big', required_vram_mb: 700 });
     node = await startWineNode(wine, hub, { name: 'gaming-pc', token: await mintToken(hub), winBin, cpuBudgetMb: 1000, env: ENV });
   },
   { timeout: 1_800_000 }, // a fresh machine cross-builds first
@@ -93,6 +98,38 @@ describe('a Windows node (Node.js for Windows under Wine)', { timeout: 600_000 }
       60_000,
     );
     assert.equal((await post('/v1/completions', { model: 'small', prompt: 'hi', max_tokens: 2 })).status, 200);
+  });
+
+  it('serves a shard stage: its ggml-rpc-server.exe holds layers for the hub; the same text as a Linux llama-server', async () => {
+    const want = await directTexts(fixture('dense', 2), PROMPTS, TOKENS);
+    const got: string[] = [];
+    for (const prompt of PROMPTS) {
+      const r = await post('/v1/completions', { model: 'big', prompt, max_tokens: TOKENS, temperature: 0 });
+      assert.equal(r.status, 200, `${await r.clone().text()}\n${node.log().slice(-3000)}`);
+      got.push(((await r.json()) as { choices: { text: string }[] }).choices[0]!.text);
+    }
+    assert.deepEqual(got, want);
+    const sh = (await hub.status()).shards.find((x) => x.model === 'big')!;
+    assert.equal(sh.state, 'ready');
+    assert.deepEqual(
+      sh.stages.map((st) => [st.node, st.layers, st.output]),
+      [
+        [null, [0, 1], true],
+        ['gaming-pc', [1, 4], false],
+      ],
+    );
+    const stage = sh.stages.find((st) => st.node === 'gaming-pc')!;
+    assert.ok(
+      sh.buffers.some((b) => b.includes(`RPC0[${stage.rpc_endpoint}] model buffer size`)),
+      `the weights went to the Windows stage (${stage.rpc_endpoint}):\n${sh.buffers.join('\n')}`,
+    );
+    assert.ok((stage.rpc_bytes ?? 0) > 0, 'the stage was reached through the tunnel');
+    const rpcs = () => winePids('ggml-rpc-server.exe', '--port').filter((pid) => inPrefix(pid, wine.dir));
+    assert.equal(rpcs().length, 1, 'one ggml-rpc-server.exe runs from the node');
+    // 'small' again: the idle shard makes way, and the node stops its ggml-rpc-server.exe.
+    assert.equal((await post('/v1/completions', { model: 'small', prompt: 'hi', max_tokens: 2 })).status, 200);
+    assert.deepEqual(await until(rpcs, (p) => p.length === 0, 30_000), [], 'its ggml-rpc-server.exe is gone');
+    assert.ok(!(await hub.status()).shards.some((x) => x.model === 'big' && x.state === 'ready'));
   });
 
   it("when its agent is killed, its llama-server.exe goes too (Node's Job Object on Windows)", async () => {
