@@ -1,10 +1,12 @@
-import http from 'node:http';
+import { connect } from 'node:net';
+import type { Duplex } from 'node:stream';
 import type { Request, Response } from 'express';
 import type { Logger } from 'pino';
 import { ErrorCode, RelayError } from '../../../shared/errors.js';
 import { errorIn, streamErrorIn, type ErrorShape } from './dialects.js';
 import type { Lease } from '../scheduler/placement.js';
 import type { SpareSockets } from '../llama/spare-sockets.js';
+import { postUpstream } from './upstream-http.js';
 
 /**
  * Forward one /v1 request to a placement's llama-server and stream the answer back byte for byte.
@@ -17,11 +19,6 @@ import type { SpareSockets } from '../llama/spare-sockets.js';
  * goes away aborts the upstream request (llama-server stops generating and frees the slot), and an upstream
  * that dies mid-response ends an SSE stream with an OpenAI-shaped error event, any other response with a reset.
  */
-// No keep-alive to llama-server: its HTTP server closes a kept-alive connection after a few requests, and a
-// request written onto a socket it is closing fails with ECONNRESET (seen in bench/hub-overhead). A loopback
-// connect per request costs tens of microseconds, nothing next to a generation.
-const agent = new http.Agent({ keepAlive: false, maxSockets: 256 });
-
 export interface Usage {
   promptTokens: number;
   completionTokens: number;
@@ -195,19 +192,22 @@ export function proxyToPlacement(opts: {
     resolveOutcome({ kind: 'retry', error: new RelayError(ErrorCode.UPSTREAM_ERROR, `the placement of "${lease.model.name}" failed before answering (${why})`, { model: lease.model.name }) });
   };
 
-  const up = http.request(url, {
-    method: 'POST',
-    // A node replica: the request rides a fresh http stream through that node's tunnel.
-    ...(lease.connect ? { createConnection: lease.connect } : spares ? { createConnection: () => spares.take(url.hostname, Number(url.port)) } : { agent }),
-    headers: {
-      'content-type': 'application/json',
-      'content-length': String(opts.body.byteLength),
-      accept: opts.req.get('accept') ?? '*/*',
-    },
-  });
+  const host = url.hostname;
+  const port = Number(url.port);
+  // A node replica: the request rides a fresh http stream through that node's tunnel.
+  const up: Duplex = lease.connect ? lease.connect() : spares ? spares.take(host, port) : connect({ host, port, noDelay: true });
 
   let isSse = false;
   let started = false;
+  let status = 502;
+  let contentType: string | undefined;
+  /** An error status: its body, read whole before anything is answered (see answerError). */
+  let errorStatus = 0;
+  const errorParts: Buffer[] = [];
+  let errorBytes = 0;
+  /** llama-server's chunked bytes go to the client's socket as they came (upstream-http.ts says why). */
+  let passRaw = false;
+  let raw: Duplex | null = null;
   const brokenUpstream = (why: string): void => {
     if (settled) return;
     if (!started) return retry(why);
@@ -232,100 +232,110 @@ export function proxyToPlacement(opts: {
     }
   });
 
-  /** An error status: llama-server's own refusal goes to the client; anything else is the placement's failure. */
-  const answerError = (ur: http.IncomingMessage, status: number): void => {
-    const parts: Buffer[] = [];
-    let n = 0;
-    ur.on('data', (c: Buffer) => {
-      n += c.byteLength;
-      if (n <= MAX_ERROR_BODY) parts.push(c);
-    });
-    ur.on('error', () => undefined); // 'close' reports it
-    ur.on('close', () => {
-      if (!ur.complete) brokenUpstream('connection closed');
-    });
-    ur.on('end', () => {
-      if (settled) return;
-      const text = Buffer.concat(parts).toString('utf8');
-      const refusal = llamaRefusal(status, text);
-      started = true;
-      if (refusal) {
-        log.info({ model: lease.model.name, placement: lease.placementId, status, code: refusal.code, message: refusal.message.slice(0, 200) }, 'llama-server refused the request');
-        const { status: st, body } = errorIn(shape, refusal);
-        res.status(st).json(body);
-        return finish(st);
-      }
-      if (status >= 500) {
-        started = false;
-        return retry(`llama-server answered ${status}`);
-      }
-      // A 4xx without llama-server's JSON (not one it sends): passed on as it is.
-      res.status(status);
-      if (ur.headers['content-type']) res.setHeader('content-type', ur.headers['content-type']);
-      res.end(text);
-      finish(status);
-    });
+  /** An error status, its body whole: llama-server's own refusal goes to the client; anything else is the placement's failure. */
+  const answerError = (): void => {
+    const text = Buffer.concat(errorParts).toString('utf8');
+    const refusal = llamaRefusal(errorStatus, text);
+    started = true;
+    if (refusal) {
+      log.info({ model: lease.model.name, placement: lease.placementId, status: errorStatus, code: refusal.code, message: refusal.message.slice(0, 200) }, 'llama-server refused the request');
+      const { status: st, body } = errorIn(shape, refusal);
+      res.status(st).json(body);
+      return finish(st);
+    }
+    if (errorStatus >= 500) {
+      started = false;
+      return retry(`llama-server answered ${errorStatus}`);
+    }
+    // A 4xx without llama-server's JSON (not one it sends): passed on as it is.
+    res.status(errorStatus);
+    if (contentType) res.setHeader('content-type', contentType);
+    res.end(text);
+    finish(errorStatus);
   };
 
-  up.on('response', (ur) => {
-    const status = ur.statusCode ?? 502;
-    if (status >= 400) return answerError(ur, status);
-    isSse = (ur.headers['content-type'] ?? '').includes('text/event-stream');
-    const begin = (): void => {
-      if (started) return;
-      started = true;
-      if (!lease.connect) spares?.refill(url.hostname, Number(url.port)); // the next request's socket, now the first byte is out
-      res.status(status);
-      const type = translate?.contentType ?? ur.headers['content-type'];
-      if (type) res.setHeader('content-type', type);
-      if (isSse || translate?.streams) {
-        res.setHeader('cache-control', 'no-cache');
-        res.setHeader('x-accel-buffering', 'no');
-      }
-    };
-    ur.on('data', (chunk: Buffer) => {
-      if (settled) return;
-      lastHeard = Date.now();
-      begin();
-      if (headBytes < HEAD_BYTES) {
-        headChunks.push(chunk.subarray(0, HEAD_BYTES - headBytes));
-        headBytes += headChunks.at(-1)!.byteLength;
-      }
-      tailChunks.push(chunk);
-      tailBytes += chunk.byteLength;
-      while (tailBytes - tailChunks[0]!.byteLength >= TAIL_BYTES) tailBytes -= tailChunks.shift()!.byteLength;
-      const out = translate ? translate.chunk(chunk) : chunk;
-      if (out.length > 0 && !res.write(out)) {
-        ur.pause();
-        res.once('drain', () => ur.resume());
-      }
-    });
-    ur.on('end', () => {
-      if (settled) return;
-      begin();
-      let rest: string;
-      try {
-        rest = translate ? translate.end() : '';
-      } catch (err) {
-        // llama-server's answer made no sense in the other dialect (a tool call's arguments that are not JSON).
-        const e = err instanceof RelayError ? err : new RelayError(ErrorCode.LLAMA_SERVER_ERROR, String(err));
-        const { status: st, body } = errorIn(shape, e);
-        if (res.headersSent) res.end(translate!.broken(e));
-        else res.status(st).json(body);
-        return finish(st);
-      }
-      res.end(rest);
-      finish(status);
-    });
-    ur.on('close', () => {
-      if (!ur.complete) brokenUpstream('connection closed');
-    });
-    ur.on('error', () => undefined); // 'close' reports it
-  });
-  up.on('error', (err) => {
-    brokenUpstream((err as NodeJS.ErrnoException).code ?? err.message);
-  });
-  up.end(opts.body);
+  const begin = (): void => {
+    if (started) return;
+    started = true;
+    if (!lease.connect) spares?.refill(host, port); // the next request's socket, now the first byte is out
+    res.status(status);
+    const type = translate?.contentType ?? contentType;
+    if (type) res.setHeader('content-type', type);
+    if (isSse || translate?.streams) {
+      res.setHeader('cache-control', 'no-cache');
+      res.setHeader('x-accel-buffering', 'no');
+    }
+    // Passing the framing on needs the client's response chunked too, and this response first on its
+    // connection (a pipelined one waits without a socket): then the head goes now and the body bytes after it.
+    if (passRaw && res.socket) {
+      res.flushHeaders();
+      if (res.chunkedEncoding) raw = res.socket;
+    }
+  };
+
+  postUpstream(
+    up,
+    { path: url.pathname + url.search, host: url.host, accept: opts.req.get('accept') ?? '*/*', body: opts.body },
+    {
+      head(h) {
+        contentType = h.headers['content-type'];
+        if (h.status >= 400) errorStatus = h.status;
+        status = h.status;
+        isSse = (contentType ?? '').includes('text/event-stream');
+        passRaw = h.chunked && !translate;
+      },
+      body(forward, payload) {
+        if (settled) return;
+        if (errorStatus) {
+          for (const p of payload) if ((errorBytes += p.byteLength) <= MAX_ERROR_BODY) errorParts.push(p);
+          return;
+        }
+        lastHeard = Date.now();
+        begin();
+        for (const chunk of payload) {
+          if (headBytes < HEAD_BYTES) {
+            headChunks.push(chunk.subarray(0, HEAD_BYTES - headBytes));
+            headBytes += headChunks.at(-1)!.byteLength;
+          }
+          tailChunks.push(chunk);
+          tailBytes += chunk.byteLength;
+          while (tailBytes - tailChunks[0]!.byteLength >= TAIL_BYTES) tailBytes -= tailChunks.shift()!.byteLength;
+        }
+        let full = false;
+        if (raw) for (const b of forward) full = !raw.write(b) || full;
+        else {
+          for (const chunk of payload) {
+            const out = translate ? translate.chunk(chunk) : chunk;
+            if (out.length > 0) full = !res.write(out) || full;
+          }
+        }
+        if (full) {
+          // Backpressure: llama-server waits while the client's socket is full.
+          up.pause();
+          (raw ?? res).once('drain', () => up.resume());
+        }
+      },
+      end() {
+        if (settled) return;
+        if (errorStatus) return answerError();
+        begin();
+        let rest: string;
+        try {
+          rest = translate ? translate.end() : '';
+        } catch (err) {
+          // llama-server's answer made no sense in the other dialect (a tool call's arguments that are not JSON).
+          const e = err instanceof RelayError ? err : new RelayError(ErrorCode.LLAMA_SERVER_ERROR, String(err));
+          const { status: st, body } = errorIn(shape, e);
+          if (res.headersSent) res.end(translate!.broken(e));
+          else res.status(st).json(body);
+          return finish(st);
+        }
+        res.end(rest);
+        finish(status);
+      },
+      broken: brokenUpstream,
+    },
+  );
   watchTimer = setTimeout(watch, lease.stallMs());
   return outcome;
 }
