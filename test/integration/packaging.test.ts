@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { chmodSync, existsSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { chmodSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -10,8 +10,8 @@ import { chooseBackend, findLlama, readVersion } from '../../src/main/core/llama
 import { lavapipeEnv, llama } from '../helpers/llama.js';
 
 /**
- * `npm run dist`'s steps on the linux `dir` target: scripts/stage-llama.mjs, then electron-builder with this
- * repo's electron-builder.yml. Electron's own binary cannot be downloaded on these machines, so electronDist
+ * `npm run dist`'s steps on the linux `dir` target: electron-builder with this repo's electron-builder.yml, whose
+ * beforePack hook (scripts/stage-llama.mjs) stages the llama.cpp binaries for the platform packed. Electron's own binary cannot be downloaded on these machines, so electronDist
  * is a stand-in folder (a shell script named `electron`); everything relay puts into the package is real
  * and checked: the app archive, the files the main process loads from it, the native modules, and the
  * llama.cpp binaries in resources/llama, which must run.
@@ -26,8 +26,6 @@ let files: Set<string>;
 const run = (cmd: string, args: string[], env: NodeJS.ProcessEnv = {}) => spawnSync(cmd, args, { cwd: repo, encoding: 'utf8', env: { ...process.env, ...env }, timeout: 300_000 });
 
 before(() => {
-  const stage = run(process.execPath, ['scripts/stage-llama.mjs'], { RELAY_LLAMA_BIN_DIR: llama().binDir });
-  assert.equal(stage.status, 0, stage.stderr);
   const standIn = join(work, 'electron-dist');
   rmSync(standIn, { recursive: true, force: true });
   spawnSync('mkdir', ['-p', standIn]);
@@ -37,6 +35,7 @@ before(() => {
   const eb = run(join(repo, 'node_modules', '.bin', 'electron-builder'), ['--linux', 'dir', '-c.electronDist=' + standIn, '-c.directories.output=' + out], {
     ELECTRON_SKIP_BINARY_DOWNLOAD: '1',
     CSC_IDENTITY_AUTO_DISCOVERY: 'false',
+    RELAY_LLAMA_BIN_DIR: llama().binDir,
   });
   assert.equal(eb.status, 0, `${eb.stdout}\n${eb.stderr}`);
   files = new Set(asar.listPackage(join(resources, 'app.asar')).map((f) => f.replace(/\\/g, '/')));
@@ -78,6 +77,11 @@ describe('packaging (electron-builder, linux dir target)', { timeout: 360_000 },
       assert.equal(readFileSync(p).equals(readFileSync(join(llama().binDir, bin))), true, `${bin} is the staged build`);
     }
     assert.equal(readVersion(join(resources, 'llama', 'llama-server')), llama().version, 'the shipped llama-server runs');
+    assert.deepEqual(
+      readdirSync(join(resources, 'llama')).filter((f) => /\.(exe|dll)$/i.test(f)),
+      [],
+      'no Windows files in a Linux package',
+    );
     // The $ORIGIN layout: every library resolves inside the package, none from the build cache.
     const ldd = spawnSync('ldd', [join(resources, 'llama', 'llama-server')], { encoding: 'utf8' }).stdout;
     assert.match(ldd, /libggml-base\.so => .*linux-unpacked\/resources\/llama\/libggml-base\.so/);

@@ -72,7 +72,26 @@ export const BACKEND_PACKAGES: readonly BackendPackage[] = [
     needs: ['libvulkan.so.1'],
     runtime: 'a Vulkan loader (libvulkan.so.1)',
   },
+  {
+    // MSVC-built: its 33 ggml-base imports are all exported by relay's mingw ggml-base.dll (checked with objdump),
+    // and under Wine it loads beside it and initialises (docs/how-it-works.md#windows). It brings no C runtime.
+    id: 'win64-vulkan',
+    backend: 'vulkan',
+    platform: 'win32',
+    arch: 'x64',
+    package: '@node-llama-cpp/win-x64-vulkan',
+    version: NLC,
+    integrity: 'sha512-HJ237Azh5m4Sz+w3A1IU/fYLaSDOocskcfn2ILTgqTuuORCB86EMnu3Yt/XsNhRHTtEiwz1Q/E0mO4PLIbZLAA==',
+    file: /^package\/bins\/win-x64-vulkan\/ggml-vulkan\.dll$/,
+    needs: ['vulkan-1.dll', 'msvcp140.dll', 'vcruntime140.dll'],
+    runtime: "a Vulkan loader (vulkan-1.dll, a GPU driver's) and the Visual C++ 2015-2022 runtime (msvcp140.dll, vcruntime140.dll)",
+  },
 ];
+
+/** The Vulkan loader a platform's modules link against. */
+export function vulkanLoader(platform: NodeJS.Platform): string {
+  return platform === 'win32' ? 'vulkan-1.dll' : 'libvulkan.so.1';
+}
 
 /** What backends.ts found on this machine. Only `libs` that were asked about are present. */
 export interface MachineProbe {
@@ -133,12 +152,18 @@ export function backendCandidates(probe: MachineProbe, choice: BackendChoice, pa
   if (wanted('vulkan')) {
     if (probe.sourceModules.vulkan) out.push({ backend: 'vulkan', from: 'source', module: probe.sourceModules.vulkan });
     const vk = mine.filter((p) => p.backend === 'vulkan');
-    if (!loads('libvulkan.so.1')) {
-      if (!probe.sourceModules.vulkan) notes.push('no Vulkan loader (libvulkan.so.1)');
-    } else if (probe.vulkanIcds.length === 0) {
+    const loader = vulkanLoader(probe.platform);
+    if (!loads(loader)) {
+      if (!probe.sourceModules.vulkan) notes.push(`no Vulkan loader (${loader})`);
+    } else if (probe.vulkanIcds.length === 0 && probe.platform !== 'win32') {
+      // Windows drivers register in the registry, not as manifest files: there `--list-devices` decides.
       if (!probe.sourceModules.vulkan) notes.push('a Vulkan loader but no Vulkan driver (ICD)');
     } else {
-      for (const p of vk) out.push({ backend: 'vulkan', from: 'package', pkg: p });
+      for (const p of vk) {
+        const missing = p.needs.filter((l) => !loads(l));
+        if (missing.length === 0) out.push({ backend: 'vulkan', from: 'package', pkg: p });
+        else notes.push(`${p.package} needs ${p.runtime}: ${missing.join(', ')} missing`);
+      }
       if (vk.length === 0 && !probe.sourceModules.vulkan) notes.push(`no prebuilt Vulkan module for ${probe.platform}-${probe.arch}`);
     }
   }

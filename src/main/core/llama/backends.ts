@@ -78,9 +78,9 @@ function vulkanIcds(env: NodeJS.ProcessEnv): string[] {
 }
 
 /** Where `relay llama build --backend B` puts a module built here, and where a packaged app ships them. */
-export function moduleFileName(b: GpuBackend): string {
+export function moduleFileName(b: GpuBackend, platform: NodeJS.Platform = process.platform): string {
   // ggml names loadable backends libggml-<name>.so on every platform but Windows.
-  return process.platform === 'win32' ? `ggml-${b}.dll` : `libggml-${b}.so`;
+  return platform === 'win32' ? `ggml-${b}.dll` : `libggml-${b}.so`;
 }
 
 /** Modules built here from source: `dir/<backend>/libggml-<backend>.so`. */
@@ -93,11 +93,11 @@ export function modulesIn(dir: string): Partial<Record<GpuBackend, string>> {
   return out;
 }
 
-/** Prebuilt modules shipped with a packaged app, by package id: `dir/<id>/libggml-<backend>.so` (stage-llama.mjs). */
-export function shippedModulesIn(dir: string, packages: readonly BackendPackage[] = BACKEND_PACKAGES): Record<string, string> {
+/** Prebuilt modules shipped with a packaged app for `platform`, by package id: `dir/<id>/libggml-<backend>.so`, `ggml-<backend>.dll` on Windows (scripts/stage-llama.mjs). */
+export function shippedModulesIn(dir: string, packages: readonly BackendPackage[] = BACKEND_PACKAGES, platform: NodeJS.Platform = process.platform): Record<string, string> {
   const out: Record<string, string> = {};
-  for (const p of packages) {
-    const f = join(dir, p.id, moduleFileName(p.backend));
+  for (const p of packages.filter((x) => x.platform === platform)) {
+    const f = join(dir, p.id, moduleFileName(p.backend, platform));
     if (existsSync(f)) out[p.id] = f;
   }
   return out;

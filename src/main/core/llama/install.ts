@@ -21,9 +21,13 @@ export const LLAMA_SOURCE = {
   tag: 'v0.4.0',
 } as const;
 
-const EXE = process.platform === 'win32' ? '.exe' : '';
-export const SERVER_BIN = `llama-server${EXE}`;
-export const RPC_BIN = `ggml-rpc-server${EXE}`;
+/** The two programs' file names on `platform` (a packaged app's resources/llama holds them; so does RELAY_LLAMA_BIN_DIR). */
+export function binaryNames(platform: NodeJS.Platform = process.platform): { server: string; rpc: string } {
+  const exe = platform === 'win32' ? '.exe' : '';
+  return { server: `llama-server${exe}`, rpc: `ggml-rpc-server${exe}` };
+}
+export const SERVER_BIN = binaryNames().server;
+export const RPC_BIN = binaryNames().rpc;
 
 export interface LlamaInstall {
   readonly binDir: string;
@@ -90,11 +94,7 @@ export function findLlama(opts: { env?: NodeJS.ProcessEnv } = {}): LlamaInstall 
   const custom = env.RELAY_LLAMA_BIN_DIR;
   const cpu = { backend: 'cpu' as const, backendModule: null, backendReason: 'the CPU build (no GPU backend chosen yet)', env: {} };
   if (custom) {
-    const serverPath = join(custom, SERVER_BIN);
-    const rpcServerPath = join(custom, RPC_BIN);
-    for (const p of [serverPath, rpcServerPath]) {
-      if (!existsSync(p)) throw new RelayError(ErrorCode.LLAMA_NOT_FOUND, `RELAY_LLAMA_BIN_DIR=${custom} has no ${p}`, { path: p });
-    }
+    const { serverPath, rpcServerPath } = binariesIn(custom);
     const version = readVersion(serverPath);
     return { binDir: custom, serverPath, rpcServerPath, vocabDir: null, ggufPyDir: null, tag: version, version, source: 'env', modulesDir: join(custom, 'backends'), ...cpu };
   }
@@ -115,6 +115,20 @@ export function findLlama(opts: { env?: NodeJS.ProcessEnv } = {}): LlamaInstall 
     modulesDir: join(dir, 'backends'),
     ...cpu,
   };
+}
+
+/**
+ * The two programs in `dir` (RELAY_LLAMA_BIN_DIR; a packaged app's resources/llama) as `platform` names them,
+ * or LLAMA_NOT_FOUND naming the first one missing. Nothing is run.
+ */
+export function binariesIn(dir: string, platform: NodeJS.Platform = process.platform): { serverPath: string; rpcServerPath: string } {
+  const names = binaryNames(platform);
+  const serverPath = join(dir, names.server);
+  const rpcServerPath = join(dir, names.rpc);
+  for (const p of [serverPath, rpcServerPath]) {
+    if (!existsSync(p)) throw new RelayError(ErrorCode.LLAMA_NOT_FOUND, `RELAY_LLAMA_BIN_DIR=${dir} has no ${p}`, { path: p });
+  }
+  return { serverPath, rpcServerPath };
 }
 
 /** The same binaries running `r`'s backend. */
@@ -155,7 +169,14 @@ export function builtInBackend(serverPath: string, env: NodeJS.ProcessEnv): Back
   return { backend: gpu, module: null, from: null, devices, notes: [], reason: `RELAY_LLAMA_BIN_DIR's own build lists ${names}: using it as it is` };
 }
 
-/** What the build leaves in build/bin that the install keeps: the two binaries and every shared library. */
+/** What a build of `platform` leaves in its bin folder that an install or a packaged app keeps: the two binaries and that platform's shared libraries. */
+export function shippedFileRule(platform: NodeJS.Platform): (name: string) => boolean {
+  const { server, rpc } = binaryNames(platform);
+  const lib = platform === 'win32' ? /\.dll$/i : platform === 'darwin' ? /\.(dylib|so)$/ : /\.so(\.\d+)*$/;
+  return (name) => name === server || name === rpc || lib.test(name);
+}
+
+/** shippedFileRule of this machine. */
 export function isShippedFile(name: string): boolean {
-  return name === SERVER_BIN || name === RPC_BIN || /\.(so(\.\d+)*|dylib|dll)$/.test(name);
+  return shippedFileRule(process.platform)(name);
 }
