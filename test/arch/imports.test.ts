@@ -129,4 +129,22 @@ describe('file size', () => {
       .map((f) => relative(root, f));
     assert.deepEqual(detached, []);
   });
+
+  it('every child relay starts is given windowsHide: a console program started by the tray app opens no window on Windows', () => {
+    const missing: string[] = [];
+    for (const f of sources(join(root, 'src'))) {
+      const text = readFileSync(f, 'utf8');
+      for (const m of text.matchAll(/\b(spawn|spawnSync|execFile|execFileSync)\(/g)) {
+        // The call's own arguments: up to its closing parenthesis.
+        let depth = 0;
+        let end = m.index + m[0].length - 1;
+        for (; end < text.length; end++) {
+          if (text[end] === '(') depth++;
+          else if (text[end] === ')' && --depth === 0) break;
+        }
+        if (!/windowsHide:\s*true/.test(text.slice(m.index, end))) missing.push(`${relative(root, f)}:${text.slice(0, m.index).split('\n').length}`);
+      }
+    }
+    assert.deepEqual(missing, []);
+  });
 });

@@ -110,7 +110,7 @@ export async function readGpuReadings(): Promise<GpuReading[] | null> {
 /** `--list-devices` without blocking the event loop (a Vulkan instance takes a while to come up). */
 function listAsync(install: LlamaInstall): Promise<ListedDevice[] | null> {
   return new Promise((resolve) => {
-    const child = spawn(install.serverPath, ['--list-devices'], { env: installEnv(install), stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(install.serverPath, ['--list-devices'], { env: installEnv(install), stdio: ['ignore', 'pipe', 'pipe'], windowsHide: true });
     trackChild(child);
     let out = '';
     child.stdout.on('data', (c: Buffer) => (out += c.toString()));

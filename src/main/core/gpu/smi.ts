@@ -32,7 +32,7 @@ export function parseNvidiaSmi(text: string): GpuReading[] {
 /** One reading through nvidia-smi, in the background (a child process, never a synchronous spawn). */
 export function readNvidiaSmi(): Promise<GpuReading[] | null> {
   return new Promise((resolve) => {
-    execFile('nvidia-smi', NVIDIA_SMI_ARGS, { encoding: 'utf8', timeout: 10_000 }, (err, stdout) => {
+    execFile('nvidia-smi', NVIDIA_SMI_ARGS, { encoding: 'utf8', timeout: 10_000, windowsHide: true }, (err, stdout) => {
       resolve(err || !stdout ? null : parseNvidiaSmi(stdout));
     });
   });

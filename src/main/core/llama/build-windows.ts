@@ -104,7 +104,7 @@ export function linkHelpersStatically(src: string): void {
 
 /** Where gcc keeps a runtime DLL of the mingw toolchain (asked of the compiler itself). */
 function runtimeDll(name: string): string {
-  const r = spawnSync(MINGW.cxx, [`-print-file-name=${name}`], { encoding: 'utf8' });
+  const r = spawnSync(MINGW.cxx, [`-print-file-name=${name}`], { encoding: 'utf8', windowsHide: true });
   const p = (r.stdout ?? '').trim();
   if (p && existsSync(p)) return p;
   const pthread = '/usr/x86_64-w64-mingw32/lib/libwinpthread-1.dll';
@@ -118,7 +118,7 @@ export async function buildWindows(opts: { env?: NodeJS.ProcessEnv; progress?: P
   const progress = opts.progress ?? ((l: string) => process.stderr.write(`${l}\n`));
   const found = findWindowsLlama(env);
   if (found) return found.dir;
-  if (spawnSync(MINGW.cxx, ['--version'], { stdio: 'ignore' }).status !== 0) {
+  if (spawnSync(MINGW.cxx, ['--version'], { stdio: 'ignore', windowsHide: true }).status !== 0) {
     throw new RelayError(ErrorCode.LLAMA_BUILD_FAILED, `no ${MINGW.cxx}: install Debian's g++-mingw-w64-x86-64-posix (and ninja-build) to cross-build for Windows`);
   }
   const dir = windowsInstallDir(env);
@@ -131,7 +131,7 @@ export async function buildWindows(opts: { env?: NodeJS.ProcessEnv; progress?: P
     writeFileSync(join(work, 'mingw64.cmake'), toolchainFile());
     writeFileSync(join(work, 'mingw-compat.h'), COMPAT_H);
     const build = join(work, 'build');
-    const useCcache = spawnSync('ccache', ['--version'], { stdio: 'ignore' }).status === 0;
+    const useCcache = spawnSync('ccache', ['--version'], { stdio: 'ignore', windowsHide: true }).status === 0;
     const buildEnv = { ...processEnv(), CCACHE_BASEDIR: work };
     progress(`configuring llama.cpp ${LLAMA_SOURCE.tag} for Windows x64 (mingw-w64, cpu + rpc, shared${useCcache ? ', ccache' : ''})`);
     await run('cmake', ['-S', src, '-B', build, ...windowsCmakeFlags(work, useCcache)], { env: buildEnv, progress, filter: (l) => /error|not found/i.test(l) });

@@ -18,7 +18,7 @@ const BACKEND_FLAGS: Record<GpuBackend, string[]> = {
 };
 
 function hasCommand(cmd: string): boolean {
-  return spawnSync(cmd, ['--version'], { stdio: 'ignore' }).status === 0;
+  return spawnSync(cmd, ['--version'], { stdio: 'ignore', windowsHide: true }).status === 0;
 }
 
 /** Fetch and unpack the pinned llama.cpp source into `work/src`. */

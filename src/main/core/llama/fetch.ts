@@ -20,7 +20,7 @@ export function cacheRoot(env: NodeJS.ProcessEnv = processEnv()): string {
 
 export function run(cmd: string, args: string[], opts: { cwd?: string; env?: NodeJS.ProcessEnv; progress: Progress; filter?: (l: string) => boolean }): Promise<void> {
   return new Promise((resolve, reject) => {
-    const child = spawn(cmd, args, { cwd: opts.cwd, env: opts.env ?? processEnv(), stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(cmd, args, { cwd: opts.cwd, env: opts.env ?? processEnv(), stdio: ['ignore', 'pipe', 'pipe'], windowsHide: true });
     const tail: string[] = [];
     const onLine = (l: string): void => {
       tail.push(l);

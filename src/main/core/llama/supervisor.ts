@@ -122,6 +122,7 @@ export class ManagedChild {
       env: spec.env ?? processEnv(),
       cwd: spec.cwd,
       stdio: ['ignore', 'pipe', 'pipe'],
+      windowsHide: true, // no console window per child when the tray app (a GUI program) runs on Windows
     });
     live.add(this.child);
 
