@@ -106,7 +106,7 @@ export function shippedModulesIn(dir: string, packages: readonly BackendPackage[
 export function probeMachine(sourceModules: Partial<Record<GpuBackend, string>>, env: NodeJS.ProcessEnv = processEnv()): MachineProbe {
   const libs: Record<string, boolean> = {};
   for (const l of librariesToProbe(process.platform, process.arch)) libs[l] = libraryLoads(l);
-  const smi = spawnSync('nvidia-smi', ['-L'], { encoding: 'utf8', timeout: 10_000 });
+  const smi = spawnSync('nvidia-smi', ['-L'], { encoding: 'utf8', timeout: 10_000, windowsHide: true });
   return { platform: process.platform, arch: process.arch, libs, nvidiaSmi: smi.status === 0, vulkanIcds: vulkanIcds(env), sourceModules };
 }
 
@@ -125,6 +125,7 @@ export function listDevicesWith(serverPath: string, module: string | null, env: 
     encoding: 'utf8',
     timeout: 60_000,
     env: { ...env, ...(module ? { GGML_BACKEND_PATH: module } : {}) },
+    windowsHide: true,
   });
   const output = `${r.stdout ?? ''}${r.stderr ?? ''}`;
   return { devices: parseListDevices(output).filter((d) => !d.name.startsWith('RPC')), output };
@@ -140,10 +141,10 @@ export async function ensurePackageModule(pkg: BackendPackage, env: NodeJS.Proce
   mkdirSync(work, { recursive: true });
   try {
     const tgz = await packFromRegistry(pkg.package, pkg.version, pkg.integrity, work, progress, ErrorCode.BACKEND_INTEGRITY);
-    const list = spawnSync('tar', ['-tzf', tgz], { encoding: 'utf8', maxBuffer: 16 << 20 });
+    const list = spawnSync('tar', ['-tzf', tgz], { encoding: 'utf8', maxBuffer: 16 << 20, windowsHide: true });
     const member = (list.stdout ?? '').split('\n').find((f) => pkg.file.test(f));
     if (!member) throw new RelayError(ErrorCode.BACKEND_INTEGRITY, `${pkg.package}@${pkg.version} has no file matching ${pkg.file}`);
-    const x = spawnSync('tar', ['-xzf', tgz, '-C', work, member], { encoding: 'utf8' });
+    const x = spawnSync('tar', ['-xzf', tgz, '-C', work, member], { encoding: 'utf8', windowsHide: true });
     if (x.status !== 0) throw new RelayError(ErrorCode.BACKEND_INTEGRITY, `could not unpack ${member}: ${x.stderr}`);
     const out = join(work, 'out');
     mkdirSync(out);

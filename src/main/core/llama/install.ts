@@ -79,7 +79,7 @@ export function installDir(env: NodeJS.ProcessEnv = processEnv()): string {
 }
 
 export function readVersion(serverPath: string): string {
-  const r = spawnSync(serverPath, ['--version'], { encoding: 'utf8', timeout: 15_000 });
+  const r = spawnSync(serverPath, ['--version'], { encoding: 'utf8', timeout: 15_000, windowsHide: true });
   const text = `${r.stdout ?? ''}${r.stderr ?? ''}`;
   const line = text.split('\n').find((l) => l.startsWith('version:'));
   return (line ?? text.trim().split('\n')[0] ?? 'unknown').trim();
