@@ -233,7 +233,10 @@ export class ManagedChild {
   /**
    * SIGTERM, then SIGKILL after graceMs. A stopped child (SIGSTOP, a debugger) is continued after the SIGTERM, as
    * a shell does for a stopped job, so it can handle it. Idempotent; resolves when the process is gone. On
-   * Windows Node's SIGTERM is TerminateProcess: the stop is immediate there (no graceful step yet).
+   * Windows Node's SIGTERM is TerminateProcess: the stop is immediate there. That is the rule, not a gap: a
+   * console Ctrl+Break reaches only a child in its own process group, which Node makes only for `detached`
+   * children, and those leave the job that ends them with relay; llama-server and ggml-rpc-server write
+   * nothing at exit, and relay's own graceful part (no request routed to it any more, kept slots saved over HTTP) runs first.
    */
   terminate(graceMs = 5000): Promise<ExitInfo> {
     if (this.exitInfo) return Promise.resolve(this.exitInfo);
