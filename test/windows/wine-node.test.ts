@@ -1,9 +1,10 @@
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
-import { readFileSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { buildWindows } from '../../src/main/core/llama/build-windows.js';
+import { pathLengthProblem } from '../../src/main/core/node/windows-files.js';
 import { addModel, startHub, type HubProcess } from '../helpers/hub.js';
 import { directTexts, fixture } from '../helpers/llama.js';
 import { mintToken } from '../helpers/node.js';
@@ -74,6 +75,9 @@ describe('a Windows node (Node.js for Windows under Wine)', { timeout: 600_000 }
     const model = s.models.find((m) => m.name === 'small')!;
     const copy = readFileSync(join(node.home, 'cache', 'models', `${model.sha256}.gguf`));
     assert.equal(createHash('sha256').update(copy).digest('hex'), model.sha256, "the node's copy hashes to what the hub registered");
+    // Files on Windows (windows-files.ts): renamed out of partial/ into models/, at a path llama-server.exe can open.
+    assert.ok(!existsSync(join(node.home, 'cache', 'partial', `${model.sha256}.part`)), 'the verified push was renamed into place');
+    assert.equal(pathLengthProblem(winPath(node.home), 'win32'), null);
   });
 
   it('pausing it stops its llama-server.exe; resuming lets it serve again', async () => {

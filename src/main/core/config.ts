@@ -1,6 +1,6 @@
 import { readFileSync } from 'node:fs';
 import { homedir as osHomedir } from 'node:os';
-import { join } from 'node:path';
+import { join, posix, win32 } from 'node:path';
 import { ErrorCode, RelayError } from '../../shared/errors.js';
 import { KV_CACHE_TYPES, type FlashAttn, type KvCacheType } from './llama/argv.js';
 
@@ -153,11 +153,20 @@ export function cliConfigFromEnv(env: NodeJS.ProcessEnv = processEnv()): CliConf
 }
 
 export function defaultHome(env: NodeJS.ProcessEnv = processEnv()): string {
+  return defaultHomeFor(process.platform, env);
+}
+
+/**
+ * The data dir for `platform`. Windows: `%APPDATA%\relay`, the folder Electron gives the tray app (its
+ * userData), so `relay up`/`relay pause` and the app share one node home; a household PC has no roaming
+ * profile to copy a cache of gigabytes between machines (`--home` or RELAY_HOME moves it).
+ */
+export function defaultHomeFor(platform: NodeJS.Platform, env: NodeJS.ProcessEnv): string {
   if (env.RELAY_HOME) return env.RELAY_HOME;
-  const homedir = (): string => env.HOME ?? env.USERPROFILE ?? osHomedir();
-  if (process.platform === 'win32') return join(env.APPDATA ?? join(homedir(), 'AppData', 'Roaming'), 'relay');
-  if (process.platform === 'darwin') return join(homedir(), 'Library', 'Application Support', 'relay');
-  return join(env.XDG_DATA_HOME ?? join(homedir(), '.local', 'share'), 'relay');
+  if (platform === 'win32') return win32.join(env.APPDATA || win32.join(env.USERPROFILE || osHomedir(), 'AppData', 'Roaming'), 'relay');
+  const home = env.HOME ?? osHomedir();
+  if (platform === 'darwin') return posix.join(home, 'Library', 'Application Support', 'relay');
+  return posix.join(env.XDG_DATA_HOME || posix.join(home, '.local', 'share'), 'relay');
 }
 
 export const HUB_DEFAULTS = {

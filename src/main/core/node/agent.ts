@@ -12,6 +12,7 @@ import { runCommand } from './commands.js';
 import type { Session, YamuxStream } from '../tunnel/yamux/session.js';
 import { autoPauseSupport, otherProcessesGpuMb } from '../gpu/nvml.js';
 import { AutoPause, availabilityOf, inPauseWindow, parseSchedule, type PauseWindow } from '../availability.js';
+import { pathLengthProblem } from './windows-files.js';
 import { ModelCache } from './cache.js';
 import { cacheReport } from './cache-report.js';
 import { SpareSockets } from '../llama/spare-sockets.js';
@@ -62,6 +63,8 @@ export class NodeAgent extends EventEmitter {
   ) {
     super();
     this.cache = new ModelCache(join(home, 'cache'), cacheBudgetBytes(settings.cacheBudgetMb));
+    const tooLong = pathLengthProblem(home, process.platform); // Windows' MAX_PATH (windows-files.ts)
+    if (tooLong) deps.log.warn(tooLong);
     this.inventory = new HostInventory(deps.install, settings.cpuBudgetMb);
     this.schedule = parseSchedule(settings.schedule);
     this.config = deps.config ?? nodeConfigFromEnv();

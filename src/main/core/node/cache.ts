@@ -1,4 +1,4 @@
-import { existsSync, mkdirSync, readdirSync, renameSync, rmSync, statfsSync, statSync, utimesSync } from 'node:fs';
+import { existsSync, mkdirSync, readdirSync, rmSync, statfsSync, statSync, utimesSync } from 'node:fs';
 import { join } from 'node:path';
 import { Transform, type Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
@@ -7,6 +7,7 @@ import { evictRpcCache, fillRpcCacheOffThread, rpcCacheBytes, type CacheIndex } 
 import { appendWriter, GrowingFileHash } from './growing-hash.js';
 import type { CachedFile } from '../../../shared/protocol.js';
 import { dropSplitViews, makeSplitView } from './split-view.js';
+import { removeUnlessBusy, renameIntoPlace } from './windows-files.js';
 
 /**
  * The node's copy of the weights the hub granted it. Files are named by their sha256 (validated hex), so
@@ -57,6 +58,8 @@ export class ModelCache {
   readonly pushedWith = new Map<string, readonly string[]>();
   /** Pushes being received now: their partial files are not pruned. */
   private readonly receiving = new Set<string>();
+  /** Evictions deferred: the file was in use, or Windows refused the delete (open elsewhere). */
+  readonly toEvict = new Set<string>();
 
   constructor(
     readonly root: string,
@@ -90,6 +93,7 @@ export class ModelCache {
 
   /** Mark a file as just used (its mtime orders eviction). */
   touch(sha256: string): void {
+    this.toEvict.delete(sha256); // used again: the hub wants it after all
     const now = new Date();
     try {
       utimesSync(this.pathOf(sha256), now, now);
@@ -130,11 +134,10 @@ export class ModelCache {
         kept.push({ ...f, why: this.inUse.has(f.sha256) ? 'in use' : 'a shard stage is being prepared from it' });
         continue;
       }
-      this.evict(f.sha256);
-      removed.push(f);
+      if (this.evict(f.sha256) === 'deferred') kept.push({ ...f, why: 'open in another program (Windows will not delete it yet)' });
+      else removed.push(f);
     }
-    const partials = this.partials().filter((f) => !this.receiving.has(f.sha256));
-    for (const f of partials) rmSync(this.partialOf(f.sha256), { force: true });
+    const partials = this.partials().filter((f) => !this.receiving.has(f.sha256) && removeUnlessBusy(this.partialOf(f.sha256)));
     return { removed, kept, partials };
   }
 
@@ -185,16 +188,13 @@ export class ModelCache {
     if (used - candidates.reduce((s, f) => s + f.size, 0) + bytes > budget) return false;
     for (const f of candidates) {
       if (used + bytes <= budget) break;
+      // A file Windows will not delete (open elsewhere) stays, counted; the next candidate is tried instead.
       if (f.partial) {
-        rmSync(this.partialOf(f.sha256), { force: true });
-        used -= f.size;
+        if (removeUnlessBusy(this.partialOf(f.sha256))) used -= f.size;
         continue;
       }
       const before = rpcCacheBytes(this.rpcCacheDir);
-      this.dropSplitViews(this.pathOf(f.sha256));
-      rmSync(this.pathOf(f.sha256), { force: true });
-      evictRpcCache(this.rpcCacheDir, f.sha256);
-      used -= f.size + (before - rpcCacheBytes(this.rpcCacheDir));
+      if (this.removeModel(f.sha256)) used -= f.size + (before - rpcCacheBytes(this.rpcCacheDir));
     }
     return used + bytes <= budget;
   }
@@ -214,16 +214,33 @@ export class ModelCache {
     }
   }
 
-  /** Remove a model's file, its rpc-cache files and any partial push of it (unless one is being received). */
-  evict(sha256: string): boolean {
-    if (this.inUse.has(sha256)) throw new RelayError(ErrorCode.INVALID_REQUEST, `${sha256.slice(0, 12)}… is in use`);
-    const p = this.pathOf(sha256);
-    const had = existsSync(p) || existsSync(this.partialOf(sha256));
-    this.dropSplitViews(p);
-    rmSync(p, { force: true });
-    evictRpcCache(this.rpcCacheDir, sha256);
-    if (!this.receiving.has(sha256)) rmSync(this.partialOf(sha256), { force: true });
+  /**
+   * Remove a model's file, its rpc-cache files and any partial push of it (unless one is being received). A
+   * file a replica uses (inUse: released when its process has exited), or one Windows will not delete (open
+   * elsewhere), is 'deferred': it stays, listed, until retryEvictions when a placement stops.
+   */
+  evict(sha256: string): boolean | 'deferred' {
+    const had = existsSync(this.pathOf(sha256)) || existsSync(this.partialOf(sha256));
+    if (this.inUse.has(sha256) || !this.removeModel(sha256)) {
+      this.toEvict.add(sha256);
+      return 'deferred';
+    }
+    this.toEvict.delete(sha256);
+    if (!this.receiving.has(sha256)) removeUnlessBusy(this.partialOf(sha256));
     return had;
+  }
+
+  /** Carry out the deferred evictions whose files nothing uses now (called when a placement stops). */
+  retryEvictions(): void {
+    for (const sha of [...this.toEvict]) if (!this.inUse.has(sha)) this.evict(sha);
+  }
+
+  /** The model file, its split views (dropped first: found by what they link to) and its rpc-cache files. */
+  private removeModel(sha256: string): boolean {
+    this.dropSplitViews(this.pathOf(sha256));
+    if (!removeUnlessBusy(this.pathOf(sha256))) return false;
+    evictRpcCache(this.rpcCacheDir, sha256);
+    return true;
   }
 
   /**
@@ -310,6 +327,6 @@ export class ModelCache {
       rmSync(part, { force: true });
       throw new RelayError(ErrorCode.HASH_MISMATCH, `pushed bytes hash to ${got.slice(0, 12)}…, not ${sha256.slice(0, 12)}…; the partial file was removed`);
     }
-    renameSync(part, this.pathOf(sha256));
+    renameIntoPlace(part, this.pathOf(sha256), `push of ${sha256.slice(0, 12)}…`);
   }
 }

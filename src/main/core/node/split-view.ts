@@ -1,11 +1,12 @@
 import { existsSync, linkSync, lstatSync, mkdirSync, readdirSync, readlinkSync, rmSync, statSync, symlinkSync } from 'node:fs';
 import { join, resolve } from 'node:path';
+import { ErrorCode, RelayError } from '../../../shared/errors.js';
 import { splitPartName } from '../gguf/split.js';
 
 /**
  * A split model as llama.cpp loads it, inside a node's cache: a folder `<cache>/split/<id>/` of links named by
  * llama.cpp's rule (model-0000i-of-0000N.gguf) to the parts, which stay in models/ under their sha256s.
- * Symbolic links, or hard links where the system refuses those (Windows without developer mode).
+ * Symbolic links, or hard links where the system refuses those (Windows without developer mode): linkPart.
  */
 
 /** Whether `link` is a link to `target`: a symbolic link naming it, or a hard link to the same inode. */
@@ -21,6 +22,26 @@ function linksTo(link: string, target: string): boolean {
 }
 
 /**
+ * Link `link` to the part `target`: a symbolic link, else a hard link (Windows refuses symbolic links without
+ * admin rights or developer mode: EPERM). Never a copy: it would double the disk a split model takes, outside
+ * the cache's budget; a filesystem with neither (FAT32, exFAT) cannot hold a split model's view, and says so.
+ */
+export function linkPart(target: string, link: string, ops: { symlink: (t: string, l: string) => void; link: (t: string, l: string) => void } = { symlink: symlinkSync, link: linkSync }): void {
+  try {
+    ops.symlink(target, link);
+    return;
+  } catch (err) {
+    if (!['EPERM', 'EACCES', 'ENOTSUP', 'EINVAL'].includes((err as NodeJS.ErrnoException).code ?? '')) throw err;
+  }
+  try {
+    ops.link(target, link);
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code ?? String(err);
+    throw new RelayError(ErrorCode.IO_ERROR, `cannot link ${link} to ${target} (${code}): the cache's filesystem allows neither symbolic nor hard links (FAT32, exFAT?); put the node's home on NTFS`);
+  }
+}
+
+/**
  * Make (or check) the view `dir` of `targets`, the parts' files in load order. Idempotent (a second replica of
  * the model may be loading from it): only a missing or wrong link is made again. Returns the first part's path,
  * the one llama-server is given.
@@ -32,12 +53,7 @@ export function makeSplitView(dir: string, targets: readonly string[]): string {
     const target = resolve(file);
     if (linksTo(link, target)) return;
     rmSync(link, { force: true });
-    try {
-      symlinkSync(target, link);
-    } catch (err) {
-      if (!['EPERM', 'EACCES', 'ENOTSUP', 'EINVAL'].includes((err as NodeJS.ErrnoException).code ?? '')) throw err;
-      linkSync(target, link);
-    }
+    linkPart(target, link);
   });
   return join(dir, splitPartName('model', 1, targets.length));
 }

@@ -126,6 +126,7 @@ export class Workloads extends EventEmitter {
   private release(files: readonly string[]): void {
     const used = new Set([...this.replicas.values()].filter((r) => !r.stopping).flatMap((r) => r.files));
     for (const f of files) if (!used.has(f)) this.deps.cache.inUse.delete(f);
+    this.deps.cache.retryEvictions(); // an eviction the hub asked for while they ran
   }
 
   /** Stop a replica, loading or ready: resolves once its process has exited. */
