@@ -1,4 +1,7 @@
+import { existsSync } from 'node:fs';
 import { createRequire } from 'node:module';
+import { processEnv } from '../config.js';
+import { nvmlCandidates, nvmlName } from './names.js';
 
 /**
  * NVIDIA GPU readings through NVML, loaded with the koffi FFI binding (there is no maintained NVML package
@@ -31,6 +34,48 @@ interface Nvml {
   procs: { compute: Fn; graphics: Fn } | null;
 }
 
+/**
+ * The NVML structs relay reads, as koffi types. Fixed widths only: nvml.h uses `unsigned int` (32-bit) and
+ * `unsigned long long` (64-bit), the same on Linux (LP64) and Windows (LLP64), and never a C `long` (which
+ * Windows makes 32-bit). test/unit/gpu-windows.test.ts checks the sizes and offsets against nvml.h.
+ */
+export const NVML_STRUCTS = {
+  nvmlMemory_t: { total: 'uint64', free: 'uint64', used: 'uint64' },
+  nvmlUtilization_t: { gpu: 'uint32', memory: 'uint32' },
+  nvmlPciInfo_t: {
+    busIdLegacy: ['char', 16],
+    domain: 'uint32',
+    bus: 'uint32',
+    device: 'uint32',
+    pciDeviceId: 'uint32',
+    pciSubSystemId: 'uint32',
+    busId: ['char', 32],
+  },
+  /** nvmlProcessInfo_v2_t, what the _v3 process lists fill. */
+  nvmlProcessInfo_t: { pid: 'uint32', usedGpuMemory: 'uint64', gpuInstanceId: 'uint32', computeInstanceId: 'uint32' },
+} as const satisfies Record<string, Record<string, string | readonly [string, number]>>;
+
+type KoffiLib = ReturnType<typeof import('koffi').load>;
+
+/** koffi's struct type for one of NVML_STRUCTS; `name` registers it under that name, anonymous without. */
+export function nvmlStruct(koffi: typeof import('koffi'), which: keyof typeof NVML_STRUCTS, name?: string): unknown {
+  const fields = Object.fromEntries(Object.entries(NVML_STRUCTS[which]).map(([k, v]) => [k, typeof v === 'string' ? v : koffi.array(v[0], v[1])]));
+  return name === undefined ? koffi.struct(fields) : koffi.struct(name, fields);
+}
+
+/** The first of `candidates` that loads (a full path is checked for first, so a missing file costs no loader search), or null. */
+export function loadFirst(koffi: { load(path: string): KoffiLib }, candidates: readonly string[], exists: (p: string) => boolean = existsSync): KoffiLib | null {
+  for (const c of candidates) {
+    if (/[\\/]/.test(c) && !exists(c)) continue;
+    try {
+      return koffi.load(c);
+    } catch {
+      /* not this one: the next */
+    }
+  }
+  return null;
+}
+
 let cached: Nvml | null | undefined;
 
 function load(): Nvml | null {
@@ -38,9 +83,10 @@ function load(): Nvml | null {
   cached = null;
   try {
     const koffi = createRequire(import.meta.url)('koffi') as typeof import('koffi');
-    const lib = koffi.load(process.platform === 'win32' ? 'nvml.dll' : 'libnvidia-ml.so.1');
-    koffi.struct('nvmlMemory_t', { total: 'uint64', free: 'uint64', used: 'uint64' });
-    koffi.struct('nvmlUtilization_t', { gpu: 'uint32', memory: 'uint32' });
+    const lib = loadFirst(koffi, nvmlCandidates(process.platform, processEnv()));
+    if (!lib) return cached;
+    nvmlStruct(koffi, 'nvmlMemory_t', 'nvmlMemory_t');
+    nvmlStruct(koffi, 'nvmlUtilization_t', 'nvmlUtilization_t');
     cached = {
       init: lib.func('int nvmlInit_v2()') as Fn,
       count: lib.func('int nvmlDeviceGetCount_v2(_Out_ uint32 *count)') as Fn,
@@ -53,22 +99,14 @@ function load(): Nvml | null {
       procs: null,
     };
     try {
-      koffi.struct('nvmlPciInfo_t', {
-        busIdLegacy: koffi.array('char', 16),
-        domain: 'uint32',
-        bus: 'uint32',
-        device: 'uint32',
-        pciDeviceId: 'uint32',
-        pciSubSystemId: 'uint32',
-        busId: koffi.array('char', 32),
-      });
+      nvmlStruct(koffi, 'nvmlPciInfo_t', 'nvmlPciInfo_t');
       cached.pci = lib.func('int nvmlDeviceGetPciInfo_v3(void *device, _Out_ nvmlPciInfo_t *pci)') as Fn;
       cached.uuid = lib.func('int nvmlDeviceGetUUID(void *device, _Out_ char *uuid, uint32 length)') as Fn;
     } catch {
       /* an old driver: devices are matched by order */
     }
     try {
-      koffi.struct('nvmlProcessInfo_t', { pid: 'uint32', usedGpuMemory: 'uint64', gpuInstanceId: 'uint32', computeInstanceId: 'uint32' });
+      nvmlStruct(koffi, 'nvmlProcessInfo_t', 'nvmlProcessInfo_t');
       const sig = '(void *device, _Inout_ uint32 *count, _Out_ nvmlProcessInfo_t *infos)';
       cached.procs = {
         compute: lib.func(`int nvmlDeviceGetComputeRunningProcesses_v3${sig}`) as Fn,
@@ -103,8 +141,13 @@ function session(): Nvml | null {
 /** Whether the opt-in auto-pause detector can see other programs' GPU use here, and why not. */
 export function autoPauseSupport(): { available: boolean; why: string } {
   const n = load();
-  if (!n) return { available: false, why: "NVIDIA's NVML (libnvidia-ml.so.1) is not here: auto-pause sees processes on NVIDIA GPUs only" };
-  if (!n.procs) return { available: false, why: 'this NVIDIA driver has no process lists (nvmlDeviceGet*RunningProcesses_v3)' };
+  return autoPauseWhy(!n ? 'absent' : n.procs ? 'ready' : 'no-process-lists', process.platform);
+}
+
+/** Pure: auto-pause's availability line for what NVML load() found on `platform`. */
+export function autoPauseWhy(nvml: 'absent' | 'no-process-lists' | 'ready', platform: NodeJS.Platform): { available: boolean; why: string } {
+  if (nvml === 'absent') return { available: false, why: `NVIDIA's NVML (${nvmlName(platform)}) is not here: auto-pause sees processes on NVIDIA GPUs only` };
+  if (nvml === 'no-process-lists') return { available: false, why: 'this NVIDIA driver has no process lists (nvmlDeviceGet*RunningProcesses_v3)' };
   return { available: true, why: 'NVML lists compute and graphics processes (games included)' };
 }
 

@@ -1,4 +1,7 @@
 import { execFile } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import { processEnv } from '../config.js';
+import { firstPresent, nvidiaSmiCandidates } from './names.js';
 import type { GpuReading } from './nvml.js';
 
 export const NVIDIA_SMI_ARGS = ['--query-gpu=index,name,memory.total,memory.free,utilization.gpu,pci.bus_id,uuid', '--format=csv,noheader,nounits'];
@@ -29,10 +32,17 @@ export function parseNvidiaSmi(text: string): GpuReading[] {
   return out;
 }
 
+/** The nvidia-smi to run on `platform` (names.ts's candidates: the first present), or null when there is none. */
+export function nvidiaSmiCommand(platform: NodeJS.Platform = process.platform, env: NodeJS.ProcessEnv = processEnv(), exists: (p: string) => boolean = existsSync): string | null {
+  return firstPresent(nvidiaSmiCandidates(platform, env), exists);
+}
+
 /** One reading through nvidia-smi, in the background (a child process, never a synchronous spawn). */
 export function readNvidiaSmi(): Promise<GpuReading[] | null> {
+  const smi = nvidiaSmiCommand();
+  if (!smi) return Promise.resolve(null);
   return new Promise((resolve) => {
-    execFile('nvidia-smi', NVIDIA_SMI_ARGS, { encoding: 'utf8', timeout: 10_000, windowsHide: true }, (err, stdout) => {
+    execFile(smi, NVIDIA_SMI_ARGS, { encoding: 'utf8', timeout: 10_000, windowsHide: true }, (err, stdout) => {
       resolve(err || !stdout ? null : parseNvidiaSmi(stdout));
     });
   });

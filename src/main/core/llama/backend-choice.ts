@@ -1,3 +1,5 @@
+import { cudaDriverLibrary } from '../gpu/names.js';
+
 /**
  * Which GPU backend a machine can run, pure: a probe of the machine in, an ordered list of candidates and
  * the reasons for what was left out. No I/O; backends.ts probes, fetches and verifies.
@@ -99,7 +101,7 @@ export interface MachineProbe {
   readonly arch: string;
   /** Shared library name → whether it loads here (dlopen). */
   readonly libs: Readonly<Record<string, boolean>>;
-  /** nvidia-smi answered (a driver is installed even when libcuda is not on the loader path). */
+  /** nvidia-smi answered (a driver is installed even when its CUDA library is not on the loader path). */
   readonly nvidiaSmi: boolean;
   /** Vulkan ICD manifests (installable client drivers); a loader without one lists no device. */
   readonly vulkanIcds: readonly string[];
@@ -129,9 +131,9 @@ export function backendCandidates(probe: MachineProbe, choice: BackendChoice, pa
   const wanted = (b: GpuBackend): boolean => choice === 'auto' || choice === b;
 
   if (wanted('cuda')) {
-    const driver = loads('libcuda.so.1') || probe.nvidiaSmi;
+    const driver = loads(cudaDriverLibrary(probe.platform)) || probe.nvidiaSmi;
     if (!driver && !probe.sourceModules.cuda) {
-      notes.push('no NVIDIA driver (libcuda.so.1, nvidia-smi)');
+      notes.push(`no NVIDIA driver (${cudaDriverLibrary(probe.platform)}, nvidia-smi)`);
     } else {
       if (probe.sourceModules.cuda) out.push({ backend: 'cuda', from: 'source', module: probe.sourceModules.cuda });
       const cuda = mine.filter((p) => p.backend === 'cuda');

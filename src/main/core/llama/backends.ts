@@ -19,6 +19,8 @@ import {
 import { parseListDevices, type ListedDevice } from './devices.js';
 import { cacheRoot, packFromRegistry, type Progress } from './fetch.js';
 import { processEnv } from '../config.js';
+import { cudaDriverLibrary } from '../gpu/names.js';
+import { nvidiaSmiCommand } from '../gpu/smi.js';
 
 /**
  * The I/O half of backend selection: probe the machine with its real loaders, fetch a prebuilt module through
@@ -62,9 +64,11 @@ function libraryLoads(name: string): boolean {
   }
 }
 
-function vulkanIcds(env: NodeJS.ProcessEnv): string[] {
+/** Vulkan driver manifests the loader reads. Windows drivers register in the registry instead: none listed there. */
+function vulkanIcds(env: NodeJS.ProcessEnv, platform: NodeJS.Platform = process.platform): string[] {
   const explicit = env.VK_DRIVER_FILES ?? env.VK_ICD_FILENAMES;
-  if (explicit) return explicit.split(':').filter((f) => existsSync(f));
+  if (explicit) return explicit.split(platform === 'win32' ? ';' : ':').filter((f) => existsSync(f));
+  if (platform === 'win32') return [];
   const dirs = ['/usr/share/vulkan/icd.d', '/usr/local/share/vulkan/icd.d', '/etc/vulkan/icd.d'];
   return dirs.flatMap((d) => {
     try {
@@ -105,9 +109,10 @@ export function shippedModulesIn(dir: string, packages: readonly BackendPackage[
 
 export function probeMachine(sourceModules: Partial<Record<GpuBackend, string>>, env: NodeJS.ProcessEnv = processEnv()): MachineProbe {
   const libs: Record<string, boolean> = {};
-  for (const l of librariesToProbe(process.platform, process.arch)) libs[l] = libraryLoads(l);
-  const smi = spawnSync('nvidia-smi', ['-L'], { encoding: 'utf8', timeout: 10_000, windowsHide: true });
-  return { platform: process.platform, arch: process.arch, libs, nvidiaSmi: smi.status === 0, vulkanIcds: vulkanIcds(env), sourceModules };
+  for (const l of new Set([cudaDriverLibrary(process.platform), ...librariesToProbe(process.platform, process.arch)])) libs[l] = libraryLoads(l);
+  const cmd = nvidiaSmiCommand(process.platform, env);
+  const smi = cmd === null ? null : spawnSync(cmd, ['-L'], { encoding: 'utf8', timeout: 10_000, windowsHide: true });
+  return { platform: process.platform, arch: process.arch, libs, nvidiaSmi: smi?.status === 0, vulkanIcds: vulkanIcds(env), sourceModules };
 }
 
 /** The environment a child needs to load `module` (and, for CUDA, number devices like NVML does). */

@@ -1,4 +1,5 @@
-import type { MachineProbe } from './backend-choice.js';
+import { cudaDriverLibrary } from '../gpu/names.js';
+import { vulkanLoader, type MachineProbe } from './backend-choice.js';
 import type { BackendResolution } from './backends.js';
 import type { LlamaInstall } from './install.js';
 
@@ -9,22 +10,21 @@ import type { LlamaInstall } from './install.js';
 export function doctorLines(install: LlamaInstall, r: BackendResolution, probe: MachineProbe, autoPause: { available: boolean; why: string }): string[] {
   const yes = (b: boolean): string => (b ? 'yes' : 'no');
   const lib = (name: string): string => `${name} ${yes(probe.libs[name] === true)}`;
-  const cudaLibs = Object.keys(probe.libs).filter((l) => /cud/.test(l));
+  const driver = cudaDriverLibrary(probe.platform);
+  const loader = vulkanLoader(probe.platform);
+  const runtime = Object.keys(probe.libs).filter((l) => /cud|cublas/.test(l) && l !== driver);
   const out = [
     `llama-server     ${install.serverPath}${install.source === 'env' ? '  (RELAY_LLAMA_BIN_DIR)' : ''}`,
     `ggml-rpc-server  ${install.rpcServerPath}`,
     `llama.cpp        ${install.tag} (${install.version})`,
-    `NVIDIA driver    ${yes(probe.libs['libcuda.so.1'] === true || probe.nvidiaSmi)} (libcuda.so.1 ${yes(probe.libs['libcuda.so.1'] === true)}, nvidia-smi ${yes(probe.nvidiaSmi)})`,
+    `NVIDIA driver    ${yes(probe.libs[driver] === true || probe.nvidiaSmi)} (${lib(driver)}, ${probe.platform === 'win32' ? 'nvidia-smi.exe' : 'nvidia-smi'} ${yes(probe.nvidiaSmi)})`,
   ];
-  if (cudaLibs.some((l) => l !== 'libcuda.so.1'))
-    out.push(
-      `CUDA runtime     ${cudaLibs
-        .filter((l) => l !== 'libcuda.so.1')
-        .map(lib)
-        .join(', ')}`,
-    );
-  if ('libvulkan.so.1' in probe.libs) {
-    out.push(`Vulkan           loader ${yes(probe.libs['libvulkan.so.1'] === true)}, drivers: ${probe.vulkanIcds.map((f) => f.split('/').pop()).join(', ') || 'none'}`);
+  if (runtime.length > 0) out.push(`CUDA runtime     ${runtime.map(lib).join(', ')}`);
+  if (loader in probe.libs) {
+    // Windows drivers register with the loader in the registry, not as manifest files: --list-devices below tells.
+    const loads = yes(probe.libs[loader] === true);
+    if (probe.platform === 'win32') out.push(`Vulkan           loader ${loads} (${loader}), drivers: registered in the Windows registry (the devices below tell)`);
+    else out.push(`Vulkan           loader ${loads}, drivers: ${probe.vulkanIcds.map((f) => f.split('/').pop()).join(', ') || 'none'}`);
   }
   const built = Object.entries(probe.sourceModules).map(([b, p]) => `${b} (${p})`);
   if (built.length > 0) out.push(`built here       ${built.join(', ')}`);

@@ -1,0 +1,161 @@
+import assert from 'node:assert/strict';
+import { createRequire } from 'node:module';
+import { describe, it } from 'node:test';
+import { cudaDriverLibrary, firstPresent, nvidiaSmiCandidates, nvmlCandidates, nvmlName } from '../../src/main/core/gpu/names.js';
+import { autoPauseWhy, loadFirst, NVML_STRUCTS, nvmlStruct } from '../../src/main/core/gpu/nvml.js';
+import { nvidiaSmiCommand } from '../../src/main/core/gpu/smi.js';
+import { backendCandidates, type MachineProbe } from '../../src/main/core/llama/backend-choice.js';
+import type { BackendResolution } from '../../src/main/core/llama/backends.js';
+import { doctorLines } from '../../src/main/core/llama/doctor.js';
+import type { LlamaInstall } from '../../src/main/core/llama/install.js';
+
+/**
+ * The NVIDIA driver's files per platform (src/main/core/gpu/names.ts), with the platform as a parameter: what
+ * NVML is loaded from, which nvidia-smi runs, what `relay doctor` names, and the NVML struct layouts koffi
+ * reads, which must be the same on Windows (LLP64) as on Linux (LP64).
+ */
+const WIN_ENV = { SystemRoot: 'C:\\Windows', ProgramFiles: 'C:\\Program Files' };
+
+describe('GPU readings on Windows: the names', () => {
+  it('NVML: System32 first, then the older drivers’ NVSMI folder, full paths only; libnvidia-ml.so.1 on Linux; none on macOS', () => {
+    assert.deepEqual(nvmlCandidates('win32', WIN_ENV), ['C:\\Windows\\System32\\nvml.dll', 'C:\\Program Files\\NVIDIA Corporation\\NVSMI\\nvml.dll']);
+    assert.deepEqual(nvmlCandidates('win32', {}), nvmlCandidates('win32', WIN_ENV), 'the usual folders when the environment does not say');
+    assert.deepEqual(nvmlCandidates('win32', { SystemRoot: 'D:\\Win', ProgramW6432: 'D:\\Programs', ProgramFiles: 'D:\\Programs (x86)' }), [
+      'D:\\Win\\System32\\nvml.dll',
+      'D:\\Programs\\NVIDIA Corporation\\NVSMI\\nvml.dll',
+    ]);
+    assert.deepEqual(nvmlCandidates('linux'), ['libnvidia-ml.so.1']);
+    assert.deepEqual(nvmlCandidates('darwin'), []);
+    assert.deepEqual([nvmlName('win32'), nvmlName('linux')], ['nvml.dll', 'libnvidia-ml.so.1']);
+  });
+
+  it('nvidia-smi: System32, NVSMI, then nvidia-smi.exe on PATH; the first present is run', () => {
+    const c = nvidiaSmiCandidates('win32', WIN_ENV);
+    assert.deepEqual(c, ['C:\\Windows\\System32\\nvidia-smi.exe', 'C:\\Program Files\\NVIDIA Corporation\\NVSMI\\nvidia-smi.exe', 'nvidia-smi.exe']);
+    assert.deepEqual(nvidiaSmiCandidates('linux'), ['nvidia-smi']);
+    assert.equal(
+      nvidiaSmiCommand('win32', WIN_ENV, (p) => p === c[1]),
+      c[1],
+      'an old driver: the NVSMI folder',
+    );
+    assert.equal(
+      nvidiaSmiCommand('win32', WIN_ENV, () => true),
+      c[0],
+    );
+    assert.equal(
+      nvidiaSmiCommand('win32', WIN_ENV, () => false),
+      'nvidia-smi.exe',
+      'neither folder: PATH decides',
+    );
+    assert.equal(
+      nvidiaSmiCommand('linux', {}, () => false),
+      'nvidia-smi',
+    );
+    assert.equal(
+      firstPresent(['C:\\a\\x.dll', '/b/y.so'], () => false),
+      null,
+    );
+  });
+
+  it('the CUDA driver library is nvcuda.dll on Windows, and the backend notes name it', () => {
+    assert.deepEqual([cudaDriverLibrary('win32'), cudaDriverLibrary('linux')], ['nvcuda.dll', 'libcuda.so.1']);
+    const c = backendCandidates(win({ libs: { 'nvcuda.dll': false } }), 'auto');
+    assert.equal(c.notes[0], 'no NVIDIA driver (nvcuda.dll, nvidia-smi)');
+    const d = backendCandidates(win({ libs: { 'nvcuda.dll': true } }), 'cuda');
+    assert.match(d.notes[0]!, /^NVIDIA driver found, but no prebuilt CUDA module for win32-x64/);
+  });
+});
+
+describe('GPU readings on Windows: loading NVML', () => {
+  it('tries each candidate in order and answers null, without throwing, when none loads', () => {
+    const tried: string[] = [];
+    const fake = (ok: string | null) => ({
+      load(p: string) {
+        tried.push(p);
+        if (p !== ok) throw new Error(`Failed to load shared library: ${p}`);
+        return { path: p } as never;
+      },
+    });
+    const c = nvmlCandidates('win32', WIN_ENV);
+    assert.equal(
+      loadFirst(fake(null), c, () => true),
+      null,
+    );
+    assert.deepEqual(tried, c, 'both tried');
+    tried.length = 0;
+    assert.deepEqual(
+      loadFirst(fake(c[1]!), c, () => true),
+      { path: c[1] },
+    );
+    tried.length = 0;
+    assert.equal(
+      loadFirst(fake(null), c, () => false),
+      null,
+    );
+    assert.deepEqual(tried, [], 'a full path that is not there is never handed to the loader');
+    assert.equal(loadFirst(fake('libnvidia-ml.so.1'), nvmlCandidates('linux'), () => false) !== null, true, 'a bare name goes to the loader');
+  });
+
+  it("auto-pause's unavailable line names the platform's NVML file", () => {
+    assert.match(autoPauseWhy('absent', 'win32').why, /NVML \(nvml\.dll\) is not here/);
+    assert.match(autoPauseWhy('absent', 'linux').why, /NVML \(libnvidia-ml\.so\.1\) is not here/);
+    assert.equal(autoPauseWhy('ready', 'win32').available, true);
+    assert.equal(autoPauseWhy('no-process-lists', 'win32').available, false);
+  });
+
+  it("the NVML structs have nvml.h's layout with fixed-width fields only (no C long, 32-bit on Windows)", () => {
+    const koffi = createRequire(import.meta.url)('koffi') as typeof import('koffi');
+    for (const [name, fields] of Object.entries(NVML_STRUCTS)) {
+      for (const [field, t] of Object.entries(fields)) {
+        const type = typeof t === 'string' ? t : t[0];
+        assert.match(type, /^(u?int(8|16|32|64)|char)$/, `${name}.${field}: ${type}`);
+      }
+    }
+    // Offsets and sizes as a C compiler lays out nvml.h's structs on x64, Linux or Windows alike.
+    const layout = (which: keyof typeof NVML_STRUCTS) => {
+      const s = nvmlStruct(koffi, which) as import('koffi').TypeObject;
+      return [koffi.sizeof(s), ...Object.keys(NVML_STRUCTS[which]).map((f) => koffi.offsetof(s, f))];
+    };
+    assert.deepEqual(layout('nvmlMemory_t'), [24, 0, 8, 16]);
+    assert.deepEqual(layout('nvmlUtilization_t'), [8, 0, 4]);
+    assert.deepEqual(layout('nvmlPciInfo_t'), [68, 0, 16, 20, 24, 28, 32, 36]);
+    assert.deepEqual(layout('nvmlProcessInfo_t'), [24, 0, 8, 16, 20]);
+  });
+});
+
+const win = (over: Partial<MachineProbe> = {}): MachineProbe => ({
+  platform: 'win32',
+  arch: 'x64',
+  nvidiaSmi: false,
+  vulkanIcds: [],
+  sourceModules: {},
+  libs: { 'nvcuda.dll': true, 'vulkan-1.dll': true, 'msvcp140.dll': true, 'vcruntime140.dll': true },
+  ...over,
+});
+
+describe("GPU readings on Windows: relay doctor's wording", () => {
+  const install = { serverPath: 'C:\\relay\\llama-server.exe', rpcServerPath: 'C:\\relay\\ggml-rpc-server.exe', tag: 'b1', version: '1 (abc)', source: 'cache' } as LlamaInstall;
+  const r: BackendResolution = { backend: 'vulkan', module: 'C:\\relay\\ggml-vulkan.dll', from: 'shipped', devices: [], reason: 'x', notes: [] };
+
+  it('names nvcuda.dll, nvidia-smi.exe, vulkan-1.dll and nvml.dll on Windows, and no Linux library', () => {
+    const lines = doctorLines(install, r, win({ nvidiaSmi: true }), autoPauseWhy('absent', 'win32'));
+    const text = lines.join('\n');
+    assert.ok(lines.includes('NVIDIA driver    yes (nvcuda.dll yes, nvidia-smi.exe yes)'), text);
+    assert.ok(lines.includes('Vulkan           loader yes (vulkan-1.dll), drivers: registered in the Windows registry (the devices below tell)'), text);
+    assert.match(text, /nvml\.dll/);
+    assert.doesNotMatch(text, /\.so\b|libcuda|libvulkan|libnvidia|CUDA runtime/);
+  });
+
+  it('on Linux it still names libcuda.so.1, the CUDA runtime libraries and the ICD files', () => {
+    const probe: MachineProbe = {
+      ...win(),
+      platform: 'linux',
+      vulkanIcds: ['/usr/share/vulkan/icd.d/nvidia_icd.json'],
+      libs: { 'libcuda.so.1': true, 'libcudart.so.13': false, 'libcublas.so.13': false, 'libvulkan.so.1': true },
+    };
+    const lines = doctorLines(install, r, probe, autoPauseWhy('ready', 'linux'));
+    assert.ok(lines.includes('NVIDIA driver    yes (libcuda.so.1 yes, nvidia-smi no)'), lines.join('\n'));
+    assert.ok(lines.includes('CUDA runtime     libcudart.so.13 no, libcublas.so.13 no'), lines.join('\n'));
+    assert.ok(lines.includes('Vulkan           loader yes, drivers: nvidia_icd.json'), lines.join('\n'));
+  });
+});
