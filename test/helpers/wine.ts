@@ -120,14 +120,14 @@ const relayBin = new URL('../../../bin/relay.js', import.meta.url).pathname;
 export async function startWineNode(
   prefix: WinePrefix,
   hub: { url: string; home: string },
-  opts: { name: string; token: string; winBin: string; cpuBudgetMb: number; env?: Record<string, string> },
+  opts: { name: string; token: string; winBin: string; cpuBudgetMb: number; env?: Record<string, string>; nodeArgs?: readonly string[] },
 ): Promise<{ home: string; proc: WineProcess; log: () => string }> {
   const home = mkdtempSync(join(tmpdir(), `relay-winnode-${opts.name}-`));
   const node = await windowsNodeExe();
   const env = { NODE_SKIP_PLATFORM_CHECK: '1', RELAY_LLAMA_BIN_DIR: winPath(opts.winBin), RELAY_LLAMA_BACKEND: 'cpu', RELAY_HEARTBEAT_MS: '500', ...opts.env };
   const proc = prefix.start(
     node,
-    [winPath(relayBin), 'up', '--hub', hub.url, '--token', opts.token, '--name', opts.name, '--home', winPath(home), '--cpu-budget-mb', String(opts.cpuBudgetMb)],
+    [...(opts.nodeArgs ?? []), winPath(relayBin), 'up', '--hub', hub.url, '--token', opts.token, '--name', opts.name, '--home', winPath(home), '--cpu-budget-mb', String(opts.cpuBudgetMb)],
     `node-${opts.name}`,
     env,
   );
