@@ -45,7 +45,7 @@ async function binaries(platform, env) {
 }
 
 /** koffi's native module for the target: the @koromix package package-lock.json pins, fetched and verified. */
-async function koffiModule(platform, arch, env, log) {
+export async function koffiModule(platform, arch, env = process.env, log = (l) => console.error(`stage-llama: ${l}`)) {
   const { cacheRoot, packFromRegistry } = await lib('fetch.js');
   const { ErrorCode } = await import(join(root, 'dist', 'src', 'shared', 'errors.js'));
   const name = `@koromix/koffi-${platform}-${arch}`;

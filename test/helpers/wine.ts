@@ -1,3 +1,4 @@
+import assert from 'node:assert/strict';
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { closeSync, existsSync, mkdirSync, mkdtempSync, openSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { ErrorCode } from '../../src/shared/errors.js';
@@ -109,6 +110,18 @@ export async function windowsNodeExe(): Promise<string> {
   rmSync(tgz, { force: true });
   if (!existsSync(exe)) throw new Error(`no node.exe in ${WINDOWS_NODE.package}@${WINDOWS_NODE.version}`);
   return exe;
+}
+
+/** Run a script with Node.js for Windows under Wine; it must exit 0 and print one line of JSON (its answer). */
+export async function windowsNodeJson<T>(prefix: WinePrefix, args: readonly string[], name: string): Promise<T> {
+  const p = prefix.start(await windowsNodeExe(), args, name, { NODE_SKIP_PLATFORM_CHECK: '1' });
+  assert.equal(await p.exited, 0, p.output());
+  const line = p
+    .output()
+    .split('\n')
+    .find((l) => l.startsWith('{'));
+  assert.ok(line, p.output());
+  return JSON.parse(line) as T;
 }
 
 const relayBin = new URL('../../../bin/relay.js', import.meta.url).pathname;

@@ -9,7 +9,7 @@ import { BACKEND_PACKAGES } from '../../src/main/core/llama/backend-choice.js';
 import { shippedModulesIn } from '../../src/main/core/llama/backends.js';
 import { buildWindows, MINGW } from '../../src/main/core/llama/build-windows.js';
 import { binariesIn } from '../../src/main/core/llama/install.js';
-import { windowsNodeExe, winPath, winePrefix, type WinePrefix } from '../helpers/wine.js';
+import { windowsNodeJson, winPath, winePrefix, type WinePrefix } from '../helpers/wine.js';
 
 /**
  * `npm run dist -- --win --dir` on Linux: electron-builder's win `dir` target with this repo's
@@ -156,14 +156,7 @@ describe('packaging (electron-builder, win dir target, on Linux)', { timeout: 60
         'console.log(JSON.stringify({ koffi: koffi.version, pid: pid(), nodePid: process.pid }));',
       ].join('\n'),
     );
-    const p = wine.start(await windowsNodeExe(), [winPath(script), winPath(resources), winPath(join(app, 'node_modules', 'koffi'))], 'koffi-check', { NODE_SKIP_PLATFORM_CHECK: '1' });
-    assert.equal(await p.exited, 0, p.output());
-    const line = p
-      .output()
-      .split('\n')
-      .find((l) => l.startsWith('{'));
-    assert.ok(line, p.output());
-    const r = JSON.parse(line) as { koffi: string; pid: number; nodePid: number };
+    const r = await windowsNodeJson<{ koffi: string; pid: number; nodePid: number }>(wine, [winPath(script), winPath(resources), winPath(join(app, 'node_modules', 'koffi'))], 'koffi-check');
     assert.equal(r.pid, r.nodePid, 'a call through koffi into kernel32 answered');
   });
 
