@@ -13,19 +13,29 @@ function chunkedOf(parts: string[], trailer = ''): Buffer {
 const EVENTS = ['data: {"choices":[{"text":" the"}]}\n\n', 'data: {"choices":[{"text":" fox é"}]}\n\n', `data: ${'x'.repeat(300)}\n\n`, 'data: [DONE]\n\n'];
 
 /** Feed `wire` cut at the given offsets; what was passed on, the payload, and when it was done. */
-function feed(wire: Buffer, cuts: number[]): { forward: Buffer; payload: Buffer; doneAt: number } {
+function feed(wire: Buffer, cuts: number[]): { forward: Buffer; payload: Buffer; doneAt: number; passedOnAt: number[] } {
   const r = new ChunkedBody();
   const forward: Buffer[] = [];
   const payload: Buffer[] = [];
+  const passedOnAt: number[] = [];
   let doneAt = -1;
   const bounds = [0, ...cuts, wire.byteLength];
   for (let k = 0; k + 1 < bounds.length; k++) {
     const got = r.read(wire.subarray(bounds[k], bounds[k + 1]));
     forward.push(...got.forward);
     payload.push(...got.payload);
+    passedOnAt.push(Buffer.concat(forward).byteLength);
     if (got.done && doneAt < 0) doneAt = k;
   }
-  return { forward: Buffer.concat(forward), payload: Buffer.concat(payload), doneAt };
+  return { forward: Buffer.concat(forward), payload: Buffer.concat(payload), doneAt, passedOnAt };
+}
+
+/** Where each chunk of chunkedOf(parts) ends on the wire (and 0): the only places forwarding may stop. */
+function chunkEnds(parts: string[]): Set<number> {
+  const ends = new Set([0]);
+  let at = 0;
+  for (const p of parts) ends.add((at += `${Buffer.byteLength(p).toString(16)}\r\n`.length + Buffer.byteLength(p) + 2));
+  return ends;
 }
 
 describe('upstream HTTP: the chunked body', () => {
@@ -39,16 +49,25 @@ describe('upstream HTTP: the chunked body', () => {
     assert.equal(one.doneAt, 0);
   });
 
-  it('gives the same at every cut, and every pair of cuts (a size line split across reads is held, never half sent)', () => {
+  it('gives the same at every cut, and every pair of cuts, passing on only whole chunks (a cut chunk is held)', () => {
+    const ends = chunkEnds(EVENTS);
     for (let a = 1; a < wire.byteLength; a++) {
       const x = feed(wire, [a]);
       assert.equal(x.forward.toString('latin1'), bodyOnly.toString('latin1'), `cut at ${a}`);
       assert.equal(x.payload.toString('utf8'), EVENTS.join(''), `cut at ${a}`);
       assert.equal(x.doneAt, 1, `done only with the last byte (cut at ${a})`);
+      assert.ok(
+        x.passedOnAt.every((n) => ends.has(n)),
+        `what went on after each read ends where a chunk ends (cut at ${a}: ${x.passedOnAt.join(', ')})`,
+      );
       for (let b = a + 1; b < wire.byteLength; b += 7) {
         const y = feed(wire, [a, b]);
         assert.equal(y.forward.toString('latin1'), bodyOnly.toString('latin1'), `cuts at ${a}, ${b}`);
         assert.equal(y.payload.toString('utf8'), EVENTS.join(''), `cuts at ${a}, ${b}`);
+        assert.ok(
+          y.passedOnAt.every((n) => ends.has(n)),
+          `cuts at ${a}, ${b}`,
+        );
       }
     }
   });

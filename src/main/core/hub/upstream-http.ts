@@ -43,20 +43,25 @@ export function parseHead(buf: Buffer): { head: UpstreamHead; rest: Buffer } | n
 
 /** What one read of a chunked body holds: the bytes to pass on as they are, the payload, whether it ended. */
 export interface ChunkedRead {
-  /** The read's bytes with their framing, minus the last chunk (`0\r\n\r\n`) and any trailer. */
+  /** Whole chunks with their framing (those this read completed), never the last chunk (`0\r\n\r\n`) or a trailer. */
   readonly forward: Buffer[];
   readonly payload: Buffer[];
   readonly done: boolean;
 }
 
 /**
- * A chunked body read as it arrives, cut anywhere. `forward` never holds part of a chunk-size line: a line cut
- * by a read is held until it is whole, so the last chunk is never half passed on (the client's own end of
- * the body is written by its server, see proxy.ts).
+ * A chunked body read as it arrives, cut anywhere. `forward` only ever ends where a chunk ends: the bytes of a
+ * chunk cut by a read are held until it is whole. So the client's framing is valid whatever happens next — an
+ * upstream that dies mid-chunk leaves the client whole chunks (each one SSE event, as llama-server writes them),
+ * and its error event follows cleanly — and the last chunk is never half passed on (the client's server
+ * writes the client's own, see proxy.ts).
  */
 export class ChunkedBody {
   private state: 'size' | 'data' | 'crlf' | 'trailer' | 'done' = 'size';
-  private held: Buffer = EMPTY;
+  /** Bytes of the chunk under way, from earlier reads (not copied: a read's buffer is never reused). */
+  private pending: Buffer[] = [];
+  /** The text of a size or trailer line cut by a read. */
+  private line = '';
   private left = 0;
 
   get done(): boolean {
@@ -66,9 +71,14 @@ export class ChunkedBody {
   read(buf: Buffer): ChunkedRead {
     const forward: Buffer[] = [];
     const payload: Buffer[] = [];
-    let from = 0; // the first byte of buf not yet passed on
+    let seg = 0; // the first byte of buf not yet forwarded or pending
     let i = 0;
-    let ended = this.state === 'trailer' || this.state === 'done';
+    const chunkEnded = (): void => {
+      forward.push(...this.pending);
+      if (i > seg) forward.push(buf.subarray(seg, i));
+      this.pending = [];
+      seg = i;
+    };
     while (i < buf.byteLength && this.state !== 'done') {
       if (this.state === 'data') {
         const n = Math.min(this.left, buf.byteLength - i);
@@ -79,43 +89,42 @@ export class ChunkedBody {
         continue;
       }
       if (this.state === 'crlf') {
-        // The CR LF after a chunk's data (a read may cut between them; held lines start after both).
+        // The CR LF after a chunk's data (a read may cut between them).
         if (buf[i] === 0x0a) this.state = 'size';
         else if (buf[i] !== 0x0d) throw new Error('chunk data not followed by CRLF');
         i++;
+        if (this.state === 'size') chunkEnded();
         continue;
       }
       const nl = buf.indexOf(0x0a, i);
+      const text = buf.subarray(i, nl < 0 ? buf.byteLength : nl).toString('latin1');
+      if (this.line.length + text.length > MAX_LINE) throw new Error('chunk line too long');
       if (nl < 0) {
-        if (!ended && i > from) forward.push(buf.subarray(from, i));
-        this.held = this.held.byteLength ? Buffer.concat([this.held, buf.subarray(i)]) : Buffer.from(buf.subarray(i));
-        if (this.held.byteLength > MAX_LINE) throw new Error('chunk line too long');
-        i = from = buf.byteLength;
+        this.line += text;
+        i = buf.byteLength;
         break;
       }
-      const line = (this.held.byteLength ? Buffer.concat([this.held, buf.subarray(i, nl)]) : buf.subarray(i, nl)).toString('latin1').replace(/\r$/, '');
-      const heldBytes = this.held;
-      this.held = EMPTY;
+      const line = (this.line + text).replace(/\r$/, '');
+      this.line = '';
+      i = nl + 1;
       if (this.state === 'trailer') {
         if (line === '') this.state = 'done';
-        i = nl + 1;
         continue;
       }
       const hex = line.split(';')[0]!.trim();
       if (!/^[0-9a-fA-F]{1,8}$/.test(hex)) throw new Error(`bad chunk size ${JSON.stringify(line.slice(0, 20))}`);
       const size = parseInt(hex, 16);
       if (size === 0) {
-        if (i > from) forward.push(buf.subarray(from, i));
-        ended = true;
+        // The last chunk (and any trailer): none of it goes on.
+        this.pending = [];
+        seg = buf.byteLength;
         this.state = 'trailer';
       } else {
-        if (heldBytes.byteLength) forward.push(heldBytes); // a line held from the last read is only ever this read's first
         this.left = size;
         this.state = 'data';
       }
-      i = nl + 1;
     }
-    if (!ended && from < i) forward.push(buf.subarray(from, i));
+    if (this.state !== 'trailer' && this.state !== 'done' && i > seg) this.pending.push(buf.subarray(seg, i));
     return { forward, payload, done: this.state === 'done' };
   }
 }
