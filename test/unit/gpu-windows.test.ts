@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { createRequire } from 'node:module';
 import { describe, it } from 'node:test';
-import { cudaDriverLibrary, firstPresent, nvidiaSmiCandidates, nvmlCandidates, nvmlName } from '../../src/main/core/gpu/names.js';
+import { cudaDriverLibrary, firstPresent, nvidiaSmiCandidates, nvmlCandidates, nvmlName, systemLibraryPath } from '../../src/main/core/gpu/names.js';
 import { autoPauseWhy, loadFirst, NVML_STRUCTS, nvmlStruct } from '../../src/main/core/gpu/nvml.js';
 import { nvidiaSmiCommand } from '../../src/main/core/gpu/smi.js';
 import { backendCandidates, type MachineProbe } from '../../src/main/core/llama/backend-choice.js';
@@ -29,9 +29,9 @@ describe('GPU readings on Windows: the names', () => {
     assert.deepEqual([nvmlName('win32'), nvmlName('linux')], ['nvml.dll', 'libnvidia-ml.so.1']);
   });
 
-  it('nvidia-smi: System32, NVSMI, then nvidia-smi.exe on PATH; the first present is run', () => {
+  it('nvidia-smi: System32, then NVSMI, never a bare name on Windows; the first present is run', () => {
     const c = nvidiaSmiCandidates('win32', WIN_ENV);
-    assert.deepEqual(c, ['C:\\Windows\\System32\\nvidia-smi.exe', 'C:\\Program Files\\NVIDIA Corporation\\NVSMI\\nvidia-smi.exe', 'nvidia-smi.exe']);
+    assert.deepEqual(c, ['C:\\Windows\\System32\\nvidia-smi.exe', 'C:\\Program Files\\NVIDIA Corporation\\NVSMI\\nvidia-smi.exe']);
     assert.deepEqual(nvidiaSmiCandidates('linux'), ['nvidia-smi']);
     assert.equal(
       nvidiaSmiCommand('win32', WIN_ENV, (p) => p === c[1]),
@@ -44,9 +44,15 @@ describe('GPU readings on Windows: the names', () => {
     );
     assert.equal(
       nvidiaSmiCommand('win32', WIN_ENV, () => false),
-      'nvidia-smi.exe',
-      'neither folder: PATH decides',
+      null,
+      'neither folder: no NVIDIA driver (a nvidia-smi.exe in the current folder is never run)',
     );
+    assert.deepEqual(
+      ['vulkan-1.dll', 'msvcp140.dll'].map((n) => systemLibraryPath(n, 'win32', WIN_ENV)),
+      ['C:\\Windows\\System32\\vulkan-1.dll', 'C:\\Windows\\System32\\msvcp140.dll'],
+      'system libraries are probed by full path on Windows',
+    );
+    assert.equal(systemLibraryPath('libvulkan.so.1', 'linux'), 'libvulkan.so.1');
     assert.equal(
       nvidiaSmiCommand('linux', {}, () => false),
       'nvidia-smi',

@@ -1,8 +1,10 @@
 import assert from 'node:assert/strict';
 import { once } from 'node:events';
 import { connect, createServer, type AddressInfo, type Socket } from 'node:net';
+import type { Duplex } from 'node:stream';
 import { describe, it } from 'node:test';
-import { ChunkedBody, parseHead, postUpstream, type UpstreamHead } from '../../src/main/core/hub/upstream-http.js';
+import { ChunkedBody, openUpstream, parseHead, postUpstream, type UpstreamHead } from '../../src/main/core/hub/upstream-http.js';
+import type { Lease } from '../../src/main/core/scheduler/placement.js';
 
 /** A chunked body as cpp-httplib writes one: a chunk per SSE event, hex sizes, the last chunk, no trailer. */
 function chunkedOf(parts: string[], trailer = ''): Buffer {
@@ -130,11 +132,11 @@ async function serverAnswering(pieces: Buffer[], opts: { close?: boolean } = {})
 }
 
 type Seen = { head?: UpstreamHead; forward: string; payload: string; ended: boolean; broken?: string };
-function post(port: number, body: string): Promise<Seen> {
+function post(port: number, body: string, socket: Duplex = connect({ port, host: '127.0.0.1' })): Promise<Seen> {
   return new Promise((resolve) => {
     const seen: Seen = { forward: '', payload: '', ended: false };
     postUpstream(
-      connect({ port, host: '127.0.0.1' }),
+      socket,
       { path: '/v1/completions', host: `127.0.0.1:${port}`, accept: '*/*', body: Buffer.from(body) },
       {
         head: (h) => (seen.head = h),
@@ -189,5 +191,15 @@ describe('upstream HTTP: one POST on a real socket', () => {
     gone.close();
     const refused = await post(gone.port, '{}');
     assert.equal(refused.broken, 'ECONNREFUSED');
+  });
+
+  it("a node's tunnel that refuses the stream at once (it is going away) is a failure before the first byte, not a throw", async () => {
+    const lease = {
+      connect: () => {
+        throw new Error('the tunnel is closing');
+      },
+    } as unknown as Lease;
+    const seen = await post(0, '{}', openUpstream(lease, undefined, 'node', 0));
+    assert.deepEqual([seen.ended, seen.broken, seen.head], [false, 'the tunnel is closing', undefined]);
   });
 });

@@ -26,13 +26,13 @@ export function nvmlCandidates(platform: NodeJS.Platform, env: Env = {}): string
 }
 
 /**
- * nvidia-smi candidates, tried in order: on Windows the two folders above, then `nvidia-smi.exe` on PATH (a
- * bare name: libuv searches PATH, and the current folder first, so it comes last).
+ * nvidia-smi candidates, tried in order: on Windows only the two folders above (every NVIDIA driver puts it in
+ * one); never a bare `nvidia-smi.exe`, which libuv would look for in the current folder first.
  */
 export function nvidiaSmiCandidates(platform: NodeJS.Platform, env: Env = {}): string[] {
   if (platform === 'win32') {
     const d = windowsDirs(env);
-    return [win32.join(d.system32, 'nvidia-smi.exe'), win32.join(d.nvsmi, 'nvidia-smi.exe'), 'nvidia-smi.exe'];
+    return [win32.join(d.system32, 'nvidia-smi.exe'), win32.join(d.nvsmi, 'nvidia-smi.exe')];
   }
   return ['nvidia-smi'];
 }
@@ -41,6 +41,15 @@ export function nvidiaSmiCandidates(platform: NodeJS.Platform, env: Env = {}): s
 export function firstPresent(candidates: readonly string[], exists: (path: string) => boolean): string | null {
   for (const c of candidates) if (!/[\\/]/.test(c) || exists(c)) return c;
   return null;
+}
+
+/**
+ * Where a probe loads a system library from: on Windows the full path in System32 (the Vulkan loader, the CUDA
+ * driver and the Visual C++ runtime live there; a bare name would also search the current folder and PATH,
+ * and Electron's own folder ships a vulkan-1.dll that llama-server.exe would not find); elsewhere the name.
+ */
+export function systemLibraryPath(name: string, platform: NodeJS.Platform, env: Env = {}): string {
+  return platform === 'win32' ? win32.join(windowsDirs(env).system32, name) : name;
 }
 
 /** The CUDA driver library (the driver's, not the toolkit's): whether an NVIDIA driver is installed. */

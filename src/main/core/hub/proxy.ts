@@ -1,4 +1,3 @@
-import { connect } from 'node:net';
 import type { Duplex } from 'node:stream';
 import type { Request, Response } from 'express';
 import type { Logger } from 'pino';
@@ -6,7 +5,7 @@ import { ErrorCode, RelayError } from '../../../shared/errors.js';
 import { errorIn, streamErrorIn, type ErrorShape } from './dialects.js';
 import type { Lease } from '../scheduler/placement.js';
 import type { SpareSockets } from '../llama/spare-sockets.js';
-import { postUpstream } from './upstream-http.js';
+import { openUpstream, postUpstream } from './upstream-http.js';
 
 /**
  * Forward one /v1 request to a placement's llama-server and stream the answer back byte for byte.
@@ -195,7 +194,7 @@ export function proxyToPlacement(opts: {
   const host = url.hostname;
   const port = Number(url.port);
   // A node replica: the request rides a fresh http stream through that node's tunnel.
-  const up: Duplex = lease.connect ? lease.connect() : spares ? spares.take(host, port) : connect({ host, port, noDelay: true });
+  const up: Duplex = openUpstream(lease, spares, host, port);
 
   let isSse = false;
   let started = false;
@@ -312,7 +311,10 @@ export function proxyToPlacement(opts: {
         if (full) {
           // Backpressure: llama-server waits while the client's socket is full.
           up.pause();
-          (raw ?? res).once('drain', () => up.resume());
+          const to = raw ?? res;
+          const resume = (): void => void up.resume();
+          to.once('drain', resume);
+          up.once('close', () => to.off('drain', resume)); // a client connection kept alive must not collect them
         }
       },
       end() {

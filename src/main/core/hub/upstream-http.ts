@@ -1,4 +1,7 @@
-import type { Duplex } from 'node:stream';
+import { connect } from 'node:net';
+import { Duplex } from 'node:stream';
+import type { SpareSockets } from '../llama/spare-sockets.js';
+import type { Lease } from '../scheduler/placement.js';
 
 /**
  * The hub's HTTP/1.1 client for llama-server: one POST per connection (`Connection: close`), its response
@@ -198,4 +201,19 @@ export function postUpstream(socket: Duplex, req: { path: string; host: string; 
   socket.write(lines.join('\r\n'));
   socket.write(req.body);
   socket.uncork();
+}
+
+/**
+ * The connection a request goes out on: a fresh http stream through the node's tunnel, a spare socket, or a new
+ * one. A tunnel that is going away refuses the stream at once (it throws): that is the placement failing before
+ * the first byte, so it is handed over as a connection that errors, and the request goes elsewhere.
+ */
+export function openUpstream(lease: Lease, spares: SpareSockets | undefined, host: string, port: number): Duplex {
+  try {
+    return lease.connect ? lease.connect() : spares ? spares.take(host, port) : connect({ host, port, noDelay: true });
+  } catch (err) {
+    const failed = new Duplex({ read: () => undefined, write: (_c, _e, done) => done() }); // takes the request, answers nothing
+    process.nextTick(() => failed.destroy(err instanceof Error ? err : new Error(String(err))));
+    return failed;
+  }
 }

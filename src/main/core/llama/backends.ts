@@ -19,7 +19,7 @@ import {
 import { parseListDevices, type ListedDevice } from './devices.js';
 import { cacheRoot, packFromRegistry, type Progress } from './fetch.js';
 import { processEnv } from '../config.js';
-import { cudaDriverLibrary } from '../gpu/names.js';
+import { cudaDriverLibrary, systemLibraryPath } from '../gpu/names.js';
 import { nvidiaSmiCommand } from '../gpu/smi.js';
 
 /**
@@ -53,10 +53,10 @@ export function backendChoiceFromEnv(env: NodeJS.ProcessEnv = processEnv()): Bac
   return v as BackendChoice;
 }
 
-function libraryLoads(name: string): boolean {
+function libraryLoads(name: string, env: NodeJS.ProcessEnv): boolean {
   try {
     const koffi = createRequire(import.meta.url)('koffi') as typeof import('koffi');
-    const lib = koffi.load(name);
+    const lib = koffi.load(systemLibraryPath(name, process.platform, env));
     lib.unload();
     return true;
   } catch {
@@ -109,7 +109,7 @@ export function shippedModulesIn(dir: string, packages: readonly BackendPackage[
 
 export function probeMachine(sourceModules: Partial<Record<GpuBackend, string>>, env: NodeJS.ProcessEnv = processEnv()): MachineProbe {
   const libs: Record<string, boolean> = {};
-  for (const l of new Set([cudaDriverLibrary(process.platform), ...librariesToProbe(process.platform, process.arch)])) libs[l] = libraryLoads(l);
+  for (const l of new Set([cudaDriverLibrary(process.platform), ...librariesToProbe(process.platform, process.arch)])) libs[l] = libraryLoads(l, env);
   const cmd = nvidiaSmiCommand(process.platform, env);
   const smi = cmd === null ? null : spawnSync(cmd, ['-L'], { encoding: 'utf8', timeout: 10_000, windowsHide: true });
   return { platform: process.platform, arch: process.arch, libs, nvidiaSmi: smi?.status === 0, vulkanIcds: vulkanIcds(env), sourceModules };

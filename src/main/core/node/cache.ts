@@ -147,7 +147,10 @@ export class ModelCache {
 
   /** Where a push of `sha256` should resume: the partial file's length (0 when none), or null when cached. */
   resumeOffset(sha256: string, size: number): number | null {
-    if (this.has(sha256)) return null;
+    if (this.has(sha256)) {
+      this.toEvict.delete(sha256); // the hub is told it is here: a deferred eviction of it is off
+      return null;
+    }
     const p = this.partialOf(sha256);
     if (!existsSync(p)) return 0;
     const have = statSync(p).size;

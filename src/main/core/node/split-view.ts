@@ -2,6 +2,7 @@ import { existsSync, linkSync, lstatSync, mkdirSync, readdirSync, readlinkSync, 
 import { join, resolve } from 'node:path';
 import { ErrorCode, RelayError } from '../../../shared/errors.js';
 import { splitPartName } from '../gguf/split.js';
+import { isBusy } from './windows-files.js';
 
 /**
  * A split model as llama.cpp loads it, inside a node's cache: a folder `<cache>/split/<id>/` of links named by
@@ -69,6 +70,11 @@ export function dropSplitViews(root: string, target: string): void {
     } catch {
       /* not a view: leave it */
     }
-    if (uses) rmSync(dir, { recursive: true, force: true });
+    if (!uses) continue;
+    try {
+      rmSync(dir, { recursive: true, force: true });
+    } catch (err) {
+      if (!isBusy(err)) throw err; // Windows: a part open elsewhere; the view goes with the next eviction
+    }
   }
 }

@@ -12,21 +12,24 @@ import { ErrorCode, RelayError } from '../../../shared/errors.js';
 /** The codes Windows answers with when a file is open elsewhere (libuv maps ERROR_SHARING_VIOLATION to EBUSY, ERROR_ACCESS_DENIED to EPERM). */
 const BUSY_CODES = new Set(['EPERM', 'EBUSY', 'EACCES']);
 
-/** Whether `err` is Windows' "that file is open elsewhere". */
-export function isBusy(err: unknown): boolean {
-  return BUSY_CODES.has((err as NodeJS.ErrnoException | null)?.code ?? '');
+/**
+ * Whether `err` is Windows' "that file is open elsewhere". Only on Windows: elsewhere EPERM and EACCES are real
+ * permission errors (a cache left root-owned by `sudo relay up`), which must surface, not wait.
+ */
+export function isBusy(err: unknown, platform: NodeJS.Platform = process.platform): boolean {
+  return platform === 'win32' && BUSY_CODES.has((err as NodeJS.ErrnoException | null)?.code ?? '');
 }
 
 /**
  * Remove `path` (gone already is fine). Returns false, leaving the file, when the system refuses because it is
  * open elsewhere: the file stays in the cache, listed and counted, and the next eviction tries it again.
  */
-export function removeUnlessBusy(path: string, rm: (p: string) => void = (p) => rmSync(p, { force: true })): boolean {
+export function removeUnlessBusy(path: string, rm: (p: string) => void = (p) => rmSync(p, { force: true }), platform: NodeJS.Platform = process.platform): boolean {
   try {
     rm(path);
     return true;
   } catch (err) {
-    if (isBusy(err)) return false;
+    if (isBusy(err, platform)) return false;
     throw err;
   }
 }
@@ -36,11 +39,11 @@ export function removeUnlessBusy(path: string, rm: (p: string) => void = (p) => 
  * verified partial file is left where it is: the hub's next push resumes at its end, verifies it again and
  * renames it then (PUSH_INCOMPLETE, which the hub retries).
  */
-export function renameIntoPlace(from: string, to: string, what: string, rename: (a: string, b: string) => void = renameSync): void {
+export function renameIntoPlace(from: string, to: string, what: string, rename: (a: string, b: string) => void = renameSync, platform: NodeJS.Platform = process.platform): void {
   try {
     rename(from, to);
   } catch (err) {
-    if (!isBusy(err)) throw err;
+    if (!isBusy(err, platform)) throw err;
     const code = (err as NodeJS.ErrnoException).code ?? '';
     throw new RelayError(ErrorCode.PUSH_INCOMPLETE, `${what} is verified but the system refused to move it into place (${code}: open elsewhere); the next push renames it`);
   }
