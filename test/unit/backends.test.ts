@@ -6,16 +6,9 @@ import { parseNvidiaSmi } from '../../src/main/core/gpu/smi.js';
 import { backendCandidates, describeCandidate, type MachineProbe } from '../../src/main/core/llama/backend-choice.js';
 import { backendEnv } from '../../src/main/core/llama/backends.js';
 import { freeAfterReservations, type Reservation } from '../../src/main/core/scheduler/plan.js';
+import { machineProbe } from '../helpers/probe.js';
 
-const linux = (over: Partial<MachineProbe> = {}): MachineProbe => ({
-  platform: 'linux',
-  arch: 'x64',
-  nvidiaSmi: false,
-  vulkanIcds: [],
-  sourceModules: {},
-  libs: { 'libcuda.so.1': false, 'libcudart.so.13': false, 'libcublas.so.13': false, 'libcudart.so.12': false, 'libcublas.so.12': false, 'libvulkan.so.1': false },
-  ...over,
-});
+const linux = (over: Partial<MachineProbe> = {}): MachineProbe => machineProbe('linux', over);
 const names = (p: MachineProbe, choice: Parameters<typeof backendCandidates>[1] = 'auto'): string[] => backendCandidates(p, choice).candidates.map(describeCandidate);
 
 describe('backend candidates (pure): CUDA where its runtime loads, else Vulkan, else the CPU', () => {

@@ -8,6 +8,7 @@ import { backendCandidates, type MachineProbe } from '../../src/main/core/llama/
 import type { BackendResolution } from '../../src/main/core/llama/backends.js';
 import { doctorLines } from '../../src/main/core/llama/doctor.js';
 import type { LlamaInstall } from '../../src/main/core/llama/install.js';
+import { machineProbe } from '../helpers/probe.js';
 
 /**
  * The NVIDIA driver's files per platform (src/main/core/gpu/names.ts), with the platform as a parameter: what
@@ -129,15 +130,7 @@ describe('GPU readings on Windows: loading NVML', () => {
   });
 });
 
-const win = (over: Partial<MachineProbe> = {}): MachineProbe => ({
-  platform: 'win32',
-  arch: 'x64',
-  nvidiaSmi: false,
-  vulkanIcds: [],
-  sourceModules: {},
-  libs: { 'nvcuda.dll': true, 'vulkan-1.dll': true, 'msvcp140.dll': true, 'vcruntime140.dll': true },
-  ...over,
-});
+const win = (over: Partial<MachineProbe> = {}): MachineProbe => machineProbe('win32', over);
 
 describe("GPU readings on Windows: relay doctor's wording", () => {
   const install = { serverPath: 'C:\\relay\\llama-server.exe', rpcServerPath: 'C:\\relay\\ggml-rpc-server.exe', tag: 'b1', version: '1 (abc)', source: 'cache' } as LlamaInstall;

@@ -6,21 +6,14 @@ import { describe, it } from 'node:test';
 import { BACKEND_PACKAGES, backendCandidates, describeCandidate, vulkanLoader, type MachineProbe } from '../../src/main/core/llama/backend-choice.js';
 import { moduleFileName, shippedModulesIn } from '../../src/main/core/llama/backends.js';
 import { binariesIn, binaryNames, shippedFileRule } from '../../src/main/core/llama/install.js';
+import { machineProbe } from '../helpers/probe.js';
 
 /**
  * The rules a packaged Windows app finds its llama.cpp files by (resources/llama, which the app hands to
  * findLlama as RELAY_LLAMA_BIN_DIR), tested here on Linux with the platform as a parameter;
  * test/windows/packaging-win.test.ts applies them to a real Windows layout.
  */
-const win = (over: Partial<MachineProbe> = {}): MachineProbe => ({
-  platform: 'win32',
-  arch: 'x64',
-  nvidiaSmi: false,
-  vulkanIcds: [],
-  sourceModules: {},
-  libs: { 'vulkan-1.dll': true, 'msvcp140.dll': true, 'vcruntime140.dll': true },
-  ...over,
-});
+const win = (over: Partial<MachineProbe> = {}): MachineProbe => machineProbe('win32', over);
 
 describe('the Windows layout rules', () => {
   it('names the programs with .exe on Windows only', () => {

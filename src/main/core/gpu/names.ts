@@ -37,9 +37,12 @@ export function nvidiaSmiCandidates(platform: NodeJS.Platform, env: Env = {}): s
   return ['nvidia-smi'];
 }
 
-/** The first candidate that exists; a bare name (no folder) is taken as it is, for PATH to decide. Null when none. */
+/** Whether a candidate names a file by its path (checked for), not a bare name (for the loader or PATH to find). */
+export const isFullPath = (c: string): boolean => /[\\/]/.test(c);
+
+/** The first candidate that exists; a bare name is taken as it is, for PATH to decide. Null when none. */
 export function firstPresent(candidates: readonly string[], exists: (path: string) => boolean): string | null {
-  for (const c of candidates) if (!/[\\/]/.test(c) || exists(c)) return c;
+  for (const c of candidates) if (!isFullPath(c) || exists(c)) return c;
   return null;
 }
 

@@ -1,7 +1,7 @@
 import { existsSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { processEnv } from '../config.js';
-import { nvmlCandidates, nvmlName } from './names.js';
+import { isFullPath, nvmlCandidates, nvmlName } from './names.js';
 
 /**
  * NVIDIA GPU readings through NVML, loaded with the koffi FFI binding (there is no maintained NVML package
@@ -66,7 +66,7 @@ export function nvmlStruct(koffi: typeof import('koffi'), which: keyof typeof NV
 /** The first of `candidates` that loads (a full path is checked for first, so a missing file costs no loader search), or null. */
 export function loadFirst(koffi: { load(path: string): KoffiLib }, candidates: readonly string[], exists: (p: string) => boolean = existsSync): KoffiLib | null {
   for (const c of candidates) {
-    if (/[\\/]/.test(c) && !exists(c)) continue;
+    if (isFullPath(c) && !exists(c)) continue;
     try {
       return koffi.load(c);
     } catch {
