@@ -1,3 +1,4 @@
+import type { RequestListener } from 'node:http';
 import express, { type NextFunction, type Request, type Response } from 'express';
 import { ErrorCode, RelayError } from '../../../shared/errors.js';
 import { fmtMb } from '../scheduler/fit.js';
@@ -12,20 +13,23 @@ import { mountPulls } from './routes-pulls.js';
 import { mountNodes } from './routes-nodes.js';
 import { mountStatus } from './status.js';
 import { mountOllama } from './ollama/routes.js';
+import { v1Door } from './v1-door.js';
 
 export type { AppDeps } from './http.js';
 
 /**
- * The hub's HTTP surface, assembled: the browser guard first, then each group of routes (one file each:
- * auth.ts, routes-v1.ts, ollama/routes.ts, routes-pulls.ts, routes-models.ts, routes-admin.ts, routes-nodes.ts, status.ts), then the 404 and
- * the error handler that turns every failure into a coded OpenAI-shaped body.
+ * The hub's HTTP surface, assembled: the generation routes first, ahead of express (v1-door.ts); then express
+ * with the browser guard first, each group of routes (one file each: auth.ts, routes-v1.ts, ollama/routes.ts,
+ * routes-pulls.ts, routes-models.ts, routes-admin.ts, routes-nodes.ts, status.ts), the 404 and the error handler
+ * that turns every failure into a coded OpenAI-shaped body.
  */
-export function createApp(d: AppDeps): express.Express {
+export function createApp(d: AppDeps): RequestListener {
   const { config, log } = d;
   const app = express();
   app.disable('x-powered-by');
   app.set('trust proxy', false);
-  app.use(browserGuard(ownHostNames(config.host, config.allowedHosts)));
+  const names = ownHostNames(config.host, config.allowedHosts);
+  app.use(browserGuard(names));
 
   const body = readBody(config.maxBodyBytes);
   const h: HubHttp = {
@@ -48,5 +52,8 @@ export function createApp(d: AppDeps): express.Express {
     if (e?.type === 'request.aborted' || e?.type === 'stream.not.readable') return res.destroy();
     sendError(res, err, log);
   });
-  return app;
+  const door = v1Door(h, names);
+  return (req, res) => {
+    if (!door(req, res)) void app(req, res);
+  };
 }

@@ -1,9 +1,10 @@
+import type { IncomingMessage } from 'node:http';
 import { hostname } from 'node:os';
 import { TLSSocket } from 'node:tls';
 import type { NextFunction, Request, Response } from 'express';
 import { ErrorCode, RelayError } from '../../../shared/errors.js';
 import type { HubConfig } from '../config.js';
-import { isLoopback, lanAddresses } from './guard.js';
+import { header, isLoopback, lanAddresses } from './guard.js';
 import { beyondLoopback, type ApiKeys } from './keys.js';
 import { cookieValue, DashboardSessions, SESSION_COOKIE, SESSION_TTL_MS } from './sessions.js';
 import { bearer, parseJson, safeEqual, type Mount } from './http.js';
@@ -16,6 +17,8 @@ import { bearer, parseJson, safeEqual, type Mount } from './http.js';
 export interface HubAuth {
   /** /v1 needs a key when RELAY_API_KEY is set, when keys were made, and always on a hub that listens beyond loopback. */
   keyRequired(): boolean;
+  /** Why a /v1 request is refused for its key (none, or not one of this hub's), or null. */
+  apiKeyRefusal(req: IncomingMessage): RelayError | null;
   requireApiKey(req: Request, res: Response, next: NextFunction): void;
   requireAdmin(readOnly: boolean): (req: Request, res: Response, next: NextFunction) => void;
   readonly logins: DashboardSessions;
@@ -41,23 +44,23 @@ export function hubAuth(config: HubConfig, keys: ApiKeys): HubAuth {
   const keyRequired = (): boolean => Boolean(config.apiKey) || keys.any || beyondLoopback(config.host);
   const isApiKey = (token: string): boolean => Boolean((config.apiKey && safeEqual(token, config.apiKey)) || keys.verify(token));
   const logins = new DashboardSessions();
+  const apiKeyRefusal = (req: IncomingMessage): RelayError | null => {
+    if (!keyRequired()) return null;
+    // Anthropic's clients (Claude Code, the anthropic SDK) send the key as x-api-key.
+    const token = bearer(req) ?? header(req, 'x-api-key');
+    if (token && isApiKey(token)) return null;
+    return new RelayError(
+      ErrorCode.INVALID_API_KEY,
+      !config.apiKey && !keys.any
+        ? `this hub listens on ${config.host}, beyond this machine, so /v1 needs an API key: make one with \`relay keys create NAME\` (or on the dashboard) and send Authorization: Bearer <key>`
+        : 'a valid API key is required: send Authorization: Bearer <key> (or x-api-key: <key>)',
+    );
+  };
   return {
     keyRequired,
     logins,
-    requireApiKey(req, _res, next) {
-      if (!keyRequired()) return next();
-      // Anthropic's clients (Claude Code, the anthropic SDK) send the key as x-api-key.
-      const token = bearer(req) ?? req.get('x-api-key');
-      if (token && isApiKey(token)) return next();
-      next(
-        new RelayError(
-          ErrorCode.INVALID_API_KEY,
-          !config.apiKey && !keys.any
-            ? `this hub listens on ${config.host}, beyond this machine, so /v1 needs an API key: make one with \`relay keys create NAME\` (or on the dashboard) and send Authorization: Bearer <key>`
-            : 'a valid API key is required: send Authorization: Bearer <key> (or x-api-key: <key>)',
-        ),
-      );
-    },
+    apiKeyRefusal,
+    requireApiKey: (req, _res, next) => next(apiKeyRefusal(req) ?? undefined),
     requireAdmin: (readOnly) => (req, _res, next) => {
       const remote = config.loopbackAdmin ? req.socket.remoteAddress : undefined;
       if (adminAllowed(remote, bearer(req), config, readOnly, isApiKey)) return next();

@@ -1,6 +1,7 @@
-import type { NextFunction, Request, Response } from 'express';
+import type { ServerResponse } from 'node:http';
 import { ErrorCode, RelayError } from '../../../shared/errors.js';
 import { fmtMb } from '../scheduler/fit.js';
+import type { V1Request } from './http.js';
 
 /**
  * The request body as one Buffer on `req.body`, at most `limit` bytes (413 payload_too_large, checked against
@@ -10,7 +11,7 @@ import { fmtMb } from '../scheduler/fit.js';
  */
 export function readBody(limit: number) {
   const tooLarge = (): RelayError => new RelayError(ErrorCode.PAYLOAD_TOO_LARGE, `the request body is larger than ${fmtMb(limit / 1024 / 1024)} (${limit} bytes)`);
-  return (req: Request, res: Response, next: NextFunction): void => {
+  return (req: V1Request, res: ServerResponse, next: (err?: unknown) => void): void => {
     const declared = Number(req.headers['content-length'] ?? NaN);
     if (declared > limit) return next(tooLarge());
     const chunks: Buffer[] = [];

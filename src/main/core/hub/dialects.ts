@@ -5,7 +5,7 @@ import { ErrorCode, httpError, RelayError } from '../../../shared/errors.js';
  * llama-server path it goes to, which kind of model serves it, the few field checks that refuse nonsense with a
  * 400 before a replica is loaded for it, and the shape its errors take (OpenAI's, or Anthropic's on the Messages
  * routes). Everything else — the lease, the queue, failover before the first byte, usage, the request log, API
- * keys — is the same for every route (routes-v1.ts).
+ * keys — is the same for every route (v1-door.ts).
  */
 export type ErrorShape = 'openai' | 'anthropic' | 'ollama';
 /** What a route needs of a model: a generating model, an embedding model, a reranker. */

@@ -1,5 +1,6 @@
 import { createHash } from 'node:crypto';
 import { hostname as osHostname, networkInterfaces } from 'node:os';
+import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { NextFunction, Request, Response } from 'express';
 import { ErrorCode, RelayError } from '../../../shared/errors.js';
 
@@ -70,31 +71,63 @@ export function sameOrigin(origin: string | undefined, secFetchSite: string | un
 
 const SAFE_METHODS = new Set(['GET', 'HEAD', 'OPTIONS']);
 
+/** A request header's value (the first, when sent several times). */
+export function header(req: IncomingMessage, name: string): string | undefined {
+  const v = req.headers[name];
+  return Array.isArray(v) ? v[0] : v;
+}
+
+/** What every answer carries: never framed, never sniffed, no referrer. */
+export function setSecurityHeaders(res: ServerResponse): void {
+  res.setHeader('x-frame-options', 'DENY');
+  res.setHeader('x-content-type-options', 'nosniff');
+  res.setHeader('referrer-policy', 'no-referrer');
+}
+
+/** Pure on the request's headers: why the browser guard refuses it (a foreign Host, another site's state-changing request), or null. */
+export function guardRefusal(req: IncomingMessage, names: ReadonlySet<string>): RelayError | null {
+  if (!hostAllowed(req.headers.host, names)) {
+    return new RelayError(
+      ErrorCode.MISDIRECTED_REQUEST,
+      `this hub does not answer to the name "${req.headers.host}" (if it is really this machine, add the name with --allowed-hosts or RELAY_ALLOWED_HOSTS)`,
+    );
+  }
+  if (!SAFE_METHODS.has(req.method ?? '') && !sameOrigin(header(req, 'origin'), header(req, 'sec-fetch-site'), req.headers.host)) {
+    return new RelayError(ErrorCode.FORBIDDEN, "a request from another site's page is refused (Origin / Sec-Fetch-Site)");
+  }
+  return null;
+}
+
 export function browserGuard(names: ReadonlySet<string>) {
   return (req: Request, res: Response, next: NextFunction): void => {
-    res.setHeader('x-frame-options', 'DENY');
-    res.setHeader('x-content-type-options', 'nosniff');
-    res.setHeader('referrer-policy', 'no-referrer');
-    if (!hostAllowed(req.headers.host, names)) {
-      return next(
-        new RelayError(
-          ErrorCode.MISDIRECTED_REQUEST,
-          `this hub does not answer to the name "${req.headers.host}" (if it is really this machine, add the name with --allowed-hosts or RELAY_ALLOWED_HOSTS)`,
-        ),
-      );
-    }
-    if (!SAFE_METHODS.has(req.method) && !sameOrigin(req.get('origin'), req.get('sec-fetch-site'), req.headers.host)) {
-      return next(new RelayError(ErrorCode.FORBIDDEN, "a request from another site's page is refused (Origin / Sec-Fetch-Site)"));
-    }
+    setSecurityHeaders(res);
+    const refusal = guardRefusal(req, names);
+    if (refusal) return next(refusal);
     next();
   };
 }
 
-/** JSON endpoints take application/json only (a browser's "simple" text/plain POST is refused). */
-export function requireJson(req: Request, _res: Response, next: NextFunction): void {
-  if (req.is('application/json')) return next();
-  next(new RelayError(ErrorCode.UNSUPPORTED_MEDIA_TYPE, `send the body as application/json (got ${req.get('content-type') ?? 'no content-type'})`));
+/**
+ * Whether a request declares a JSON body, as express's `req.is('application/json')` reads it: a body (a length
+ * or chunked), and the media type application/json whatever its parameters.
+ */
+export function declaresJson(req: IncomingMessage): boolean {
+  const length = req.headers['content-length'];
+  const hasBody = req.headers['transfer-encoding'] !== undefined || (length !== undefined && !Number.isNaN(Number(length)));
+  const type = req.headers['content-type'];
+  if (!hasBody || type === undefined) return false;
+  const semi = type.indexOf(';');
+  return (semi < 0 ? type : type.slice(0, semi)).trim().toLowerCase() === 'application/json';
 }
+
+/** JSON endpoints take application/json only (a browser's "simple" text/plain POST is refused). */
+export function requireJson(req: IncomingMessage, _res: unknown, next: (err?: unknown) => void): void {
+  if (declaresJson(req)) return next();
+  next(notJson(req));
+}
+
+export const notJson = (req: IncomingMessage): RelayError =>
+  new RelayError(ErrorCode.UNSUPPORTED_MEDIA_TYPE, `send the body as application/json (got ${req.headers['content-type'] ?? 'no content-type'})`);
 
 /** The dashboard's Content-Security-Policy: its own scripts (the hub's /ui/*.js, its inline one by hash) and nothing else; never framed. */
 export function pageCsp(html: string): string {

@@ -1,5 +1,6 @@
 import { timingSafeEqual } from 'node:crypto';
-import type { Express, Request, RequestHandler, Response } from 'express';
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { Express, RequestHandler, Response } from 'express';
 import type { Logger } from 'pino';
 import { ErrorCode, httpError, isRelayError, RelayError } from '../../../shared/errors.js';
 import type { HubConfig } from '../config.js';
@@ -89,14 +90,29 @@ export function sendError(res: Response, err: unknown, log: Logger): void {
   res.status(status).json(body);
 }
 
+/**
+ * A JSON answer on node's own response (what express's res.status(s).json(b) sends, less its ETag): the /v1
+ * routes answer ahead of express (v1-door.ts).
+ */
+export function sendJson(res: ServerResponse, status: number, body: unknown): void {
+  const text = JSON.stringify(body);
+  res.statusCode = status;
+  res.setHeader('content-type', 'application/json; charset=utf-8');
+  res.setHeader('content-length', Buffer.byteLength(text));
+  res.end(text);
+}
+
+/** A /v1 request as the pool serves it: node's request, its body read into `body` (body.ts) — express's or not. */
+export type V1Request = IncomingMessage & { body?: unknown };
+
 export function safeEqual(a: string, b: string): boolean {
   const x = Buffer.from(a);
   const y = Buffer.from(b);
   return x.length === y.length && timingSafeEqual(x, y);
 }
 
-export function bearer(req: Request): string | undefined {
-  const h = req.get('authorization');
+export function bearer(req: IncomingMessage): string | undefined {
+  const h = req.headers.authorization;
   const m = h ? /^Bearer\s+(.+)$/i.exec(h) : null;
   return m?.[1];
 }
@@ -107,7 +123,7 @@ export function textField(v: unknown): string {
 }
 
 /** Parse a raw JSON body; the caller has already enforced the size limit. */
-export function parseJson(req: Request): Record<string, unknown> {
+export function parseJson(req: V1Request): Record<string, unknown> {
   const raw = req.body as Buffer | undefined;
   if (!raw || raw.byteLength === 0) throw new RelayError(ErrorCode.INVALID_REQUEST, 'the request body is empty; send a JSON object');
   let v: unknown;

@@ -1,4 +1,4 @@
-import type { Request, Response } from 'express';
+import type { ServerResponse } from 'node:http';
 import { checkImages, inlineRemoteImages } from './images.js';
 import { promptPrefix } from './prompt-prefix.js';
 import { ErrorCode, isRelayError, RelayError } from '../../../shared/errors.js';
@@ -6,7 +6,7 @@ import { MAX_ATTEMPTS, newAttempts } from '../scheduler/scheduler.js';
 import type { ModelRecord } from '../store/store.js';
 import { proxyToPlacement, type Translator, type Usage } from './proxy.js';
 import { errorIn, type ErrorShape, type ModelUse } from './dialects.js';
-import type { HubHttp } from './http.js';
+import { sendJson, type HubHttp, type V1Request } from './http.js';
 
 /** One client request made ready for a placement: whose model, what it needs of it, what goes upstream. */
 export interface Pooled {
@@ -41,7 +41,7 @@ export function checkUse(use: ModelUse, record: ModelRecord, name: string): void
  * under it count too); after the first byte the client gets the dialect's error event. Every request lands in
  * the request log and /metrics under `endpoint`, errors in the dialect's shape.
  */
-export async function throughPool(h: HubHttp, req: Request, res: Response, endpoint: string, shape: ErrorShape, prepare: () => Pooled): Promise<void> {
+export async function throughPool(h: HubHttp, req: V1Request, res: ServerResponse, endpoint: string, shape: ErrorShape, prepare: () => Pooled): Promise<void> {
   const { registry, scheduler, metrics, log, spares } = h.deps;
   const t0 = Date.now();
   let model = '';
@@ -115,9 +115,9 @@ export async function throughPool(h: HubHttp, req: Request, res: Response, endpo
 }
 
 /** Answer `err` in a dialect's shape (Retry-After for pool_busy); a response already under way is cut. */
-export function sendIn(shape: ErrorShape, res: Response, err: RelayError): void {
+export function sendIn(shape: ErrorShape, res: ServerResponse, err: RelayError): void {
   if (res.headersSent) return void res.destroy();
   const { status, body } = errorIn(shape, err);
   if (typeof err.details.retry_after_s === 'number') res.setHeader('retry-after', String(err.details.retry_after_s));
-  res.status(status).json(body);
+  sendJson(res, status, body);
 }

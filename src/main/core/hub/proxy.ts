@@ -1,11 +1,12 @@
 import type { Duplex } from 'node:stream';
-import type { Request, Response } from 'express';
+import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Logger } from 'pino';
 import { ErrorCode, RelayError } from '../../../shared/errors.js';
 import { errorIn, streamErrorIn, type ErrorShape } from './dialects.js';
 import type { Lease } from '../scheduler/placement.js';
 import type { SpareSockets } from '../llama/spare-sockets.js';
 import { openUpstream, postUpstream } from './upstream-http.js';
+import { sendJson } from './http.js';
 
 /**
  * Forward one /v1 request to a placement's llama-server and stream the answer back byte for byte.
@@ -124,8 +125,8 @@ export function proxyToPlacement(opts: {
   lease: Lease;
   path: string;
   body: Buffer;
-  req: Request;
-  res: Response;
+  req: IncomingMessage;
+  res: ServerResponse;
   log: Logger;
   /** Ready sockets to this machine's llama-servers; without, a fresh connection per request. */
   spares?: SpareSockets;
@@ -216,7 +217,7 @@ export function proxyToPlacement(opts: {
     if (!res.headersSent) {
       // A translated answer that is one body had sent nothing yet: the client gets a whole error.
       const { status, body } = errorIn(shape, err);
-      res.status(status).json(body);
+      sendJson(res, status, body);
     } else if (translate?.streams) res.end(translate.broken(err));
     else if (isSse) res.end(streamErrorIn(shape, err));
     else res.destroy(err);
@@ -239,7 +240,7 @@ export function proxyToPlacement(opts: {
     if (refusal) {
       log.info({ model: lease.model.name, placement: lease.placementId, status: errorStatus, code: refusal.code, message: refusal.message.slice(0, 200) }, 'llama-server refused the request');
       const { status: st, body } = errorIn(shape, refusal);
-      res.status(st).json(body);
+      sendJson(res, st, body);
       return finish(st);
     }
     if (errorStatus >= 500) {
@@ -247,7 +248,7 @@ export function proxyToPlacement(opts: {
       return retry(`llama-server answered ${errorStatus}`);
     }
     // A 4xx without llama-server's JSON (not one it sends): passed on as it is.
-    res.status(errorStatus);
+    res.statusCode = errorStatus;
     if (contentType) res.setHeader('content-type', contentType);
     res.end(text);
     finish(errorStatus);
@@ -257,7 +258,7 @@ export function proxyToPlacement(opts: {
     if (started) return;
     started = true;
     if (!lease.connect) spares?.refill(host, port); // the next request's socket, now the first byte is out
-    res.status(status);
+    res.statusCode = status;
     const type = translate?.contentType ?? contentType;
     if (type) res.setHeader('content-type', type);
     if (isSse || translate?.streams) {
@@ -274,7 +275,7 @@ export function proxyToPlacement(opts: {
 
   postUpstream(
     up,
-    { path: url.pathname + url.search, host: url.host, accept: opts.req.get('accept') ?? '*/*', body: opts.body },
+    { path: url.pathname + url.search, host: url.host, accept: opts.req.headers.accept ?? '*/*', body: opts.body },
     {
       head(h) {
         contentType = h.headers['content-type'];
@@ -290,6 +291,9 @@ export function proxyToPlacement(opts: {
           return;
         }
         lastHeard = Date.now();
+        // The head and the first bytes leave in one write: the client wakes once for its first token, not twice.
+        const corked = !started && passRaw ? res.socket : null;
+        corked?.cork();
         begin();
         for (const chunk of payload) {
           if (headBytes < HEAD_BYTES) {
@@ -308,6 +312,7 @@ export function proxyToPlacement(opts: {
             if (out.length > 0) full = !res.write(out) || full;
           }
         }
+        corked?.uncork();
         if (full) {
           // Backpressure: llama-server waits while the client's socket is full.
           up.pause();
@@ -329,7 +334,7 @@ export function proxyToPlacement(opts: {
           const e = err instanceof RelayError ? err : new RelayError(ErrorCode.LLAMA_SERVER_ERROR, String(err));
           const { status: st, body } = errorIn(shape, e);
           if (res.headersSent) res.end(translate!.broken(e));
-          else res.status(st).json(body);
+          else sendJson(res, st, body);
           return finish(st);
         }
         res.end(rest);

@@ -1,0 +1,87 @@
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { ErrorCode, RelayError } from '../../../shared/errors.js';
+import { readBody } from './body.js';
+import { DIALECT_ROUTES, type DialectRoute } from './dialects.js';
+import { declaresJson, guardRefusal, notJson, setSecurityHeaders } from './guard.js';
+import { asRelayError, parseJson, type HubHttp, type V1Request } from './http.js';
+import { sendIn, throughPool } from './pooled.js';
+
+/** The prefix of a model's own base URL: /model/NAME/v1/chat/completions, /model/NAME/infill … */
+export const MODEL_PREFIX = '/model';
+
+const BY_PATH = new Map(DIALECT_ROUTES.map((r) => [r.path.toLowerCase(), r]));
+
+/**
+ * Pure: the dialect route a request names, matched as express matches a route (case-insensitive, a trailing
+ * slash allowed, the query ignored), and the model its base URL names when it is under /model/NAME (`named`,
+ * decoded; null when its escapes are malformed). Null: not a dialect route (a GET, another path).
+ */
+export function dialectTarget(method: string | undefined, url: string | undefined): { route: DialectRoute; named?: string | null } | null {
+  if (method !== 'POST' || url === undefined) return null;
+  const q = url.indexOf('?');
+  let path = q < 0 ? url : url.slice(0, q);
+  if (path.length > 1 && path.endsWith('/')) path = path.slice(0, -1);
+  const lower = path.toLowerCase();
+  if (lower.startsWith(`${MODEL_PREFIX}/`)) {
+    const end = path.indexOf('/', MODEL_PREFIX.length + 1);
+    if (end <= MODEL_PREFIX.length + 1) return null;
+    const route = BY_PATH.get(lower.slice(end));
+    if (!route) return null;
+    const raw = path.slice(MODEL_PREFIX.length + 1, end);
+    let named: string | null;
+    try {
+      named = decodeURIComponent(raw);
+    } catch {
+      named = null;
+    }
+    return { route, named };
+  }
+  const route = BY_PATH.get(lower);
+  return route ? { route } : null;
+}
+
+/**
+ * The client surface llama-server speaks, answered ahead of express: every route of dialects.ts — OpenAI's chat
+ * completions, completions, embeddings and Responses, Anthropic's Messages, rerank, infill and llama-server's
+ * tokenizer helpers — each also under /model/NAME (for clients that send no model or a fixed one: llama.vscode
+ * posts /infill with none, its embeddings as "GPT-4"; the base URL's name wins over the body's). The same checks
+ * as the rest of the hub, in the same order (the browser guard, the API key, a JSON body within the size limit),
+ * each refusal in the route's own shape; then the pool (pooled.ts). Ahead of express because a request through
+ * express's router, its per-request prototypes and its content-type parsing cost 0.2–0.3 ms of the hub's added
+ * time-to-first-token on a 2-core VM (measured, docs/benchmarks.md); everything else stays on express (app.ts).
+ * Returns false for a request that is not a dialect route.
+ */
+export function v1Door(h: HubHttp, names: ReadonlySet<string>): (req: IncomingMessage, res: ServerResponse) => boolean {
+  const { maxBodyBytes } = h.deps.config;
+  const body = readBody(maxBodyBytes);
+  return (req: V1Request, res) => {
+    const target = dialectTarget(req.method, req.url);
+    if (!target) return false;
+    const { route, named } = target;
+    const refuse = (err: unknown): void => sendIn(route.errors, res, asRelayError(err, maxBodyBytes));
+    setSecurityHeaders(res);
+    const refusal =
+      guardRefusal(req, names) ??
+      h.auth.apiKeyRefusal(req) ??
+      (declaresJson(req) ? null : notJson(req)) ??
+      (named === null ? new RelayError(ErrorCode.INVALID_REQUEST, 'the model name in the path is not valid percent-encoding') : null);
+    if (refusal) {
+      refuse(refusal);
+      return true;
+    }
+    body(req, res, (err?: unknown) => {
+      if (err) return refuse(err);
+      void throughPool(h, req, res, route.endpoint, route.errors, () => {
+        const json = named === undefined ? parseJson(req) : { ...parseJson(req), model: named };
+        return {
+          model: route.validate(json),
+          use: route.use,
+          path: route.upstream ?? route.path,
+          body: named === undefined ? (req.body as Buffer) : Buffer.from(JSON.stringify(json)),
+          json,
+        };
+      });
+    });
+    return true;
+  };
+}
