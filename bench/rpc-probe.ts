@@ -19,7 +19,8 @@ const u64 = (n: number): Buffer => {
 
 function reader(sock: Socket): (n: number) => Promise<Buffer> {
   let buf = Buffer.alloc(0);
-  let waiting: { n: number; resolve: (b: Buffer) => void } | null = null;
+  let waiting: { n: number; resolve: (b: Buffer) => void; reject: (e: Error) => void } | null = null;
+  let closed = false;
   const serve = (): void => {
     if (waiting && buf.length >= waiting.n) {
       const { n, resolve } = waiting;
@@ -33,10 +34,16 @@ function reader(sock: Socket): (n: number) => Promise<Buffer> {
     buf = Buffer.concat([buf, c]);
     serve();
   });
+  // The server went away (the hub's reconciliation stops an rpc-server it did not start): the reads fail, no hang.
+  sock.on('close', () => {
+    closed = true;
+    waiting?.reject(new Error('the rpc server closed the connection'));
+  });
   return (n) =>
-    new Promise((resolve) => {
-      waiting = { n, resolve };
+    new Promise((resolve, reject) => {
+      waiting = { n, resolve, reject };
       serve();
+      if (closed && waiting) reject(new Error('the rpc server closed the connection'));
     });
 }
 
