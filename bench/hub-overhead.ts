@@ -21,6 +21,8 @@ const MAX_TOKENS = Number(process.env.BENCH_MAX_TOKENS ?? 128);
 const THREAD_COUNTS = (process.env.BENCH_THREADS ?? '1,2').split(',');
 const CTX = 1024;
 const BARE_ROUNDS = 6;
+/** Requests of one token each, for the relay's CPU per request (its request path, which the first token waits for). */
+const SHORT_REQUESTS = Number(process.env.BENCH_SHORT_REQUESTS ?? 100);
 const WARM_REQUESTS = Number(process.env.BENCH_WARM_REQUESTS ?? 40);
 
 interface Sample {
@@ -120,12 +122,23 @@ async function benchModel(name: FixtureName, THREADS: string): Promise<string[]>
       }
     }
     // The bare relay: a few requests, for its CPU per token only.
+    // CPU per request: what the relay spends on a request whose answer is one token (its /proc clock ticks at
+    // 10 ms, hence many requests). Less at the mercy of this VM's scheduling than the time to first token.
+    const cpuPerRequest = async (url: string, pid: number): Promise<number> => {
+      const c0 = cpuMs(pid);
+      for (let i = 0; i < SHORT_REQUESTS; i++) await sample(url, name, prompts[i % prompts.length]!, 1);
+      return (cpuMs(pid) - c0) / SHORT_REQUESTS;
+    };
+    const hubPerRequest = await cpuPerRequest(hub.url, hub.proc.pid!);
     const bare = await bareRelay(direct.port);
+    let barePerRequest = 0;
     let bareCpuMs = 0;
     let bareTokens = 0;
     const bareTtft: number[] = [];
     try {
       await sample(bare.url, name, 'warm up');
+      for (let i = 0; i < WARM_REQUESTS; i++) await sample(bare.url, name, 'warm up', 4);
+      barePerRequest = await cpuPerRequest(bare.url, bare.pid);
       for (let r = 0; r < BARE_ROUNDS; r++) {
         const c0 = cpuMs(bare.pid);
         const b = await sample(bare.url, name, prompts[r % prompts.length]!);
@@ -152,6 +165,7 @@ async function benchModel(name: FixtureName, THREADS: string): Promise<string[]>
       `| ${name} | ${THREADS} | TTFT p50 ms | ${dTtft.toFixed(2)} | ${hTtft.toFixed(2)} | ${sign(added)} ms (paired) |`,
       `| ${name} | ${THREADS} | TTFT p50 ms through a bare Node.js HTTP relay (${BARE_ROUNDS} requests) | | ${median(bareTtft).toFixed(2)} | ${sign(median(bareTtft) - dTtft)} ms vs direct's median |`,
       `| ${name} | ${THREADS} | relay process CPU per token: the hub / a bare Node.js HTTP relay | | ${((hubCpuMs * 1000) / h.reduce((a, x) => a + x.tokens, 0)).toFixed(0)} µs / ${((bareCpuMs * 1000) / bareTokens).toFixed(0)} µs | |`,
+      `| ${name} | ${THREADS} | relay process CPU per request (${SHORT_REQUESTS} one-token answers): the hub / a bare Node.js HTTP relay | | ${barePerRequest > 0 ? `${hubPerRequest.toFixed(2)} ms / ${barePerRequest.toFixed(2)} ms` : '-'} | ${barePerRequest > 0 ? (hubPerRequest / barePerRequest).toFixed(2) : '-'} |`,
       `| ${name} | ${THREADS} | TTFT p90 ms | ${pct(
         d.map((s) => s.ttftMs),
         90,
