@@ -66,6 +66,21 @@ describe('the admin API against browsers', { timeout: 120_000 }, () => {
     assert.deepEqual(await models(), ['dense']);
   });
 
+  it('the generation routes (answered ahead of express) refuse the same: another Host, another site, in their own shape, framing headers set', async () => {
+    const chat = JSON.stringify({ model: 'dense', messages: [{ role: 'user', content: 'x' }] });
+    const rebound = await raw(hub.url, { method: 'POST', path: '/v1/messages', headers: { host: 'evil.example:7070', 'content-type': 'application/json' }, body: chat });
+    assert.equal(rebound.status, 421);
+    assert.equal((JSON.parse(rebound.body) as { type: string }).type, 'error', "Anthropic's shape on its route");
+    assert.doesNotMatch(rebound.body, /dense/);
+    const page = await raw(hub.url, { method: 'POST', path: '/model/dense/v1/chat/completions', headers: { origin: 'http://evil.example', 'content-type': 'application/json' }, body: chat });
+    assert.equal(page.status, 403);
+    assert.equal((JSON.parse(page.body) as { error: { code: string } }).error.code, 'forbidden');
+    for (const r of [rebound, page]) {
+      assert.equal(r.headers['x-frame-options'], 'DENY');
+      assert.equal(r.headers['x-content-type-options'], 'nosniff');
+    }
+  });
+
   it("a Host that is not the hub's own name (DNS rebinding) gets 421, reads included", async () => {
     for (const path of ['/api/models', '/status', '/', '/v1/models']) {
       const r = await raw(hub.url, { path, headers: { host: 'evil.example:7070' } });

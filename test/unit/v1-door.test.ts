@@ -3,7 +3,7 @@ import type { IncomingMessage } from 'node:http';
 import { describe, it } from 'node:test';
 import { DIALECT_ROUTES } from '../../src/main/core/hub/dialects.js';
 import { declaresJson, guardRefusal, ownHostNames } from '../../src/main/core/hub/guard.js';
-import { dialectTarget } from '../../src/main/core/hub/v1-door.js';
+import { dialectTarget, targetPath } from '../../src/main/core/hub/v1-door.js';
 import { ErrorCode } from '../../src/shared/errors.js';
 
 /**
@@ -29,6 +29,16 @@ describe('the /v1 door: which requests it takes', () => {
     }
     assert.deepEqual(dialectTarget('POST', '/Model/Qwen%202.5/v1/chat/completions'), { route: chat, named: 'Qwen 2.5' });
     assert.deepEqual(dialectTarget('POST', '/model/%E0%A4%A/v1/chat/completions'), { route: chat, named: null }, 'malformed escapes: refused in the route shape');
+  });
+
+  it('reads the path as express did: a fragment cut, an absolute-form target (a client using the hub as its proxy) by its path', () => {
+    const messages = DIALECT_ROUTES.find((r) => r.path === '/v1/messages')!;
+    assert.equal(dialectTarget('POST', 'http://127.0.0.1:7070/v1/messages')?.route, messages);
+    assert.equal(dialectTarget('POST', 'HTTPS://desktop.local/v1/messages?beta=true')?.route, messages);
+    assert.equal(dialectTarget('POST', '/v1/messages#x')?.route, messages);
+    assert.equal(targetPath('http://127.0.0.1:7070'), '/');
+    assert.equal(targetPath('http://h/a?b#c'), '/a');
+    assert.equal(targetPath('*'), '*', 'not a path: left as it is (express 404s it)');
   });
 
   it('leaves every other path to express', () => {

@@ -1,5 +1,5 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { ErrorCode, RelayError } from '../../../shared/errors.js';
+import { ErrorCode, isRelayError, RelayError } from '../../../shared/errors.js';
 import { readBody } from './body.js';
 import { DIALECT_ROUTES, type DialectRoute } from './dialects.js';
 import { declaresJson, guardRefusal, notJson, setSecurityHeaders } from './guard.js';
@@ -11,6 +11,18 @@ export const MODEL_PREFIX = '/model';
 
 const BY_PATH = new Map(DIALECT_ROUTES.map((r) => [r.path.toLowerCase(), r]));
 
+/** A request target's path, as express read it (parseurl): cut at `?` or `#`; an absolute-form target's own path. */
+export function targetPath(url: string): string {
+  let path = url;
+  if (!path.startsWith('/')) {
+    const scheme = /^[a-z][a-z0-9+.-]*:\/\/[^/?#]*/i.exec(path);
+    if (!scheme) return path;
+    path = path.slice(scheme[0].length) || '/';
+  }
+  const end = path.search(/[?#]/);
+  return end < 0 ? path : path.slice(0, end);
+}
+
 /**
  * Pure: the dialect route a request names, matched as express matches a route (case-insensitive, a trailing
  * slash allowed, the query ignored), and the model its base URL names when it is under /model/NAME (`named`,
@@ -18,8 +30,7 @@ const BY_PATH = new Map(DIALECT_ROUTES.map((r) => [r.path.toLowerCase(), r]));
  */
 export function dialectTarget(method: string | undefined, url: string | undefined): { route: DialectRoute; named?: string | null } | null {
   if (method !== 'POST' || url === undefined) return null;
-  const q = url.indexOf('?');
-  let path = q < 0 ? url : url.slice(0, q);
+  let path = targetPath(url);
   if (path.length > 1 && path.endsWith('/')) path = path.slice(0, -1);
   const lower = path.toLowerCase();
   if (lower.startsWith(`${MODEL_PREFIX}/`)) {
@@ -58,30 +69,39 @@ export function v1Door(h: HubHttp, names: ReadonlySet<string>): (req: IncomingMe
     const target = dialectTarget(req.method, req.url);
     if (!target) return false;
     const { route, named } = target;
-    const refuse = (err: unknown): void => sendIn(route.errors, res, asRelayError(err, maxBodyBytes));
-    setSecurityHeaders(res);
-    const refusal =
-      guardRefusal(req, names) ??
-      h.auth.apiKeyRefusal(req) ??
-      (declaresJson(req) ? null : notJson(req)) ??
-      (named === null ? new RelayError(ErrorCode.INVALID_REQUEST, 'the model name in the path is not valid percent-encoding') : null);
-    if (refusal) {
-      refuse(refusal);
-      return true;
-    }
-    body(req, res, (err?: unknown) => {
-      if (err) return refuse(err);
-      void throughPool(h, req, res, route.endpoint, route.errors, () => {
-        const json = named === undefined ? parseJson(req) : { ...parseJson(req), model: named };
-        return {
-          model: route.validate(json),
-          use: route.use,
-          path: route.upstream ?? route.path,
-          body: named === undefined ? (req.body as Buffer) : Buffer.from(JSON.stringify(json)),
-          json,
-        };
+    // What express's router did for a handler that threw: the error is the answer (a 500 unless coded), never the process's end.
+    const refuse = (err: unknown): void => {
+      if (!isRelayError(err)) h.deps.log.error({ err }, 'unhandled error');
+      if (res.headersSent) return void res.destroy();
+      sendIn(route.errors, res, asRelayError(err, maxBodyBytes));
+    };
+    try {
+      setSecurityHeaders(res);
+      const refusal =
+        guardRefusal(req, names) ??
+        h.auth.apiKeyRefusal(req) ??
+        (declaresJson(req) ? null : notJson(req)) ??
+        (named === null ? new RelayError(ErrorCode.INVALID_REQUEST, 'the model name in the path is not valid percent-encoding') : null);
+      if (refusal) {
+        refuse(refusal);
+        return true;
+      }
+      body(req, res, (err?: unknown) => {
+        if (err) return refuse(err);
+        throughPool(h, req, res, route.endpoint, route.errors, () => {
+          const json = named === undefined ? parseJson(req) : { ...parseJson(req), model: named };
+          return {
+            model: route.validate(json),
+            use: route.use,
+            path: route.upstream ?? route.path,
+            body: named === undefined ? (req.body as Buffer) : Buffer.from(JSON.stringify(json)),
+            json,
+          };
+        }).catch(refuse);
       });
-    });
+    } catch (err) {
+      refuse(err);
+    }
     return true;
   };
 }
