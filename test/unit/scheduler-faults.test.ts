@@ -5,6 +5,8 @@ import { fakeNode, model, rejected, setup, tick } from '../helpers/scheduler-dou
 import { loadDeadlineMs } from '../../src/main/core/scheduler/deadline.js';
 import { stallMs } from '../../src/main/core/scheduler/routing.js';
 import { HUB_DEFAULTS } from '../../src/main/core/config.js';
+import { newAttempts, STRANDED_GRACE_MS, strandedNow, type Waiter } from '../../src/main/core/scheduler/queue.js';
+import { ErrorCode, RelayError } from '../../src/shared/errors.js';
 
 /**
  * The scheduler when the home network and the machines misbehave: reports that pile up while a node is slow to
@@ -184,5 +186,30 @@ describe('scheduler under faults', () => {
     launcher.rpcs.add('n1/live-0');
     await scheduler.reconcile(n1);
     assert.deepEqual(commands, [{ type: 'stop-rpc', rpc: 'gone-0' }]);
+  });
+});
+
+describe('a request a placement just failed, when nothing else can serve it', () => {
+  const waiter = (errors: number): Waiter => ({ attempts: { ...newAttempts(), errors: Array.from({ length: errors }, () => new RelayError(ErrorCode.UPSTREAM_ERROR, 'reset')) } }) as unknown as Waiter;
+
+  it('waits once (the placement may be a crashed process the hub has not reaped), then is answered; one no placement failed is answered at once', async () => {
+    const failed = waiter(1);
+    const never = waiter(0);
+    let again = 0;
+    assert.deepEqual(
+      strandedNow([failed, never], () => again++),
+      [never],
+      'the failed one waits; the other is answered now',
+    );
+    assert.equal(again, 0);
+    await new Promise((r) => setTimeout(r, STRANDED_GRACE_MS + 50));
+    assert.equal(again, 1, 'the queue is looked at again after the grace');
+    assert.deepEqual(
+      strandedNow([failed], () => again++),
+      [failed],
+      'still nothing for it: answered now, no second grace',
+    );
+    await new Promise((r) => setTimeout(r, STRANDED_GRACE_MS + 50));
+    assert.equal(again, 1);
   });
 });

@@ -19,10 +19,28 @@ export interface Attempts {
   readonly exclude: Set<string>;
   readonly errors: RelayError[];
   last: RelayError | null;
+  /** It was stranded after a placement failed it, and given STRANDED_GRACE_MS once (strandedNow). */
+  graced?: boolean;
 }
 
 export function newAttempts(): Attempts {
   return { exclude: new Set(), errors: [], last: null };
+}
+
+/** How long a request a placement just failed waits, when nothing else can serve it, before it is answered. */
+export const STRANDED_GRACE_MS = 1000;
+
+/**
+ * Of the waiters nothing can serve now (every live placement failed them and no new one can be made), those to
+ * answer now. One that a placement failed before its first byte waits once for STRANDED_GRACE_MS first, and
+ * `again` runs after it: the placement may be dying — a process crashed whose exit the hub has not reaped yet —
+ * and its end frees the room a new placement needs. One that no placement failed is answered at once.
+ */
+export function strandedNow(stranded: readonly Waiter[], again: () => void): Waiter[] {
+  const fresh = stranded.filter((w) => w.attempts.errors.length > 0 && !w.attempts.graced);
+  for (const w of fresh) w.attempts.graced = true;
+  if (fresh.length > 0) setTimeout(again, STRANDED_GRACE_MS).unref();
+  return stranded.filter((w) => !fresh.includes(w));
 }
 
 export interface Waiter {

@@ -11,7 +11,7 @@ import type { FitBreakdown } from './fit.js';
 import type { Launcher } from './launcher.js';
 import { armIdle, isLive, machinesOf, newPlacement, openLease, type Lease, type Placement } from './placement.js';
 import { HUB, Placer, type NewPlacement } from './placer.js';
-import { newAttempts, WaitQueue, type Attempts, type Waiter } from './queue.js';
+import { newAttempts, strandedNow, WaitQueue, type Attempts, type Waiter } from './queue.js';
 import { wantsAnother } from './routing.js';
 import { Router } from './router.js';
 import type { PromptPrefix } from './prefix.js';
@@ -175,7 +175,7 @@ export class Scheduler {
     }
     // Room that a stopping placement is about to give back may be what M needs: wait for it (every stop re-pumps).
     const roomComing = [...this.placements.values()].some((p) => p.state === 'stopping');
-    const out = roomComing ? [] : stranded();
+    const out = roomComing ? [] : strandedNow(stranded(), () => void (this.closed || this.pump(name)));
     if (out.length > 0) {
       const fallback = this.placer.refusal(model);
       for (const w of out) w.reject(w.attempts.errors.at(-1) ?? w.attempts.last ?? fallback);
