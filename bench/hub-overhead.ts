@@ -5,7 +5,6 @@
  */
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
-import { readFileSync } from 'node:fs';
 import { createInterface } from 'node:readline';
 import { performance } from 'node:perf_hooks';
 import { startLlamaServer } from '../src/main/core/llama/index.js';
@@ -14,6 +13,7 @@ import { addModel, startHub } from '../test/helpers/hub.js';
 import { llama } from '../test/helpers/llama.js';
 import { sseData } from './sse.js';
 import { reportRatio, reportTarget } from './targets.js';
+import { cpuMs } from './proc.js';
 
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 15);
 const MAX_TOKENS = Number(process.env.BENCH_MAX_TOKENS ?? 128);
@@ -59,12 +59,6 @@ const median = (xs: number[]): number => {
   const m = Math.floor(s.length / 2);
   return s.length % 2 ? s[m]! : (s[m - 1]! + s[m]!) / 2;
 };
-/** CPU time (user + system) a process has used so far, from /proc: ms. */
-function cpuMs(pid: number): number {
-  const f = readFileSync(`/proc/${pid}/stat`, 'utf8');
-  const fields = f.slice(f.lastIndexOf(')') + 2).split(' ');
-  return ((Number(fields[11]) + Number(fields[12])) * 1000) / 100; // utime, stime in clock ticks (USER_HZ = 100)
-}
 const pct = (xs: number[], p: number): number => [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.floor((p / 100) * xs.length))]!;
 
 /**

@@ -22,24 +22,11 @@ import { startNode } from '../test/helpers/node.js';
 import { openRpcBridge } from '../src/main/core/pool/rpc-bridge.js';
 import { rpcRoundTrips } from './rpc-probe.js';
 import { reportRatio } from './targets.js';
+import { procCpu, procSyscalls, procWakeups } from './proc.js';
 
 const TOKENS = 64;
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 5);
 const median = (xs: number[]): number => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
-/** CPU time another process has used so far, from /proc: user and system, µs (USER_HZ = 100). */
-const procCpu = (pid: number | 'self'): { user: number; system: number } => {
-  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-  const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-  return { user: Number(f[11]) * 10_000, system: Number(f[12]) * 10_000 };
-};
-/** A process's read and write syscalls so far (/proc/PID/io: Node's socket reads and writes are read/write/writev). */
-const procSyscalls = (pid: number | 'self'): number => {
-  const io = readFileSync(`/proc/${pid}/io`, 'utf8');
-  return Number(/syscr: (\d+)/.exec(io)![1]) + Number(/syscw: (\d+)/.exec(io)![1]);
-};
-/** How often a process's main thread went to sleep and was woken (voluntary context switches). */
-const procWakeups = (pid: number | 'self'): number => Number(/voluntary_ctxt_switches:\s+(\d+)/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))![1]);
-
 async function gen(url: string, model: string, max = TOKENS): Promise<{ tps: number; text: string }> {
   const r = await fetch(`${url}/v1/completions`, {
     method: 'POST',
@@ -97,7 +84,7 @@ try {
   const densePath = await add('dense', 'large', 800);
   await gen(hub.url, 'dense', 4);
   const sh = hub.scheduler.view.shardStatus().find((s) => s.model === 'dense')!;
-  const argv = (await import('node:fs')).readFileSync(`/proc/${sh.pid}/cmdline`, 'utf8').split('\0');
+  const argv = readFileSync(`/proc/${sh.pid}/cmdline`, 'utf8').split('\0');
   const flag = (n: string) => argv[argv.indexOf(n) + 1]!;
   const rpc = await startRpcServer(llama(), { cache: false });
   const direct = await startLlamaServer(llama(), {

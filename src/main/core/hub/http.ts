@@ -1,8 +1,9 @@
 import { timingSafeEqual } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import type { Express, RequestHandler, Response } from 'express';
+import type { Express, RequestHandler } from 'express';
 import type { Logger } from 'pino';
-import { ErrorCode, httpError, isRelayError, RelayError } from '../../../shared/errors.js';
+import { ErrorCode, isRelayError, RelayError } from '../../../shared/errors.js';
+import { errorIn, type ErrorShape } from './dialects.js';
 import type { HubConfig } from '../config.js';
 import type { Pulls } from '../models/hf/pulls.js';
 import type { ModelRegistry } from '../models/registry.js';
@@ -77,17 +78,17 @@ export function asRelayError(err: unknown, maxBodyBytes: number): RelayError {
 }
 
 /** Answer with the error's HTTP status and OpenAI-shaped body (a non-relay error is logged and is a 500). */
-export function sendError(res: Response, err: unknown, log: Logger): void {
-  const e = isRelayError(err) ? err : new RelayError(ErrorCode.INTERNAL, 'internal error');
+export function sendError(res: ServerResponse, err: unknown, log: Logger): void {
   if (!isRelayError(err)) log.error({ err }, 'unhandled error');
-  const { status, body } = httpError(e);
-  if (res.headersSent) {
-    res.destroy();
-    return;
-  }
-  // pool_busy: when to try again (OpenAI clients honour Retry-After).
-  if (typeof e.details.retry_after_s === 'number') res.setHeader('retry-after', String(e.details.retry_after_s));
-  res.status(status).json(body);
+  sendIn('openai', res, isRelayError(err) ? err : new RelayError(ErrorCode.INTERNAL, 'internal error'));
+}
+
+/** Answer `err` in a dialect's shape (Retry-After for pool_busy); a response already under way is cut. */
+export function sendIn(shape: ErrorShape, res: ServerResponse, err: RelayError): void {
+  if (res.headersSent) return void res.destroy();
+  const { status, body } = errorIn(shape, err);
+  if (typeof err.details.retry_after_s === 'number') res.setHeader('retry-after', String(err.details.retry_after_s));
+  sendJson(res, status, body);
 }
 
 /**

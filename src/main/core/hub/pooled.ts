@@ -6,7 +6,7 @@ import { MAX_ATTEMPTS, newAttempts } from '../scheduler/scheduler.js';
 import type { ModelRecord } from '../store/store.js';
 import { proxyToPlacement, type Translator, type Usage } from './proxy.js';
 import { errorIn, type ErrorShape, type ModelUse } from './dialects.js';
-import { sendJson, type HubHttp, type V1Request } from './http.js';
+import { sendIn, type HubHttp, type V1Request } from './http.js';
 
 /** One client request made ready for a placement: whose model, what it needs of it, what goes upstream. */
 export interface Pooled {
@@ -112,12 +112,4 @@ export async function throughPool(h: HubHttp, req: V1Request, res: ServerRespons
     done(errorIn(shape, e).status);
     sendIn(shape, res, e);
   }
-}
-
-/** Answer `err` in a dialect's shape (Retry-After for pool_busy); a response already under way is cut. */
-export function sendIn(shape: ErrorShape, res: ServerResponse, err: RelayError): void {
-  if (res.headersSent) return void res.destroy();
-  const { status, body } = errorIn(shape, err);
-  if (typeof err.details.retry_after_s === 'number') res.setHeader('retry-after', String(err.details.retry_after_s));
-  sendJson(res, status, body);
 }

@@ -3,8 +3,8 @@ import { ErrorCode, isRelayError, RelayError } from '../../../shared/errors.js';
 import { readBody } from './body.js';
 import { DIALECT_ROUTES, type DialectRoute } from './dialects.js';
 import { declaresJson, guardRefusal, notJson, setSecurityHeaders } from './guard.js';
-import { asRelayError, parseJson, type HubHttp, type V1Request } from './http.js';
-import { sendIn, throughPool } from './pooled.js';
+import { asRelayError, parseJson, sendIn, type HubHttp, type V1Request } from './http.js';
+import { throughPool } from './pooled.js';
 
 /** The prefix of a model's own base URL: /model/NAME/v1/chat/completions, /model/NAME/infill … */
 export const MODEL_PREFIX = '/model';
@@ -72,8 +72,7 @@ export function v1Door(h: HubHttp, names: ReadonlySet<string>): (req: IncomingMe
     // What express's router did for a handler that threw: the error is the answer (a 500 unless coded), never the process's end.
     const refuse = (err: unknown): void => {
       if (!isRelayError(err)) h.deps.log.error({ err }, 'unhandled error');
-      if (res.headersSent) return void res.destroy();
-      sendIn(route.errors, res, asRelayError(err, maxBodyBytes));
+      sendIn(route.errors, res, asRelayError(err, maxBodyBytes)); // a response under way is cut
     };
     try {
       setSecurityHeaders(res);
