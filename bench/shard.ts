@@ -22,7 +22,7 @@ import { startNode } from '../test/helpers/node.js';
 import { openRpcBridge } from '../src/main/core/pool/rpc-bridge.js';
 import { rpcRoundTrips } from './rpc-probe.js';
 import { reportRatio } from './targets.js';
-import { procCpu, procSyscalls, procWakeups } from './proc.js';
+import { childArgv, procCpu, procSyscalls, procWakeups } from './proc.js';
 
 const TOKENS = 64;
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 5);
@@ -86,11 +86,14 @@ try {
   const sh = hub.scheduler.view.shardStatus().find((s) => s.model === 'dense')!;
   const argv = readFileSync(`/proc/${sh.pid}/cmdline`, 'utf8').split('\0');
   const flag = (n: string) => argv[argv.indexOf(n) + 1]!;
-  const rpc = await startRpcServer(llama(), { cache: false });
+  // The direct pair runs with the shard's own flags: the head's context and slots, the device of the node's rpc-server.
+  const nodeRpc = childArgv(node.proc.pid!, 'ggml-rpc-server')[0] ?? [];
+  const device = nodeRpc.includes('--device') ? nodeRpc[nodeRpc.indexOf('--device') + 1] : undefined;
+  const rpc = await startRpcServer(llama(), { cache: false, device });
   const direct = await startLlamaServer(llama(), {
     model: densePath,
-    ctx: 1024,
-    slots: 2,
+    ctx: Number(flag('--ctx-size')),
+    slots: Number(flag('--parallel')),
     cacheType: 'f16',
     threads: 1,
     rpc: [rpc.endpoint],
