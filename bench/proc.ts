@@ -2,7 +2,7 @@
  * What another process (or this one: 'self') has used so far, read from /proc (Linux): the benches' per-token and
  * per-request counts of CPU, socket calls and wake-ups beside their ratios.
  */
-import { readdirSync, readFileSync } from 'node:fs';
+import { readFileSync } from 'node:fs';
 
 /** CPU time, user and system, in µs (/proc/PID/stat's utime and stime, clock ticks of USER_HZ = 100: 10 ms each). */
 export function procCpu(pid: number | 'self'): { user: number; system: number } {
@@ -26,21 +26,4 @@ export function procSyscalls(pid: number | 'self'): number {
 /** How often the main thread went to sleep and was woken (voluntary context switches). */
 export function procWakeups(pid: number | 'self'): number {
   return Number(/voluntary_ctxt_switches:\s+(\d+)/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))![1]);
-}
-
-/** The argv of each running child of `pid` whose program's name ends with `name` (the parent pid in each /proc/PID/stat). */
-export function childArgv(pid: number, name: string): string[][] {
-  const out: string[][] = [];
-  for (const d of readdirSync('/proc')) {
-    if (!/^\d+$/.test(d)) continue;
-    try {
-      const stat = readFileSync(`/proc/${d}/stat`, 'utf8');
-      if (Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]) !== pid) continue;
-      const argv = readFileSync(`/proc/${d}/cmdline`, 'utf8').split('\0');
-      if (argv[0]?.endsWith(name)) out.push(argv);
-    } catch {
-      /* the process ended while we read */
-    }
-  }
-  return out;
 }

@@ -22,7 +22,8 @@ import { startNode } from '../test/helpers/node.js';
 import { openRpcBridge } from '../src/main/core/pool/rpc-bridge.js';
 import { rpcRoundTrips } from './rpc-probe.js';
 import { reportRatio } from './targets.js';
-import { childArgv, procCpu, procSyscalls, procWakeups } from './proc.js';
+import { procCpu, procSyscalls, procWakeups } from './proc.js';
+import { llamaChildren } from '../test/helpers/chaos.js';
 
 const TOKENS = 64;
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 5);
@@ -87,7 +88,8 @@ try {
   const argv = readFileSync(`/proc/${sh.pid}/cmdline`, 'utf8').split('\0');
   const flag = (n: string) => argv[argv.indexOf(n) + 1]!;
   // The direct pair runs with the shard's own flags: the head's context and slots, the device of the node's rpc-server.
-  const nodeRpc = childArgv(node.proc.pid!, 'ggml-rpc-server')[0] ?? [];
+  const nodeRpcPid = llamaChildren([node.proc.pid!]).find((c) => c.name.startsWith('ggml-rpc-server'))?.pid;
+  const nodeRpc = nodeRpcPid === undefined ? [] : readFileSync(`/proc/${nodeRpcPid}/cmdline`, 'utf8').split('\0');
   const device = nodeRpc.includes('--device') ? nodeRpc[nodeRpc.indexOf('--device') + 1] : undefined;
   const rpc = await startRpcServer(llama(), { cache: false, device });
   const direct = await startLlamaServer(llama(), {
