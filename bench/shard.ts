@@ -87,7 +87,7 @@ try {
   const sh = hub.scheduler.view.shardStatus().find((s) => s.model === 'dense')!;
   const argv = readFileSync(`/proc/${sh.pid}/cmdline`, 'utf8').split('\0');
   const flag = (n: string) => argv[argv.indexOf(n) + 1]!;
-  // The direct pair runs with the shard's own flags: the head's context and slots, the device of the node's rpc-server.
+  // The direct pair runs with the shard's own flags: the head's context, slots and tensor overrides, the device of the node's rpc-server.
   const nodeRpcPid = llamaChildren([node.proc.pid!]).find((c) => c.name.startsWith('ggml-rpc-server'))?.pid;
   const nodeRpc = nodeRpcPid === undefined ? [] : readFileSync(`/proc/${nodeRpcPid}/cmdline`, 'utf8').split('\0');
   const device = nodeRpc.includes('--device') ? nodeRpc[nodeRpc.indexOf('--device') + 1] : undefined;
@@ -102,7 +102,11 @@ try {
     devices: ['RPC0'],
     gpuLayers: Number(flag('--n-gpu-layers')),
     tensorSplit: flag('--tensor-split').split(',').map(Number),
-    overrides: [{ pattern: 'output\\.weight', bufferType: 'CPU' }],
+    overrides: argv.includes('--override-tensor')
+      ? flag('--override-tensor')
+          .split(',')
+          .map((o) => ({ pattern: o.slice(0, o.lastIndexOf('=')), bufferType: o.slice(o.lastIndexOf('=') + 1) }))
+      : [],
     fit: 'off',
   });
   const viaTunnel: number[] = [];

@@ -37,6 +37,20 @@ async function pool(hubEnv: Record<string, string> = {}): Promise<{ hub: HubProc
 
 const PROMPTS = ['The quick brown fox', 'In a hole in the ground there lived'];
 
+/** A ready shard's rpc bytes or round trips per generated token: a 33-token generation less a 1-token one, over 32. */
+async function perToken(hub: HubProcess, model: string, what: 'rpc_bytes' | 'rpc_round_trips' = 'rpc_bytes'): Promise<number> {
+  const c = new OpenAI({ baseURL: `${hub.url}/v1`, apiKey: 'x', maxRetries: 0 });
+  const total = async () =>
+    (await shardsOf(hub))
+      .filter((x) => x.model === model && x.state === 'ready')
+      .flatMap((x) => x.stages)
+      .reduce((a, st) => a + (st[what] ?? 0), 0);
+  await c.completions.create({ model, prompt: 'Count with me', max_tokens: 1, ...GREEDY_EXTRA });
+  const b0 = await total();
+  await c.completions.create({ model, prompt: 'Count with me', max_tokens: 33, ...GREEDY_EXTRA, ignore_eos: true } as never);
+  return ((await total()) - b0) / 32;
+}
+
 describe('shards', { timeout: 600_000 }, () => {
   let p: Awaited<ReturnType<typeof pool>>;
   let client: OpenAI;
@@ -82,6 +96,10 @@ describe('shards', { timeout: 600_000 }, () => {
     );
     const models = await client.models.list();
     assert.equal((models.data.find((m) => m.id === 'dense') as V1ModelDto).available, true);
+    // One wait on each remote stage per token: the hidden state in, the stage's output back. (A pattern that also
+    // pinned each layer's attn_output.weight to the hub made it one more per remote layer: 5 here.)
+    const trips = await perToken(p.hub, 'dense', 'rpc_round_trips');
+    assert.ok(Math.abs(trips - 2) <= 0.25, `rpc round trips per generated token: ${trips}`);
   });
 
   it("a MoE model: experts of each remote stage on that stage's device, the rest on the hub; same text as one process", async () => {
@@ -145,20 +163,6 @@ describe('shards', { timeout: 600_000 }, () => {
 });
 
 describe('hub-last: bytes per generated token', { timeout: 600_000 }, () => {
-  /** rpc bytes per token: the difference between a 33-token and a 1-token generation, over 32. */
-  async function perToken(hub: HubProcess, model: string): Promise<number> {
-    const c = new OpenAI({ baseURL: `${hub.url}/v1`, apiKey: 'x', maxRetries: 0 });
-    const total = async () =>
-      (await shardsOf(hub))
-        .filter((x) => x.model === model && x.state === 'ready')
-        .flatMap((x) => x.stages)
-        .reduce((a, st) => a + (st.rpc_bytes ?? 0), 0);
-    await c.completions.create({ model, prompt: 'Count with me', max_tokens: 1, ...GREEDY_EXTRA });
-    const b0 = await total();
-    await c.completions.create({ model, prompt: 'Count with me', max_tokens: 33, ...GREEDY_EXTRA, ignore_eos: true } as never);
-    return ((await total()) - b0) / 32;
-  }
-
   async function measure(hubEnv: Record<string, string>): Promise<{ small: number; wide: number }> {
     const p = await pool(hubEnv);
     try {

@@ -173,6 +173,19 @@ function layerAlternation(first: number, end: number): string {
 }
 
 /**
+ * An --override-tensor pattern naming exactly the tensors `re` spells out. llama.cpp searches each tensor's name
+ * for the pattern (std::regex_search), so an unanchored `output\.weight` also takes every layer's
+ * `blk.N.attn_output.weight`: each remote layer's attention projection then runs on the hub, a round trip more
+ * per remote layer per token (measured: 5 graph splits instead of 3 for a 2-layer shard).
+ */
+export function wholeTensorName(re: string): string {
+  return `^${re}$`;
+}
+
+/** The output weight, and nothing else (not any layer's attn_output.weight). */
+export const OUTPUT_WEIGHT = wholeTensorName('output\\.weight');
+
+/**
  * llama-server flags for a plan. `endpoints[i]` is the 127.0.0.1 bridge of remote stage i (in plan order,
  * remote stages only); a missing endpoint means that stage's device could not be resolved.
  * `outputRemote` is the hub-first experiment: the output layer moved to the last remote stage.
@@ -199,7 +212,7 @@ export function shardFlags(plan: Extract<ShardPlan, { kind: 'shard' }>, model: S
           warnings.push(`stage ${i} (${st.node}) has no rpc endpoint: its experts stay on the hub`);
           return;
         }
-        overrides.push({ pattern: `blk\\.(${layerAlternation(st.layers[0], st.layers[1])})\\.ffn_(gate|up|down)_exps\\.weight`, bufferType: `RPC0[${ep}]` });
+        overrides.push({ pattern: wholeTensorName(`blk\\.(${layerAlternation(st.layers[0], st.layers[1])})\\.ffn_(gate|up|down)_exps\\.weight`), bufferType: `RPC0[${ep}]` });
       });
       return {
         rpc,
@@ -219,8 +232,8 @@ export function shardFlags(plan: Extract<ShardPlan, { kind: 'shard' }>, model: S
   // CPU buffer so the output layer and sampling still run on the hub (the hub-first experiment skips that).
   const lastRemote = rpc[rpc.length - 1];
   const overrides: { pattern: string; bufferType: string }[] = [];
-  if (opts.outputRemote && hubGpu && lastRemote) overrides.push({ pattern: 'output\\.weight', bufferType: `RPC0[${lastRemote}]` });
-  if (!opts.outputRemote && !hubGpu && hubStage) overrides.push({ pattern: 'output\\.weight', bufferType: 'CPU' });
+  if (opts.outputRemote && hubGpu && lastRemote) overrides.push({ pattern: OUTPUT_WEIGHT, bufferType: `RPC0[${lastRemote}]` });
+  if (!opts.outputRemote && !hubGpu && hubStage) overrides.push({ pattern: OUTPUT_WEIGHT, bufferType: 'CPU' });
   return {
     rpc,
     devices,
