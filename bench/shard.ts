@@ -21,6 +21,7 @@ import { llama } from '../test/helpers/llama.js';
 import { startNode } from '../test/helpers/node.js';
 import { openRpcBridge } from '../src/main/core/pool/rpc-bridge.js';
 import { rpcRoundTrips } from './rpc-probe.js';
+import { echoFloor } from './echo-floor.js';
 import { reportRatio } from './targets.js';
 import { procCpu, procSyscalls, procWakeups } from './proc.js';
 import { llamaChildren } from '../test/helpers/chaos.js';
@@ -161,6 +162,10 @@ try {
       await conn.command({ type: 'stop-rpc', rpc: 'probe' }, 30_000).catch(() => undefined);
     }
   }
+  // The floor: one echo between two Node.js processes over a TLS WebSocket, plain and through yamux. A token's
+  // round trip through the tunnel costs at least the plain one, whatever relay's own layers do.
+  const floorWss = await echoFloor('wss');
+  const floorYamux = await echoFloor('yamux');
   // Each round ran TCP then tunnel back to back: the median of the rounds' ratios pairs the machine's drifts out.
   const shardRatio = median(viaTunnel.map((t, i) => t / viaTcp[i]!));
   reportRatio('shard tok/s, rpc through the tunnel ÷ direct TCP (paired rounds)', shardRatio, 0.95);
@@ -184,6 +189,8 @@ try {
     `| socket reads + writes per generated token: the hub / the node | ${(io.hubSys / (ROUNDS * TOKENS)).toFixed(1)} / ${(io.nodeSys / (ROUNDS * TOKENS)).toFixed(1)} |`,
     `| main-thread wake-ups per generated token: the hub / the node | ${(io.hubWake / (ROUNDS * TOKENS)).toFixed(1)} / ${(io.nodeWake / (ROUNDS * TOKENS)).toFixed(1)} |`,
     `| smallest ggml-rpc round trip (DEVICE_COUNT), p50: direct TCP / through the tunnel | ${(median(probeDirect) * 1000).toFixed(0)} µs / ${(median(probeTunnel) * 1000).toFixed(0)} µs |`,
+    `| 1 KiB echo between two Node.js processes, one every 5 ms, p50: a TLS WebSocket / relay's yamux over it | ${floorWss.p50.toFixed(0)} µs / ${floorYamux.p50.toFixed(0)} µs |`,
+    `| the most this machine allows with one such plain echo per round trip: direct ms per token ÷ (that + the echo) | ${(1000 / median(viaTcp) / (1000 / median(viaTcp) + (roundTripsPerToken * floorWss.p50) / 1000)).toFixed(3)} |`,
     '',
   );
 

@@ -1,0 +1,82 @@
+/**
+ * The floor under the shard's tunnel ratio: a 1 KiB echo between two Node.js processes over a TLS WebSocket, as
+ * plain messages and through relay's yamux on the same transport (the tunnel's own transport code), one round trip
+ * every 5 ms as a token's rpc exchange comes. Whatever relay does, a shard's round trip through the tunnel costs at
+ * least the plain echo: set beside the direct path's time per token it says what ratio this machine allows.
+ * Run by bench/shard; the echo server is this file run as a child (`node echo-floor.js server MODE`).
+ */
+import { fork } from 'node:child_process';
+import { once } from 'node:events';
+import { createServer } from 'node:https';
+import type { AddressInfo } from 'node:net';
+import { performance } from 'node:perf_hooks';
+import { fileURLToPath } from 'node:url';
+import { WebSocket, WebSocketServer } from 'ws';
+import { selfSignedCert } from '../src/main/core/pairing/hub-cert.js';
+import { webSocketDuplex } from '../src/main/core/tunnel/transport.js';
+import { Session } from '../src/main/core/tunnel/yamux/session.js';
+
+type Mode = 'wss' | 'yamux';
+const SIZE = 1024;
+const GAP_MS = 5;
+
+function serve(mode: Mode): void {
+  const { cert, key } = selfSignedCert('bench');
+  const srv = createServer({ cert, key });
+  const wss = new WebSocketServer({ server: srv, perMessageDeflate: false });
+  wss.on('connection', (ws) => {
+    if (mode === 'wss') {
+      ws.on('message', (m: Buffer) => ws.send(m, { binary: true }));
+      return;
+    }
+    const s = new Session(webSocketDuplex(ws), { client: false, keepAliveIntervalMs: 0 });
+    s.on('stream', (st: NodeJS.ReadWriteStream) => st.on('data', (c: Buffer) => st.write(c)));
+  });
+  srv.listen(0, '127.0.0.1', () => process.send!((srv.address() as AddressInfo).port));
+}
+
+/** p50 and p90 of `n` echo round trips in µs, through a fresh echo process. */
+export async function echoFloor(mode: Mode, n = 300): Promise<{ p50: number; p90: number }> {
+  const child = fork(fileURLToPath(import.meta.url), ['server', mode], { stdio: 'inherit', execArgv: [] });
+  try {
+    const [port] = (await once(child, 'message')) as [number];
+    const ws = new WebSocket(`wss://127.0.0.1:${port}`, { rejectUnauthorized: false, perMessageDeflate: false });
+    await once(ws, 'open');
+    let reply: () => void = () => undefined;
+    let send: (b: Buffer) => void;
+    if (mode === 'wss') {
+      ws.on('message', () => reply());
+      send = (b) => ws.send(b, { binary: true });
+    } else {
+      const st = new Session(webSocketDuplex(ws), { client: true, keepAliveIntervalMs: 0 }).open(1);
+      st.on('error', () => undefined); // the session ends with the socket at the end
+      let got = 0;
+      st.on('data', (c: Buffer) => {
+        got += c.byteLength;
+        if (got >= SIZE) {
+          got -= SIZE;
+          reply();
+        }
+      });
+      send = (b) => st.write(b);
+    }
+    const buf = Buffer.alloc(SIZE, 7);
+    const t: number[] = [];
+    for (let i = 0; i < n; i++) {
+      const t0 = performance.now();
+      await new Promise<void>((r) => {
+        reply = r;
+        send(buf);
+      });
+      t.push((performance.now() - t0) * 1000);
+      await new Promise((r) => setTimeout(r, GAP_MS));
+    }
+    ws.terminate();
+    t.sort((a, b) => a - b);
+    return { p50: t[Math.floor(n / 2)]!, p90: t[Math.floor(n * 0.9)]! };
+  } finally {
+    child.kill();
+  }
+}
+
+if (process.argv[2] === 'server') serve(process.argv[3] as Mode);
