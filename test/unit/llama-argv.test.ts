@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { cmakeFlags, effectiveFlashAttn, llamaServerArgv, parseListDevices, rpcServerArgv, type LlamaServerOptions } from '../../src/main/core/llama/index.js';
-import { draftPlacement, projectorPlacement, replicaPlacement } from '../../src/main/core/llama/argv.js';
+import { draftPlacement, projectorPlacement, replicaPlacement, wholeName } from '../../src/main/core/llama/argv.js';
 import { vocabMismatch } from '../../src/main/core/models/draft.js';
 import type { Vocab } from '../../src/main/core/gguf/index.js';
 
@@ -92,7 +92,13 @@ describe('llamaServerArgv', () => {
     assert.equal(flag(a, '--tensor-split'), '1,3');
     assert.equal(flag(a, '--n-gpu-layers'), '99');
     assert.equal(flag(a, '--fit'), 'off');
-    assert.equal(flag(a, '--override-tensor'), 'blk\\.[0-1]\\.ffn_(gate|up|down)_exps\\.weight=RPC0[127.0.0.1:50052],blk\\.[2-3]\\.ffn_(gate|up|down)_exps\\.weight=RPC0[127.0.0.1:50053]');
+    // Whole names: llama.cpp searches tensor names for the pattern.
+    assert.equal(flag(a, '--override-tensor'), '^(?:blk\\.[0-1]\\.ffn_(gate|up|down)_exps\\.weight)$=RPC0[127.0.0.1:50052],^(?:blk\\.[2-3]\\.ffn_(gate|up|down)_exps\\.weight)$=RPC0[127.0.0.1:50053]');
+    // An alternation stays whole: neither side matches inside a longer name.
+    assert.deepEqual(
+      ['output.weight', 'token_embd.weight', 'blk.0.attn_output.weight', 'x.token_embd.weight'].filter((n) => new RegExp(wholeName('output\\.weight|token_embd\\.weight')).test(n)),
+      ['output.weight', 'token_embd.weight'],
+    );
     const plain = llamaServerArgv(base);
     for (const f of ['--rpc', '--device', '--tensor-split', '--override-tensor', '--n-gpu-layers', '--fit']) assert.equal(plain.includes(f), false, f);
   });

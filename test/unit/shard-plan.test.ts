@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { readGgufFile } from '../../src/main/core/gguf/index.js';
+import { llamaServerArgv, type TensorOverride } from '../../src/main/core/llama/argv.js';
 import { hostStageLast, planShard, shardFlags, splitLayers, stageNeedMb, type ShardDevice, type ShardModel } from '../../src/main/core/scheduler/shard.js';
 import { fixture } from '../helpers/llama.js';
 
@@ -108,7 +109,7 @@ describe('shard planner', () => {
     // -ngl counts the output as a layer: remote layers + 1, with the output weight pinned back to the CPU.
     assert.deepEqual(
       [f.rpc, f.devices, f.gpuLayers, f.tensorSplit, f.overrides, f.fit],
-      [['127.0.0.1:1', '127.0.0.1:2'], ['RPC0', 'RPC1'], 3, [1, 2], [{ pattern: '^output\\.weight$', bufferType: 'CPU' }], 'off'],
+      [['127.0.0.1:1', '127.0.0.1:2'], ['RPC0', 'RPC1'], 3, [1, 2], [{ pattern: 'output\\.weight', bufferType: 'CPU' }], 'off'],
     );
     const exp = shardFlags(plan, { name: 'x', blockCount: 4, weightsMb: 1000, kvBytesPerToken: 1024, isMoe: false }, ['127.0.0.1:1', '127.0.0.1:2'], { outputRemote: true });
     assert.deepEqual(exp.overrides, []); // the experiment: the output stays on the last remote stage
@@ -120,7 +121,7 @@ describe('shard planner', () => {
     const f = shardFlags(plan, dense, ['127.0.0.1:9']);
     assert.deepEqual([f.rpc, f.devices, f.gpuLayers, f.tensorSplit, f.overrides], [['127.0.0.1:9'], ['RPC0', 'CUDA0'], 41, [27, 14], []]);
     const exp = shardFlags(plan, dense, ['127.0.0.1:9'], { outputRemote: true });
-    assert.deepEqual(exp.overrides, [{ pattern: '^output\\.weight$', bufferType: 'RPC0[127.0.0.1:9]' }]);
+    assert.deepEqual(exp.overrides, [{ pattern: 'output\\.weight', bufferType: 'RPC0[127.0.0.1:9]' }]);
   });
 
   it("MoE needs: remote stages hold only their layers' experts; the hub holds attention, KV and embeddings of every layer", () => {
@@ -156,19 +157,24 @@ describe('shard planner', () => {
     if (plan.kind !== 'shard') return assert.fail();
     const f = shardFlags(plan, moe, ['127.0.0.1:1', '127.0.0.1:2']);
     assert.deepEqual(f.overrides, [
-      { pattern: '^blk\\.(2|3)\\.ffn_(gate|up|down)_exps\\.weight$', bufferType: 'RPC0[127.0.0.1:1]' },
-      { pattern: '^blk\\.(4|5)\\.ffn_(gate|up|down)_exps\\.weight$', bufferType: 'RPC0[127.0.0.1:2]' },
+      { pattern: 'blk\\.(2|3)\\.ffn_(gate|up|down)_exps\\.weight', bufferType: 'RPC0[127.0.0.1:1]' },
+      { pattern: 'blk\\.(4|5)\\.ffn_(gate|up|down)_exps\\.weight', bufferType: 'RPC0[127.0.0.1:2]' },
     ]);
     assert.deepEqual([f.gpuLayers, f.fit, f.devices], [0, 'off', ['RPC0', 'RPC1']]);
     const partial = shardFlags(plan, moe, [undefined, '127.0.0.1:2']);
     assert.equal(partial.overrides.length, 1);
     assert.match(partial.warnings[0]!, /no rpc endpoint/);
     const denseFlags = shardFlags(plan, { ...moe, isMoe: false }, ['127.0.0.1:1', '127.0.0.1:2']);
-    assert.deepEqual(denseFlags.overrides, [{ pattern: '^output\\.weight$', bufferType: 'CPU' }]);
+    assert.deepEqual(denseFlags.overrides, [{ pattern: 'output\\.weight', bufferType: 'CPU' }]);
   });
 
-  it("each override names exactly its tensors in a real GGUF's table, searched as llama.cpp searches (not attn_output.weight)", () => {
-    // llama.cpp applies --override-tensor with std::regex_search (ECMAScript), as RegExp.test does here.
+  it("each override, as llama-server's argv carries it, names exactly its tensors in a real GGUF's table (not attn_output.weight)", () => {
+    // The patterns as the head's argv writes them (llamaServerArgv), applied as llama.cpp applies --override-tensor:
+    // std::regex_search (ECMAScript), as RegExp.test does here.
+    const written = (overrides: TensorOverride[]): string[] => {
+      const a = llamaServerArgv({ model: 'm.gguf', host: '127.0.0.1', port: 1, ctx: 512, slots: 1, cacheType: 'f16', overrides });
+      return a[a.indexOf('--override-tensor') + 1]!.split(',').map((o) => o.slice(0, o.lastIndexOf('=')));
+    };
     const taken = (path: string, pattern: string): string[] =>
       readGgufFile(path)
         .tensors.map((t) => t.name)
@@ -177,19 +183,19 @@ describe('shard planner', () => {
     const denseModel = { name: 'd', blockCount: 4, weightsMb: 900, kvBytesPerToken: 1024, isMoe: false };
     const densePlan = planShard([cpu(null), cpu('a'), cpu('b')], denseModel, settings);
     if (densePlan.kind !== 'shard') return assert.fail();
-    const [out] = shardFlags(densePlan, denseModel, ['127.0.0.1:1', '127.0.0.1:2']).overrides;
-    assert.deepEqual(taken(fixture('dense'), out!.pattern), ['output.weight']);
-    // The fixture has what the unanchored pattern also took: every layer's attention output projection.
+    const [out] = written(shardFlags(densePlan, denseModel, ['127.0.0.1:1', '127.0.0.1:2']).overrides);
+    assert.deepEqual(taken(fixture('dense'), out!), ['output.weight']);
+    // The fixture has what the pattern took when it was written as it is: every layer's attention output projection.
     assert.equal(taken(fixture('dense'), 'output\\.weight').length, 5);
     const moeModel = { name: 'q', blockCount: 4, weightsMb: 900, kvBytesPerToken: 1024, isMoe: true };
     const moePlan = planShard([cpu(null), cpu('a'), cpu('b')], moeModel, settings);
     if (moePlan.kind !== 'shard') return assert.fail();
     const remote = moePlan.stages.filter((st) => st.node !== null);
-    const overrides = shardFlags(moePlan, moeModel, ['127.0.0.1:1', '127.0.0.1:2']).overrides;
+    const overrides = written(shardFlags(moePlan, moeModel, ['127.0.0.1:1', '127.0.0.1:2']).overrides);
     remote.forEach((st, i) => {
       const want = [];
       for (let l = st.layers[0]; l < st.layers[1]; l++) for (const p of ['gate', 'up', 'down']) want.push(`blk.${l}.ffn_${p}_exps.weight`);
-      assert.deepEqual(taken(fixture('moewide'), overrides[i]!.pattern).sort(), want.sort());
+      assert.deepEqual(taken(fixture('moewide'), overrides[i]!).sort(), want.sort());
     });
   });
 });

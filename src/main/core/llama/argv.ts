@@ -9,10 +9,21 @@ export type KvCacheType = (typeof KV_CACHE_TYPES)[number];
 export type FlashAttn = 'on' | 'off' | 'auto';
 
 export interface TensorOverride {
-  /** Regex over tensor names, e.g. `blk\.[0-1]\.ffn_(gate|up|down)_exps\.weight`. */
+  /**
+   * Regex for whole tensor names, e.g. `blk\.[0-1]\.ffn_(gate|up|down)_exps\.weight`; written anchored (wholeName).
+   */
   readonly pattern: string;
   /** Buffer type name as llama-server lists it, e.g. `RPC0[127.0.0.1:50052]` or `CPU`. */
   readonly bufferType: string;
+}
+
+/**
+ * An --override-tensor pattern that matches whole tensor names only. llama.cpp searches each name for the pattern
+ * (std::regex_search), so `output\.weight` alone also takes every layer's `blk.N.attn_output.weight`: a shard's
+ * remote layers then ran their attention projection on the hub, one rpc round trip more per remote layer per token.
+ */
+export function wholeName(pattern: string): string {
+  return `^(?:${pattern})$`;
 }
 
 export interface LlamaServerOptions {
@@ -118,7 +129,7 @@ export function llamaServerArgv(o: LlamaServerOptions): string[] {
   if (o.devices && o.devices.length > 0) a.push('--device', o.devices.join(','));
   if (o.tensorSplit && o.tensorSplit.length > 0) a.push('--tensor-split', o.tensorSplit.join(','));
   if (o.overrides && o.overrides.length > 0) {
-    a.push('--override-tensor', o.overrides.map((ov) => `${ov.pattern}=${ov.bufferType}`).join(','));
+    a.push('--override-tensor', o.overrides.map((ov) => `${wholeName(ov.pattern)}=${ov.bufferType}`).join(','));
   }
   if (o.fit !== undefined) a.push('--fit', o.fit);
   if (o.threads !== undefined) a.push('--threads', String(o.threads));

@@ -172,18 +172,8 @@ function layerAlternation(first: number, end: number): string {
   return Array.from({ length: end - first }, (_, i) => first + i).join('|');
 }
 
-/**
- * An --override-tensor pattern naming exactly the tensors `re` spells out. llama.cpp searches each tensor's name
- * for the pattern (std::regex_search), so an unanchored `output\.weight` also takes every layer's
- * `blk.N.attn_output.weight`: each remote layer's attention projection then runs on the hub, a round trip more
- * per remote layer per token (measured: 5 graph splits instead of 3 for a 2-layer shard).
- */
-export function wholeTensorName(re: string): string {
-  return `^${re}$`;
-}
-
-/** The output weight, and nothing else (not any layer's attn_output.weight). */
-export const OUTPUT_WEIGHT = wholeTensorName('output\\.weight');
+/** The output weight (argv.ts writes every override as a whole name: not any layer's attn_output.weight). */
+const OUTPUT_WEIGHT = 'output\\.weight';
 
 /**
  * llama-server flags for a plan. `endpoints[i]` is the 127.0.0.1 bridge of remote stage i (in plan order,
@@ -212,7 +202,7 @@ export function shardFlags(plan: Extract<ShardPlan, { kind: 'shard' }>, model: S
           warnings.push(`stage ${i} (${st.node}) has no rpc endpoint: its experts stay on the hub`);
           return;
         }
-        overrides.push({ pattern: wholeTensorName(`blk\\.(${layerAlternation(st.layers[0], st.layers[1])})\\.ffn_(gate|up|down)_exps\\.weight`), bufferType: `RPC0[${ep}]` });
+        overrides.push({ pattern: `blk\\.(${layerAlternation(st.layers[0], st.layers[1])})\\.ffn_(gate|up|down)_exps\\.weight`, bufferType: `RPC0[${ep}]` });
       });
       return {
         rpc,
