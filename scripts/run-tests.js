@@ -10,7 +10,9 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
 const root = new URL('..', import.meta.url).pathname;
-const only = process.argv.slice(2);
+// --screenshots: the dashboard test writes its pictures to docs/ (the README's), not to the run's temp dir.
+const screenshots = process.argv.includes('--screenshots');
+const only = process.argv.slice(2).filter((a) => a !== '--screenshots');
 
 function collect(dir) {
   const out = [];
@@ -36,7 +38,7 @@ const child = spawn(process.execPath, ['--test', '--test-reporter=spec', ...file
   stdio: 'inherit',
   // The suite pins the CPU backend for every hub and node it starts (the temperature-0 oracles are CPU runs);
   // the GPU tests ask for Vulkan on lavapipe explicitly and the detection tests run 'auto' themselves.
-  env: { RELAY_LLAMA_BACKEND: 'cpu', ...process.env, RELAY_TEST_RUN_ID: runId, TMPDIR: runTmp },
+  env: { RELAY_LLAMA_BACKEND: 'cpu', ...process.env, RELAY_TEST_RUN_ID: runId, TMPDIR: runTmp, ...(screenshots ? { RELAY_SCREENSHOTS_DIR: join(root, 'docs') } : {}) },
 });
 const code = await new Promise((resolve) => child.on('close', (c, s) => resolve(c ?? (s ? 1 : 0))));
 

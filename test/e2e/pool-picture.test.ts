@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
 import { mkdirSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { promisify } from 'node:util';
@@ -15,11 +16,12 @@ import { until } from '../helpers/proc.js';
  * The pool at a glance, in Debian's chromium against a real hub and two real nodes: every machine and device
  * with the placements /status reports, a shard's stages in execution order ending on the hub, a node paused with
  * `relay pause` marked at the next update, the "why not" line of a model that fits nowhere equal to its 503, the
- * charts, and the page at 400 px without sideways scrolling. The screenshots it takes are docs/pool*.png.
+ * charts, and the page at 400 px without sideways scrolling. Its screenshots (pool*.png) go to the run's temp
+ * dir; `npm run screenshots` runs it with RELAY_SCREENSHOTS_DIR=docs to renew the README's pictures.
  */
 const ENV = { RELAY_CONTEXT_SIZE: '512', RELAY_PARALLEL_SLOTS: '1', RELAY_THREADS: '1' };
 const relayBin = new URL('../../../bin/relay.js', import.meta.url).pathname;
-const docs = new URL('../../../docs/', import.meta.url).pathname;
+const docs = process.env.RELAY_SCREENSHOTS_DIR ?? join(tmpdir(), 'screenshots');
 
 let hub: HubProcess;
 let nodes: NodeProcess[] = [];
