@@ -3,22 +3,25 @@
  * plain messages and through relay's yamux on the same transport (the tunnel's own transport code), one round trip
  * every 5 ms as a token's rpc exchange comes. Whatever relay does, a shard's round trip through the tunnel costs at
  * least the plain echo: set beside the direct path's time per token it says what ratio this machine allows.
+ * Back to back (`gapMs` 0) no process waits long between echoes; in one process (`yamuxInProcess`) yamux's code
+ * runs hot, with nothing to wake: what is left between those and the cross-process figures is what this machine
+ * charges for running code just after a process wakes, not relay's code.
  * Run by bench/shard; the echo server is this file run as a child (`node echo-floor.js server MODE`).
  */
 import { fork } from 'node:child_process';
 import { once } from 'node:events';
 import { createServer } from 'node:https';
 import type { AddressInfo } from 'node:net';
+import type { Duplex } from 'node:stream';
 import { performance } from 'node:perf_hooks';
 import { fileURLToPath } from 'node:url';
 import { WebSocket, WebSocketServer } from 'ws';
 import { selfSignedCert } from '../src/main/core/pairing/hub-cert.js';
-import { webSocketDuplex } from '../src/main/core/tunnel/transport.js';
+import { duplexPair, webSocketDuplex } from '../src/main/core/tunnel/transport.js';
 import { Session } from '../src/main/core/tunnel/yamux/session.js';
 
 type Mode = 'wss' | 'yamux';
 const SIZE = 1024;
-const GAP_MS = 5;
 
 function serve(mode: Mode): void {
   const { cert, key } = selfSignedCert('bench');
@@ -35,8 +38,8 @@ function serve(mode: Mode): void {
   srv.listen(0, '127.0.0.1', () => process.send!((srv.address() as AddressInfo).port));
 }
 
-/** p50 and p90 of `n` echo round trips in µs, through a fresh echo process. */
-export async function echoFloor(mode: Mode, n = 300): Promise<{ p50: number; p90: number }> {
+/** p50 and p90 of `n` echo round trips in µs, one every `gapMs` (0: back to back), through a fresh echo process. */
+export async function echoFloor(mode: Mode, n = 300, gapMs = 5): Promise<{ p50: number; p90: number }> {
   const child = fork(fileURLToPath(import.meta.url), ['server', mode], { stdio: 'inherit', execArgv: [] });
   try {
     const [port] = (await once(child, 'message')) as [number];
@@ -69,7 +72,7 @@ export async function echoFloor(mode: Mode, n = 300): Promise<{ p50: number; p90
         send(buf);
       });
       t.push((performance.now() - t0) * 1000);
-      await new Promise((r) => setTimeout(r, GAP_MS));
+      if (gapMs > 0) await new Promise((r) => setTimeout(r, gapMs));
     }
     ws.terminate();
     t.sort((a, b) => a - b);
@@ -77,6 +80,49 @@ export async function echoFloor(mode: Mode, n = 300): Promise<{ p50: number; p90
   } finally {
     child.kill();
   }
+}
+
+/**
+ * Mean µs per 1 KiB echo between two yamux sessions in this process over an in-memory pair, and over the bare
+ * pair: yamux's own CPU per round trip (two frames written, two read), hot.
+ */
+export async function yamuxInProcess(n = 20_000): Promise<{ pair: number; yamux: number }> {
+  const time = async (withYamux: boolean): Promise<number> => {
+    const [a, b] = duplexPair();
+    let near: Duplex = a;
+    let far: Duplex = b;
+    if (withYamux) {
+      const server = new Session(b, { client: false, keepAliveIntervalMs: 0 });
+      const accepted = once(server, 'stream') as Promise<[Duplex]>;
+      near = new Session(a, { client: true, keepAliveIntervalMs: 0 }).open(1);
+      [far] = await accepted;
+    }
+    far.on('data', (c: Buffer) => far.write(c));
+    // The pair is destroyed at the end, under the streams: their errors then are the teardown's.
+    for (const s of [near, far]) s.on('error', () => undefined);
+    let reply: () => void = () => undefined;
+    let got = 0;
+    near.on('data', (c: Buffer) => {
+      got += c.byteLength;
+      if (got >= SIZE) {
+        got -= SIZE;
+        reply();
+      }
+    });
+    const buf = Buffer.alloc(SIZE, 7);
+    const echo = (): Promise<void> =>
+      new Promise((r) => {
+        reply = r;
+        near.write(buf);
+      });
+    for (let i = 0; i < 2000; i++) await echo(); // compiled before it is timed
+    const t0 = performance.now();
+    for (let i = 0; i < n; i++) await echo();
+    const us = ((performance.now() - t0) * 1000) / n;
+    a.destroy();
+    return us;
+  };
+  return { pair: await time(false), yamux: await time(true) };
 }
 
 if (process.argv[2] === 'server') serve(process.argv[3] as Mode);

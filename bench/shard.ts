@@ -21,7 +21,7 @@ import { llama } from '../test/helpers/llama.js';
 import { startNode } from '../test/helpers/node.js';
 import { openRpcBridge } from '../src/main/core/pool/rpc-bridge.js';
 import { rpcRoundTrips } from './rpc-probe.js';
-import { echoFloor } from './echo-floor.js';
+import { echoFloor, yamuxInProcess } from './echo-floor.js';
 import { reportRatio } from './targets.js';
 import { procCpu, procSyscalls, procWakeups } from './proc.js';
 import { llamaChildren } from '../test/helpers/chaos.js';
@@ -166,6 +166,10 @@ try {
   // round trip through the tunnel costs at least the plain one, whatever relay's own layers do.
   const floorWss = await echoFloor('wss');
   const floorYamux = await echoFloor('yamux');
+  // The same back to back: no idle vCPU to wake between echoes, so what is left between the modes is yamux's code.
+  const hotWss = await echoFloor('wss', 300, 0);
+  const hotYamux = await echoFloor('yamux', 300, 0);
+  const inProcess = await yamuxInProcess();
   // Each round ran TCP then tunnel back to back: the median of the rounds' ratios pairs the machine's drifts out.
   const shardRatio = median(viaTunnel.map((t, i) => t / viaTcp[i]!));
   reportRatio('shard tok/s, rpc through the tunnel ÷ direct TCP (paired rounds)', shardRatio, 0.95);
@@ -190,6 +194,8 @@ try {
     `| main-thread wake-ups per generated token: the hub / the node | ${(io.hubWake / (ROUNDS * TOKENS)).toFixed(1)} / ${(io.nodeWake / (ROUNDS * TOKENS)).toFixed(1)} |`,
     `| smallest ggml-rpc round trip (DEVICE_COUNT), p50: direct TCP / through the tunnel | ${(median(probeDirect) * 1000).toFixed(0)} µs / ${(median(probeTunnel) * 1000).toFixed(0)} µs |`,
     `| 1 KiB echo between two Node.js processes, one every 5 ms, p50: a TLS WebSocket / relay's yamux over it | ${floorWss.p50.toFixed(0)} µs / ${floorYamux.p50.toFixed(0)} µs |`,
+    `| the same echo back to back (each process sleeps only while the other answers), p50: a TLS WebSocket / relay's yamux over it | ${hotWss.p50.toFixed(0)} µs / ${hotYamux.p50.toFixed(0)} µs |`,
+    `| the same in one process over an in-memory pair (yamux's code hot, nothing to wake), mean: the bare pair / yamux over it | ${inProcess.pair.toFixed(1)} µs / ${inProcess.yamux.toFixed(1)} µs |`,
     `| the most this machine allows with one such plain echo per round trip: direct ms per token ÷ (that + the echo) | ${(1000 / median(viaTcp) / (1000 / median(viaTcp) + (roundTripsPerToken * floorWss.p50) / 1000)).toFixed(3)} |`,
     '',
   );
