@@ -23,6 +23,18 @@ import { Session } from '../src/main/core/tunnel/yamux/session.js';
 type Mode = 'wss' | 'yamux';
 const SIZE = 1024;
 
+/** Calls `done` each time another SIZE bytes have come back on `s` (an echo may arrive in pieces). */
+function onEachEcho(s: Duplex, done: () => void): void {
+  let got = 0;
+  s.on('data', (c: Buffer) => {
+    got += c.byteLength;
+    if (got >= SIZE) {
+      got -= SIZE;
+      done();
+    }
+  });
+}
+
 function serve(mode: Mode): void {
   const { cert, key } = selfSignedCert('bench');
   const srv = createServer({ cert, key });
@@ -53,14 +65,7 @@ export async function echoFloor(mode: Mode, n = 300, gapMs = 5): Promise<{ p50: 
     } else {
       const st = new Session(webSocketDuplex(ws), { client: true, keepAliveIntervalMs: 0 }).open(1);
       st.on('error', () => undefined); // the session ends with the socket at the end
-      let got = 0;
-      st.on('data', (c: Buffer) => {
-        got += c.byteLength;
-        if (got >= SIZE) {
-          got -= SIZE;
-          reply();
-        }
-      });
+      onEachEcho(st, () => reply());
       send = (b) => st.write(b);
     }
     const buf = Buffer.alloc(SIZE, 7);
@@ -101,14 +106,7 @@ export async function yamuxInProcess(n = 20_000): Promise<{ pair: number; yamux:
     // The pair is destroyed at the end, under the streams: their errors then are the teardown's.
     for (const s of [near, far]) s.on('error', () => undefined);
     let reply: () => void = () => undefined;
-    let got = 0;
-    near.on('data', (c: Buffer) => {
-      got += c.byteLength;
-      if (got >= SIZE) {
-        got -= SIZE;
-        reply();
-      }
-    });
+    onEachEcho(near, () => reply());
     const buf = Buffer.alloc(SIZE, 7);
     const echo = (): Promise<void> =>
       new Promise((r) => {
