@@ -22,7 +22,7 @@ const THREAD_COUNTS = (process.env.BENCH_THREADS ?? '1,2').split(',');
 const CTX = 1024;
 const BARE_ROUNDS = 6;
 /** Rounds of one-token answers (direct, hub, bare relay each) for the added time to first token. */
-const TTFT_REQUESTS = Number(process.env.BENCH_TTFT_REQUESTS ?? 100);
+const TTFT_REQUESTS = Number(process.env.BENCH_TTFT_REQUESTS ?? 102); // a multiple of the 6 orders
 const TTFT_GAP_MS = 30;
 /** Requests of one token each, for the relay's CPU per request (its request path, which the first token waits for). */
 const SHORT_REQUESTS = Number(process.env.BENCH_SHORT_REQUESTS ?? 100);
@@ -56,6 +56,7 @@ async function sample(url: string, model: string, prompt: string, maxTokens = MA
       tokens++;
     }
   }
+  if (first === 0) throw new Error(`${url}: the answer had no text chunk`);
   return { ttftMs: first - t0, tokPerS: tokens > 1 ? (tokens - 1) / ((last - first) / 1000) : 0, tokens };
 }
 
@@ -69,7 +70,9 @@ const pct = (xs: number[], p: number): number => [...xs].sort((a, b) => a - b)[M
 /**
  * The least any Node.js HTTP relay pays: a child process that forwards each request to llama-server and writes
  * the response's chunks back as they come (no auth, no routing, no failover). Its CPU per token beside the
- * hub's says how much of the hub's cost is relay's own code and how much Node's HTTP machinery.
+ * hub's says how much of the hub's cost is relay's own code and how much Node's HTTP machinery. It connects to
+ * llama-server per request (the hub takes a socket connected beforehand), so its TTFT includes a loopback connect
+ * the hub's does not: the hub's TTFT less the bare relay's understates the hub's own extra by about that.
  */
 const BARE_RELAY = `const http = require('node:http');
 const up = Number(process.argv[1]);
@@ -172,6 +175,7 @@ async function benchModel(name: string, path: string, THREADS: string, maxTokens
       `| ${name} | ${THREADS} | generation tok/s (median of ${ROUNDS}, ${maxTokens} tokens each) | ${dTok.toFixed(1)} | ${hTok.toFixed(1)} | ${(hTok / dTok).toFixed(3)} |`,
       `| ${name} | ${THREADS} | TTFT p50 ms, one-token answers (${TTFT_REQUESTS} rounds) | ${median(ttft.d).toFixed(2)} | ${median(ttft.h).toFixed(2)} | ${sign(addedBy('h'))} ms (paired) |`,
       `| ${name} | ${THREADS} | the same through a bare Node.js HTTP relay, in the same rounds | | ${median(ttft.b).toFixed(2)} | ${sign(addedBy('b'))} ms (paired) |`,
+      `| ${name} | ${THREADS} | the hub's TTFT less the bare relay's, paired by round (median) | | | ${sign(median(ttft.h.map((x, i) => x - ttft.b[i]!)))} ms |`,
       `| ${name} | ${THREADS} | relay process CPU per token: the hub / a bare Node.js HTTP relay | | ${((hubCpuMs * 1000) / h.reduce((a, x) => a + x.tokens, 0)).toFixed(0)} µs / ${((bareCpuMs * 1000) / bareTokens).toFixed(0)} µs | |`,
       `| ${name} | ${THREADS} | relay process CPU per request (${SHORT_REQUESTS} one-token answers): the hub / a bare Node.js HTTP relay | | ${hubPerRequest.toFixed(2)} ms / ${barePerRequest.toFixed(2)} ms | ${(hubPerRequest / barePerRequest).toFixed(2)} |`,
       `| ${name} | ${THREADS} | TTFT p90 ms, one-token answers | ${pct(ttft.d, 90).toFixed(2)} | ${pct(ttft.h, 90).toFixed(2)} | |`,
@@ -185,8 +189,8 @@ async function benchModel(name: string, path: string, THREADS: string, maxTokens
 
 const rows: string[] = [];
 /**
- * `pace`: a 600 MB model (12 layers, n_embd 768) that generates at 40–50 tok/s on this machine's two cores, the
- * pace of a 7–8B model on a household GPU; the tiny fixtures run at 200–800 tok/s, where the hub's fixed cost per
+ * `pace`: a 600 MB model (12 layers, n_embd 768) that generates at 31–53 tok/s on this machine's two cores, the
+ * pace of a 7–8B model on a household GPU; the tiny fixtures run at 175–860 tok/s, where the hub's fixed cost per
  * token weighs 10–20× more than it does for any model people run. Generated on first use (5 s), not in the suite.
  */
 const PACE: FixtureSpec = { kind: 'dense', arch: 'llama', layers: 12, embd: 768, heads: 12, kvHeads: 4, ff: 3072, ctx: 2048 };
