@@ -166,7 +166,8 @@ try {
   // round trip through the tunnel costs at least the plain one, whatever relay's own layers do.
   const floorWss = await echoFloor('wss');
   const floorYamux = await echoFloor('yamux');
-  // The same back to back: no idle vCPU to wake between echoes, so what is left between the modes is yamux's code.
+  // The same back to back (each process sleeps only while the other answers), and yamux hot in one process: what
+  // is left between those and the 5 ms figures is this machine's cost of running code just after a wake-up.
   const hotWss = await echoFloor('wss', 300, 0);
   const hotYamux = await echoFloor('yamux', 300, 0);
   const inProcess = await yamuxInProcess();
