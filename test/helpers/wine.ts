@@ -6,7 +6,7 @@ import { cacheRoot, packFromRegistry } from '../../src/main/core/llama/fetch.js'
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { signalIfRunning, until } from './proc.js';
+import { alive, signalIfRunning, until } from './proc.js';
 
 /**
  * Windows programs under Debian's Wine, as the closest real thing to a Windows PC on these Linux machines
@@ -18,6 +18,13 @@ export interface WinePrefix {
   readonly env: NodeJS.ProcessEnv;
   /** Start `exe` with `args`; its stdout and stderr go to a file read by output(). */
   start(exe: string, args: readonly string[], name: string, env?: Record<string, string>): WineProcess;
+  /**
+   * Run `exe` to its end: its exit code and output. Once, if Wine's own server for the prefix died under it (the
+   * stand-in for Windows failed, not the program), it starts the server again and reruns, saying so on stderr.
+   */
+  run(exe: string, args: readonly string[], name: string, env?: Record<string, string>): Promise<{ code: number | null; output: string }>;
+  /** Whether this prefix's wineserver is running; if not (it died), start it again and say so on stderr. */
+  serverLost(): boolean;
   close(): Promise<void>;
 }
 
@@ -47,10 +54,32 @@ export function winePrefix(): WinePrefix {
   const dir = mkdtempSync(join(tmpdir(), 'relay-wine-'));
   // No Gecko/Mono install dialogs: these programs need neither.
   const env = { ...process.env, WINEPREFIX: dir, WINEDEBUG: '-all', WINEDLLOVERRIDES: 'mscoree,mshtml=' };
+  // One wineserver for the prefix's whole life (-p: it does not exit seconds after its last program, so no
+  // program meets a server on its way out); close() stops it. (Setting the prefix up here too, before any
+  // program, made the Vulkan node's first start a minute slower: the first program still sets it up.)
+  spawnSync('wineserver', ['-p'], { env, stdio: 'ignore' });
   const started: WineProcess[] = [];
-  return {
+  const serverLost = (): boolean => {
+    if (wineserverPids().some((pid) => inPrefix(pid, dir))) return false;
+    // Its Windows processes outlive it, hung (services.exe, explorer.exe, …): they go too.
+    const orphans = procsWhere(() => true).filter((pid) => inPrefix(pid, dir) && alive(pid));
+    console.error(`[wine] the wineserver of ${dir} is gone; stopping its ${orphans.length} processes left and starting it again`);
+    for (const pid of orphans) process.kill(pid, 'SIGKILL');
+    spawnSync('wineserver', ['-p'], { env, stdio: 'ignore' });
+    return true;
+  };
+  const prefix: WinePrefix = {
     dir,
     env,
+    serverLost,
+    async run(exe, args, name, extra) {
+      for (let attempt = 1; ; attempt++) {
+        const p = prefix.start(exe, args, attempt === 1 ? name : `${name}-${attempt}`, extra);
+        const code = await p.exited;
+        if (attempt === 2 || !serverLost()) return { code, output: p.output() };
+        console.error(`[wine] ${name} ended with ${code} when Wine's server died under it; running it again:\n${p.output().slice(-500)}`);
+      }
+    },
     start(exe, args, name, extra = {}) {
       const log = join(dir, `${name}.log`);
       const fd = openSync(log, 'w');
@@ -77,6 +106,12 @@ export function winePrefix(): WinePrefix {
       spawnSync('wineserver', ['-w'], { env, stdio: 'ignore', timeout: 30_000 });
     },
   };
+  return prefix;
+}
+
+/** Linux pids of running wineservers (of every prefix: inPrefix tells them apart). */
+function wineserverPids(): number[] {
+  return procsWhere((cmd) => /(^|\/)wineserver(64)?( |$)/.test(cmd)).filter(alive); // a zombie one is not running
 }
 
 /** Wait until a Windows llama-server under Wine answers /health (or exits: then its output is the error). */
@@ -114,13 +149,10 @@ export async function windowsNodeExe(): Promise<string> {
 
 /** Run a script with Node.js for Windows under Wine; it must exit 0 and print one line of JSON (its answer). */
 export async function windowsNodeJson<T>(prefix: WinePrefix, args: readonly string[], name: string): Promise<T> {
-  const p = prefix.start(await windowsNodeExe(), args, name, { NODE_SKIP_PLATFORM_CHECK: '1' });
-  assert.equal(await p.exited, 0, p.output());
-  const line = p
-    .output()
-    .split('\n')
-    .find((l) => l.startsWith('{'));
-  assert.ok(line, p.output());
+  const { code, output } = await prefix.run(await windowsNodeExe(), args, name, { NODE_SKIP_PLATFORM_CHECK: '1' });
+  assert.equal(code, 0, output);
+  const line = output.split('\n').find((l) => l.startsWith('{'));
+  assert.ok(line, output);
   return JSON.parse(line) as T;
 }
 
@@ -138,31 +170,36 @@ export async function startWineNode(
   const home = mkdtempSync(join(tmpdir(), `relay-winnode-${opts.name}-`));
   const node = await windowsNodeExe();
   const env = { NODE_SKIP_PLATFORM_CHECK: '1', RELAY_LLAMA_BIN_DIR: winPath(opts.winBin), RELAY_LLAMA_BACKEND: 'cpu', RELAY_HEARTBEAT_MS: '500', ...opts.env };
-  const proc = prefix.start(
-    node,
-    [...(opts.nodeArgs ?? []), winPath(relayBin), 'up', '--hub', hub.url, '--token', opts.token, '--name', opts.name, '--home', winPath(home), '--cpu-budget-mb', String(opts.cpuBudgetMb)],
-    `node-${opts.name}`,
-    env,
-  );
-  let gone = false;
-  void proc.exited.then(() => (gone = true));
-  await until(
-    () => gone || /connected to/.test(proc.output()),
-    (v) => v,
-    120_000,
-    200,
-  );
-  if (gone || !/connected to/.test(proc.output())) throw new Error(`relay up under Wine did not connect:\n${proc.output().slice(-3000)}`);
-  return { home, proc, log: () => proc.output() };
+  const args = [...(opts.nodeArgs ?? []), winPath(relayBin), 'up', '--hub', hub.url, '--token', opts.token, '--name', opts.name, '--home', winPath(home), '--cpu-budget-mb', String(opts.cpuBudgetMb)];
+  for (let attempt = 1; ; attempt++) {
+    const proc = prefix.start(node, args, attempt === 1 ? `node-${opts.name}` : `node-${opts.name}-${attempt}`, env);
+    let gone = false;
+    void proc.exited.then(() => (gone = true));
+    await until(
+      () => gone || /connected to/.test(proc.output()),
+      (v) => v,
+      120_000,
+      200,
+    );
+    if (!gone && /connected to/.test(proc.output())) return { home, proc, log: () => proc.output() };
+    // As WinePrefix.run: once, when Wine's own server died under it, not relay.
+    if (gone && attempt === 1 && prefix.serverLost()) continue;
+    throw new Error(`relay up under Wine did not connect (${gone ? `exited ${proc.child.exitCode ?? proc.child.signalCode}` : 'still running'}):\n${proc.output().slice(-3000)}`);
+  }
 }
 
 /** Linux pids of the Windows programs running under Wine whose command line contains every one of `parts`. */
 export function winePids(...parts: string[]): number[] {
+  return procsWhere((cmd) => parts.every((p) => cmd.includes(p)));
+}
+
+/** Linux pids of the live processes whose command line (arguments joined by spaces) passes `test`. */
+function procsWhere(test: (cmd: string) => boolean): number[] {
   const out: number[] = [];
   for (const pid of readdirSync('/proc').filter((p) => /^\d+$/.test(p))) {
     try {
       const cmd = readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0').join(' ');
-      if (parts.every((p) => cmd.includes(p))) out.push(Number(pid));
+      if (test(cmd)) out.push(Number(pid));
     } catch {
       /* gone */
     }

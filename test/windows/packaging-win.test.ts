@@ -161,14 +161,14 @@ describe('packaging (electron-builder, win dir target, on Linux)', { timeout: 60
   });
 
   it('under Wine, the packed llama-server.exe runs and loads the shipped Vulkan module beside its mingw ggml-base.dll', async () => {
-    const v = wine.start(join(llamaDir, 'llama-server.exe'), ['--version'], 'packed-version');
-    assert.equal(await v.exited, 0, v.output());
-    assert.match(v.output(), /version: \d+/);
+    const v = await wine.run(join(llamaDir, 'llama-server.exe'), ['--version'], 'packed-version');
+    assert.equal(v.code, 0, v.output);
+    assert.match(v.output, /version: \d+/);
     const vk = BACKEND_PACKAGES.find((p) => p.platform === 'win32' && p.backend === 'vulkan')!;
     const module = join(llamaDir, 'backends', vk.id, 'ggml-vulkan.dll');
-    const d = wine.start(join(llamaDir, 'llama-server.exe'), ['--list-devices'], 'packed-devices', { GGML_BACKEND_PATH: winPath(module), GGML_VK_VISIBLE_DEVICES: '0' });
-    assert.equal(await d.exited, 0, d.output());
-    const text = d.output();
+    const d = await wine.run(join(llamaDir, 'llama-server.exe'), ['--list-devices'], 'packed-devices', { GGML_BACKEND_PATH: winPath(module), GGML_VK_VISIBLE_DEVICES: '0' });
+    assert.equal(d.code, 0, d.output);
+    const text = d.output;
     // Loaded (its imports resolved against relay's ggml-base.dll and Wine's MSVC runtime) and initialised: it
     // either lists a Vulkan device or stops at its own Vulkan check. Wine 8's Vulkan needs its X11 driver, and
     // these machines have no X server, so here it is the second (docs/how-it-works.md#windows).
