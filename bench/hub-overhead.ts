@@ -1,13 +1,13 @@
 /**
  * bench/hub-overhead: generation tok/s and time-to-first-token through the hub vs direct llama-server.
- * Same model, prompts and settings; requests interleaved in one run (the TTFT rounds also through a bare Node.js
- * relay) so machine noise hits every path alike; medians of paired differences. Not part of `npm test`: run `npm run bench -- hub-overhead`.
+ * One llama-server, the hub's own replica: "direct" is a request to its port, "through hub" one to the hub, and the
+ * TTFT rounds also go through a bare Node.js relay to the same port; requests interleaved in one run so machine
+ * noise hits every path alike; medians of paired differences. Not part of `npm test`: run `npm run bench -- hub-overhead`.
  */
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { createInterface } from 'node:readline';
 import { performance } from 'node:perf_hooks';
-import { startLlamaServer } from '../src/main/core/llama/index.js';
 import { ensureFixture, ensureSpecFixture, type FixtureName, type FixtureSpec } from '../test/fixtures/models.js';
 import { addModel, startHub } from '../test/helpers/hub.js';
 import { llama } from '../test/helpers/llama.js';
@@ -92,29 +92,40 @@ async function bareRelay(upstreamPort: number): Promise<{ url: string; pid: numb
   return { url: `http://127.0.0.1:${line.trim()}`, pid: child.pid!, stop: () => child.kill() };
 }
 
+/** The port of the hub's one running replica of `name` (its own llama-server, on 127.0.0.1). */
+async function replicaPort(hubUrl: string, name: string): Promise<number> {
+  const st = (await (await fetch(`${hubUrl}/status`)).json()) as { replicas: { model: string; port: number | null }[] };
+  const port = st.replicas.find((r) => r.model === name && r.port !== null)?.port;
+  if (!port) throw new Error(`the hub runs no replica of ${name}: ${JSON.stringify(st.replicas)}`);
+  return port;
+}
+
 async function benchModel(name: string, path: string, THREADS: string, maxTokens: number): Promise<string[]> {
   const env = { RELAY_CONTEXT_SIZE: String(CTX), RELAY_PARALLEL_SLOTS: '1', RELAY_THREADS: THREADS, RELAY_LOG_LEVEL: 'warn' };
   const hub = await startHub({ env, args: ['--cpu-budget-mb', '4000'] });
-  const direct = await startLlamaServer(llama(), { model: path, ctx: CTX, slots: 1, cacheType: 'f16', threads: Number(THREADS), metrics: true });
-  const bare = await bareRelay(direct.port);
+  let bare: Awaited<ReturnType<typeof bareRelay>> | null = null;
   try {
     await addModel(hub, { path, name });
+    await sample(hub.url, name, 'warm up'); // loads the hub's replica
+    // Direct and the bare relay use the hub's own llama-server: two llama-server processes of one model with the
+    // same arguments differ in TTFT by as much as the target here (measured: a bare relay to each, -0.75 to +1.41
+    // ms paired), which a comparison across two servers would count as the hub's.
+    const port = await replicaPort(hub.url, name);
+    bare = await bareRelay(port);
+    const directUrl = `http://127.0.0.1:${port}`;
     const prompts = ['Once upon a time', 'The history of the bicycle', 'In the beginning', 'A recipe for bread'];
-    const urls = { d: direct.baseUrl, h: hub.url, b: bare.url };
-    // Warm all three (the hub's first request also loads its replica), then WARM_REQUESTS short ones each: a hub that
-    // has served a few dozen requests runs its request path compiled (V8's JIT), as a household's hub does after minutes.
+    const urls = { d: directUrl, h: hub.url, b: bare.url };
+    // Warm all three, then WARM_REQUESTS short ones each: a hub that has served a few dozen requests runs its
+    // request path compiled (V8's JIT), as a household's hub does after minutes.
     for (const u of Object.values(urls)) await sample(u, name, 'warm up');
     for (let i = 0; i < WARM_REQUESTS; i++) for (const u of Object.values(urls)) await sample(u, name, 'warm up', 4);
 
     // Added TTFT: one-token answers, one request on each path per round (direct, the hub, the bare relay) in an
     // order that rotates, so the machine's drifts hit all three alike; the median of each path's differences to
     // the direct request of its round is what that path adds. The bare relay's is the floor for any Node.js relay.
-    // TTFT_GAP_MS before each: llama.cpp's threads spin a while after a request, and with every core generating
-    // that spin takes the CPU from the next request on the other llama-server (the bare relay shares the direct
-    // one, so back to back it would mostly follow its own server's request and the hub the other's: measured, a
-    // 2 ms bias against the hub with 2 threads). After the gap each request finds the machine idle, as at home.
-    // And no prompt cache: direct and the bare relay share a llama-server, so the second of them in a round would
-    // find the round's prompt cached and the hub's server never would (with a 600 MB model, a 20 ms bias).
+    // TTFT_GAP_MS before each: llama.cpp's threads spin a while after a request, taking CPU from whatever comes
+    // next; after the gap each request finds the machine idle, as at home. And no prompt cache: the three paths
+    // share one llama-server, so the second and third of a round would find the round's prompt cached.
     const ttft = { d: [] as number[], h: [] as number[], b: [] as number[] };
     const orders = ['dhb', 'hbd', 'bdh', 'dbh', 'hdb', 'bhd'] as const;
     for (let r = 0; r < TTFT_REQUESTS; r++) {
@@ -135,7 +146,7 @@ async function benchModel(name: string, path: string, THREADS: string, maxTokens
       const p = prompts[r % prompts.length]!;
       const order = r % 2 === 0 ? (['d', 'h'] as const) : (['h', 'd'] as const);
       for (const which of order) {
-        if (which === 'd') d.push(await sample(direct.baseUrl, name, p, maxTokens));
+        if (which === 'd') d.push(await sample(directUrl, name, p, maxTokens));
         else {
           const c0 = cpuMs(hub.proc.pid!);
           h.push(await sample(hub.url, name, p, maxTokens));
@@ -183,8 +194,7 @@ async function benchModel(name: string, path: string, THREADS: string, maxTokens
       `| ${name} | ${THREADS} | TTFT p90 ms, one-token answers | ${pct(ttft.d, 90).toFixed(2)} | ${pct(ttft.h, 90).toFixed(2)} | |`,
     ];
   } finally {
-    bare.stop();
-    await direct.child.terminate(5000);
+    bare?.stop();
     await hub.stop();
   }
 }
