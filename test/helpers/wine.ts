@@ -64,7 +64,13 @@ export function winePrefix(): WinePrefix {
     // Its Windows processes outlive it, hung (services.exe, explorer.exe, …): they go too.
     const orphans = procsWhere(() => true).filter((pid) => inPrefix(pid, dir) && alive(pid));
     console.error(`[wine] the wineserver of ${dir} is gone; stopping its ${orphans.length} processes left and starting it again`);
-    for (const pid of orphans) process.kill(pid, 'SIGKILL');
+    for (const pid of orphans) {
+      try {
+        process.kill(pid, 'SIGKILL');
+      } catch {
+        /* gone meanwhile */
+      }
+    }
     spawnSync('wineserver', ['-p'], { env, stdio: 'ignore' });
     return true;
   };
@@ -193,7 +199,7 @@ export function winePids(...parts: string[]): number[] {
   return procsWhere((cmd) => parts.every((p) => cmd.includes(p)));
 }
 
-/** Linux pids of the live processes whose command line (arguments joined by spaces) passes `test`. */
+/** Linux pids of the processes (zombies too) whose command line (arguments joined by spaces) passes `test`. */
 function procsWhere(test: (cmd: string) => boolean): number[] {
   const out: number[] = [];
   for (const pid of readdirSync('/proc').filter((p) => /^\d+$/.test(p))) {
