@@ -11,7 +11,7 @@
 import { fork } from 'node:child_process';
 import { once } from 'node:events';
 import { createServer } from 'node:https';
-import type { AddressInfo } from 'node:net';
+import { connect, createServer as createNetServer, type AddressInfo, type Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
 import { performance } from 'node:perf_hooks';
 import { fileURLToPath } from 'node:url';
@@ -123,4 +123,59 @@ export async function yamuxInProcess(n = 20_000): Promise<{ pair: number; yamux:
   return { pair: await time(false), yamux: await time(true) };
 }
 
+/**
+ * A bare relay chain for ggml-rpc, the floor under the tunnel for a whole shard: two Node.js processes that only
+ * forward bytes, as the hub and the node do, with none of relay's code: near (a TCP port for llama-server's rpc
+ * client) → one TLS WebSocket per connection → far (a TCP connection to ggml-rpc-server at `targetPort`). Each
+ * chunk read is one WebSocket message; sockets without Nagle, as relay's bridge. Returns near's port.
+ */
+export async function bareRpcChain(targetPort: number): Promise<{ port: number; stop: () => void }> {
+  const start = async (role: string, arg: number) => {
+    const child = fork(fileURLToPath(import.meta.url), [role, String(arg)], { stdio: 'inherit', execArgv: [] });
+    const [port] = (await once(child, 'message')) as [number];
+    return { child, port };
+  };
+  const far = await start('chain-far', targetPort);
+  const near = await start('chain-near', far.port);
+  return {
+    port: near.port,
+    stop: () => {
+      near.child.kill();
+      far.child.kill();
+    },
+  };
+}
+
+/** Pipes a TCP socket and a WebSocket both ways; either's end ends the other. */
+function splice(sock: Socket, ws: WebSocket): void {
+  sock.setNoDelay(true);
+  sock.on('data', (c: Buffer) => ws.send(c, { binary: true }));
+  ws.on('message', (m: Buffer) => sock.write(m));
+  sock.on('close', () => ws.terminate());
+  ws.on('close', () => sock.destroy());
+  sock.on('error', () => undefined);
+  ws.on('error', () => undefined);
+}
+
+function chainFar(targetPort: number): void {
+  const { cert, key } = selfSignedCert('bench');
+  const srv = createServer({ cert, key });
+  new WebSocketServer({ server: srv, perMessageDeflate: false }).on('connection', (ws) => {
+    splice(connect(targetPort, '127.0.0.1'), ws); // what comes before it connects waits in its write queue
+  });
+  srv.listen(0, '127.0.0.1', () => process.send!((srv.address() as AddressInfo).port));
+}
+
+function chainNear(farPort: number): void {
+  const srv = createNetServer((sock) => {
+    sock.pause(); // until the WebSocket is open
+    const ws = new WebSocket(`wss://127.0.0.1:${farPort}`, { rejectUnauthorized: false, perMessageDeflate: false });
+    ws.on('open', () => sock.resume());
+    splice(sock, ws);
+  });
+  srv.listen(0, '127.0.0.1', () => process.send!((srv.address() as AddressInfo).port));
+}
+
 if (process.argv[2] === 'server') serve(process.argv[3] as Mode);
+if (process.argv[2] === 'chain-far') chainFar(Number(process.argv[3]));
+if (process.argv[2] === 'chain-near') chainNear(Number(process.argv[3]));

@@ -21,7 +21,7 @@ import { llama } from '../test/helpers/llama.js';
 import { startNode } from '../test/helpers/node.js';
 import { openRpcBridge } from '../src/main/core/pool/rpc-bridge.js';
 import { rpcRoundTrips } from './rpc-probe.js';
-import { echoFloor, yamuxInProcess } from './echo-floor.js';
+import { bareRpcChain, echoFloor, yamuxInProcess } from './echo-floor.js';
 import { reportRatio } from './targets.js';
 import { procCpu, procSyscalls, procWakeups } from './proc.js';
 import { llamaChildren } from '../test/helpers/chaos.js';
@@ -93,13 +93,17 @@ try {
   const nodeRpc = nodeRpcPid === undefined ? [] : readFileSync(`/proc/${nodeRpcPid}/cmdline`, 'utf8').split('\0');
   const device = nodeRpc.includes('--device') ? nodeRpc[nodeRpc.indexOf('--device') + 1] : undefined;
   const rpc = await startRpcServer(llama(), { cache: false, device });
-  const direct = await startLlamaServer(llama(), {
+  // The floor for the whole shard: the same pair with a bare relay chain (two Node.js processes forwarding over a
+  // TLS WebSocket, none of relay's code) between llama-server and a ggml-rpc-server of its own.
+  const chainRpc = await startRpcServer(llama(), { cache: false, device });
+  const chain = await bareRpcChain(chainRpc.port);
+  const pair = (endpoint: string): Parameters<typeof startLlamaServer>[1] => ({
     model: densePath,
     ctx: Number(flag('--ctx-size')),
     slots: Number(flag('--parallel')),
     cacheType: 'f16',
     threads: 1,
-    rpc: [rpc.endpoint],
+    rpc: [endpoint],
     devices: ['RPC0'],
     gpuLayers: Number(flag('--n-gpu-layers')),
     tensorSplit: flag('--tensor-split').split(',').map(Number),
@@ -110,8 +114,11 @@ try {
       : [],
     fit: 'off',
   });
+  const direct = await startLlamaServer(llama(), pair(rpc.endpoint));
+  const chained = await startLlamaServer(llama(), pair(`127.0.0.1:${chain.port}`));
   const viaTunnel: number[] = [];
   const viaTcp: number[] = [];
+  const viaChain: number[] = [];
   const rt0 = shardRoundTrips('dense');
   const session = hub.nodes.get('bench')!.session;
   const frames = () => session.stats.framesIn + session.stats.framesOut;
@@ -136,11 +143,15 @@ try {
     cpu.hubUser += c.user;
     cpu.hubSystem += c.system;
     tunnelFrames += frames() - f0;
+    viaChain.push((await gen(chained.baseUrl, 'dense')).tps);
   }
   // Where the gap comes from: ggml-rpc waits for the remote stage's answer several times per token, and each
   // wait crosses the tunnel (bridge, yamux, WebSocket, TLS, both ways) instead of one loopback TCP hop.
   const roundTripsPerToken = (shardRoundTrips('dense') - rt0) / (ROUNDS * TOKENS);
   await direct.child.terminate(5000);
+  await chained.child.terminate(5000);
+  chain.stop();
+  await chainRpc.child.terminate(3000);
   // The smallest exchange, straight to a ggml-rpc-server and through a stage's bridge (a fresh rpc server on
   // the node: ggml-rpc-server serves one connection at a time).
   const probeDirect = await rpcRoundTrips(rpc.port);
@@ -171,13 +182,15 @@ try {
   const hotWss = await echoFloor('wss', 300, 0);
   const hotYamux = await echoFloor('yamux', 300, 0);
   const inProcess = await yamuxInProcess();
-  // Each round ran TCP then tunnel back to back: the median of the rounds' ratios pairs the machine's drifts out.
+  // Each round ran TCP, tunnel and chain back to back: the median of the rounds' ratios pairs the machine's drifts out.
   const shardRatio = median(viaTunnel.map((t, i) => t / viaTcp[i]!));
   reportRatio('shard tok/s, rpc through the tunnel ÷ direct TCP (paired rounds)', shardRatio, 0.95);
   rows.push(
     '| 2-stage shard of the 137 MB fixture | RPC over direct TCP | RPC through the tunnel | ratio (paired) |',
     '| --- | --- | --- | --- |',
     `| generation tok/s (median of ${ROUNDS}) | ${median(viaTcp).toFixed(1)} | ${median(viaTunnel).toFixed(1)} | ${shardRatio.toFixed(3)} |`,
+    `| the same through a bare relay chain in the same rounds (two Node.js processes forwarding over a TLS WebSocket, none of relay's code): the floor | | ${median(viaChain).toFixed(1)} | ${median(viaChain.map((t, i) => t / viaTcp[i]!)).toFixed(3)} |`,
+    `| relay's tunnel ÷ the bare chain (paired rounds) | | | ${median(viaTunnel.map((t, i) => t / viaChain[i]!)).toFixed(3)} |`,
     '',
   );
   const addedMs = 1000 / median(viaTunnel) - 1000 / median(viaTcp);
