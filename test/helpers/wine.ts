@@ -19,11 +19,12 @@ export interface WinePrefix {
   /** Start `exe` with `args`; its stdout and stderr go to a file read by output(). */
   start(exe: string, args: readonly string[], name: string, env?: Record<string, string>): WineProcess;
   /**
-   * Run `exe` to its end: its exit code and output. Once, if Wine's own server for the prefix died under it (the
-   * stand-in for Windows failed, not the program), it starts the server again and reruns, saying so on stderr.
+   * Run `exe` to its end: its exit code and output ('hung' when it has not ended after `limitMs`: it is stopped).
+   * Once, if Wine's own server for the prefix died under it (the stand-in for Windows failed, not the program), it
+   * starts the server again and reruns, saying so on stderr.
    */
-  run(exe: string, args: readonly string[], name: string, env?: Record<string, string>): Promise<{ code: number | null; output: string }>;
-  /** Whether this prefix's wineserver is running; if not (it died), start it again and say so on stderr. */
+  run(exe: string, args: readonly string[], name: string, opts?: { env?: Record<string, string>; limitMs?: number }): Promise<{ code: number | null | 'hung'; output: string }>;
+  /** True when this prefix's wineserver died: what it left is stopped and it is started again (said on stderr). */
   serverLost(): boolean;
   close(): Promise<void>;
 }
@@ -57,13 +58,24 @@ export function winePrefix(): WinePrefix {
   // One wineserver for the prefix's whole life (-p: it does not exit seconds after its last program, so no
   // program meets a server on its way out); close() stops it. (Setting the prefix up here too, before any
   // program, made the Vulkan node's first start a minute slower: the first program still sets it up.)
-  spawnSync('wineserver', ['-p'], { env, stdio: 'ignore' });
+  const startServer = (): void => {
+    const r = spawnSync('wineserver', ['-p'], { env, stdio: 'ignore', timeout: 30_000 });
+    assert.equal(r.status, 0, `wineserver -p for ${dir} did not start (${r.error?.message ?? `exit ${r.status ?? r.signal}`})`);
+  };
+  startServer();
   const started: WineProcess[] = [];
   const serverLost = (): boolean => {
     if (wineserverPids().some((pid) => inPrefix(pid, dir))) return false;
     // Its Windows processes outlive it, hung (services.exe, explorer.exe, …): they go too.
     const orphans = procsWhere(() => true).filter((pid) => inPrefix(pid, dir) && alive(pid));
-    console.error(`[wine] the wineserver of ${dir} is gone; stopping its ${orphans.length} processes left and starting it again`);
+    const names = orphans.map((pid) => {
+      try {
+        return readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0')[0];
+      } catch {
+        return `${pid} (gone)`;
+      }
+    });
+    console.error(`[wine] the wineserver of ${dir} is gone; stopping what it left (${names.join(', ')}) and starting it again`);
     for (const pid of orphans) {
       try {
         process.kill(pid, 'SIGKILL');
@@ -71,17 +83,24 @@ export function winePrefix(): WinePrefix {
         /* gone meanwhile */
       }
     }
-    spawnSync('wineserver', ['-p'], { env, stdio: 'ignore' });
+    startServer();
     return true;
   };
   const prefix: WinePrefix = {
     dir,
     env,
     serverLost,
-    async run(exe, args, name, extra) {
+    async run(exe, args, name, opts = {}) {
       for (let attempt = 1; ; attempt++) {
-        const p = prefix.start(exe, args, attempt === 1 ? name : `${name}-${attempt}`, extra);
-        const code = await p.exited;
+        const p = prefix.start(exe, args, attempt === 1 ? name : `${name}-${attempt}`, opts.env);
+        let timer: NodeJS.Timeout | undefined;
+        const limit = new Promise<'hung'>((r) => (timer = setTimeout(() => r('hung'), opts.limitMs ?? 600_000)));
+        const code = await Promise.race([p.exited, limit]);
+        clearTimeout(timer);
+        if (code === 'hung') {
+          await p.stop();
+          return { code, output: p.output() };
+        }
         if (attempt === 2 || !serverLost()) return { code, output: p.output() };
         console.error(`[wine] ${name} ended with ${code} when Wine's server died under it; running it again:\n${p.output().slice(-500)}`);
       }
@@ -155,7 +174,7 @@ export async function windowsNodeExe(): Promise<string> {
 
 /** Run a script with Node.js for Windows under Wine; it must exit 0 and print one line of JSON (its answer). */
 export async function windowsNodeJson<T>(prefix: WinePrefix, args: readonly string[], name: string): Promise<T> {
-  const { code, output } = await prefix.run(await windowsNodeExe(), args, name, { NODE_SKIP_PLATFORM_CHECK: '1' });
+  const { code, output } = await prefix.run(await windowsNodeExe(), args, name, { env: { NODE_SKIP_PLATFORM_CHECK: '1' } });
   assert.equal(code, 0, output);
   const line = output.split('\n').find((l) => l.startsWith('{'));
   assert.ok(line, output);

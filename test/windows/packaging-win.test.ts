@@ -166,7 +166,7 @@ describe('packaging (electron-builder, win dir target, on Linux)', { timeout: 60
     assert.match(v.output, /version: \d+/);
     const vk = BACKEND_PACKAGES.find((p) => p.platform === 'win32' && p.backend === 'vulkan')!;
     const module = join(llamaDir, 'backends', vk.id, 'ggml-vulkan.dll');
-    const d = await wine.run(join(llamaDir, 'llama-server.exe'), ['--list-devices'], 'packed-devices', { GGML_BACKEND_PATH: winPath(module), GGML_VK_VISIBLE_DEVICES: '0' });
+    const d = await wine.run(join(llamaDir, 'llama-server.exe'), ['--list-devices'], 'packed-devices', { env: { GGML_BACKEND_PATH: winPath(module), GGML_VK_VISIBLE_DEVICES: '0' } });
     assert.equal(d.code, 0, d.output);
     const text = d.output;
     // Loaded (its imports resolved against relay's ggml-base.dll and Wine's MSVC runtime) and initialised: it
