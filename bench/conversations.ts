@@ -15,6 +15,7 @@ import { llama } from '../test/helpers/llama.js';
 import { startNode } from '../test/helpers/node.js';
 import { sseData } from './sse.js';
 import { reportTarget } from './targets.js';
+import { median } from './stats.js';
 
 const PEOPLE = Number(process.env.BENCH_CONVERSATIONS ?? 3);
 /** How long a person reads an answer before the next turn (person i starts i × THINK_MS ÷ PEOPLE in). */
@@ -73,12 +74,6 @@ async function converse(url: string, who: number, think = 0): Promise<Turn[]> {
   }
   return out;
 }
-
-const median = (xs: number[]): number => {
-  const s = [...xs].sort((a, b) => a - b);
-  const m = Math.floor(s.length / 2);
-  return s.length % 2 ? s[m]! : (s[m - 1]! + s[m]!) / 2;
-};
 
 interface Result {
   readonly cachedShare: number;

@@ -23,16 +23,11 @@ import { joinHub } from '../src/main/core/node/hub-client.js';
 import { selfSignedCert } from '../src/main/core/pairing/hub-cert.js';
 import { hubJoinToken } from '../src/main/core/pairing/tokens.js';
 import { llama } from '../test/helpers/llama.js';
+import { median } from './stats.js';
 
 const CHUNK = Buffer.alloc(256 * 1024, 7);
 
-export const median = (xs: number[]): number => {
-  const s = [...xs].sort((a, b) => a - b);
-  const m = Math.floor(s.length / 2);
-  return s.length % 2 ? s[m]! : (s[m - 1]! + s[m]!) / 2;
-};
-
-/** A raw WebSocket pair on loopback; with `tls`, over TLS with a self-signed certificate like the hub's. */
+export /** A raw WebSocket pair on loopback; with `tls`, over TLS with a self-signed certificate like the hub's. */
 async function rawWsPair(tls: boolean): Promise<{ client: WebSocket; server: WebSocket; close: () => Promise<void> }> {
   const cert = tls ? selfSignedCert('bench') : null;
   const https = cert ? createHttpsServer({ cert: cert.cert, key: cert.key }) : null;

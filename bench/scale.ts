@@ -12,6 +12,7 @@ import { ensureFixture, type FixtureName } from '../test/fixtures/models.js';
 import { addModel, startHub } from '../test/helpers/hub.js';
 import { llama } from '../test/helpers/llama.js';
 import { startNode } from '../test/helpers/node.js';
+import { median } from './stats.js';
 
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 7);
 const MAX_TOKENS = Number(process.env.BENCH_MAX_TOKENS ?? 192);
@@ -36,12 +37,6 @@ async function batch(urls: readonly string[], k: number, round: number): Promise
   const tokens = await Promise.all(Array.from({ length: k }, (_, i) => generate(urls[i % urls.length]!, `Story ${round}-${i}: once upon a time`)));
   return tokens.reduce((a, b) => a + b, 0) / ((performance.now() - t0) / 1000);
 }
-
-const median = (xs: number[]): number => {
-  const s = [...xs].sort((a, b) => a - b);
-  const m = Math.floor(s.length / 2);
-  return s.length % 2 ? s[m]! : (s[m - 1]! + s[m]!) / 2;
-};
 
 const path = ensureFixture(MODEL, { vocabDir: llama().vocabDir });
 // Each machine's budget holds one replica of the model and not two: three placements, one per machine.

@@ -13,12 +13,12 @@ import { performance } from 'node:perf_hooks';
 import { startLlamaServer, type RunningLlamaServer } from '../src/main/core/llama/index.js';
 import { ensureFixture } from '../test/fixtures/models.js';
 import { llama } from '../test/helpers/llama.js';
+import { median } from './stats.js';
 
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 5);
 const THREADS = Number(process.env.BENCH_THREADS ?? 1);
 const model = ensureFixture('spectarget', { vocabDir: llama().vocabDir });
 const dir = mkdtempSync(join(tmpdir(), 'relay-bench-slots-'));
-const median = (xs: number[]): number => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
 
 const start = (): Promise<RunningLlamaServer> => startLlamaServer(llama(), { model, ctx: 2048, slots: 1, cacheType: 'f16', threads: THREADS, fit: 'off', slotSavePath: `${dir}/` });
 

@@ -10,6 +10,7 @@ import { ensureFixture } from '../test/fixtures/models.js';
 import { addModel, startHub } from '../test/helpers/hub.js';
 import { llama } from '../test/helpers/llama.js';
 import { reportRatio } from './targets.js';
+import { median } from './stats.js';
 
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 7);
 const MAX_TOKENS = Number(process.env.BENCH_MAX_TOKENS ?? 128);
@@ -39,12 +40,6 @@ async function sample(url: string, model: string, round: number): Promise<Sample
   if (!res.ok) throw new Error(`${res.status} ${JSON.stringify(j)}`);
   return { tokPerS: j.usage.completion_tokens / (j.timings.predicted_ms / 1000), text: j.choices[0]!.text, drafted: j.timings.draft_n ?? 0, accepted: j.timings.draft_n_accepted ?? 0 };
 }
-
-const median = (xs: number[]): number => {
-  const s = [...xs].sort((a, b) => a - b);
-  const m = Math.floor(s.length / 2);
-  return s.length % 2 ? s[m]! : (s[m - 1]! + s[m]!) / 2;
-};
 
 const hub = await startHub({ env: ENV, args: ['--cpu-budget-mb', '4000'] });
 try {

@@ -16,8 +16,9 @@ import { KIND_PRIORITY as PRIORITY } from '../src/main/core/tunnel/channel.js';
 import { ensureFixture } from '../test/fixtures/models.js';
 import { llama } from '../test/helpers/llama.js';
 import { sessionPair } from '../test/helpers/yamux.js';
-import { bulkRawWs, hubWithNode, median, pushRatio } from './push-ratio.js';
+import { bulkRawWs, hubWithNode, pushRatio } from './push-ratio.js';
 import { reportRatio } from './targets.js';
+import { median, percentile } from './stats.js';
 
 const BULK = Number(process.env.BENCH_BULK_MB ?? 1024) * 1024 * 1024;
 const RTT_N = Number(process.env.BENCH_RTT_N ?? 300);
@@ -27,8 +28,6 @@ const BULK_ROUNDS = Number(process.env.BENCH_BULK_ROUNDS ?? 10);
 const ROUND_BYTES = Number(process.env.BENCH_ROUND_MB ?? 256) * 1024 * 1024;
 const CHUNK = Buffer.alloc(256 * 1024, 7);
 const PING = Buffer.alloc(8 * 1024, 1);
-
-const pct = (xs: number[], p: number): number => [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.floor((p / 100) * xs.length))]!;
 
 /** Round trips of 8 KiB on an rpc-priority stream until `stop()` says so or n samples. */
 async function rtts(open: () => YamuxStream, n: number): Promise<number[]> {
@@ -113,8 +112,8 @@ async function tunnelSection(): Promise<string[]> {
       tun.push(await bulkYamux(openFile, ROUND_BYTES));
     }
   }
-  const tunnelMbs = pct(tun, 50);
-  const rawMbs = pct(raw, 50);
+  const tunnelMbs = percentile(tun, 50);
+  const rawMbs = percentile(raw, 50);
   const bulkRatio = median(tun.map((t, i) => t / raw[i]!));
   reportRatio('tunnel bulk ÷ raw WebSocket (one file stream, paired rounds)', bulkRatio, 0.9);
   // RTT while a push runs on the same tunnel.
@@ -126,14 +125,14 @@ async function tunnelSection(): Promise<string[]> {
   const underSep = await rtts(openRpc, RTT_N);
   await pushSep;
   await p.close();
-  const row = (name: string, xs: number[]) => `| 8 KiB rpc round trip, ${name} | ${pct(xs, 50).toFixed(2)} ms | ${pct(xs, 99).toFixed(2)} ms |`;
+  const row = (name: string, xs: number[]) => `| 8 KiB rpc round trip, ${name} | ${percentile(xs, 50).toFixed(2)} ms | ${percentile(xs, 99).toFixed(2)} ms |`;
   return [
     '| measure | p50 | p99 |',
     '| --- | --- | --- |',
     row('idle tunnel', idle),
     row(`while a ${BULK >> 20} MiB push runs on the same tunnel`, underSame),
     row('while the push runs on a separate raw WebSocket', underSep),
-    `| same tunnel ÷ separate socket | ${(pct(underSame, 50) / pct(underSep, 50)).toFixed(2)} | ${(pct(underSame, 99) / pct(underSep, 99)).toFixed(2)} |`,
+    `| same tunnel ÷ separate socket | ${(percentile(underSame, 50) / percentile(underSep, 50)).toFixed(2)} | ${(percentile(underSame, 99) / percentile(underSep, 99)).toFixed(2)} |`,
     '',
     '| bulk | MB/s |',
     '| --- | --- |',
@@ -198,8 +197,8 @@ async function hubNodeSection(): Promise<string[]> {
         viaHub.push(await gen(hub.url));
       }
       await direct.child.terminate(5000);
-      const d = pct(viaDirect, 50);
-      const h = pct(viaHub, 50);
+      const d = percentile(viaDirect, 50);
+      const h = percentile(viaHub, 50);
       rows.push(`| node replica, ${name} | ${d.toFixed(0)} | ${h.toFixed(0)} | ${(h / d).toFixed(3)} |`);
     }
     rows.splice(rows.length - 2, 0, '| generation tok/s (llama-server timings, median of 7) | direct | through hub + tunnel | ratio |', '| --- | --- | --- | --- |');
