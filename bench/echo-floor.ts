@@ -8,7 +8,7 @@
  * charges for running code just after a process wakes, not relay's code.
  * Run by bench/shard; the echo server is this file run as a child (`node echo-floor.js server MODE`).
  */
-import { fork } from 'node:child_process';
+import { fork, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
 import { createServer } from 'node:https';
 import { connect, createServer as createNetServer, type AddressInfo, type Socket } from 'node:net';
@@ -52,9 +52,8 @@ function serve(mode: Mode): void {
 
 /** p50 and p90 of `n` echo round trips in µs, one every `gapMs` (0: back to back), through a fresh echo process. */
 export async function echoFloor(mode: Mode, n = 300, gapMs = 5): Promise<{ p50: number; p90: number }> {
-  const child = fork(fileURLToPath(import.meta.url), ['server', mode], { stdio: 'inherit', execArgv: [] });
+  const { child, port } = await forkForPort('server', mode);
   try {
-    const [port] = (await once(child, 'message')) as [number];
     const ws = new WebSocket(`wss://127.0.0.1:${port}`, { rejectUnauthorized: false, perMessageDeflate: false });
     await once(ws, 'open');
     let reply: () => void = () => undefined;
@@ -130,13 +129,11 @@ export async function yamuxInProcess(n = 20_000): Promise<{ pair: number; yamux:
  * chunk read is one WebSocket message; sockets without Nagle, as relay's bridge. Returns near's port.
  */
 export async function bareRpcChain(targetPort: number): Promise<{ port: number; stop: () => void }> {
-  const start = async (role: string, arg: number) => {
-    const child = fork(fileURLToPath(import.meta.url), [role, String(arg)], { stdio: 'inherit', execArgv: [] });
-    const [port] = (await once(child, 'message')) as [number];
-    return { child, port };
-  };
-  const far = await start('chain-far', targetPort);
-  const near = await start('chain-near', far.port);
+  const far = await forkForPort('chain-far', String(targetPort));
+  const near = await forkForPort('chain-near', String(far.port)).catch((err: unknown) => {
+    far.child.kill();
+    throw err;
+  });
   return {
     port: near.port,
     stop: () => {
@@ -144,6 +141,19 @@ export async function bareRpcChain(targetPort: number): Promise<{ port: number; 
       far.child.kill();
     },
   };
+}
+
+/**
+ * This file run as a child in `role`: the port it listens on, once it says (an error if it ends first). The child
+ * ends when this process does (its IPC channel closes).
+ */
+async function forkForPort(role: string, arg: string): Promise<{ child: ChildProcess; port: number }> {
+  const child = fork(fileURLToPath(import.meta.url), [role, arg], { stdio: 'inherit', execArgv: [] });
+  const port = await new Promise<number>((resolve, reject) => {
+    child.once('message', (m) => resolve(m as number));
+    child.once('exit', (code) => reject(new Error(`the ${role} child ended (${String(code)}) before it listened`)));
+  });
+  return { child, port };
 }
 
 /** Pipes a TCP socket and a WebSocket both ways; either's end ends the other. */
@@ -176,6 +186,13 @@ function chainNear(farPort: number): void {
   srv.listen(0, '127.0.0.1', () => process.send!((srv.address() as AddressInfo).port));
 }
 
-if (process.argv[2] === 'server') serve(process.argv[3] as Mode);
-if (process.argv[2] === 'chain-far') chainFar(Number(process.argv[3]));
-if (process.argv[2] === 'chain-near') chainNear(Number(process.argv[3]));
+const ROLES = new Map<string, (arg: string) => void>([
+  ['server', (mode) => serve(mode as Mode)],
+  ['chain-far', (port) => chainFar(Number(port))],
+  ['chain-near', (port) => chainNear(Number(port))],
+]);
+const role = ROLES.get(process.argv[2] ?? '');
+if (role && process.send) {
+  process.on('disconnect', () => process.exit(0)); // a child of forkForPort: it ends with its parent
+  role(process.argv[3]!);
+}

@@ -14,6 +14,7 @@ import { llama } from '../test/helpers/llama.js';
 import { sseData } from './sse.js';
 import { reportRatio, reportTarget } from './targets.js';
 import { cpuMs } from './proc.js';
+import { median, percentile } from './stats.js';
 
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 15);
 const MAX_TOKENS = Number(process.env.BENCH_MAX_TOKENS ?? 128);
@@ -60,13 +61,6 @@ async function sample(url: string, model: string, prompt: string, maxTokens = MA
   return { ttftMs: first - t0, tokPerS: tokens > 1 ? (tokens - 1) / ((last - first) / 1000) : 0, tokens };
 }
 
-const median = (xs: number[]): number => {
-  const s = [...xs].sort((a, b) => a - b);
-  const m = Math.floor(s.length / 2);
-  return s.length % 2 ? s[m]! : (s[m - 1]! + s[m]!) / 2;
-};
-const pct = (xs: number[], p: number): number => [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.floor((p / 100) * xs.length))]!;
-
 /**
  * The least any Node.js HTTP relay pays: a child process that forwards each request to llama-server and writes
  * the response's chunks back as they come (no auth, no routing, no failover). Its CPU per token beside the
@@ -92,11 +86,11 @@ async function bareRelay(upstreamPort: number): Promise<{ url: string; pid: numb
   return { url: `http://127.0.0.1:${line.trim()}`, pid: child.pid!, stop: () => child.kill() };
 }
 
-/** The port of the hub's one running replica of `name` (its own llama-server, on 127.0.0.1). */
-async function replicaPort(hubUrl: string, name: string): Promise<number> {
-  const st = (await (await fetch(`${hubUrl}/status`)).json()) as { replicas: { model: string; port: number | null }[] };
-  const port = st.replicas.find((r) => r.model === name && r.port !== null)?.port;
-  if (!port) throw new Error(`the hub runs no replica of ${name}: ${JSON.stringify(st.replicas)}`);
+/** The port of the hub's running replica of `name` on its own machine (its llama-server, on 127.0.0.1). */
+async function replicaPort(hub: Awaited<ReturnType<typeof startHub>>, name: string): Promise<number> {
+  const { replicas } = await hub.status();
+  const port = replicas.find((r) => r.model === name && r.where === 'host' && r.port !== null)?.port;
+  if (!port) throw new Error(`the hub runs no replica of ${name} on its own machine: ${JSON.stringify(replicas)}`);
   return port;
 }
 
@@ -107,10 +101,10 @@ async function benchModel(name: string, path: string, THREADS: string, maxTokens
   try {
     await addModel(hub, { path, name });
     await sample(hub.url, name, 'warm up'); // loads the hub's replica
-    // Direct and the bare relay use the hub's own llama-server: two llama-server processes of one model with the
-    // same arguments differ in TTFT by as much as the target here (measured: a bare relay to each, -0.75 to +1.41
-    // ms paired), which a comparison across two servers would count as the hub's.
-    const port = await replicaPort(hub.url, name);
+    // Direct and the bare relay use the hub's own llama-server: two llama-server processes of one model (the same
+    // arguments but the hub's --alias and --slot-save-path) differ in TTFT by as much as the target here (measured:
+    // a bare relay to each, -0.75 to +1.41 ms paired), which a comparison across two servers would count as the hub's.
+    const port = await replicaPort(hub, name);
     bare = await bareRelay(port);
     const directUrl = `http://127.0.0.1:${port}`;
     const prompts = ['Once upon a time', 'The history of the bicycle', 'In the beginning', 'A recipe for bread'];
@@ -191,7 +185,7 @@ async function benchModel(name: string, path: string, THREADS: string, maxTokens
       `| ${name} | ${THREADS} | the hub's TTFT less the bare relay's, paired by round (median) | | | ${sign(hubOverBare)} ms |`,
       `| ${name} | ${THREADS} | relay process CPU per token: the hub / a bare Node.js HTTP relay | | ${((hubCpuMs * 1000) / h.reduce((a, x) => a + x.tokens, 0)).toFixed(0)} µs / ${((bareCpuMs * 1000) / bareTokens).toFixed(0)} µs | |`,
       `| ${name} | ${THREADS} | relay process CPU per request (${SHORT_REQUESTS} one-token answers): the hub / a bare Node.js HTTP relay | | ${hubPerRequest.toFixed(2)} ms / ${barePerRequest.toFixed(2)} ms | ${(hubPerRequest / barePerRequest).toFixed(2)} |`,
-      `| ${name} | ${THREADS} | TTFT p90 ms, one-token answers | ${pct(ttft.d, 90).toFixed(2)} | ${pct(ttft.h, 90).toFixed(2)} | |`,
+      `| ${name} | ${THREADS} | TTFT p90 ms, one-token answers | ${percentile(ttft.d, 90).toFixed(2)} | ${percentile(ttft.h, 90).toFixed(2)} | |`,
     ];
   } finally {
     bare?.stop();

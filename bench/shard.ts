@@ -25,10 +25,10 @@ import { bareRpcChain, echoFloor, yamuxInProcess } from './echo-floor.js';
 import { reportRatio } from './targets.js';
 import { procCpu, procSyscalls, procWakeups } from './proc.js';
 import { llamaChildren } from '../test/helpers/chaos.js';
+import { median } from './stats.js';
 
 const TOKENS = 64;
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 5);
-const median = (xs: number[]): number => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
 async function gen(url: string, model: string, max = TOKENS): Promise<{ tps: number; text: string }> {
   const r = await fetch(`${url}/v1/completions`, {
     method: 'POST',
@@ -125,8 +125,7 @@ try {
   let tunnelFrames = 0;
   const cpu = { hubUser: 0, hubSystem: 0, nodeUser: 0, nodeSystem: 0 };
   const io = { hubSys: 0, nodeSys: 0, hubWake: 0, nodeWake: 0 };
-  for (let i = 0; i < ROUNDS; i++) {
-    viaTcp.push((await gen(direct.baseUrl, 'dense')).tps);
+  const tunnel = async (): Promise<void> => {
     const f0 = frames();
     const c0 = process.cpuUsage();
     const n0 = procCpu(node.proc.pid!);
@@ -143,8 +142,10 @@ try {
     cpu.hubUser += c.user;
     cpu.hubSystem += c.system;
     tunnelFrames += frames() - f0;
-    viaChain.push((await gen(chained.baseUrl, 'dense')).tps);
-  }
+  };
+  const legs = [async () => void viaTcp.push((await gen(direct.baseUrl, 'dense')).tps), tunnel, async () => void viaChain.push((await gen(chained.baseUrl, 'dense')).tps)];
+  // The three one after another in each round, in an order that rotates: no path always follows the same one.
+  for (let i = 0; i < ROUNDS; i++) for (let k = 0; k < legs.length; k++) await legs[(i + k) % legs.length]!();
   // Where the gap comes from: ggml-rpc waits for the remote stage's answer several times per token, and each
   // wait crosses the tunnel (bridge, yamux, WebSocket, TLS, both ways) instead of one loopback TCP hop.
   const roundTripsPerToken = (shardRoundTrips('dense') - rt0) / (ROUNDS * TOKENS);
