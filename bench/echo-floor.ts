@@ -5,8 +5,9 @@
  * least the plain echo: set beside the direct path's time per token it says what ratio this machine allows.
  * Back to back (`gapMs` 0) no process waits long between echoes; in one process (`yamuxInProcess`) yamux's code
  * runs hot, with nothing to wake: what is left between those and the cross-process figures is what this machine
- * charges for running code just after a process wakes, not relay's code.
- * Run by bench/shard; the echo server is this file run as a child (`node echo-floor.js server MODE`).
+ * charges for running code just after a process wakes, not relay's code. And for a whole shard, `bareRpcChain`: two
+ * processes that only forward ggml-rpc's bytes over a TLS WebSocket, the floor with every hop a relay adds.
+ * Run by bench/shard; the echo server and the chain's two ends are this file run as children (forkForPort).
  */
 import { fork, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';

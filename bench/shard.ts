@@ -1,7 +1,8 @@
 /**
  * bench/shard, in one run on loopback with the hub in this process and the node a `relay up` process of its own, as
  * deployed (CPU budgets force a 2-stage shard):
- *  - the same shard with RPC through the tunnel vs RPC over direct TCP (tok/s ratio, issue #26's target ≥ 0.95);
+ *  - the same shard with RPC through the tunnel vs RPC over direct TCP (tok/s ratio, issue #26's target ≥ 0.95),
+ *    and through a bare relay chain of two Node.js processes (the floor for any relay here);
  *  - bytes per generated token with the output on the hub (hub last) vs on the remote stage (hub first);
  *  - cold-load bytes and time with and without the node filling ggml-rpc-server's cache;
  *  - replica vs shard tok/s with 1 and 2 concurrent clients ("replicas scale, shards take turns").
