@@ -91,19 +91,16 @@ export function winePrefix(): WinePrefix {
     env,
     serverLost,
     async run(exe, args, name, opts = {}) {
-      for (let attempt = 1; ; attempt++) {
-        const p = prefix.start(exe, args, attempt === 1 ? name : `${name}-${attempt}`, opts.env);
+      const attempt = async (logName: string): Promise<{ code: number | null | 'hung'; output: string }> => {
+        const p = prefix.start(exe, args, logName, opts.env);
         let timer: NodeJS.Timeout | undefined;
         const limit = new Promise<'hung'>((r) => (timer = setTimeout(() => r('hung'), opts.limitMs ?? 600_000)));
         const code = await Promise.race([p.exited, limit]);
         clearTimeout(timer);
-        if (code === 'hung') {
-          await p.stop();
-          return { code, output: p.output() };
-        }
-        if (attempt === 2 || !serverLost()) return { code, output: p.output() };
-        console.error(`[wine] ${name} ended with ${code} when Wine's server died under it; running it again:\n${p.output().slice(-500)}`);
-      }
+        if (code === 'hung') await p.stop();
+        return { code, output: p.output() };
+      };
+      return onceMoreIfServerLost(prefix, name, attempt, (r) => r.code !== 'hung');
     },
     start(exe, args, name, extra = {}) {
       const log = join(dir, `${name}.log`);
@@ -196,21 +193,36 @@ export async function startWineNode(
   const node = await windowsNodeExe();
   const env = { NODE_SKIP_PLATFORM_CHECK: '1', RELAY_LLAMA_BIN_DIR: winPath(opts.winBin), RELAY_LLAMA_BACKEND: 'cpu', RELAY_HEARTBEAT_MS: '500', ...opts.env };
   const args = [...(opts.nodeArgs ?? []), winPath(relayBin), 'up', '--hub', hub.url, '--token', opts.token, '--name', opts.name, '--home', winPath(home), '--cpu-budget-mb', String(opts.cpuBudgetMb)];
-  for (let attempt = 1; ; attempt++) {
-    const proc = prefix.start(node, args, attempt === 1 ? `node-${opts.name}` : `node-${opts.name}-${attempt}`, env);
-    let gone = false;
-    void proc.exited.then(() => (gone = true));
-    await until(
-      () => gone || /connected to/.test(proc.output()),
-      (v) => v,
-      120_000,
-      200,
-    );
-    if (!gone && /connected to/.test(proc.output())) return { home, proc, log: () => proc.output() };
-    // As WinePrefix.run: once, when Wine's own server died under it, not relay.
-    if (gone && attempt === 1 && prefix.serverLost()) continue;
-    throw new Error(`relay up under Wine did not connect (${gone ? `exited ${proc.child.exitCode ?? proc.child.signalCode}` : 'still running'}):\n${proc.output().slice(-3000)}`);
-  }
+  const { proc, gone } = await onceMoreIfServerLost(
+    prefix,
+    `node-${opts.name}`,
+    async (logName) => {
+      const p = prefix.start(node, args, logName, env);
+      let ended = false;
+      void p.exited.then(() => (ended = true));
+      await until(
+        () => ended || /connected to/.test(p.output()),
+        (v) => v,
+        120_000,
+        200,
+      );
+      return { proc: p, gone: ended };
+    },
+    (r) => r.gone,
+  );
+  if (!gone && /connected to/.test(proc.output())) return { home, proc, log: () => proc.output() };
+  throw new Error(`relay up under Wine did not connect (${gone ? `exited ${proc.child.exitCode ?? proc.child.signalCode}` : 'still running'}):\n${proc.output().slice(-3000)}`);
+}
+
+/**
+ * Wine's own failure, not the program's: `attempt` (given the name of its log) once more when its program `ended`
+ * and the prefix's wineserver died under it (serverLost() has then cleared up and started it again).
+ */
+async function onceMoreIfServerLost<T>(prefix: WinePrefix, name: string, attempt: (logName: string) => Promise<T>, ended: (r: T) => boolean): Promise<T> {
+  const first = await attempt(name);
+  if (!ended(first) || !prefix.serverLost()) return first;
+  console.error(`[wine] ${name} ended when Wine's server died under it; running it again`);
+  return attempt(`${name}-2`);
 }
 
 /** Linux pids of the Windows programs running under Wine whose command line contains every one of `parts`. */
