@@ -14,8 +14,8 @@
 // by hand: `node scripts/stage-llama.mjs [--win|--linux] [--arch x64]`.
 import { chmodSync, copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
-import { spawnSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
+import { registryPackage } from './sea.mjs';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..');
 const lib = (f) => import(join(root, 'dist', 'src', 'main', 'core', 'llama', f));
@@ -45,26 +45,17 @@ async function binaries(platform, env) {
 }
 
 /** koffi's native module for the target: the @koromix package package-lock.json pins, fetched and verified. */
-export async function koffiModule(platform, arch, env = process.env, log = (l) => console.error(`stage-llama: ${l}`)) {
-  const { cacheRoot, packFromRegistry } = await lib('fetch.js');
-  const { ErrorCode } = await import(join(root, 'dist', 'src', 'shared', 'errors.js'));
+export async function koffiModule(platform, arch, log = (l) => console.error(`stage-llama: ${l}`)) {
   const name = `@koromix/koffi-${platform}-${arch}`;
   const locked = JSON.parse(readFileSync(join(root, 'package-lock.json'), 'utf8')).packages[`node_modules/${name}`];
   if (!locked?.integrity) throw new Error(`package-lock.json pins no ${name}`);
-  const triplet = `${platform}_${arch}`;
-  const dir = join(cacheRoot(env), 'dist', `koffi-${platform}-${arch}-${locked.version}`);
-  const file = join(dir, triplet, 'koffi.node');
-  if (existsSync(file)) return file;
-  mkdirSync(dir, { recursive: true });
-  const tgz = await packFromRegistry(name, locked.version, locked.integrity, dir, log, ErrorCode.BACKEND_INTEGRITY);
-  const x = spawnSync('tar', ['-xzf', tgz, '-C', dir, '--strip-components=1', `package/${triplet}/koffi.node`], { encoding: 'utf8' });
-  if (x.status !== 0 || !existsSync(file)) throw new Error(`${name}@${locked.version} has no ${triplet}/koffi.node: ${x.stderr}`);
-  rmSync(tgz, { force: true });
+  const file = join(await registryPackage(name, locked.version, locked.integrity, log), `${platform}_${arch}`, 'koffi.node');
+  if (!existsSync(file)) throw new Error(`${name}@${locked.version} has no ${platform}_${arch}/koffi.node`);
   return file;
 }
 
 /** Stage `platform`-`arch` (Node's names); returns the folder and one line saying what is in it. */
-export async function stage({ platform = process.platform, arch = process.arch, env = process.env, log = (l) => console.error(`stage-llama: ${l}`) } = {}) {
+export async function stage({ platform = process.platform, arch = process.arch, env = process.env, log = (l) => console.error(`stage-llama: ${l}`), out = stageDir(platform, arch) } = {}) {
   if (!OS[platform]) throw new Error(`cannot stage for ${platform}`);
   const { BACKEND_PACKAGES } = await lib('backend-choice.js');
   const { ensurePackageModule, moduleFileName } = await lib('backends.js');
@@ -72,7 +63,6 @@ export async function stage({ platform = process.platform, arch = process.arch, 
   const { binaryNames } = await lib('install.js');
   const names = Object.values(binaryNames(platform));
   for (const n of names) if (!existsSync(join(binDir, n))) throw new Error(`${binDir} has no ${n}`);
-  const out = stageDir(platform, arch);
   const work = `${out}.work-${process.pid}`;
   rmSync(work, { recursive: true, force: true });
   mkdirSync(join(work, 'llama'), { recursive: true });
@@ -95,7 +85,7 @@ export async function stage({ platform = process.platform, arch = process.arch, 
     backends.push(`${p.id} (${p.package}@${p.version})`);
   }
   if (platform === 'win32') {
-    const koffi = await koffiModule(platform, arch, env, log);
+    const koffi = await koffiModule(platform, arch, log);
     mkdirSync(join(work, 'koffi', `${platform}_${arch}`), { recursive: true });
     copyFileSync(koffi, join(work, 'koffi', `${platform}_${arch}`, 'koffi.node'));
   }

@@ -1,12 +1,39 @@
 import { parseArgs } from 'node:util';
 import { autoPauseSupport } from './core/gpu/nvml.js';
 import { packageVersion } from './core/hub/index.js';
-import { BACKEND_CHOICES, GPU_BACKENDS, buildBackendModule, chooseBackend, ensureLlama, findLlama, modulesIn, probeMachine, type BackendChoice, type GpuBackend } from './core/llama/index.js';
+import {
+  BACKEND_CHOICES,
+  GPU_BACKENDS,
+  buildBackendModule,
+  chooseBackend,
+  ensureLlama,
+  findLlama,
+  modulesIn,
+  probeMachine,
+  type BackendChoice,
+  type GpuBackend,
+  type LlamaInstall,
+} from './core/llama/index.js';
+import type { Logger } from './core/log.js';
+import { readSettings } from './core/node/settings.js';
+import { nodeHomeDir } from './core/config.js';
 import { buildWindows } from './core/llama/build-windows.js';
 import { doctorLines } from './core/llama/doctor.js';
 import { llamaBuildProgress, TerminalProgress } from './terminal-progress.js';
 
 /** `relay llama build` and `relay doctor`: the binaries, the GPU backend and what the machine has. */
+
+const SOURCES: Record<LlamaInstall['source'], string> = {
+  shipped: 'llama.cpp shipped with relay (nothing is built on this machine)',
+  cache: 'llama.cpp built on this machine from the pinned source',
+  env: 'llama.cpp from RELAY_LLAMA_BIN_DIR',
+};
+
+/** The two lines `relay hub` and `relay up` log at start: which llama.cpp, and which backend and why. */
+export function logInstall(log: Logger, install: LlamaInstall): void {
+  log.info({ llama: install.binDir, version: install.version, source: install.source }, SOURCES[install.source]);
+  log.info({ backend: install.backend, module: install.backendModule }, install.backendReason);
+}
 
 export function backendOf(v: string | undefined): BackendChoice | undefined {
   if (v === undefined) return undefined;
@@ -33,15 +60,18 @@ export async function cmdLlamaBuild(args: string[]): Promise<number> {
 }
 
 export async function cmdDoctor(args: string[]): Promise<number> {
-  const { values } = parseArgs({ args, options: { backend: { type: 'string' } } });
+  const { values } = parseArgs({ args, options: { backend: { type: 'string' }, home: { type: 'string' } } });
   const base = findLlama();
   console.log(`relay            ${packageVersion()} (node ${process.version}, ${process.platform}-${process.arch})`);
   if (!base) {
     console.log('llama.cpp        not built: run `npx relay llama build` (or set RELAY_LLAMA_BIN_DIR)');
     return 1;
   }
-  const probe = probeMachine(modulesIn(base.modulesDir));
+  // Only the cache holds modules built here; a release's or an app's llama/backends/ holds shipped ones (listed below).
+  const probe = probeMachine(base.source === 'cache' ? modulesIn(base.modulesDir) : {});
   const { install, resolution } = await chooseBackend(base, { choice: backendOf(values.backend), progress: (l) => console.error(`[llama] ${l}`) });
-  for (const l of doctorLines(install, resolution, probe, autoPauseSupport())) console.log(l);
+  // A node's budget is what `relay up` saved for it (its --home, else the default node home).
+  const cpuBudgetMb = readSettings(nodeHomeDir(values.home))?.cpuBudgetMb ?? 0;
+  for (const l of doctorLines(install, resolution, probe, autoPauseSupport(), cpuBudgetMb)) console.log(l);
   return 0;
 }

@@ -1,11 +1,12 @@
 import { existsSync, readFileSync } from 'node:fs';
 import { hostname } from 'node:os';
-import { join, resolve } from 'node:path';
+import { join } from 'node:path';
 import { parseArgs } from 'node:util';
-import { cliConfigFromEnv, defaultHome, nodeConfigFromEnv } from './core/config.js';
+import { nodeConfigFromEnv, nodeHomeDir } from './core/config.js';
 import { tokenHubUrl } from './core/pairing/tokens.js';
 import { ensureLlama, terminateAll } from './core/llama/index.js';
-import { backendOf } from './cli-llama.js';
+import { backendOf, logInstall } from './cli-llama.js';
+import { lendsLine } from './core/llama/doctor.js';
 import { cacheBudgetFlag } from './cli-cache.js';
 import { api, apiFailure, hubUrl, intFlag } from './cli-api.js';
 import { llamaBuildProgress, showNodePushes, TerminalProgress } from './terminal-progress.js';
@@ -17,9 +18,7 @@ import { parseSchedule } from './core/availability.js';
 
 /** `relay up` (run a node) and `relay pause|resume` (a node's, or with --hub the hub's own devices). */
 
-export function nodeHome(v: string | undefined): string {
-  return v ? resolve(v) : (cliConfigFromEnv().nodeHome ?? join(defaultHome(), 'node'));
-}
+export const nodeHome = (v: string | undefined): string => nodeHomeDir(v);
 
 export async function cmdUp(args: string[]): Promise<number> {
   const { values } = parseArgs({
@@ -71,7 +70,13 @@ export async function cmdUp(args: string[]): Promise<number> {
   const log = createLogger({ name: `node:${name}` });
   const terminal = new TerminalProgress(process.stderr, (l) => log.info(l));
   const install = await ensureLlama({ backend, progress: llamaBuildProgress(terminal) });
-  log.info({ backend: install.backend, module: install.backendModule }, install.backendReason);
+  logInstall(log, install);
+  // A machine with no GPU relay can use and no CPU budget joins and lends nothing: say so, with the flag.
+  const lends = lendsLine([], settings.cpuBudgetMb);
+  if (install.backend === 'cpu' && lends.nothing) {
+    console.error(`relay: this machine lends ${lends.line}`);
+    log.warn({ backend: install.backend, cpu_budget_mb: 0 }, 'this node lends nothing');
+  }
   const agent = new NodeAgent(home, settings, { log, install, config: nodeConfigFromEnv() });
   if (terminal.tty) showNodePushes(terminal, agent);
   agent.on('connected', () => console.log(`relay node ${name} connected to ${hub}`));

@@ -2,11 +2,13 @@ import { resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { isRelayError } from '../shared/errors.js';
 import type { StatusDto } from '../shared/status.js';
-import { defaultHome, hubConfigFromEnv, processEnv, type HubConfig } from './core/config.js';
+import { hubConfigFromEnv, processEnv, type HubConfig } from './core/config.js';
 import { packageVersion, startHub } from './core/hub/index.js';
 import { hubJoinToken } from './core/pairing/tokens.js';
+import { joinCommands, type JoinCommand } from './core/pairing/join-commands.js';
+import { packageName } from './core/app-files.js';
 import { ensureLlama, terminateAll } from './core/llama/index.js';
-import { backendOf, cmdDoctor, cmdLlamaBuild } from './cli-llama.js';
+import { backendOf, cmdDoctor, cmdLlamaBuild, logInstall } from './cli-llama.js';
 import { cmdCache } from './cli-cache.js';
 import { api, apiFailure, hubUrl, intFlag } from './cli-api.js';
 import { cmdModels } from './cli-models.js';
@@ -42,8 +44,9 @@ Usage:
                          the dashboard's URL; --link: a one-time login link for a browser on another machine
   relay keys create NAME | ls | revoke NAME [--hub URL]
                          API keys for /v1 (a hub listening beyond loopback requires one); the key is printed once
-  relay nodes token [--home HUB_DIR]
-                         mint a join token for a new node (printed as the last line)
+  relay nodes token [--hub URL | --home HUB_DIR]
+                         a join token for a new machine and the command to run there (Linux, Windows, npm);
+                         the token is the last line. --home: minted offline from the hub's data dir
   relay nodes ls | revoke NAME [--hub URL]
   relay up [--hub URL] --token T [--name N] [--home DIR] [--cpu-budget-mb N] [--cache-budget-mb N|auto]
          [--schedule "mon-fri 09:00-17:30"] [--auto-pause] [--backend auto|cpu|cuda|vulkan|metal]
@@ -112,7 +115,7 @@ async function cmdHub(args: string[]): Promise<number> {
   const log = createLogger({ name: 'hub' });
   const terminal = new TerminalProgress(process.stderr, (l) => log.info(l));
   const install = await ensureLlama({ backend: backendOf(values.backend), progress: llamaBuildProgress(terminal) });
-  log.info({ backend: install.backend, module: install.backendModule }, install.backendReason);
+  logInstall(log, install);
   const hub = await startHub(config, { log, install });
   if (terminal.tty) showHubPushes(terminal, () => hub.nodes.pushes.values());
   console.log(`relay hub ${packageVersion()} is serving`);
@@ -136,11 +139,22 @@ async function cmdHub(args: string[]): Promise<number> {
 async function cmdNodes(sub: string | undefined, args: string[]): Promise<number> {
   const { values, positionals } = parseArgs({ args, allowPositionals: true, options: { home: { type: 'string' }, hub: { type: 'string' }, json: { type: 'boolean' } } });
   if (sub === 'token') {
-    const home = values.home ? resolve(values.home) : defaultHome();
-    const token = hubJoinToken(home);
-    console.log('Join token (valid 24 h, usable once). On the new node run:');
-    console.log('  relay up --hub http://<this hub>:7070 --token <token>');
-    console.log(token);
+    // From the running hub, as "Add a node…" makes it (the token carries the address nodes reach it at); with
+    // --home, minted offline from the hub's data dir (the hub need not run; the commands then name --hub).
+    let made: { token: string; commands: JoinCommand[]; expires_at?: string; note?: string | null };
+    if (values.home) {
+      const token = hubJoinToken(resolve(values.home));
+      made = { token, commands: joinCommands(token, { version: packageVersion(), npmName: packageName() }, 'http://<this hub>:7070') };
+    } else {
+      const res = await api(hubUrl(values.hub), '/api/nodes/token', { method: 'POST' });
+      const j = (await res.json()) as typeof made & { error?: { code: string; message: string } };
+      if (!res.ok) return apiFailure(j);
+      made = j;
+    }
+    console.log(`Join token (valid 24 h, usable once${made.expires_at ? `, until ${made.expires_at}` : ''}). On the new machine run the line for how relay is installed there:`);
+    for (const c of made.commands) console.log(`  ${c.where}:\n    ${c.command}`);
+    if (made.note) console.log(`Note: ${made.note}`);
+    console.log(made.token);
     return 0;
   }
   const base = hubUrl(values.hub);

@@ -2,7 +2,7 @@
  * Validation of the hub ↔ node wire (protocol.ts): pure, small, explicit. Every control message and stream
  * header is checked here before anything acts on it.
  */
-import type { HubToNode, NodeToHub, StreamHeader } from './protocol.js';
+import { PROTOCOL_VERSION, type HubToNode, type NodeToHub, type StreamHeader } from './protocol.js';
 
 type Check = (v: unknown) => boolean;
 const isStr: Check = (v) => typeof v === 'string';
@@ -35,20 +35,22 @@ const running = shape({ replica: isId, sha256: isSha, pid: (v) => v === null || 
 const runningRpc = shape({ rpc: isId, pid: (v) => v === null || isInt(v) });
 const availability = oneOf('idle', 'busy', 'paused');
 
+const helloBody = shape({
+  devices: arrayOf(device, 64),
+  cache: arrayOf(cached),
+  partials: arrayOf(cached),
+  replicas: arrayOf(running, 256),
+  rpcs: optional(arrayOf(runningRpc, 256)),
+  availability,
+  reason: isNullableStr,
+  schedule: optional(isStr),
+});
+
+/** What every version's hello carries: enough for the hub to refuse a node of another version by name (pool/versions.ts). */
+const helloHead = shape({ protocol: isInt, node: isId, llama: isStr, relay: optional(isStr) });
+
 const SCHEMAS: Record<string, Check> = {
-  hello: shape({
-    protocol: isInt,
-    node: isId,
-    llama: isStr,
-    devices: arrayOf(device, 64),
-    cache: arrayOf(cached),
-    partials: arrayOf(cached),
-    replicas: arrayOf(running, 256),
-    rpcs: optional(arrayOf(runningRpc, 256)),
-    availability,
-    reason: isNullableStr,
-    schedule: optional(isStr),
-  }),
+  hello: (v) => helloHead(v) && ((v as { protocol: number }).protocol !== PROTOCOL_VERSION || helloBody(v)),
   heartbeat: shape({
     devices: arrayOf(device, 64),
     availability,

@@ -67,11 +67,18 @@ export interface RunningRpc {
   pid: number | null;
 }
 
+/**
+ * The node's first message. `protocol`, `node`, `llama` and `relay` keep their meaning in every protocol version, so
+ * a hub can refuse a node of another version by name and say which side to update (pool/versions.ts); the rest is
+ * checked only when the protocol is the hub's own.
+ */
 export interface Hello {
   type: 'hello';
   protocol: number;
   node: string;
   llama: string;
+  /** The node's relay version (package.json); absent from relay 0.1.0 and older. */
+  relay?: string;
   devices: DeviceInfo[];
   cache: CachedFile[];
   partials: CachedFile[];

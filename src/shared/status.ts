@@ -114,6 +114,17 @@ export interface NodeStatus {
   readonly created_at: string;
   readonly revoked_at: string | null;
   readonly bytes: { http: number; rpc: number; file: number } | null;
+  /** The relay version its hello carried (null: relay 0.1.0 or older, or never connected). */
+  readonly relay_version: string | null;
+  /** Refused at its last hello (pool/versions.ts): which side to update; null once it connects. Its `reason` says it in short. */
+  readonly refused: {
+    readonly code: 'version_mismatch';
+    readonly update: 'node' | 'hub' | 'build';
+    readonly message: string;
+    readonly node_relay: string | null;
+    readonly hub_relay: string;
+    readonly at: string;
+  } | null;
 }
 
 export interface ModelStatus {

@@ -9,6 +9,7 @@ import { fixture } from '../helpers/llama.js';
 import { ensureProjector } from '../fixtures/vision.js';
 import { startNode, type NodeProcess } from '../helpers/node.js';
 import { until, waitGone } from '../helpers/proc.js';
+import { packageVersion } from '../../src/main/core/app-files.js';
 
 /**
  * The dashboard in a real browser (Debian's chromium driven by playwright-core) against a real hub with two
@@ -173,9 +174,14 @@ describe('dashboard in chromium', { timeout: 300_000 }, () => {
       (t) => t !== first,
       10_000,
     );
-    const command = await panel.locator('#add-node-command').innerText();
     const token = await panel.locator('#add-node-token').innerText();
-    assert.equal(command, `npx relay up --hub ${hub.url} --token ${token}`);
+    const commands = await panel.locator('#add-node-commands code').evaluateAll((els) => els.map((e) => [e.getAttribute('data-os'), e.textContent]));
+    assert.deepEqual(commands, [
+      ['linux', `./relay up --token ${token}`],
+      ['windows', `.\\relay.exe up --token ${token}`],
+      ['npm', `npx relay-llm@${packageVersion()} up --token ${token}`],
+    ]);
+    assert.match(await panel.innerText(), /Linux: in the folder unpacked from relay-[\d.]+-linux-x64\.tar\.gz/);
     assert.match(await panel.innerText(), /listens on 127\.0\.0\.1 only: a node on another machine cannot reach it/);
     const home = mkdtempSync(join(tmpdir(), 'relay-node-paired-'));
     const paired = await startNode({ url: 'http://unused.invalid', home: hub.home }, { name: 'paired', home, token, env: ENV, hubFromToken: true });

@@ -11,6 +11,7 @@ import { fixture } from '../helpers/llama.js';
 import { listeningSockets } from '../helpers/node.js';
 import { alive, killAllJsonLineProcesses, startJsonLineProcess, waitGone } from '../helpers/proc.js';
 import { tokenHubUrl } from '../../src/main/core/pairing/tokens.js';
+import { packageVersion } from '../../src/main/core/app-files.js';
 import { completion, pagesUrl, quiet, RecordingShell, TRAY_ENV as ENV } from '../helpers/tray.js';
 
 /**
@@ -107,8 +108,15 @@ describe('tray app, hub mode (embedded hub in the app process)', { timeout: 240_
     // "Add a node…": the dashboard opens on its add-node panel (a fresh token with this hub's address).
     await app.onTray('add-node');
     assert.deepEqual(shell.windows.at(-1), { url: `${app.hub!.url}/#add-node` });
-    const made = (await (await fetch(`${app.hub!.url}/api/nodes/token`, { method: 'POST' })).json()) as { token: string; hub_url: string; command: string };
-    assert.equal(made.command, `npx relay up --hub ${made.hub_url} --token ${made.token}`);
+    const made = (await (await fetch(`${app.hub!.url}/api/nodes/token`, { method: 'POST' })).json()) as { token: string; hub_url: string; commands: { os: string; command: string }[] };
+    assert.deepEqual(
+      made.commands.map((c) => [c.os, c.command]),
+      [
+        ['linux', `./relay up --token ${made.token}`],
+        ['windows', `.\\relay.exe up --token ${made.token}`],
+        ['npm', `npx relay-llm@${packageVersion()} up --token ${made.token}`],
+      ],
+    );
     assert.equal(tokenHubUrl(made.token), made.hub_url, 'the token carries the address nodes reach this hub at');
     assert.equal(new URL(made.hub_url).port, new URL(app.hub!.url).port);
     await app.onTray('toggle-start-at-login');

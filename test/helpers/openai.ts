@@ -21,8 +21,9 @@ export async function complete(baseUrl: string, prompt: string, maxTokens = 24):
   return { text: choices[0]!.text, completionTokens: (j.usage as { completion_tokens: number }).completion_tokens };
 }
 
-export async function chat(baseUrl: string, content: string, maxTokens = 24): Promise<Completion> {
-  const j = await post(`${baseUrl}/v1/chat/completions`, { messages: [{ role: 'user', content }], max_tokens: maxTokens, ...GREEDY });
+/** `model`: for a hub (which routes by it); a bare llama-server answers whatever is named. */
+export async function chat(baseUrl: string, content: string, maxTokens = 24, model?: string): Promise<Completion> {
+  const j = await post(`${baseUrl}/v1/chat/completions`, { ...(model ? { model } : {}), messages: [{ role: 'user', content }], max_tokens: maxTokens, ...GREEDY });
   const choices = j.choices as { message: { content: string } }[];
   return { text: choices[0]!.message.content, completionTokens: (j.usage as { completion_tokens: number }).completion_tokens };
 }

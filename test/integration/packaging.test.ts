@@ -106,6 +106,6 @@ describe('packaging (electron-builder, linux dir target)', { timeout: 360_000 },
   it('stage-llama refuses clearly when there are no binaries to ship', () => {
     const r = run(process.execPath, ['scripts/stage-llama.mjs'], { RELAY_LLAMA_BIN_DIR: join(work, 'nothing-here') });
     assert.equal(r.status, 1);
-    assert.match(r.stderr, /stage-llama: RELAY_LLAMA_BIN_DIR=.*nothing-here has no/);
+    assert.match(r.stderr, /stage-llama: the llama.cpp folder .*nothing-here has no/);
   });
 });

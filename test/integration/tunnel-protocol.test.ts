@@ -4,8 +4,6 @@ import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import { WebSocket } from 'ws';
-import { PROTOCOL_VERSION, WS_SUBPROTOCOL } from '../../src/shared/protocol.js';
 import { hubConfigFromEnv } from '../../src/main/core/config.js';
 import { startHub, type Hub } from '../../src/main/core/hub/index.js';
 import { openRpcBridge } from '../../src/main/core/pool/rpc-bridge.js';
@@ -14,13 +12,12 @@ import { readGgufFile } from '../../src/main/core/gguf/index.js';
 import { startLlamaServer } from '../../src/main/core/llama/index.js';
 import { createLogger } from '../../src/main/core/log.js';
 import { NodeAgent } from '../../src/main/core/node/agent.js';
-import { joinHub, pinnedTls, tlsUrl } from '../../src/main/core/node/hub-client.js';
-import { openStream } from '../../src/main/core/tunnel/channel.js';
-import { webSocketDuplex } from '../../src/main/core/tunnel/transport.js';
-import { Session } from '../../src/main/core/tunnel/yamux/session.js';
+import { joinHub } from '../../src/main/core/node/hub-client.js';
 import { fixture, llama } from '../helpers/llama.js';
 import { listeningSockets } from '../helpers/node.js';
 import { complete } from '../helpers/openai.js';
+import { rawNode as rawNodeOf } from '../helpers/raw-node.js';
+import { packageVersion } from '../../src/main/core/app-files.js';
 
 const log = createLogger({ level: 'warn', pretty: false });
 let hub: Hub;
@@ -34,34 +31,7 @@ after(async () => {
   await hub?.close();
 });
 
-/** A hand-driven node: raw WebSocket + yamux + control stream, to send what a real node never would. */
-async function rawNode(name: string) {
-  const { credential, hubCert } = await joinHub(hub.url, hubJoinToken(home), name);
-  const ws = new WebSocket(`${tlsUrl(hub.url, 'wss')}/tunnel`, [WS_SUBPROTOCOL], { headers: { authorization: `Bearer ${credential}`, 'x-relay-node': name }, ...pinnedTls(hubCert!) });
-  await once(ws, 'open');
-  const session = new Session(webSocketDuplex(ws), { client: true, keepAliveIntervalMs: 0 });
-  const control = openStream(session, { kind: 'control' });
-  control.on('error', () => undefined); // the hub may close on us: that is the point of some tests
-  control.setEncoding('utf8');
-  const lines: Record<string, unknown>[] = [];
-  let buf = '';
-  control.on('data', (c: string) => {
-    buf += c;
-    let nl: number;
-    while ((nl = buf.indexOf('\n')) >= 0) {
-      lines.push(JSON.parse(buf.slice(0, nl)) as Record<string, unknown>);
-      buf = buf.slice(nl + 1);
-    }
-  });
-  const next = async (): Promise<Record<string, unknown>> => {
-    for (let i = 0; i < 200 && lines.length === 0; i++) await new Promise((r) => setTimeout(r, 10));
-    const l = lines.shift();
-    assert.ok(l, 'a message from the hub');
-    return l;
-  };
-  const hello = { type: 'hello', protocol: PROTOCOL_VERSION, node: name, llama: llama().version, devices: [], cache: [], partials: [], replicas: [], availability: 'idle', reason: null };
-  return { session, control, next, hello, send: (x: unknown) => control.write(typeof x === 'string' ? `${x}\n` : `${JSON.stringify(x)}\n`) };
-}
+const rawNode = (name: string, joined?: Parameters<typeof rawNodeOf>[2]) => rawNodeOf({ url: hub.url, home }, name, joined);
 
 describe('control protocol', { timeout: 120_000 }, () => {
   it('answers malformed and unknown messages with an error and keeps the node connected', async () => {
@@ -85,21 +55,37 @@ describe('control protocol', { timeout: 120_000 }, () => {
     n.session.close();
   });
 
-  it('refuses a node whose llama.cpp build differs, naming both versions', async () => {
+  it('refuses an older node whose llama.cpp build differs: "update this node", both versions named, kept in /status until it comes back updated', async () => {
     const n = await rawNode('oldbuild');
+    // relay 0.1.0's hello: no relay field; its llama.cpp build is another one.
     n.send({ ...n.hello, llama: 'version: 1 (commit 0000000)' });
     const reply = await n.next();
     assert.equal(reply.code, 'version_mismatch');
+    assert.match(String(reply.message), new RegExp(`^update this node to relay ${packageVersion()}: the node runs relay 0\\.1\\.0 or older, the hub relay ${packageVersion()}`));
     assert.match(String(reply.message), new RegExp(`hub "${llama().version.replace(/[()]/g, '\\$&')}", node "version: 1 \\(commit 0000000\\)"`));
     if (!n.session.closed) await once(n.session, 'close'); // the hub hangs up after saying why
+    const seen = hub.nodes.status().find((x) => x.name === 'oldbuild')!;
+    assert.deepEqual([seen.state, seen.reason, seen.refused?.update, seen.refused?.node_relay, seen.relay_version], ['offline', `update this node to relay ${packageVersion()}`, 'node', null, null]);
+    // Updated (this version's hello): welcomed, and the refusal is gone.
+    const again = await rawNode('oldbuild', n.joined);
+    again.send({ ...again.hello, relay: packageVersion() });
+    assert.equal((await again.next()).type, 'welcome');
+    const now = hub.nodes.status().find((x) => x.name === 'oldbuild')!;
+    assert.deepEqual([now.state, now.refused, now.relay_version], ['idle', null, packageVersion()]);
+    again.session.close();
   });
 
-  it('refuses a node whose protocol version differs', async () => {
+  it('refuses a newer node of another protocol by the head of its hello alone: "update the hub"', async () => {
     const n = await rawNode('future');
-    n.send({ ...n.hello, protocol: 99 });
+    // A future hello: only the fields every version keeps (protocol.ts); the rest of it is not this version's to judge.
+    n.send({ type: 'hello', protocol: 99, node: 'future', llama: 'version: 9 (commit 9999999)', relay: '9.0.0', gpus: 'a shape this hub does not know' });
     const reply = await n.next();
     assert.equal(reply.code, 'version_mismatch');
-    assert.match(String(reply.message), /hub 1, node 99/);
+    assert.match(
+      String(reply.message),
+      new RegExp(`^update the hub to relay 9\\.0\\.0: the node runs relay 9\\.0\\.0, the hub relay ${packageVersion()}; the tunnel protocol differs \\(hub 1, node 99\\)`),
+    );
+    assert.equal(hub.nodes.status().find((x) => x.name === 'future')!.refused?.update, 'hub');
   });
 });
 

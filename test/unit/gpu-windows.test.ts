@@ -145,6 +145,33 @@ describe("GPU readings on Windows: relay doctor's wording", () => {
     assert.doesNotMatch(text, /\.so\b|libcuda|libvulkan|libnvidia|CUDA runtime/);
   });
 
+  it('a release whose koffi module is missing says so, and calls each library unknown, not missing (nor the Vulkan loader absent)', () => {
+    const ffi = "koffi's native module for win32-x64 did not load (Cannot find the native Koffi module; did you bundle it correctly?)";
+    const probe = win({ ffi, libs: { 'nvcuda.dll': false, 'vulkan-1.dll': false, 'msvcp140.dll': false, 'vcruntime140.dll': false } });
+    const cpu: BackendResolution = { backend: 'cpu', module: null, from: null, devices: [], reason: 'x', notes: [] };
+    const lines = doctorLines(install, cpu, probe, autoPauseWhy('absent', 'win32'));
+    const text = lines.join('\n');
+    assert.ok(lines.includes(`library probe    failed: ${ffi}`), text);
+    assert.ok(lines.includes('NVIDIA driver    unknown (nvcuda.dll unknown, nvidia-smi.exe no)'), text);
+    assert.ok(lines.includes('Vulkan           loader unknown (vulkan-1.dll), drivers: registered in the Windows registry (the devices below tell)'), text);
+    assert.doesNotMatch(text, /loader no/);
+    // The backend rules give the same reason instead of "no Vulkan loader".
+    assert.deepEqual(backendCandidates(probe, 'auto'), { candidates: [], notes: [`${ffi}, so this machine's GPU libraries could not be looked for (reinstall relay)`] });
+  });
+
+  it('says what a node here lends, and the flag when that is nothing', () => {
+    const cpu: BackendResolution = { backend: 'cpu', module: null, from: null, devices: [], reason: 'x', notes: [] };
+    const gpu: BackendResolution = { ...r, devices: [{ name: 'Vulkan0', description: 'NVIDIA GeForce RTX 3060', totalMib: 12288, freeMib: 11000 }] };
+    const lends = (res: BackendResolution, mb: number): string => doctorLines(install, res, win(), autoPauseWhy('absent', 'win32'), mb).find((l) => l.startsWith('as a node'))!;
+    assert.equal(
+      lends(cpu, 0),
+      'as a node        lends nothing: no GPU relay can use and no CPU budget. To serve from this CPU, start the node with --cpu-budget-mb N (MB of RAM models may use), e.g. `relay up --cpu-budget-mb 4096`',
+    );
+    assert.equal(lends(cpu, 2048), 'as a node        lends 2048 MB of RAM on its CPU (--cpu-budget-mb); no GPU relay can use');
+    assert.equal(lends(gpu, 0), 'as a node        lends Vulkan0');
+    assert.equal(lends(gpu, 1024), 'as a node        lends Vulkan0 and 1024 MB of RAM on its CPU (--cpu-budget-mb)');
+  });
+
   it('on Linux it still names libcuda.so.1, the CUDA runtime libraries and the ICD files', () => {
     const probe: MachineProbe = {
       ...win(),

@@ -68,6 +68,8 @@ const node = (name: string, state: NodeStatus['state'], extra: Partial<NodeStatu
   created_at: '',
   revoked_at: null,
   bytes: null,
+  relay_version: null,
+  refused: null,
   ...extra,
 });
 

@@ -37,7 +37,7 @@ describe('the Windows layout rules', () => {
     try {
       for (const f of ['llama-server.exe', 'ggml-rpc-server.exe']) writeFileSync(join(dir, f), 'MZ');
       assert.deepEqual(binariesIn(dir, 'win32'), { serverPath: join(dir, 'llama-server.exe'), rpcServerPath: join(dir, 'ggml-rpc-server.exe') });
-      assert.throws(() => binariesIn(dir, 'linux'), /RELAY_LLAMA_BIN_DIR=.* has no .*llama-server$/);
+      assert.throws(() => binariesIn(dir, 'linux'), /the llama.cpp folder .* has no .*llama-server$/);
       const pkg = BACKEND_PACKAGES.find((p) => p.platform === 'win32' && p.backend === 'vulkan')!;
       mkdirSync(join(dir, 'backends', pkg.id), { recursive: true });
       writeFileSync(join(dir, 'backends', pkg.id, 'ggml-vulkan.dll'), 'MZ');

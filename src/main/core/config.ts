@@ -1,6 +1,6 @@
 import { readFileSync } from 'node:fs';
 import { homedir as osHomedir } from 'node:os';
-import { join, posix, win32 } from 'node:path';
+import { join, posix, resolve, win32 } from 'node:path';
 import { ErrorCode, RelayError } from '../../shared/errors.js';
 import { KV_CACHE_TYPES, type FlashAttn, type KvCacheType } from './llama/argv.js';
 
@@ -150,6 +150,11 @@ export function cliConfigFromEnv(env: NodeJS.ProcessEnv = processEnv()): CliConf
     adminToken: env.RELAY_ADMIN_TOKEN || undefined,
     nodeHome: env.RELAY_NODE_HOME || undefined,
   };
+}
+
+/** A node's data dir: `--home` (resolved), else RELAY_NODE_HOME, else `<default home>/node`. */
+export function nodeHomeDir(flag: string | undefined, env: NodeJS.ProcessEnv = processEnv()): string {
+  return flag ? resolve(flag) : (cliConfigFromEnv(env).nodeHome ?? join(defaultHome(env), 'node'));
 }
 
 export function defaultHome(env: NodeJS.ProcessEnv = processEnv()): string {

@@ -107,6 +107,6 @@ function machineDetails(s, name) {
     return { title: 'The hub', body: dl([['state', m.state + (m.reason ? ` (${m.reason})` : '')], ['paused on schedule', s.hub.schedule], ['auto-pause', s.hub.auto_pause ? 'on' : 'off'], ['devices', devices], ['backend', `${s.llama_cpp.backend} (${s.llama_cpp.backend_reason})`]]) };
   }
   const n = s.nodes.find((x) => x.name === name);
-  return { title: `Node ${name}`, body: dl([['state', m.state + (m.reason ? ` (${m.reason})` : '')], ['schedule (paused)', n?.schedule ?? 'always sharing'], ['last seen', n?.last_seen], ['joined', n?.created_at], ['devices', devices],
+  return { title: `Node ${name}`, body: dl([['state', m.state + (m.reason ? ` (${m.reason})` : '')], ['schedule (paused)', n?.schedule ?? 'always sharing'], ['relay', n?.relay_version ?? 'unknown'], ['refused', n?.refused?.message], ['last seen', n?.last_seen], ['joined', n?.created_at], ['devices', devices],
     ['replicas', n?.replicas.length], ['shard stages (rpc servers)', n?.rpcs.length], ['cached models', n?.cache.length], ['bytes through the tunnel', n?.bytes ? `http ${MB(n.bytes.http / 1048576)}, rpc ${MB(n.bytes.rpc / 1048576)}, file ${MB(n.bytes.file / 1048576)}` : null]]) };
 }

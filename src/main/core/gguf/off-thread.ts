@@ -1,9 +1,10 @@
 import { runInWorker } from '../worker.js';
+import { workerUrl } from '../app-files.js';
 import type { ModelCard } from './card.js';
 import type { ModelFiles } from './split.js';
 import type { Vocab } from './vocab.js';
 
-const WORKER = new URL('./worker.js', import.meta.url);
+const WORKER = workerUrl('gguf');
 
 /**
  * readModelFiles in a worker thread: a GGUF the hub has not seen (a user's path, possibly hostile, its header up

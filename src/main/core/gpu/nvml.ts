@@ -1,5 +1,5 @@
 import { existsSync } from 'node:fs';
-import { createRequire } from 'node:module';
+import { requireNative } from '../app-files.js';
 import { processEnv } from '../config.js';
 import { isFullPath, nvmlCandidates, nvmlName } from './names.js';
 
@@ -82,7 +82,7 @@ function load(): Nvml | null {
   if (cached !== undefined) return cached;
   cached = null;
   try {
-    const koffi = createRequire(import.meta.url)('koffi') as typeof import('koffi');
+    const koffi = requireNative<typeof import('koffi')>('koffi');
     const lib = loadFirst(koffi, nvmlCandidates(process.platform, processEnv()));
     if (!lib) return cached;
     nvmlStruct(koffi, 'nvmlMemory_t', 'nvmlMemory_t');

@@ -1,3 +1,4 @@
+import { packageVersion } from '../app-files.js';
 import { readFileSync, writeFileSync } from 'node:fs';
 import { createServer as createHttpServer, type IncomingMessage } from 'node:http';
 import { createServer as createHttpsServer } from 'node:https';
@@ -46,10 +47,7 @@ export interface Hub {
   close(): Promise<void>;
 }
 
-export function packageVersion(): string {
-  const pkg = JSON.parse(readFileSync(new URL('../../../../../package.json', import.meta.url), 'utf8')) as { version: string };
-  return pkg.version;
-}
+export { packageVersion };
 
 export async function startHub(config: HubConfig, deps: { log: Logger; install?: LlamaInstall; devices?: () => Device[] }): Promise<Hub> {
   const log = deps.log;

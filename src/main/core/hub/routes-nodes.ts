@@ -1,6 +1,8 @@
 import { TLSSocket } from 'node:tls';
 import { ErrorCode, RelayError } from '../../../shared/errors.js';
 import { hubJoinToken, JOIN_TOKEN_TTL_MS } from '../pairing/tokens.js';
+import { joinCommands } from '../pairing/join-commands.js';
+import { packageName, packageVersion } from '../app-files.js';
 import { isLoopback, lanAddresses } from './guard.js';
 import { beyondLoopback } from './keys.js';
 import { parseJson, textField, type Mount } from './http.js';
@@ -37,7 +39,7 @@ export const mountNodes: Mount = (app, { deps: d, raw, auth }) => {
     }
   });
 
-  // "Add a node": a fresh join token that carries this hub's address for nodes, and the command that uses it.
+  // "Add a node": a fresh join token that carries this hub's address for nodes, and the commands that use it.
   app.post('/api/nodes/token', auth.requireAdmin(false), (req, res, next) => {
     try {
       // The address nodes reach this hub at: the one it listens on, else the one this request came in on (the
@@ -50,7 +52,7 @@ export const mountNodes: Mount = (app, { deps: d, raw, auth }) => {
       res.status(201).json({
         token,
         hub_url: hubUrl,
-        command: `npx relay up --hub ${hubUrl} --token ${token}`,
+        commands: joinCommands(token, { version: packageVersion(), npmName: packageName() }),
         expires_at: new Date(Date.now() + JOIN_TOKEN_TTL_MS).toISOString(),
         note: lan ? null : 'this hub listens on 127.0.0.1 only: a node on another machine cannot reach it (start it with --listen 0.0.0.0, or tick "other machines" in the tray\'s setup)',
       });

@@ -1,4 +1,6 @@
 import { readdirSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { appFile } from '../app-files.js';
 import { effectiveFlashAttn } from '../llama/argv.js';
 import { modelFiles } from '../models/files.js';
 import { pageCsp } from './guard.js';
@@ -98,15 +100,15 @@ export const mountStatus: Mount = (app, h) => {
   });
 
   // The page's own scripts (src/renderer/ui/*.js): by name from that folder only, nothing else under it.
-  const ui = new URL('../../../../../src/renderer/ui/', import.meta.url);
+  const ui = appFile('src/renderer/ui');
   const scripts = new Set(readdirSync(ui).filter((f) => /^[a-z-]+\.js$/.test(f)));
   app.get('/ui/:file', (req, res, next) => {
     if (!scripts.has(req.params.file)) return next();
     res.type('text/javascript').setHeader('cache-control', 'no-cache');
-    res.send(readFileSync(new URL(req.params.file, ui), 'utf8'));
+    res.send(readFileSync(join(ui, req.params.file), 'utf8'));
   });
 
-  const dashboard = new URL('../../../../../src/renderer/index.html', import.meta.url);
+  const dashboard = appFile('src/renderer/index.html');
   app.get('/', (_req, res) => {
     const html = readFileSync(dashboard, 'utf8');
     res.setHeader('content-security-policy', pageCsp(html));

@@ -101,6 +101,11 @@ export interface MachineProbe {
   readonly arch: string;
   /** Shared library name → whether it loads here (dlopen). */
   readonly libs: Readonly<Record<string, boolean>>;
+  /**
+   * Why libraries could not be tried at all (koffi, relay's FFI, did not load: a release or app missing its
+   * native module), or null when they were. With it set, every `libs` entry is unknown, not absent.
+   */
+  readonly ffi?: string | null;
   /** nvidia-smi answered (a driver is installed even when its CUDA library is not on the loader path). */
   readonly nvidiaSmi: boolean;
   /** Vulkan ICD manifests (installable client drivers); a loader without one lists no device. */
@@ -126,6 +131,7 @@ export function backendCandidates(probe: MachineProbe, choice: BackendChoice, pa
   const out: Candidate[] = [];
   const notes: string[] = [];
   if (choice === 'cpu') return { candidates: [], notes: ['the CPU was chosen (--backend cpu / RELAY_LLAMA_BACKEND=cpu)'] };
+  if (probe.ffi) return { candidates: [], notes: [`${probe.ffi}, so this machine's GPU libraries could not be looked for (reinstall relay)`] };
   const loads = (lib: string): boolean => probe.libs[lib] === true;
   const mine = packages.filter((p) => p.platform === probe.platform && p.arch === probe.arch);
   const wanted = (b: GpuBackend): boolean => choice === 'auto' || choice === b;

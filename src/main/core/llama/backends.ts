@@ -1,6 +1,5 @@
 import { spawnSync } from 'node:child_process';
 import { existsSync, mkdirSync, readdirSync, renameSync, rmSync } from 'node:fs';
-import { createRequire } from 'node:module';
 import { basename, join } from 'node:path';
 import { ErrorCode, RelayError } from '../../../shared/errors.js';
 import {
@@ -19,6 +18,7 @@ import {
 import { parseListDevices, type ListedDevice } from './devices.js';
 import { cacheRoot, packFromRegistry, type Progress } from './fetch.js';
 import { processEnv } from '../config.js';
+import { requireNative } from '../app-files.js';
 import { cudaDriverLibrary, systemLibraryPath } from '../gpu/names.js';
 import { nvidiaSmiCommand } from '../gpu/smi.js';
 
@@ -55,7 +55,7 @@ export function backendChoiceFromEnv(env: NodeJS.ProcessEnv = processEnv()): Bac
 
 function libraryLoads(name: string, env: NodeJS.ProcessEnv): boolean {
   try {
-    const koffi = createRequire(import.meta.url)('koffi') as typeof import('koffi');
+    const koffi = requireNative<typeof import('koffi')>('koffi');
     const lib = koffi.load(systemLibraryPath(name, process.platform, env));
     lib.unload();
     return true;
@@ -107,12 +107,24 @@ export function shippedModulesIn(dir: string, packages: readonly BackendPackage[
   return out;
 }
 
+/** Null when koffi (the FFI every library probe goes through) loads, else what went wrong, naming the module. */
+function ffiProblem(): string | null {
+  try {
+    requireNative('koffi');
+    return null;
+  } catch (err) {
+    const first = String((err as Error).message).split('\n')[0];
+    return `koffi's native module for ${process.platform}-${process.arch} did not load (${first})`;
+  }
+}
+
 export function probeMachine(sourceModules: Partial<Record<GpuBackend, string>>, env: NodeJS.ProcessEnv = processEnv()): MachineProbe {
+  const ffi = ffiProblem();
   const libs: Record<string, boolean> = {};
-  for (const l of new Set([cudaDriverLibrary(process.platform), ...librariesToProbe(process.platform, process.arch)])) libs[l] = libraryLoads(l, env);
+  for (const l of new Set([cudaDriverLibrary(process.platform), ...librariesToProbe(process.platform, process.arch)])) libs[l] = ffi === null && libraryLoads(l, env);
   const cmd = nvidiaSmiCommand(process.platform, env);
   const smi = cmd === null ? null : spawnSync(cmd, ['-L'], { encoding: 'utf8', timeout: 10_000, windowsHide: true });
-  return { platform: process.platform, arch: process.arch, libs, nvidiaSmi: smi?.status === 0, vulkanIcds: vulkanIcds(env), sourceModules };
+  return { platform: process.platform, arch: process.arch, libs, ffi, nvidiaSmi: smi?.status === 0, vulkanIcds: vulkanIcds(env), sourceModules };
 }
 
 /** The environment a child needs to load `module` (and, for CUDA, number devices like NVML does). */

@@ -193,7 +193,10 @@ export async function buildBackendModule(gpu: GpuBackend, opts: { env?: NodeJS.P
   const env = opts.env ?? processEnv();
   const progress = opts.progress ?? ((l: string) => process.stderr.write(`${l}\n`));
   const base = await ensureBase(env, progress, opts.jobs);
-  if (base.source !== 'cache') throw new RelayError(ErrorCode.INVALID_ARGUMENT, 'RELAY_LLAMA_BIN_DIR is set: build your GPU backend in your own tree');
+  if (base.source === 'env') throw new RelayError(ErrorCode.INVALID_ARGUMENT, 'RELAY_LLAMA_BIN_DIR is set: build your GPU backend in your own tree');
+  if (base.source === 'shipped') {
+    throw new RelayError(ErrorCode.INVALID_ARGUMENT, `this relay ships llama.cpp ready-built (${base.binDir}) with its GPU modules: building one needs relay from source (a checkout)`);
+  }
   const out = join(base.modulesDir, gpu, moduleFileName(gpu));
   await withLock(`${installDir(env)}.${gpu}.lock`, progress, async () => {
     const { work, built } = await buildTargets(gpu, env, progress, opts.jobs);

@@ -6,6 +6,7 @@ import { devicePrefix, GPU_BACKENDS, type BackendChoice, type GpuBackend } from 
 import { backendChoiceFromEnv, backendEnv, listDevicesWith, modulesIn, resolveBackend, shippedModulesIn, type BackendResolution } from './backends.js';
 import { cacheRoot, type Progress } from './fetch.js';
 import { processEnv } from '../config.js';
+import { shippedLlamaDir } from '../app-files.js';
 
 export { cacheRoot, type Progress } from './fetch.js';
 
@@ -40,7 +41,8 @@ export interface LlamaInstall {
   readonly tag: string;
   /** `llama-server --version` output: nodes and hub must match for ggml RPC to work. */
   readonly version: string;
-  readonly source: 'env' | 'cache';
+  /** RELAY_LLAMA_BIN_DIR, built here into the cache, or shipped built with relay (a release, the npm binary package). */
+  readonly source: 'env' | 'cache' | 'shipped';
   /** The backend every child runs: the CPU build alone, or the GPU module below loaded into it. */
   readonly backend: 'cpu' | GpuBackend;
   readonly backendModule: string | null;
@@ -87,7 +89,8 @@ export function readVersion(serverPath: string): string {
 
 /**
  * The binaries in use, without building or choosing a GPU backend (the result runs the CPU):
- * RELAY_LLAMA_BIN_DIR (a user's own build, or a packaged app's) wins, then the cache. Null when neither has them.
+ * RELAY_LLAMA_BIN_DIR (a user's own build, or a packaged app's) wins, then what this install ships (a release's
+ * llama/, the npm binary package's), then the cache. Null when none has them.
  */
 export function findLlama(opts: { env?: NodeJS.ProcessEnv } = {}): LlamaInstall | null {
   const env = opts.env ?? processEnv();
@@ -97,6 +100,12 @@ export function findLlama(opts: { env?: NodeJS.ProcessEnv } = {}): LlamaInstall 
     const { serverPath, rpcServerPath } = binariesIn(custom);
     const version = readVersion(serverPath);
     return { binDir: custom, serverPath, rpcServerPath, vocabDir: null, ggufPyDir: null, tag: version, version, source: 'env', modulesDir: join(custom, 'backends'), ...cpu };
+  }
+  const shipped = shippedLlamaDir();
+  if (shipped) {
+    const { serverPath, rpcServerPath } = binariesIn(shipped);
+    const version = readVersion(serverPath);
+    return { binDir: shipped, serverPath, rpcServerPath, vocabDir: null, ggufPyDir: null, tag: version, version, source: 'shipped', modulesDir: join(shipped, 'backends'), ...cpu };
   }
   const dir = installDir(env);
   const manifestPath = join(dir, 'install.json');
@@ -126,7 +135,7 @@ export function binariesIn(dir: string, platform: NodeJS.Platform = process.plat
   const serverPath = join(dir, names.server);
   const rpcServerPath = join(dir, names.rpc);
   for (const p of [serverPath, rpcServerPath]) {
-    if (!existsSync(p)) throw new RelayError(ErrorCode.LLAMA_NOT_FOUND, `RELAY_LLAMA_BIN_DIR=${dir} has no ${p}`, { path: p });
+    if (!existsSync(p)) throw new RelayError(ErrorCode.LLAMA_NOT_FOUND, `the llama.cpp folder ${dir} has no ${p}`, { path: p });
   }
   return { serverPath, rpcServerPath };
 }
@@ -153,7 +162,7 @@ export async function chooseBackend(
     serverPath: install.serverPath,
     choice,
     sourceModules: install.source === 'cache' ? modulesIn(install.modulesDir) : {},
-    shipped: install.source === 'env' ? shippedModulesIn(install.modulesDir) : {},
+    shipped: install.source === 'cache' ? {} : shippedModulesIn(install.modulesDir),
     env,
     progress: opts.progress,
   });

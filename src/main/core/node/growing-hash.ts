@@ -1,6 +1,7 @@
 import { open, writev, close } from 'node:fs';
 import { Writable } from 'node:stream';
 import { Worker } from 'node:worker_threads';
+import { workerUrl } from '../app-files.js';
 import { ErrorCode, RelayError } from '../../../shared/errors.js';
 
 /**
@@ -15,7 +16,7 @@ export class GrowingFileHash {
   private readonly digest: Promise<string>;
 
   constructor(path: string) {
-    this.worker = new Worker(new URL('./growing-hash-worker.js', import.meta.url), { workerData: { path } });
+    this.worker = new Worker(workerUrl('growing-hash'), { workerData: { path } });
     this.digest = new Promise((resolve, reject) => {
       this.worker.once('message', (m: { hex?: string; error?: string }) => (m.hex ? resolve(m.hex) : reject(new RelayError(ErrorCode.IO_ERROR, `hashing ${path}: ${m.error}`))));
       this.worker.once('error', (err) => reject(new RelayError(ErrorCode.IO_ERROR, `hashing ${path}: ${err.message}`)));

@@ -1,4 +1,5 @@
 import { PROTOCOL_VERSION, type Availability, type DeviceInfo, type Heartbeat, type Hello } from '../../../shared/protocol.js';
+import { packageVersion } from '../app-files.js';
 import type { ModelCache } from './cache.js';
 import type { Workloads } from './workloads.js';
 
@@ -30,7 +31,7 @@ export function heartbeatOf(s: ReportSource): Heartbeat {
   };
 }
 
-export function helloOf(s: ReportSource, llama: string): Hello {
+export function helloOf(s: ReportSource, llama: string, relay: string = packageVersion()): Hello {
   const { type: _type, ...rest } = heartbeatOf(s);
-  return { type: 'hello', protocol: PROTOCOL_VERSION, node: s.name, llama, partials: s.cache.partials(), ...rest };
+  return { type: 'hello', protocol: PROTOCOL_VERSION, node: s.name, llama, relay, partials: s.cache.partials(), ...rest };
 }

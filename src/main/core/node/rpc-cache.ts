@@ -5,6 +5,7 @@ import { threadId } from 'node:worker_threads';
 import { ErrorCode, RelayError } from '../../../shared/errors.js';
 import { readGgufFile } from '../gguf/index.js';
 import { runInWorker } from '../worker.js';
+import { workerUrl } from '../app-files.js';
 import { WasmFnv } from './fnv.js';
 
 /**
@@ -139,7 +140,7 @@ export function shareOut(spans: readonly TensorSpan[], n: number): TensorSpan[][
   return groups.map((g) => g.spans);
 }
 
-const WORKER = new URL('./rpc-cache-worker.js', import.meta.url);
+const WORKER = workerUrl('rpc-cache');
 
 /**
  * The node's fill: the GGUF is parsed in a worker, `room(need)` is asked on the caller's thread (the budget

@@ -28,6 +28,8 @@ export class NodeConn extends EventEmitter {
   rpcs: RunningRpc[];
   lastSeen = Date.now();
   readonly connectedAt = Date.now();
+  /** The node's relay version (null: relay 0.1.0 or older). */
+  readonly relay: string | null;
   /** rpc/http/file bytes this session moved, by kind (for /status and the shard bench). */
   readonly bytes = { http: 0, rpc: 0, file: 0 };
 
@@ -38,6 +40,7 @@ export class NodeConn extends EventEmitter {
     hello: Hello,
   ) {
     super();
+    this.relay = hello.relay ?? null;
     this.devices = hello.devices;
     this.devicesAt = Date.now();
     this.availability = hello.availability;

@@ -12,7 +12,6 @@ import {
   parseNodeMessage,
   type Availability,
   type CachedFile,
-  type DeviceInfo,
   type Hello,
   type HubToNode,
   type NodeToHub,
@@ -24,15 +23,13 @@ import type { ModelRecord, NodeRecord, Store } from '../store/store.js';
 import { usesFile } from '../models/files.js';
 import { checkJoinToken, credentialHash, newCredential } from '../pairing/tokens.js';
 import { NodeConn } from './conn.js';
+import { refusal, type Refusal } from './versions.js';
+import { nodeStatus } from './node-status.js';
 import { WeightPusher, type PushProgress } from './push.js';
-import type { NodeDeviceStatus, NodeStatus } from '../../../shared/status.js';
-
-/** A node's DeviceInfo (the protocol's camelCase) as /status and /api/nodes show it (snake_case). */
-export function nodeDeviceStatus(d: DeviceInfo): NodeDeviceStatus {
-  return { id: d.id, kind: d.kind, description: d.description, total_mb: d.totalMb, free_mb: d.freeMb, age_ms: d.ageMs ?? null };
-}
+import type { NodeStatus } from '../../../shared/status.js';
 
 export { NodeConn } from './conn.js';
+export { nodeDeviceStatus } from './node-status.js';
 export type { PushProgress } from './push.js';
 
 /**
@@ -42,6 +39,8 @@ export type { PushProgress } from './push.js';
  */
 export class NodeManager extends EventEmitter {
   private readonly conns = new Map<string, NodeConn>();
+  /** Nodes refused at hello for their version, the latest refusal each (cleared when one connects). */
+  private readonly refusals = new Map<string, Refusal & { at: string }>();
   private readonly pusher: WeightPusher;
   private readonly wss = new WebSocketServer({ noServer: true, perMessageDeflate: false, maxPayload: 64 * 1024 * 1024 });
 
@@ -222,13 +221,11 @@ export class NodeManager extends EventEmitter {
       session.close();
       return;
     }
-    if (hello.protocol !== PROTOCOL_VERSION) {
-      control.send({ type: 'error', code: 'version_mismatch', message: `protocol: hub ${PROTOCOL_VERSION}, node ${hello.protocol}` });
-      session.close();
-      return;
-    }
-    if (hello.llama !== this.deps.llamaVersion) {
-      control.send({ type: 'error', code: 'version_mismatch', message: `llama.cpp build differs (ggml RPC needs the same one): hub "${this.deps.llamaVersion}", node "${hello.llama}"` });
+    const refused = refusal({ protocol: PROTOCOL_VERSION, llama: this.deps.llamaVersion, relay: this.deps.hubVersion }, hello);
+    if (refused) {
+      this.refusals.set(name, { ...refused, at: new Date().toISOString() }); // for the dashboard, until it connects
+      log.warn(`node refused: ${refused.message}`);
+      control.send({ type: 'error', code: wireCode(ErrorCode.VERSION_MISMATCH), message: refused.message });
       session.close();
       return;
     }
@@ -260,6 +257,7 @@ export class NodeManager extends EventEmitter {
 
     const conn = new NodeConn(name, session, control, hello);
     this.conns.set(name, conn);
+    this.refusals.delete(name);
     // The control stream is the session: when it ends (closed by the node, or cut off for not reading or for
     // flooding), so does everything else the node had open.
     control.once('close', (err: Error) => session.destroy(err));
@@ -322,24 +320,7 @@ export class NodeManager extends EventEmitter {
   }
 
   status(): NodeStatus[] {
-    return this.records().map((r) => {
-      const c = this.conns.get(r.name);
-      return {
-        name: r.name,
-        state: r.revoked_at ? 'revoked' : c?.alive ? c.availability : 'offline',
-        reason: c?.reason ?? null,
-        schedule: c?.schedule ?? null,
-        connected: Boolean(c?.alive),
-        devices: (c?.devices ?? []).map(nodeDeviceStatus),
-        cache: c ? [...c.cache].map(([sha256, size]) => ({ sha256, size })) : [],
-        replicas: c?.replicas ?? [],
-        rpcs: c?.rpcs ?? [],
-        last_seen: c ? new Date(c.lastSeen).toISOString() : r.last_seen,
-        created_at: r.created_at,
-        revoked_at: r.revoked_at,
-        bytes: c?.bytes ?? null,
-      };
-    });
+    return this.records().map((r) => nodeStatus(r, this.conns.get(r.name), this.refusals.get(r.name)));
   }
 
   close(): void {

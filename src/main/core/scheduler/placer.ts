@@ -239,7 +239,9 @@ export class Placer {
         if (conn.availability === 'paused') return `${conn.name} paused (${conn.reason ?? 'by its owner'})`;
         const b = this.deps.failures.blocked(conn.name, model);
         const free = freeAfterReservations(nodeDevices(conn), this.views(conn.name));
-        const devs = free.map((dv) => `${dv.id} ${fmtMb(dv.freeMb)} free of ${fmtMb(dv.totalMb)}`).join(', ') || 'no devices';
+        const devs =
+          free.map((dv) => `${dv.id} ${fmtMb(dv.freeMb)} free of ${fmtMb(dv.totalMb)}`).join(', ') ||
+          'lends nothing (no GPU relay can use there and no CPU budget: start it with relay up --cpu-budget-mb N to serve from its CPU)';
         return `${conn.name} ${devs}${b ? ` (skipped for "${model}" until ${new Date(b.until).toISOString()}: ${b.reason})` : ''}`;
       })
       .join('; ')}`;

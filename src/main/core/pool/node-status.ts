@@ -1,0 +1,35 @@
+import type { DeviceInfo } from '../../../shared/protocol.js';
+import type { NodeDeviceStatus, NodeStatus } from '../../../shared/status.js';
+import type { NodeRecord } from '../store/store.js';
+import type { NodeConn } from './conn.js';
+import { refusedStatus, type Refusal } from './versions.js';
+
+/** A node's DeviceInfo (the protocol's camelCase) as /status and /api/nodes show it (snake_case). */
+export function nodeDeviceStatus(d: DeviceInfo): NodeDeviceStatus {
+  return { id: d.id, kind: d.kind, description: d.description, total_mb: d.totalMb, free_mb: d.freeMb, age_ms: d.ageMs ?? null };
+}
+
+/**
+ * One node as /status shows it: its record, its connection (absent: never connected since the hub started) and
+ * the refusal of its last hello, if it was refused for its version (`reason` then says who should update).
+ */
+export function nodeStatus(r: NodeRecord, c: NodeConn | undefined, refused: (Refusal & { at: string }) | undefined): NodeStatus {
+  const alive = Boolean(c?.alive);
+  return {
+    name: r.name,
+    state: r.revoked_at ? 'revoked' : alive ? c!.availability : 'offline',
+    reason: alive ? c!.reason : (refused?.summary ?? c?.reason ?? null),
+    schedule: c?.schedule ?? null,
+    connected: alive,
+    devices: (c?.devices ?? []).map(nodeDeviceStatus),
+    cache: c ? [...c.cache].map(([sha256, size]) => ({ sha256, size })) : [],
+    replicas: c?.replicas ?? [],
+    rpcs: c?.rpcs ?? [],
+    last_seen: c ? new Date(c.lastSeen).toISOString() : r.last_seen,
+    created_at: r.created_at,
+    revoked_at: r.revoked_at,
+    bytes: c?.bytes ?? null,
+    relay_version: c?.relay ?? refused?.nodeRelay ?? null,
+    refused: refused && !alive ? refusedStatus(refused, refused.at) : null,
+  };
+}

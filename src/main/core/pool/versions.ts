@@ -1,0 +1,60 @@
+import type { Hello } from '../../../shared/protocol.js';
+import type { NodeStatus } from '../../../shared/status.js';
+
+/**
+ * Whether the hub can work with a node, from its hello, pure. What must be the same on both sides: the tunnel
+ * protocol, and the llama.cpp build (ggml RPC between a shard's stages needs the same one; each relay release
+ * ships one). The relay versions say which side to update. A node the hub cannot work with is refused at hello with
+ * `version_mismatch` and this text, shown on the dashboard, never a cryptic failure later.
+ */
+export interface Refusal {
+  /** Who should update: the node (it is older), the hub (the node is newer), or neither (same relay, another llama.cpp). */
+  readonly update: 'node' | 'hub' | 'build';
+  /** The short line for the dashboard: "update this node to relay 0.2.0". */
+  readonly summary: string;
+  readonly message: string;
+  /** The node's relay version; null for relay 0.1.0 and older, whose hello carries none. */
+  readonly nodeRelay: string | null;
+  readonly hubRelay: string;
+}
+
+/** Numeric x.y.z order; a pre-release suffix is ignored. */
+export function compareVersions(a: string, b: string): number {
+  const parts = (v: string): number[] =>
+    v
+      .split('-')[0]!
+      .split('.')
+      .map((x) => Number.parseInt(x, 10) || 0);
+  const [x, y] = [parts(a), parts(b)];
+  for (let i = 0; i < Math.max(x.length, y.length); i++) {
+    const d = (x[i] ?? 0) - (y[i] ?? 0);
+    if (d !== 0) return Math.sign(d);
+  }
+  return 0;
+}
+
+export function refusal(hub: { protocol: number; llama: string; relay: string }, hello: Pick<Hello, 'protocol' | 'llama' | 'relay'>): Refusal | null {
+  const protocol = hello.protocol !== hub.protocol;
+  if (!protocol && hello.llama === hub.llama) return null;
+  const nodeRelay = hello.relay ?? null;
+  const order = nodeRelay === null ? -1 : compareVersions(nodeRelay, hub.relay);
+  const update = order < 0 ? 'node' : order > 0 ? 'hub' : 'build';
+  const summary =
+    update === 'node'
+      ? `update this node to relay ${hub.relay}`
+      : update === 'hub'
+        ? `update the hub to relay ${nodeRelay}`
+        : protocol
+          ? 'run the same relay build on both'
+          : "run relay's own llama.cpp on both (RELAY_LLAMA_BIN_DIR points one side at another build)";
+  const what = protocol
+    ? `the tunnel protocol differs (hub ${hub.protocol}, node ${hello.protocol})`
+    : `the llama.cpp builds differ and ggml RPC needs the same one (hub "${hub.llama}", node "${hello.llama}")`;
+  const message = `${summary}: the node runs ${nodeRelay === null ? 'relay 0.1.0 or older' : `relay ${nodeRelay}`}, the hub relay ${hub.relay}; ${what}`;
+  return { update, summary, message, nodeRelay, hubRelay: hub.relay };
+}
+
+/** A refusal as /status shows it on the node (`at`: when). */
+export function refusedStatus(r: Refusal, at: string): NonNullable<NodeStatus['refused']> {
+  return { code: 'version_mismatch', update: r.update, message: r.message, node_relay: r.nodeRelay, hub_relay: r.hubRelay, at };
+}
