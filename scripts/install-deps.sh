@@ -17,8 +17,10 @@
 #                         the Windows x64 cross-build (relay llama build --windows)
 #   wine, wine64          runs those Windows binaries in the Windows tests (the closest thing to a Windows PC here)
 #   xvfb                  an X display for Wine, whose Vulkan goes through its X11 driver (the Windows Vulkan test)
+#   zip, unzip            the Windows release's archive (npm run release) and the tests that unpack it
+#   debootstrap           a minimal Debian root, the clean machine the Linux release is tested on
 set -euo pipefail
-pkgs=(cmake g++ make git ccache python3 python3-numpy util-linux ca-certificates golang-go golang-github-hashicorp-yamux-dev chromium libvulkan1 mesa-vulkan-drivers binutils procps strace fuse3 libfuse3-dev pkg-config g++-mingw-w64-x86-64-posix gcc-mingw-w64-x86-64-posix ninja-build wine wine64 xvfb)
+pkgs=(cmake g++ make git ccache python3 python3-numpy util-linux ca-certificates golang-go golang-github-hashicorp-yamux-dev chromium libvulkan1 mesa-vulkan-drivers binutils procps strace fuse3 libfuse3-dev pkg-config g++-mingw-w64-x86-64-posix gcc-mingw-w64-x86-64-posix ninja-build wine wine64 xvfb zip unzip debootstrap)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -10,6 +10,7 @@ import { ensureProjector } from '../fixtures/vision.js';
 import { startNode, type NodeProcess } from '../helpers/node.js';
 import { until, waitGone } from '../helpers/proc.js';
 import { packageVersion } from '../../src/main/core/app-files.js';
+import { rawNode } from '../helpers/raw-node.js';
 
 /**
  * The dashboard in a real browser (Debian's chromium driven by playwright-core) against a real hub with two
@@ -191,6 +192,25 @@ describe('dashboard in chromium', { timeout: 300_000 }, () => {
       await paired.stop();
       rmSync(home, { recursive: true, force: true });
     }
+  });
+
+  it('a node refused for its version shows "update this node" in the Nodes table and on its card, with both versions', async () => {
+    const old = await rawNode(hub, 'old-pc');
+    old.send({ ...old.hello, llama: 'version: 1 (commit 0000000)' }); // relay 0.1.0's hello: no relay version, another llama.cpp
+    assert.equal((await old.next()).code, 'version_mismatch');
+    await page.goto(hub.url);
+    const summary = `update this node to relay ${packageVersion()}`;
+    await page
+      .getByRole('table', { name: 'Nodes' })
+      .getByRole('row', { name: new RegExp(`^old-pc offline \\(${summary.replace(/\./g, '\\.')}\\)`) })
+      .waitFor();
+    const card = page.locator('article[data-machine="old-pc"]');
+    assert.match(await card.innerText(), new RegExp(summary.replace(/\./g, '\\.')));
+    await card.getByRole('button', { name: /Details of node old-pc/ }).click();
+    await page
+      .getByText(/the node runs relay 0\.1\.0 or older, the hub relay/)
+      .first()
+      .waitFor();
   });
 
   it('imports the GGUFs of a folder on the hub from the page: added, skipped with why, listed in Models', async () => {

@@ -1,0 +1,53 @@
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { after, before, describe, it } from 'node:test';
+import { addModel, startHub, type HubProcess } from '../helpers/hub.js';
+import { fixture } from '../helpers/llama.js';
+import { startNode, type NodeProcess } from '../helpers/node.js';
+
+/**
+ * A machine with no GPU relay can use, joined without --cpu-budget-mb, lends nothing: `relay up` says so when it
+ * starts, `relay doctor` says so, and the hub's 503 for a model names that node and the flag — each with what to
+ * pass. (The suite runs every node on the CPU backend, as a machine without a GPU would.)
+ */
+const ENV = { RELAY_CONTEXT_SIZE: '512', RELAY_PARALLEL_SLOTS: '1', RELAY_THREADS: '1' };
+const relayBin = new URL('../../../bin/relay.js', import.meta.url).pathname;
+
+describe('a node that lends nothing says so, with the flag to pass', { timeout: 120_000 }, () => {
+  let hub: HubProcess;
+  let node: NodeProcess;
+
+  before(async () => {
+    hub = await startHub({ env: ENV }); // no CPU budget either: only the node could serve
+    node = await startNode(hub, { name: 'bare', env: ENV }); // no --cpu-budget-mb
+    await addModel(hub, { path: fixture('dense'), name: 'dense' });
+  });
+  after(async () => {
+    await node?.stop();
+    await hub?.stop();
+  });
+
+  it('relay up says at start that the machine lends nothing and names --cpu-budget-mb', () => {
+    assert.ok(
+      node.logs.some((l) => l.startsWith('relay: this machine lends nothing: no GPU relay can use and no CPU budget.') && l.includes('--cpu-budget-mb N')),
+      node.logs.join('\n'),
+    );
+  });
+
+  it("the hub's 503 names the node that lends nothing and the flag", async () => {
+    const r = await hub.api<{ error: { code: string; message: string } }>('/v1/chat/completions', {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'dense', messages: [{ role: 'user', content: 'hi' }], max_tokens: 4 }),
+    });
+    assert.equal(r.status, 503);
+    assert.equal(r.body.error.code, 'model_unavailable');
+    assert.match(r.body.error.message, /nodes: bare lends nothing \(no GPU relay can use there and no CPU budget: start it with relay up --cpu-budget-mb N to serve from its CPU\)/);
+  });
+
+  it('relay doctor, for that node, says it lends nothing and what to pass', () => {
+    const r = spawnSync(process.execPath, [relayBin, 'doctor', '--home', node.home], { encoding: 'utf8', env: process.env });
+    assert.equal(r.status, 0, r.stderr);
+    assert.match(r.stdout, /^as a node {8}lends nothing: no GPU relay can use and no CPU budget\. To serve from this CPU, start the node with --cpu-budget-mb N/m);
+  });
+});
