@@ -64,7 +64,7 @@ export async function cmdDoctor(args: string[]): Promise<number> {
   const base = findLlama();
   console.log(`relay            ${packageVersion()} (node ${process.version}, ${process.platform}-${process.arch})`);
   if (!base) {
-    console.log('llama.cpp        not built: run `npx relay llama build` (or set RELAY_LLAMA_BIN_DIR)');
+    console.log('llama.cpp        not built: run `relay llama build` (or set RELAY_LLAMA_BIN_DIR; the portable release ships it built)');
     return 1;
   }
   // Only the cache holds modules built here; a release's or an app's llama/backends/ holds shipped ones (listed below).

@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { mkdtempSync, readdirSync, rmSync } from 'node:fs';
+import { mkdtempSync, readdirSync, renameSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
@@ -95,5 +95,16 @@ describe('the Windows release under Wine (no Node.js installed)', { timeout: 900
     assert.ok(lines.includes('Vulkan           loader yes (vulkan-1.dll), drivers: registered in the Windows registry (the devices below tell)'), r.output);
     // `relay up` above saved its budget in the node's home (%APPDATA%\relay\node): doctor reads it.
     assert.ok(lines.includes('as a node        lends 1000 MB of RAM on its CPU (--cpu-budget-mb); no GPU relay can use'), r.output);
+  });
+
+  it("with koffi's Windows module gone, doctor names that, not a missing Vulkan loader", async () => {
+    await node.stop();
+    renameSync(join(release, 'node_modules', '@koromix'), join(release, 'node_modules', '@koromix.gone'));
+    const r = await wine.run(join(release, 'relay.exe'), ['doctor'], 'doctor-no-koffi', { limitMs: 180_000 });
+    assert.equal(r.code, 0, r.output);
+    const lines = r.output.split(/\r?\n/);
+    assert.ok(lines.some((l) => l.startsWith("library probe    failed: koffi's native module for win32-x64 did not load (")), r.output);
+    assert.ok(lines.includes('Vulkan           loader unknown (vulkan-1.dll), drivers: registered in the Windows registry (the devices below tell)'), r.output);
+    assert.doesNotMatch(r.output, /loader no/);
   });
 });
