@@ -62,9 +62,10 @@ Usage:
                          under ~/.cache/relay/llama.cpp/<tag>-shared/; a second call returns at once); with
                          --backend, also that GPU module, with your local toolkit (preferred to a prebuilt one);
                          --windows: cross-build the Windows x64 binaries with mingw-w64 (<tag>-win64/)
-  relay doctor [--backend auto|cpu|cuda|vulkan|metal]
+  relay doctor [--backend auto|cpu|cuda|vulkan|metal] [--home NODE_DIR]
                          what this machine has (NVIDIA driver, CUDA runtime, Vulkan), the backend relay uses
-                         and why, the devices llama-server sees, and whether auto-pause can work here
+                         and why, the devices llama-server sees, what a node here lends, and whether
+                         auto-pause can work here
   relay --version | --help
 
 Environment (see README for all):

@@ -13,6 +13,9 @@ import { buildWindows, windowsInstallDir } from '../../src/main/core/llama/build
  * ~/.cache/relay/release-builds/<key>/ where the key hashes everything that goes into it (the compiled code, the
  * dashboard, the scripts, package.json and its lock, both llama.cpp builds). Test files share it.
  */
+/** A log line of relay building llama.cpp or fetching anything (build.ts, fetch.ts): none may appear from a release. */
+export const BUILD_OR_FETCH = /no llama\.cpp shipped|configuring llama\.cpp|building llama-server|from the npm registry|npm pack/;
+
 export interface ReleaseBuild {
   readonly dir: string;
   readonly version: string;
@@ -91,7 +94,7 @@ export async function minimalRoot(): Promise<string> {
     () => {
       if (existsSync(join(dir, '.complete'))) return Promise.resolve();
       rmSync(dir, { recursive: true, force: true });
-      const mirror = process.env.RELAY_DEBIAN_MIRROR ?? 'http://deb.debian.org/debian';
+      const mirror = process.env.RELAY_DEBIAN_MIRROR ?? aptMirror() ?? 'http://deb.debian.org/debian';
       const r = spawnSync('debootstrap', ['--variant=minbase', 'bookworm', dir, mirror], { encoding: 'utf8', maxBuffer: 64 << 20 });
       if (r.status !== 0) throw new Error(`debootstrap failed (scripts/install-deps.sh installs it):\n${r.stdout.slice(-2000)}\n${r.stderr}`);
       mkdirSync(join(dir, 'work'), { recursive: true });
@@ -101,6 +104,24 @@ export async function minimalRoot(): Promise<string> {
   );
   return dir;
 }
+
+/** The Debian mirror apt uses on this machine (deb822 `URIs:` or a `deb URL bookworm` line), which debootstrap then uses too. */
+function aptMirror(): string | null {
+  const sources = ['/etc/apt/sources.list', ...listDir('/etc/apt/sources.list.d')];
+  for (const f of sources) {
+    let text: string;
+    try {
+      text = readFileSync(f, 'utf8');
+    } catch {
+      continue; // a folder or an unreadable file: not a source list
+    }
+    const m = /^URIs:\s*(\S+\/debian)\/?\s*$/m.exec(text) ?? /^deb\s+(?:\[[^\]]*\]\s+)?(\S+\/debian)\/?\s+bookworm\s/m.exec(text);
+    if (m) return m[1]!;
+  }
+  return null;
+}
+
+const listDir = (dir: string): string[] => (existsSync(dir) ? readdirSync(dir).map((f) => join(dir, f)) : []);
 
 /** A program inside `root` with `work` at /work: a mount and pid namespace of its own (all of it ends with the returned process), a clean environment. */
 export function spawnInRoot(root: string, work: string, argv: readonly string[], env: Record<string, string> = {}): ChildProcess {

@@ -8,6 +8,7 @@ import { moduleFileName } from './backends.js';
 import { cacheRoot, packFromRegistry, run, type Progress } from './fetch.js';
 import { chooseBackend, findLlama, installDir, isShippedFile, LAYOUT, LLAMA_SOURCE, readVersion, SERVER_BIN, type InstallManifest, type LlamaInstall } from './install.js';
 import { processEnv } from '../config.js';
+import { binaryPackageName } from '../app-files.js';
 
 /** Building the shared llama.cpp (and GPU modules with a local toolkit) into the cache; install.ts finds it. */
 
@@ -151,6 +152,8 @@ async function ensureBase(env: NodeJS.ProcessEnv, progress: Progress, jobs: numb
   mkdirSync(join(cacheRoot(env), 'llama.cpp'), { recursive: true });
   await withLock(`${dir}.lock`, progress, async () => {
     if (findLlama({ env })) return;
+    // The releases and the npm binary packages ship it built; here (a checkout, or a platform without one) it is built once.
+    progress(`no llama.cpp shipped for ${process.platform}-${process.arch} in this install (${binaryPackageName()} is not installed): building it from the pinned source, once`);
     const { work, src, built, flags } = await buildTargets(null, env, progress, jobs);
     const stage = `${dir}.staging-${process.pid}`;
     rmSync(stage, { recursive: true, force: true });

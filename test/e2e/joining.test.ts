@@ -4,16 +4,19 @@ import { after, before, describe, it } from 'node:test';
 import { addModel, startHub, type HubProcess } from '../helpers/hub.js';
 import { fixture } from '../helpers/llama.js';
 import { startNode, type NodeProcess } from '../helpers/node.js';
+import { packageVersion } from '../../src/main/core/app-files.js';
+import { tokenHubUrl } from '../../src/main/core/pairing/tokens.js';
 
 /**
- * A machine with no GPU relay can use, joined without --cpu-budget-mb, lends nothing: `relay up` says so when it
- * starts, `relay doctor` says so, and the hub's 503 for a model names that node and the flag — each with what to
- * pass. (The suite runs every node on the CPU backend, as a machine without a GPU would.)
+ * A new machine joins. `relay nodes token` on the hub prints what to run there for each way relay is installed,
+ * as "Add a node…" shows it. A machine with no GPU relay can use, joined without --cpu-budget-mb, lends nothing:
+ * `relay up` says so when it starts, `relay doctor` says so, and the hub's 503 for a model names that node and the
+ * flag — each with what to pass. (The suite runs every node on the CPU backend, as a machine without a GPU would.)
  */
 const ENV = { RELAY_CONTEXT_SIZE: '512', RELAY_PARALLEL_SLOTS: '1', RELAY_THREADS: '1' };
 const relayBin = new URL('../../../bin/relay.js', import.meta.url).pathname;
 
-describe('a node that lends nothing says so, with the flag to pass', { timeout: 120_000 }, () => {
+describe('joining: the command per OS; a node that lends nothing says so, with the flag to pass', { timeout: 120_000 }, () => {
   let hub: HubProcess;
   let node: NodeProcess;
 
@@ -25,6 +28,19 @@ describe('a node that lends nothing says so, with the flag to pass', { timeout: 
   after(async () => {
     await node?.stop();
     await hub?.stop();
+  });
+
+  it('relay nodes token prints the join command for the Linux release, the Windows release and npm, the token last', () => {
+    const r = spawnSync(process.execPath, [relayBin, 'nodes', 'token', '--hub', hub.url], { encoding: 'utf8', env: process.env });
+    assert.equal(r.status, 0, r.stderr);
+    const out = r.stdout.trim().split('\n');
+    const token = out.at(-1)!;
+    assert.match(token, /^rly1\./);
+    assert.equal(tokenHubUrl(token), hub.url, 'asked of the running hub: the token carries its address');
+    for (const command of ['./relay up --token', '.\\relay.exe up --token', `npx relay-llm@${packageVersion()} up --token`]) {
+      assert.ok(out.includes(`    ${command} ${token}`), r.stdout);
+    }
+    assert.match(r.stdout, /Linux: in the folder unpacked from relay-[\d.]+-linux-x64\.tar\.gz:/);
   });
 
   it('relay up says at start that the machine lends nothing and names --cpu-budget-mb', () => {
