@@ -74,6 +74,16 @@ describe('models from Hugging Face (relay models pull)', { timeout: 600_000 }, (
       'acme/bad-GGUF': { files: [{ path: 'bad-Q4_K_M.gguf', source: q4, listedSha256: 'ab'.repeat(32) }] },
       'acme/huge-GGUF': { files: [{ path: 'huge-Q4_K_M.gguf', source: q8 }] },
       'acme/notes': { files: [] },
+      'acme/vision-GGUF': {
+        files: [
+          { path: 'vision-Q4_K_M.gguf', source: q4 },
+          { path: 'vision-Q8_0.gguf', source: q8 },
+          { path: 'mmproj-vision-f16.gguf', source: ensureProjector() },
+        ],
+      },
+      'acme/cdn-GGUF': { files: [{ path: 'cdn-Q4_K_M.gguf', source: q4 }] },
+      'acme/room1-GGUF': { files: [{ path: 'room1-Q4_K_M.gguf', source: q4 }] },
+      'acme/room2-GGUF': { files: [{ path: 'room2-Q4_K_M.gguf', source: q8 }] },
     });
     hub = await startHub({ env: { ...ENV, HF_ENDPOINT: hf.endpoint }, args: ['--cpu-budget-mb', '1000'] });
   });
@@ -278,6 +288,74 @@ describe('models from Hugging Face (relay models pull)', { timeout: 600_000 }, (
     } finally {
       held.release();
       await browser.close();
+    }
+  });
+
+  it('two quantizations of one vision repo pulled at once share its projector: written once, registered for both as listed', async () => {
+    const projector = ensureProjector();
+    const size = statSync(projector).size;
+    // The first pull's projector stops a third of the way; the second reaches the same file meanwhile.
+    const held = hf.holdOnce('mmproj-vision-f16.gguf', Math.floor(size / 3));
+    const a = await pull(hub, 'acme/vision-GGUF:Q4_K_M', 'vision-a');
+    await held.reached;
+    const b = await pull(hub, 'acme/vision-GGUF:Q8_0', 'vision-b');
+    await until(
+      async () => (await hub.api<{ pull: PullView }>(`/api/pulls/${b.pull!.id}`)).body.pull.done_bytes,
+      (n) => n >= statSync(q8).size,
+    );
+    held.release();
+    const [da, db] = [await settled(hub, a.pull!.id), await settled(hub, b.pull!.id)];
+    assert.deepEqual([da.state, db.state], ['done', 'done'], JSON.stringify([da, db]));
+    const [ma, mb] = [(await registered(hub, 'vision-a'))!, (await registered(hub, 'vision-b'))!];
+    assert.equal(ma.mmproj?.path, mb.mmproj?.path, 'one projector file for both');
+    assert.equal(statSync(ma.mmproj!.path).size, size, 'the projector on disk has the listed size (not two downloads in one file)');
+    assert.equal(sha256File(ma.mmproj!.path), sha256File(projector));
+    assert.equal(hf.sentFor('mmproj-vision-f16.gguf'), size, 'every byte of it fetched once');
+  });
+
+  it("a file server's refusal (an expired link's 403) is tried again from the resolve URL; what reached the disk is kept", async () => {
+    const size = statSync(q4).size;
+    hf.dropOnce('cdn-Q4_K_M.gguf', Math.floor(size / 2));
+    hf.refuseOnce('cdn-Q4_K_M.gguf', 403, 2, 1); // the two requests after the dropped one
+    const p = await pull(hub, 'acme/cdn-GGUF', 'cdn');
+    const done = await settled(hub, p.pull!.id);
+    assert.equal(done.state, 'done', JSON.stringify(done));
+    assert.equal((await registered(hub, 'cdn'))!.sha256, sha256File(q4));
+    const asked = hf.requests.filter((r) => r.origin === 'files' && r.path.endsWith('/cdn-Q4_K_M.gguf'));
+    assert.equal(asked.length, 4, 'the drop, two refusals, the resume');
+    assert.equal(asked.at(-1)!.range, `bytes=${Math.floor(size / 2)}-`, 'resumed where the drop left it: the part was kept through the refusals');
+    assert.equal(hf.sentFor('cdn-Q4_K_M.gguf'), size, 'every byte once');
+  });
+
+  it('a name that cannot be registered is refused before the Hub is asked for anything', async () => {
+    const before = hf.requests.length;
+    const r = await pull(hub, 'acme/room1-GGUF', 'no spaces allowed');
+    assert.equal(r.status, 400, JSON.stringify(r));
+    assert.equal(r.error?.code, 'invalid_request');
+    assert.match(r.error?.message ?? '', /model name "no spaces allowed" must be/);
+    assert.equal(hf.requests.length, before, 'nothing asked, nothing fetched');
+  });
+
+  it('pulls running at once reserve their disk: a second that fits alone but not beside the first is refused', async () => {
+    const small = join(hub.home, 'room-disk');
+    const unmount = mountSmallDisk(small, 120); // one 34 MB file + the 64 MiB margin fits; two do not
+    const tight = await startHub({ env: { ...ENV, HF_ENDPOINT: hf.endpoint, RELAY_DOWNLOAD_DIR: small }, args: ['--cpu-budget-mb', '1000'] });
+    const held = hf.holdOnce('room1-Q4_K_M.gguf', Math.floor(statSync(q4).size / 3));
+    try {
+      const first = await pull(tight, 'acme/room1-GGUF', 'room1');
+      assert.equal(first.status, 202, JSON.stringify(first));
+      await held.reached;
+      const second = await pull(tight, 'acme/room2-GGUF', 'room2');
+      assert.equal(second.status, 507, JSON.stringify(second));
+      assert.equal(second.error?.code, 'disk_full');
+      assert.match(second.error?.message ?? '', /after the \d+ MB the pulls already running will still write/);
+      assert.equal(hf.sentFor('room2-Q4_K_M.gguf'), 0, 'not a byte fetched');
+      held.release();
+      assert.equal((await settled(tight, first.pull!.id)).state, 'done');
+    } finally {
+      held.release();
+      await tight.stop();
+      unmount();
     }
   });
 

@@ -42,6 +42,8 @@ export interface FakeHub {
   readonly commit: string;
   /** The next request for `path` gets `after` bytes, then its connection is destroyed. */
   dropOnce(path: string, after: number): void;
+  /** `times` requests for `path`, after the next `skip` of them, are refused by the file server with `status` (an expired signed link, a CDN's 403). */
+  refuseOnce(path: string, status: number, times?: number, skip?: number): void;
   /** The next request for `path` gets `after` bytes, then nothing until `release()` (the connection stays open). */
   holdOnce(path: string, after: number): { reached: Promise<void>; release(): void };
   /** Bytes the file server sent for `path`, all requests. */
@@ -62,6 +64,7 @@ export async function startFakeHub(repos: Record<string, HubRepoSpec>): Promise<
   };
   const requests: RecordedRequest[] = [];
   const drops = new Map<string, number>();
+  const refusals = new Map<string, { status: number; times: number; skip: number }>();
   const holds = new Map<string, { after: number; reached: () => void; released: Promise<void> }>();
   const blobs = new Map<string, HubFileSpec>();
 
@@ -126,6 +129,13 @@ export async function startFakeHub(repos: Record<string, HubRepoSpec>): Promise<
       res.writeHead(404).end();
       return;
     }
+    const refusal = refusals.get(f.path);
+    if (refusal && refusal.skip > 0) refusal.skip -= 1;
+    else if (refusal && refusal.times > 0) {
+      refusal.times -= 1;
+      res.writeHead(refusal.status).end();
+      return;
+    }
     const size = statSync(f.source).size;
     const etag = `"${m[1]}"`;
     let start = 0;
@@ -184,6 +194,7 @@ export async function startFakeHub(repos: Record<string, HubRepoSpec>): Promise<
     requests,
     commit,
     dropOnce: (path, after) => void drops.set(path, after),
+    refuseOnce: (path, status, times = 1, skip = 0) => void refusals.set(path, { status, times, skip }),
     holdOnce: (path, after) => {
       let reached!: () => void;
       let release!: () => void;

@@ -84,6 +84,11 @@ describe('config', () => {
     assert.deepEqual([c.kvCacheType, c.contextSize, c.replicaCtx, c.parallelSlots, c.flashAttn, c.home, c.port, c.cpuBudgetMb], ['q4_0', 8192, 2048, 4, 'off', '/d', 0, 3000]);
   });
 
+  it('a relative RELAY_DOWNLOAD_DIR is where the hub was started (the registry keeps absolute paths: a pull would fail only after its download)', () => {
+    assert.equal(hubConfigFromEnv({ HOME: '/h', RELAY_DOWNLOAD_DIR: 'models/hf' }).downloadDir, join(process.cwd(), 'models', 'hf'));
+    assert.equal(hubConfigFromEnv({ HOME: '/h' }).downloadDir, undefined);
+  });
+
   it('refuses nonsense with INVALID_ARGUMENT naming the variable', () => {
     for (const [env, re] of [
       [{ RELAY_KV_CACHE_TYPE: 'q5_1' }, /RELAY_KV_CACHE_TYPE/],

@@ -245,7 +245,8 @@ export function hubConfigFromEnv(env: NodeJS.ProcessEnv = processEnv(), override
     maxPlacementsPerModel: int(env, 'RELAY_MAX_PLACEMENTS_PER_MODEL', HUB_DEFAULTS.maxPlacementsPerModel),
     threads: env.RELAY_THREADS ? int(env, 'RELAY_THREADS', 0) : undefined,
     pushMaxMibPerSec: int(env, 'RELAY_PUSH_MAX_MBPS', 0),
-    downloadDir: env.RELAY_DOWNLOAD_DIR || undefined,
+    // Relative to where the hub was started (the registry keeps absolute paths only).
+    downloadDir: env.RELAY_DOWNLOAD_DIR ? resolve(env.RELAY_DOWNLOAD_DIR) : undefined,
     hfEndpoint: (env.HF_ENDPOINT || 'https://huggingface.co').replace(/\/+$/, ''),
     hfToken: hfToken(env),
     pushStallMs: int(env, 'RELAY_PUSH_STALL_MS', 30_000),

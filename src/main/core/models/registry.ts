@@ -20,6 +20,13 @@ export { sha256File, type FileState, type HashProgress } from './describe.js';
 const POOLING_RANK = 4;
 const NAME_RE = /^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$/;
 
+/** A model name the registry takes, or INVALID_REQUEST saying what one is (checked before a pull fetches a byte, too). */
+export function checkModelName(name: string): void {
+  if (!NAME_RE.test(name)) {
+    throw new RelayError(ErrorCode.INVALID_REQUEST, `model name ${JSON.stringify(name)} must be 1-128 letters, digits, or . _ : - (not starting with a symbol)`);
+  }
+}
+
 export interface AddModelInput {
   readonly path: string;
   readonly name?: string | undefined;
@@ -80,9 +87,7 @@ export class ModelRegistry {
       throw new RelayError(ErrorCode.INVALID_REQUEST, `path must be an absolute path to a GGUF file on the hub, got ${JSON.stringify(input.path)}`);
     }
     const name = input.name ?? splitName(input.path)?.prefix ?? basename(input.path).replace(/\.gguf$/i, '');
-    if (!NAME_RE.test(name)) {
-      throw new RelayError(ErrorCode.INVALID_REQUEST, `model name ${JSON.stringify(name)} must be 1-128 letters, digits, or . _ : - (not starting with a symbol)`);
-    }
+    checkModelName(name);
     const req = input.required_vram_mb;
     if (req !== undefined && req !== null && !(Number.isFinite(req) && req > 0)) {
       throw new RelayError(ErrorCode.INVALID_REQUEST, `required_vram_mb must be a positive number, got ${JSON.stringify(req)}`);

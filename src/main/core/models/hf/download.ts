@@ -38,8 +38,8 @@ const MAX_REDIRECTS = 5;
 
 export const partOf = (dest: string): string => `${dest}.part`;
 
-/** GET with Range from `have`, following redirects by hand: the token never goes to another origin. */
-async function get(t: DownloadTarget, o: DownloadOptions, have: number, etag: string | null, signal: AbortSignal): Promise<Response> {
+/** GET with Range from `have`, following redirects by hand: the token never goes to another origin. The answer and the URL that gave it. */
+async function get(t: DownloadTarget, o: DownloadOptions, have: number, etag: string | null, signal: AbortSignal): Promise<{ r: Response; url: string }> {
   let url = t.url;
   for (let hop = 0; hop <= MAX_REDIRECTS; hop++) {
     const extra: Record<string, string> = have > 0 ? { range: `bytes=${have}-`, ...(etag ? { 'if-range': etag } : {}) } : {};
@@ -50,7 +50,7 @@ async function get(t: DownloadTarget, o: DownloadOptions, have: number, etag: st
       url = new URL(loc, url).toString();
       continue;
     }
-    return r;
+    return { r, url };
   }
   throw new RelayError(ErrorCode.HF_UNREACHABLE, `${t.path}: more than ${MAX_REDIRECTS} redirects`, { repo: t.repo });
 }
@@ -95,13 +95,14 @@ export async function downloadFile(t: DownloadTarget, o: DownloadOptions): Promi
     const before = have;
     try {
       arm();
-      const r = await get(t, o, have, etag, attempt.signal);
+      const { r, url } = await get(t, o, have, etag, attempt.signal);
       if (r.status === 416 && have === t.size) break;
       if (!r.ok) {
-        const e = hubError(r.status, r.headers.get('x-error-code'), t.repo, o.access, t.path);
-        // A file server's hiccup is tried again; the Hub saying no (gated, gone) is final.
-        if (r.status >= 500 || r.status === 408 || r.status === 429) throw new Error(`${r.status} from ${new URL(r.url || t.url).host}`);
-        throw e;
+        // Only the Hub itself saying no (gated, gone) is final. A hiccup, or a file server's refusal (an expired
+        // signed link, a CDN's 403/404), is tried again from the resolve URL, with what reached the disk kept.
+        const fromHub = new URL(url).origin === new URL(o.access.endpoint).origin;
+        if (r.status >= 500 || r.status === 408 || r.status === 429 || !fromHub) throw new Error(`${r.status} from ${new URL(url).host}`);
+        throw hubError(r.status, r.headers.get('x-error-code'), t.repo, o.access, t.path);
       }
       const fromStart = r.status === 200;
       if (fromStart && have > 0) {
@@ -151,6 +152,13 @@ export async function downloadFile(t: DownloadTarget, o: DownloadOptions): Promi
     }
   }
   const got = hash.digest('hex');
+  // What is renamed into place is what was hashed: the part holds exactly the bytes written here (one writer per
+  // file: pulls.ts), and its size on disk is the listed one.
+  const onDisk = statSync(part).size;
+  if (onDisk !== t.size) {
+    await rm(part, { force: true });
+    throw new RelayError(ErrorCode.HASH_MISMATCH, `${t.path} from ${t.repo}: ${onDisk} bytes on disk where the repository lists ${t.size}: deleted, nothing registered`, { repo: t.repo });
+  }
   if (t.sha256 && got !== t.sha256) {
     await rm(part, { force: true });
     throw new RelayError(ErrorCode.HASH_MISMATCH, `${t.path} from ${t.repo} does not hash to the sha256 the repository lists (${t.sha256}, got ${got}): deleted, nothing registered`, {

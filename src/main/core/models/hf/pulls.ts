@@ -5,6 +5,7 @@ import type { Logger } from 'pino';
 import { ErrorCode, RelayError, isRelayError, wireCode } from '../../../../shared/errors.js';
 import type { PullView } from '../../../../shared/status.js';
 import { sha256File } from '../describe.js';
+import { checkModelName } from '../registry.js';
 import { choosePull, parsePullSpec, type RepoFile } from './choose.js';
 import { downloadFile, partOf } from './download.js';
 import { listFiles, resolveCommit, resolveUrl, type HubAccess } from './hub-api.js';
@@ -56,6 +57,10 @@ const KEEP_FINISHED = 20;
 
 export class Pulls {
   private readonly live = new Map<string, Live>();
+  /** The file each destination is being written by: one download per file, a second pull waits for it. */
+  private readonly writing = new Map<string, Promise<unknown>>();
+  /** Files this hub downloaded and verified (sha256 of what it wrote), with their mtime, so a waiting pull trusts them. */
+  private readonly verified = new Map<string, { sha: string; mtimeMs: number }>();
   private readonly jobsDir: string;
 
   constructor(
@@ -89,10 +94,12 @@ export class Pulls {
   /** Resolve `spec`, check it can be stored, and start downloading; the job as /status shows it. */
   async start(spec: string, name?: string): Promise<PullView> {
     const s = parsePullSpec(spec);
+    if (name !== undefined) checkModelName(name); // before anything is asked of the Hub, let alone fetched
     const commit = await resolveCommit(this.d.access, s.repo);
     const files = await listFiles(this.d.access, s.repo, commit);
     const choice = choosePull(files, s);
     const finalName = name ?? choice.name;
+    checkModelName(finalName);
     const folder = join(this.d.dir, ...s.repo.split('/'), commit.slice(0, 12));
     const asFile = (f: RepoFile): PullFile => ({ ...f, url: resolveUrl(this.d.access, s.repo, commit, f.path), dest: join(folder, ...f.path.split('/')) });
     const job: PullJob = {
@@ -111,15 +118,28 @@ export class Pulls {
     if (registered !== null && registered !== entry) {
       throw new RelayError(ErrorCode.MODEL_EXISTS, `a model named "${finalName}" is already registered for ${registered}; remove it first or give --name`, { model: finalName });
     }
-    const same = [...this.live.values()].find((l) => l.job.files[0]!.dest === entry && l.endedAt === null);
+    const running = [...this.live.values()].filter((l) => l.endedAt === null);
+    const same = running.find((l) => l.job.files[0]!.dest === entry);
     if (same) return this.view(same);
+    const other = running.find((l) => l.job.name === finalName);
+    if (other) throw new RelayError(ErrorCode.MODEL_EXISTS, `a pull of ${other.job.spec} is already downloading "${finalName}"; wait for it or give --name`, { model: finalName });
     const all = filesOf(job);
-    const need = all.reduce((n, f) => n + f.size - (existsSync(f.dest) ? f.size : existsSync(partOf(f.dest)) ? Math.min(f.size, statSync(partOf(f.dest)).size) : 0), 0);
+    // A file another running pull fetches is counted once, there (this pull waits for it: one download per file).
+    const shared = new Set(running.flatMap((l) => filesOf(l.job).map((f) => f.dest)));
+    const need = all.filter((f) => !shared.has(f.dest)).reduce((n, f) => n + f.size - onDisk(f), 0);
     mkdirSync(folder, { recursive: true });
     const fs = statfsSync(folder);
-    const free = Number(fs.bavail) * Number(fs.bsize);
+    // What running pulls will still write is spoken for: two pulls that each fit alone may not fit together.
+    const reserved = running.reduce((n, l) => n + filesOf(l.job).reduce((m, f) => m + f.size - onDisk(f), 0), 0);
+    const free = Number(fs.bavail) * Number(fs.bsize) - reserved;
     if (need + DISK_MARGIN_BYTES > free) {
-      throw new RelayError(ErrorCode.DISK_FULL, `${s.repo} needs ${gb(need)} more and ${folder} has ${gb(free)} free: nothing was downloaded`, { need_bytes: need, free_bytes: free, path: folder });
+      const also = reserved > 0 ? ` (after the ${gb(reserved)} the pulls already running will still write)` : '';
+      throw new RelayError(ErrorCode.DISK_FULL, `${s.repo} needs ${gb(need)} more and ${folder} has ${gb(Math.max(0, free))} free${also}: nothing was downloaded`, {
+        need_bytes: need,
+        free_bytes: Math.max(0, free),
+        reserved_bytes: reserved,
+        path: folder,
+      });
     }
     mkdirSync(this.jobsDir, { recursive: true });
     writeFileSync(join(this.jobsDir, `${job.id}.json`), JSON.stringify(job));
@@ -196,15 +216,23 @@ export class Pulls {
             continue;
           }
         }
-        const sha = await downloadFile(
-          { url: f.url, dest: f.dest, size: f.size, sha256: f.sha256, repo: job.repo, path: f.path },
-          {
-            access: this.d.access,
-            signal: l.abort.signal,
-            onBytes: (have) => this.progress(l, i, have),
-            onRetry: (message, inMs) => this.d.log.warn({ pull: job.id, file: f.path, message, retry_in_ms: inMs }, 'download interrupted: resuming'),
-          },
-        );
+        const sha = await this.once(f.dest, l.abort.signal, async () => {
+          // Another pull may have fetched it while this one waited: its verified file is used, not fetched again.
+          const known = this.verified.get(f.dest);
+          if (known && existsSync(f.dest) && statSync(f.dest).size === f.size && statSync(f.dest).mtimeMs === known.mtimeMs) return known.sha;
+          const got = await downloadFile(
+            { url: f.url, dest: f.dest, size: f.size, sha256: f.sha256, repo: job.repo, path: f.path },
+            {
+              access: this.d.access,
+              signal: l.abort.signal,
+              onBytes: (have) => this.progress(l, i, have),
+              onRetry: (message, inMs) => this.d.log.warn({ pull: job.id, file: f.path, message, retry_in_ms: inMs }, 'download interrupted: resuming'),
+            },
+          );
+          this.verified.set(f.dest, { sha: got, mtimeMs: statSync(f.dest).mtimeMs });
+          return got;
+        });
+        l.have[i] = f.size;
         hashes.set(f.dest, sha);
       }
       l.state = 'registering';
@@ -231,6 +259,21 @@ export class Pulls {
       if (e.code !== ErrorCode.HF_UNREACHABLE && e.code !== ErrorCode.DISK_FULL) for (const f of all) rmSync(partOf(f.dest), { force: true });
       this.forgetJob(job);
       this.d.log.warn({ pull: job.id, code: e.code, message: e.message }, 'pull failed');
+    }
+  }
+
+  /**
+   * Run `fn` for `dest` once at a time: a pull whose file another pull is writing waits for that one to end (its
+   * `signal` still stops the wait), then goes on with what it left on disk.
+   */
+  private async once<T>(dest: string, signal: AbortSignal, fn: () => Promise<T>): Promise<T> {
+    for (let ahead = this.writing.get(dest); ahead; ahead = this.writing.get(dest)) await settledOrAborted(ahead, signal);
+    const mine = fn();
+    this.writing.set(dest, mine);
+    try {
+      return await mine;
+    } finally {
+      if (this.writing.get(dest) === mine) this.writing.delete(dest);
     }
   }
 
@@ -278,6 +321,24 @@ export class Pulls {
     };
   }
 }
+
+/** Wait until `p` settles (however it ends), or reject with `signal`'s reason when it is aborted first. */
+function settledOrAborted(p: Promise<unknown>, signal: AbortSignal): Promise<void> {
+  signal.throwIfAborted();
+  return new Promise((resolve, reject) => {
+    const onAbort = (): void => reject(signal.reason as Error);
+    signal.addEventListener('abort', onAbort, { once: true });
+    void p
+      .catch(() => undefined)
+      .then(() => {
+        signal.removeEventListener('abort', onAbort);
+        resolve();
+      });
+  });
+}
+
+/** Bytes of `f` already on disk: the whole file, or its part so far. */
+const onDisk = (f: PullFile): number => (existsSync(f.dest) ? f.size : existsSync(partOf(f.dest)) ? Math.min(f.size, statSync(partOf(f.dest)).size) : 0);
 
 /** Everything a pull fetches: the model's files, then its projector. */
 const filesOf = (job: PullJob): PullFile[] => [...job.files, ...(job.projector ? [job.projector] : [])];
