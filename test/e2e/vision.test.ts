@@ -134,6 +134,8 @@ describe('vision fixtures', { timeout: 300_000 }, () => {
       const argv = readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0');
       assert.equal(argv[argv.indexOf('--mmproj') + 1], ensureProjector(), 'the replica runs with its projector');
       assert.ok(argv.includes('--no-mmproj-offload'), 'a CPU placement keeps its projector on the CPU');
+      // llama-server answers a slot save 501 with --mmproj: a vision replica keeps no slots (no save is tried, no warning).
+      assert.ok(!argv.includes('--slot-save-path'), 'no slot save path for a vision replica');
 
       // Anthropic's image block and Ollama's images: the same image, the same answer.
       assert.equal(await anthropicAbout(h.url, { type: 'base64', media_type: 'image/png', data: png }), want.text);

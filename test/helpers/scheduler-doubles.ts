@@ -5,7 +5,7 @@ import { hubConfigFromEnv, type HubConfig } from '../../src/main/core/config.js'
 import type { Device } from '../../src/main/core/gpu/inventory.js';
 import type { ModelRegistry } from '../../src/main/core/models/registry.js';
 import type { NodeConn, NodeManager } from '../../src/main/core/pool/manager.js';
-import type { Launcher } from '../../src/main/core/scheduler/launcher.js';
+import type { KeptSlots, Launcher } from '../../src/main/core/scheduler/launcher.js';
 import type { Liveness } from '../../src/main/core/llama/liveness.js';
 import type { Lease, Placement, Running } from '../../src/main/core/scheduler/placement.js';
 import { Scheduler } from '../../src/main/core/scheduler/scheduler.js';
@@ -66,6 +66,14 @@ export class ManualLauncher implements Launcher {
   /** Stops wait for release() while set (a process still exiting), like a llama-server killed mid-load. */
   holdStops = false;
   private held: (() => void)[] = [];
+
+  /** keep() calls, each settled by the test: `settle(true)` keeps the slots (a later discard() is recorded), false none. */
+  readonly keeps: { p: Placement; settle(kept: boolean): void }[] = [];
+  readonly discarded: string[] = [];
+
+  keep(p: Placement): Promise<KeptSlots | null> {
+    return new Promise((resolve) => this.keeps.push({ p, settle: (kept) => resolve(kept ? { discard: () => void this.discarded.push(p.id) } : null) }));
+  }
 
   async stop(p: Placement): Promise<void> {
     this.stopped.push(p.id);

@@ -10,6 +10,7 @@ import { newAttempts } from '../../src/main/core/scheduler/scheduler.js';
  * every interleaving a user can hit is played out exactly. (The e2e tests run the same rules on llama.cpp.)
  */
 import { fakeNode, model, rejected, setup, tick, where } from '../helpers/scheduler-doubles.js';
+import { until } from '../helpers/proc.js';
 
 describe('routing (pure)', () => {
   const v = (id: string, node: string | null, inFlight: number, msPerToken: number | null = null, slots = 2): RouteView => ({ id, node, state: 'ready', slots, inFlight, msPerToken });
@@ -203,6 +204,48 @@ describe('scheduler with a manual launcher', () => {
     (await launcher.nth(1)).ok();
     assert.equal((await lb).model.name, 'b');
     assert.deepEqual(launcher.stopped, [leaseA.placementId]);
+  });
+
+  it('the keep-alive runs out: the slots are saved while the replica stays ready; a request meanwhile is served at once and the save dropped', async () => {
+    const a = model('a', 300);
+    const { scheduler, launcher } = setup({ hubMb: 2000, models: [a], config: { keepAliveMs: 20 } });
+    const first = scheduler.acquire('a');
+    (await launcher.nth(0)).ok();
+    const lease = await first;
+    lease.release();
+    await until(
+      () => launcher.keeps.length,
+      (n) => n === 1,
+      5000,
+      5,
+    );
+    // While the slots are being written, a request: the replica answers it (no new start, no waiting for the save).
+    const during = await scheduler.acquire('a');
+    assert.equal(during.placementId, lease.placementId);
+    launcher.keeps[0]!.settle(true);
+    await until(
+      () => launcher.discarded.length,
+      (n) => n === 1,
+      5000,
+      5,
+    );
+    assert.deepEqual([launcher.discarded, launcher.stopped, launcher.starts.length], [[lease.placementId], [], 1], 'the stale save dropped, the replica kept');
+    // Idle again: saved again, and this time it stops.
+    during.release();
+    await until(
+      () => launcher.keeps.length,
+      (n) => n === 2,
+      5000,
+      5,
+    );
+    launcher.keeps[1]!.settle(true);
+    await until(
+      () => launcher.stopped.length,
+      (n) => n === 1,
+      5000,
+      5,
+    );
+    assert.deepEqual(launcher.discarded, [lease.placementId], 'the second save is kept');
   });
 
   it('extra placements never evict another model: a saturated model waits instead', async () => {

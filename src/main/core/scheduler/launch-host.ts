@@ -12,6 +12,8 @@ import { poolingFor, settingsFor } from './model-settings.js';
 import type { Placement, Running } from './placement.js';
 import { describeNeed } from './plan.js';
 import { SlotKeeper, type SlotLayout } from './slot-keep.js';
+import type { KeptSlots } from './launcher.js';
+import { KV_SCALE } from './fit.js';
 
 /** How long a host replica's llama-server gets to exit before it is killed. */
 const HOST_STOP_GRACE_MS = 10_000;
@@ -85,9 +87,12 @@ export class HostLauncher {
   }
 
   /** What a kept slot must match to be restored; null for a model whose slots are not kept (a draft's KV is not saved). */
+  /** Null for what keeps no slots: a model with a draft, or a vision model (llama-server answers 501 with --mmproj). */
   private layout(model: ModelRecord, p: Placement): SlotLayout | null {
-    if (!this.slots.enabled || model.draft) return null;
-    return { sha256: model.sha256, ctx: p.fit.ctx, slots: p.fit.slots, cacheType: settingsFor(this.deps.config, model).kvCacheType };
+    if (!this.slots.enabled || model.draft || model.mmproj) return null;
+    const cacheType = settingsFor(this.deps.config, model).kvCacheType;
+    const bytesPerToken = model.kv_bytes_per_token === null ? null : model.kv_bytes_per_token * KV_SCALE[cacheType];
+    return { sha256: model.sha256, ctx: p.fit.ctx, slots: p.fit.slots, cacheType, bytesPerToken };
   }
 
   start(p: Placement, model: ModelRecord): Promise<Running> {
@@ -134,17 +139,23 @@ export class HostLauncher {
     return liveness(held?.child ?? null, held?.url ? `${held.url}/health` : null);
   }
 
-  /** Stops the replica, loading or ready; resolves once its process has exited, true if its slots were kept (`keep`). */
-  async stop(p: Placement, keep = false): Promise<boolean> {
+  /** Save the replica's slots for the model's next replica while it runs (and serves); see Launcher.keep. */
+  async keep(p: Placement): Promise<KeptSlots | null> {
     const held = this.servers.get(p.id);
-    if (!held) return false;
+    const layout = held?.url ? this.layout(held.model, p) : null;
+    if (!held?.url || !layout) return null;
+    const name = held.model.name;
+    return (await this.slots.save(name, p.id, layout, held.url)) ? { discard: () => this.slots.drop(name) } : null;
+  }
+
+  /** Stops the replica, loading or ready; resolves once its process has exited. */
+  async stop(p: Placement): Promise<void> {
+    const held = this.servers.get(p.id);
+    if (!held) return;
     this.servers.delete(p.id);
     held.stopped = true;
-    const layout = keep && held.url ? this.layout(held.model, p) : null;
-    const kept = layout ? await this.slots.save(held.model.name, p.id, layout, held.url!) : false;
     if (held.child) await held.child.terminate(HOST_STOP_GRACE_MS);
     else await held.settled; // not spawned yet: onSpawn kills it, and a failed start settles once it has exited
     await held.child?.exited;
-    return kept;
   }
 }

@@ -19,14 +19,22 @@ export type { ShardInfo } from './launch-shard.js';
  * lacks the file and started by command (launch-node.ts); a shard is ggml-rpc-servers on its member nodes,
  * bridged to local ports, driven by a head llama-server on the hub (launch-shard.ts).
  */
+/** Slots saved for a model's next replica (slot-keep.ts). */
+export interface KeptSlots {
+  /** The replica was used after all: the saved state is stale, and goes. */
+  discard(): void;
+}
+
 export interface Launcher {
   /** Resolves when the placement answers; rejects with a RelayError (REPLICA_FAILED, NODE_LOST, MODEL_UNAVAILABLE). */
   start(p: Placement, model: ModelRecord): Promise<Running>;
+  /** Stops whatever the placement holds (also while it is still starting); never rejects. */
+  stop(p: Placement): Promise<void>;
   /**
-   * Stops whatever the placement holds (also while it is still starting); never rejects. `keep` (an idle stop):
-   * a host replica saves its slots for the model's next one first (slot-keep.ts) and resolves true if it did.
+   * Before an idle stop: a host replica saves its slots for the model's next one (slot-keep.ts) while it still
+   * serves; what was kept (`discard` it when the replica is used meanwhile), or null. Never rejects.
    */
-  stop(p: Placement, keep?: boolean): Promise<boolean | void>;
+  keep(p: Placement): Promise<KeptSlots | null>;
   /** A shard's live members, for /status. */
   shardInfo(p: Placement): ShardInfo | null;
   /**
@@ -59,10 +67,14 @@ export class LlamaLauncher implements Launcher {
     return this.host.start(p, model);
   }
 
-  stop(p: Placement, keep = false): Promise<boolean | void> {
+  stop(p: Placement): Promise<void> {
     if (p.kind === 'node') return this.node?.stop(p) ?? Promise.resolve();
     if (p.kind === 'shard') return this.shard.stop(p);
-    return this.host.stop(p, keep);
+    return this.host.stop(p);
+  }
+
+  keep(p: Placement): Promise<KeptSlots | null> {
+    return p.kind === 'host' ? this.host.keep(p) : Promise.resolve(null);
   }
 
   shardInfo(p: Placement): ShardInfo | null {

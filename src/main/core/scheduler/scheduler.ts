@@ -206,7 +206,7 @@ export class Scheduler {
   }
 
   private armIdleTimer(p: Placement): void {
-    armIdle(p, this.deps.config.keepAliveMs, () => void this.stop(p, `idle for ${this.deps.config.keepAliveMs} ms`, true));
+    armIdle(p, this.deps.config.keepAliveMs, () => void this.expire(p));
   }
 
   private start(model: ModelRecord, plan: NewPlacement): Placement {
@@ -286,15 +286,32 @@ export class Scheduler {
     this.deps.log.warn({ placement: p.id, model: p.model, message, tail }, 'placement failed');
   }
 
-  /** `keep` (the keep-alive ran out): a host replica's slots are saved for the model's next one (slot-keep.ts). */
-  private async stop(p: Placement, reason: string, keep = false): Promise<void> {
+  /**
+   * The keep-alive ran out. A host replica's slots are saved for the model's next one (slot-keep.ts) while it stays
+   * ready: a request in the meantime is served at once (its slots moved on: the save is dropped, and it idles
+   * again). Only a replica still idle after the save stops. Its memory stays reserved while it saves: the KV being
+   * written lives there.
+   */
+  private async expire(p: Placement): Promise<void> {
+    if (p.state !== 'ready' || p.inFlight > 0) return;
+    const since = p.lastUsedAt;
+    const kept = await this.deps.launcher.keep(p);
+    if (p.state !== 'ready' || p.inFlight > 0 || p.lastUsedAt !== since) {
+      kept?.discard();
+      return;
+    }
+    await this.stop(p, `idle for ${this.deps.config.keepAliveMs} ms`, kept !== null);
+  }
+
+  /** `parked`: its slots were kept for the model's next replica, so the router keeps its prompt keys for it. */
+  private async stop(p: Placement, reason: string, parked = false): Promise<void> {
     if (p.state === 'stopping' || p.state === 'failed') return;
     p.state = 'stopping';
     if (p.idleTimer) clearTimeout(p.idleTimer);
     this.deps.log.info({ placement: p.id, model: p.model, node: p.node?.name, reason }, 'stopping placement');
-    const kept = await this.deps.launcher.stop(p, keep);
+    await this.deps.launcher.stop(p);
     this.placements.delete(p.id);
-    if (kept === true) this.router.park(p.model, p.id);
+    if (parked) this.router.park(p.model, p.id);
     else this.router.forget(p.id);
     this.pumpAll();
   }

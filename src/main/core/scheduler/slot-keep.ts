@@ -1,4 +1,4 @@
-import { mkdirSync, rmSync } from 'node:fs';
+import { chmodSync, mkdirSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Logger } from 'pino';
 
@@ -18,6 +18,8 @@ export interface SlotLayout {
   readonly ctx: number;
   readonly slots: number;
   readonly cacheType: string;
+  /** KV bytes one token takes at that cache type (null: unknown), for the estimate made before anything is written. */
+  readonly bytesPerToken?: number | null;
 }
 
 interface Kept {
@@ -38,7 +40,11 @@ export class SlotKeeper {
 
   constructor(private readonly d: { readonly dir: string; readonly budgetBytes: number; readonly log: Logger; now(): number }) {
     rmSync(d.dir, { recursive: true, force: true });
-    if (d.budgetBytes > 0) mkdirSync(d.dir, { recursive: true });
+    if (d.budgetBytes > 0) {
+      // The files hold conversations (their token ids and KV): the hub's user alone reads them.
+      mkdirSync(d.dir, { recursive: true, mode: 0o700 });
+      chmodSync(d.dir, 0o700);
+    }
   }
 
   get enabled(): boolean {
@@ -66,8 +72,14 @@ export class SlotKeeper {
     const files: { slot: number; file: string }[] = [];
     let bytes = 0;
     try {
-      const slots = (await getJson(`${baseUrl}/slots`)) as { id: number; n_prompt_tokens?: number }[];
-      for (const s of slots.filter((x) => (x.n_prompt_tokens ?? 0) > 0)) {
+      const slots = ((await getJson(`${baseUrl}/slots`)) as { id: number; n_prompt_tokens?: number }[]).filter((x) => (x.n_prompt_tokens ?? 0) > 0);
+      // What the files would take, before a byte is written: each slot's tokens × a token's KV (and its id).
+      const estimate = layout.bytesPerToken ? slots.reduce((n, x) => n + x.n_prompt_tokens! * (layout.bytesPerToken! + 4), 0) : 0;
+      if (estimate > this.d.budgetBytes) {
+        this.d.log.info({ model, estimate_bytes: estimate, budget_bytes: this.d.budgetBytes }, 'slots larger than RELAY_SLOT_KEEP_MB: not saved');
+        return false;
+      }
+      for (const s of slots) {
         const file = `${placementId}-${s.id}.bin`;
         files.push({ slot: s.id, file });
         const r = (await postJson(`${baseUrl}/slots/${s.id}?action=save`, { filename: file })) as { n_written?: number };
@@ -129,8 +141,15 @@ export class SlotKeeper {
     return this.kept.get(model)?.placementId ?? null;
   }
 
+  /** Best effort: a file that cannot go (Windows' EBUSY, EPERM) is logged, never thrown at a start or a stop. */
   private remove(files: readonly { file: string }[]): void {
-    for (const f of files) rmSync(join(this.d.dir, f.file), { force: true });
+    for (const f of files) {
+      try {
+        rmSync(join(this.d.dir, f.file), { force: true });
+      } catch (err) {
+        this.d.log.warn({ file: f.file, message: (err as Error).message }, 'could not remove a kept slot file');
+      }
+    }
   }
 }
 

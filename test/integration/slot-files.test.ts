@@ -1,0 +1,61 @@
+import assert from 'node:assert/strict';
+import { mkdirSync, mkdtempSync, readdirSync, rmSync, statSync, watch } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, before, describe, it } from 'node:test';
+import pino from 'pino';
+import { startLlamaServer, type RunningLlamaServer } from '../../src/main/core/llama/index.js';
+import { describe as describeModel } from '../../src/main/core/models/describe.js';
+import { SlotKeeper, type SlotLayout } from '../../src/main/core/scheduler/slot-keep.js';
+import { fixture, llama } from '../helpers/llama.js';
+import { complete } from '../helpers/openai.js';
+
+/**
+ * The files of kept slots (slot-keep.ts) with a real llama-server: their folder is the hub user's alone, and a
+ * state larger than the budget is never written — its size is estimated from the slots' tokens and the model's KV
+ * per token before a byte goes to disk (it used to be written, found too big, and deleted: gigabytes each time).
+ */
+describe('kept slot files', { timeout: 120_000 }, () => {
+  let dir: string;
+  let server: RunningLlamaServer;
+  let layout: SlotLayout;
+  const log = pino({ level: 'silent' });
+
+  before(async () => {
+    dir = join(mkdtempSync(join(tmpdir(), 'relay-slots-')), 'slots');
+    mkdirSync(dir);
+    const d = await describeModel(fixture('dense'));
+    layout = { sha256: d.sha256, ctx: 512, slots: 1, cacheType: 'f16', bytesPerToken: d.kv_bytes_per_token };
+    server = await startLlamaServer(llama(), { model: fixture('dense'), ctx: 512, slots: 1, cacheType: 'f16', threads: 1, slotSavePath: `${dir}/` });
+    await complete(server.baseUrl, 'The garden in spring has roses, tulips and a small pond where frogs sing at night', 4);
+  });
+  after(async () => {
+    await server?.child.terminate(5000);
+    rmSync(join(dir, '..'), { recursive: true, force: true });
+  });
+
+  it('the folder is 0700', () => {
+    new SlotKeeper({ dir, budgetBytes: 1 << 20, log, now: Date.now });
+    assert.equal(statSync(dir).mode & 0o777, 0o700);
+  });
+
+  it('a state over the budget is not written at all; one within it is, about the size estimated', async () => {
+    const created: string[] = [];
+    const tight = new SlotKeeper({ dir, budgetBytes: 4096, log, now: Date.now });
+    const watcher = watch(dir, (_event, name) => name && created.push(name));
+    try {
+      assert.equal(await tight.save('m', 'p1', layout, server.baseUrl), false);
+      await new Promise((r) => setImmediate(r));
+      assert.deepEqual(created, [], 'no file was written');
+    } finally {
+      watcher.close();
+    }
+    const roomy = new SlotKeeper({ dir, budgetBytes: 1 << 20, log, now: Date.now });
+    assert.equal(await roomy.save('m', 'p2', layout, server.baseUrl), true);
+    const [file] = readdirSync(dir);
+    const slots = (await (await fetch(`${server.baseUrl}/slots`)).json()) as { n_prompt_tokens: number }[];
+    const estimate = slots[0]!.n_prompt_tokens * (layout.bytesPerToken! + 4);
+    const written = statSync(join(dir, file!)).size;
+    assert.ok(written <= estimate * 1.1 && written >= estimate * 0.5, `written ${written} bytes, estimated ${estimate}`);
+  });
+});
