@@ -10,17 +10,18 @@
 // llama.cpp comes from the cached builds (`relay llama build`, `relay llama build --windows`) or RELAY_LLAMA_BIN_DIR,
 // laid out by scripts/stage-llama.mjs with the prebuilt GPU modules; the executable from scripts/sea.mjs.
 import { spawnSync } from 'node:child_process';
-import { copyFileSync, cpSync, existsSync, mkdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
-import { dirname, join, relative, sep } from 'node:path';
+import { copyFileSync, cpSync, existsSync, mkdirSync, readdirSync, readFileSync, realpathSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { dirname, join, relative, resolve, sep } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { stage } from './stage-llama.mjs';
-import { bundle, registryPackage, RELEASE_NODE, seaBlob, seaExecutable } from './sea.mjs';
+import { koffiPackage, stage } from './stage-llama.mjs';
+import { bundle, RELEASE_NODE, seaBlob, seaExecutable } from './sea.mjs';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..');
 const OS = { linux: 'linux', win32: 'win' };
 const EXE = { linux: 'relay', win32: 'relay.exe' };
 const pkg = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8'));
-const locked = JSON.parse(readFileSync(join(root, 'package-lock.json'), 'utf8')).packages;
+/** The oldest Linux the release runs on, as the README says (glibc 2.34, GCC 12's libstdc++): checked on every build. */
+const LINUX_FLOOR = { GLIBC: '2.34', GLIBCXX: '3.4.30' };
 
 function sh(cmd, args, cwd) {
   const r = spawnSync(cmd, args, { cwd, encoding: 'utf8', maxBuffer: 64 << 20 });
@@ -47,7 +48,23 @@ async function llamaFolder(platform, cuda, work, dest, log) {
     cpSync(join(dir, 'llama'), dest, { recursive: true });
   }
   for (const lib of platform === 'linux' ? runtimeLibraries(join(dest, 'llama-server')) : []) copyFileSync(lib, join(dest, lib.split('/').pop()));
+  if (platform === 'linux') checkLinuxFloor(dest);
   return JSON.parse(readFileSync(join(work, `stage-${platform}-0`, 'stage.json'), 'utf8'));
+}
+
+/** Every shipped library and program needs at most LINUX_FLOOR's symbol versions, or the build says which raised it. */
+function checkLinuxFloor(dir) {
+  const newer = (a, b) =>
+    a
+      .split('.')
+      .map(Number)
+      .reduce((d, x, i) => d || Math.sign(x - (Number(b.split('.')[i]) || 0)), 0) > 0;
+  const files = readdirSync(dir, { recursive: true }).filter((f) => /(^|\/)(llama-server|ggml-rpc-server|[^/]+\.so(\.\d+)*)$/.test(f));
+  for (const f of files) {
+    for (const [, lib, v] of sh('objdump', ['-T', join(dir, f)]).matchAll(/\b(GLIBC|GLIBCXX)_(\d+(?:\.\d+)+)\b/g)) {
+      if (newer(v, LINUX_FLOOR[lib])) throw new Error(`${f} needs ${lib}_${v}, newer than the ${lib} ${LINUX_FLOOR[lib]} the README promises: build on an older system or update the README`);
+    }
+  }
 }
 
 /**
@@ -64,11 +81,7 @@ async function nativeModules(platform, dest, log) {
   const nm = join(root, 'node_modules');
   const skip = (top, parts) => (src) => !parts.some((p) => relative(join(nm, top), src).split(sep)[0] === p);
   cpSync(join(nm, 'koffi'), join(dest, 'koffi'), { recursive: true, filter: skip('koffi', ['doc', 'vendor', 'lib', 'cnoke.cjs']) });
-  const koffi = `@koromix/koffi-${platform}-x64`;
-  const pin = locked[`node_modules/${koffi}`];
-  if (!pin) throw new Error(`package-lock.json pins no ${koffi}`);
-  const from = existsSync(join(nm, koffi)) ? join(nm, koffi) : await registryPackage(koffi, pin.version, pin.integrity, log);
-  cpSync(from, join(dest, koffi), { recursive: true });
+  cpSync(await koffiPackage(platform, 'x64', log), join(dest, '@koromix', `koffi-${platform}-x64`), { recursive: true });
   const other = (src) => {
     const r = relative(join(nm, 'bufferutil'), src).split(sep);
     return !(r[0] === 'build' || r[0] === 'src' || (r[0] === 'prebuilds' && r[1] && r[1] !== `${platform}-x64`));
@@ -147,6 +160,8 @@ async function npmBinary(platform, cuda, work, out, log) {
     license: pkg.license,
     os: [platform],
     cpu: ['x64'],
+    // Built against glibc: on musl (Alpine) npm skips it, and relay builds llama.cpp from source there.
+    ...(platform === 'linux' ? { libc: ['glibc'] } : {}),
     files: ['llama/'],
   };
   writeFileSync(join(dir, 'package.json'), `${JSON.stringify(manifest, null, 2)}\n`);
@@ -161,8 +176,9 @@ function pack(dir, out) {
 }
 
 /** Build what `only` names; returns one row per archive. */
-export async function release({ only = ['linux', 'win', 'npm'], cuda = '13', out = join(root, 'out', 'release'), log = (l) => console.error(`release: ${l}`) } = {}) {
+export async function release({ only = ['linux', 'win', 'npm'], cuda = '13', out: outArg = join(root, 'out', 'release'), log = (l) => console.error(`release: ${l}`) } = {}) {
   if (process.platform !== 'linux' || process.arch !== 'x64') throw new Error('releases are built on Linux x64');
+  const out = resolve(outArg); // tar, zip and npm pack run in other folders
   if (!existsSync(join(root, 'dist', 'src', 'main', 'cli.js'))) throw new Error('dist/ is missing: npm run build');
   cudaIds(cuda);
   mkdirSync(out, { recursive: true });
@@ -195,7 +211,7 @@ function flag(argv, name) {
   return i >= 0 ? argv[i + 1] : undefined;
 }
 
-if (process.argv[1] && fileURLToPath(import.meta.url) === process.argv[1]) {
+if (process.argv[1] && fileURLToPath(import.meta.url) === realpathSync(process.argv[1])) {
   const argv = process.argv.slice(2);
   try {
     const rows = await release({ only: flag(argv, '--only')?.split(','), cuda: flag(argv, '--cuda'), out: flag(argv, '--out') });

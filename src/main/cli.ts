@@ -145,12 +145,13 @@ async function cmdNodes(sub: string | undefined, args: string[]): Promise<number
     let made: { token: string; commands: JoinCommand[]; expires_at?: string; note?: string | null };
     if (values.home) {
       const token = hubJoinToken(resolve(values.home));
-      made = { token, commands: joinCommands(token, { version: packageVersion(), npmName: packageName() }, 'http://<this hub>:7070') };
+      made = { token, commands: joinCommands(token, { version: packageVersion(), npmName: packageName() }, 'http://HUB-ADDRESS:7070') };
     } else {
       const res = await api(hubUrl(values.hub), '/api/nodes/token', { method: 'POST' });
-      const j = (await res.json()) as typeof made & { error?: { code: string; message: string } };
+      const j = (await res.json()) as Partial<typeof made> & { token: string; command?: string; error?: { code: string; message: string } };
       if (!res.ok) return apiFailure(j);
-      made = j;
+      // A hub of relay 0.1.0 answers one `command` (for a checkout) instead of one per way of installing.
+      made = { ...j, commands: j.commands ?? [{ os: 'npm', where: 'With this repository checked out', command: j.command ?? '' }] };
     }
     console.log(`Join token (valid 24 h, usable once${made.expires_at ? `, until ${made.expires_at}` : ''}). On the new machine run the line for how relay is installed there:`);
     for (const c of made.commands) console.log(`  ${c.where}:\n    ${c.command}`);

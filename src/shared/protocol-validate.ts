@@ -47,7 +47,11 @@ const helloBody = shape({
 });
 
 /** What every version's hello carries: enough for the hub to refuse a node of another version by name (pool/versions.ts). */
-const helloHead = shape({ protocol: isInt, node: isId, llama: isStr, relay: optional(isStr) });
+const shortStr =
+  (max: number): Check =>
+  (v) =>
+    typeof v === 'string' && v.length <= max;
+const helloHead = shape({ protocol: isInt, node: isId, llama: shortStr(512), relay: optional(shortStr(64)) });
 
 const SCHEMAS: Record<string, Check> = {
   hello: (v) => helloHead(v) && ((v as { protocol: number }).protocol !== PROTOCOL_VERSION || helloBody(v)),

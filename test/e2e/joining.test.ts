@@ -58,7 +58,7 @@ describe('joining: the command per OS; a node that lends nothing says so, with t
     });
     assert.equal(r.status, 503);
     assert.equal(r.body.error.code, 'model_unavailable');
-    assert.match(r.body.error.message, /nodes: bare lends nothing \(no GPU relay can use there and no CPU budget: start it with relay up --cpu-budget-mb N to serve from its CPU\)/);
+    assert.match(r.body.error.message, /nodes: bare lends nothing \(no GPU relay can use and no CPU budget: start it with relay up --cpu-budget-mb N to serve from its CPU\)/);
   });
 
   it('relay doctor, for that node, says it lends nothing and what to pass', () => {

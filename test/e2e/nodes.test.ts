@@ -162,7 +162,8 @@ describe('nodes: tunnel, weight push, node replicas', { timeout: 600_000 }, () =
     // on plain HTTP the tunnel is refused whatever the credential (it would cross in clear).
     for (const [scheme, protocol, creds, status] of [
       ['wss', 'relay.v1', 'Bearer nope', 401],
-      ['wss', 'relay.v0', 'Bearer nope', 426],
+      ['wss', 'relay.v0', 'Bearer nope', 401], // another relay version is refused by name at its hello, once authenticated
+      ['wss', 'chat', 'Bearer nope', 426],
       ['ws', 'relay.v1', 'Bearer nope', 426],
     ] as const) {
       const ws = new WebSocket(`${hub.url.replace('http', scheme)}/tunnel`, [protocol], { headers: { 'x-relay-node': 'kitchen', authorization: creds }, rejectUnauthorized: false });

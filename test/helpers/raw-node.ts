@@ -14,10 +14,10 @@ import { llama } from './llama.js';
  * raw WebSocket + yamux + the control stream, to send what a real node of this version never would (another
  * version's hello, malformed lines). `hello` is what this version's node sends, to change a field of.
  */
-export async function rawNode(hub: { url: string; home: string }, name: string, joined?: { credential: string; hubCert: string | null }) {
+export async function rawNode(hub: { url: string; home: string }, name: string, joined?: { credential: string; hubCert: string | null }, subprotocol = WS_SUBPROTOCOL) {
   // `joined`: connect again as a node that joined before (a second join of one name is refused).
   const { credential, hubCert } = joined ?? (await joinHub(hub.url, hubJoinToken(hub.home), name));
-  const ws = new WebSocket(`${tlsUrl(hub.url, 'wss')}/tunnel`, [WS_SUBPROTOCOL], { headers: { authorization: `Bearer ${credential}`, 'x-relay-node': name }, ...pinnedTls(hubCert!) });
+  const ws = new WebSocket(`${tlsUrl(hub.url, 'wss')}/tunnel`, [subprotocol], { headers: { authorization: `Bearer ${credential}`, 'x-relay-node': name }, ...pinnedTls(hubCert!) });
   await once(ws, 'open');
   const session = new Session(webSocketDuplex(ws), { client: true, keepAliveIntervalMs: 0 });
   const control = openStream(session, { kind: 'control' });

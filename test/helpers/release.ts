@@ -1,7 +1,7 @@
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
-import { join, relative } from 'node:path';
+import { basename, join, relative } from 'node:path';
 import { createInterface } from 'node:readline';
 import { withLock } from '../../src/main/core/llama/build.js';
 import { cacheRoot } from '../../src/main/core/llama/fetch.js';
@@ -39,7 +39,7 @@ function releaseKey(): string {
   const inputs = [
     ...files(join(repo, 'dist', 'src')).filter((f) => f.endsWith('.js') || f.endsWith('.cjs')),
     ...files(join(repo, 'src', 'renderer')),
-    ...['package.json', 'package-lock.json', 'LICENSE', 'README.md', 'scripts/release.mjs', 'scripts/sea.mjs', 'scripts/stage-llama.mjs'].map((f) => join(repo, f)),
+    ...['package.json', 'package-lock.json', 'LICENSE', 'README.md', 'bin/relay.js', 'scripts/release.mjs', 'scripts/sea.mjs', 'scripts/stage-llama.mjs'].map((f) => join(repo, f)),
     join(installDir(), 'install.json'),
     join(windowsInstallDir(), 'install.json'),
   ];
@@ -67,8 +67,11 @@ export async function releaseBuild(): Promise<ReleaseBuild> {
     (l) => console.error(`[release] ${l}`),
     async () => {
       if (existsSync(join(dir, 'release.json'))) return;
-      // One build is kept: older keys are older code.
-      for (const old of readdirSync(base)) if (old !== '.lock') rmSync(join(base, old), { recursive: true, force: true });
+      // The newest build besides this one is kept (another checkout may be using it); older ones are older code.
+      const older = readdirSync(base)
+        .filter((k) => k !== '.lock' && k !== basename(dir))
+        .sort((a, b) => statSync(join(base, b)).mtimeMs - statSync(join(base, a)).mtimeMs);
+      for (const old of older.slice(1)) rmSync(join(base, old), { recursive: true, force: true });
       const r = spawnSync(process.execPath, [join(repo, 'scripts', 'release.mjs'), '--out', dir], { cwd: repo, encoding: 'utf8', maxBuffer: 64 << 20 });
       if (r.status !== 0) {
         rmSync(dir, { recursive: true, force: true });
@@ -86,6 +89,8 @@ export async function releaseBuild(): Promise<ReleaseBuild> {
  * folder at /work inside a mount namespace of its own).
  */
 export async function minimalRoot(): Promise<string> {
+  // debootstrap, and later unshare's namespaces, chroot and mount: as the suite's other mounts, root only.
+  if (process.getuid?.() !== 0) throw new Error('the clean-machine release test needs root (debootstrap, unshare --mount, chroot), as the suite runs on these machines');
   const dir = join(cacheRoot(), 'debian-bookworm-minbase-1');
   if (existsSync(join(dir, '.complete'))) return dir;
   await withLock(

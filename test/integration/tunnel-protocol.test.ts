@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { once } from 'node:events';
-import { mkdtempSync } from 'node:fs';
+import { mkdtempSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
@@ -31,7 +31,7 @@ after(async () => {
   await hub?.close();
 });
 
-const rawNode = (name: string, joined?: Parameters<typeof rawNodeOf>[2]) => rawNodeOf({ url: hub.url, home }, name, joined);
+const rawNode = (name: string, joined?: Parameters<typeof rawNodeOf>[2], subprotocol?: string) => rawNodeOf({ url: hub.url, home }, name, joined, subprotocol);
 
 describe('control protocol', { timeout: 120_000 }, () => {
   it('answers malformed and unknown messages with an error and keeps the node connected', async () => {
@@ -76,8 +76,9 @@ describe('control protocol', { timeout: 120_000 }, () => {
   });
 
   it('refuses a newer node of another protocol by the head of its hello alone: "update the hub"', async () => {
-    const n = await rawNode('future');
-    // A future hello: only the fields every version keeps (protocol.ts); the rest of it is not this version's to judge.
+    // As a newer node dials: its own subprotocol, and a hello with only the fields every version keeps (protocol.ts).
+    const n = await rawNode('future', undefined, 'relay.v99');
+    assert.equal((n.session as unknown as { closed: boolean }).closed, false, 'let in as far as its hello');
     n.send({ type: 'hello', protocol: 99, node: 'future', llama: 'version: 9 (commit 9999999)', relay: '9.0.0', gpus: 'a shape this hub does not know' });
     const reply = await n.next();
     assert.equal(reply.code, 'version_mismatch');
@@ -86,6 +87,12 @@ describe('control protocol', { timeout: 120_000 }, () => {
       new RegExp(`^update the hub to relay 9\\.0\\.0: the node runs relay 9\\.0\\.0, the hub relay ${packageVersion()}; the tunnel protocol differs \\(hub 1, node 99\\)`),
     );
     assert.equal(hub.nodes.status().find((x) => x.name === 'future')!.refused?.update, 'hub');
+    // In the store, so the dashboard still says it after a restart of the hub; a revoke clears it.
+    const stored = (JSON.parse(readFileSync(hub.store.path, 'utf8')) as { nodes: { name: string; refused?: { summary: string } }[] }).nodes.find((x) => x.name === 'future');
+    assert.equal(stored?.refused?.summary, 'update the hub to relay 9.0.0');
+    await hub.nodes.revoke('future');
+    const revoked = hub.nodes.status().find((x) => x.name === 'future')!;
+    assert.deepEqual([revoked.state, revoked.reason, revoked.refused], ['revoked', null, null]);
   });
 });
 

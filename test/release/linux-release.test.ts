@@ -20,7 +20,7 @@ import { BUILD_OR_FETCH, lines, minimalRoot, releaseBuild, runInRoot, spawnInRoo
 const ENV = { RELAY_CONTEXT_SIZE: '512', RELAY_PARALLEL_SLOTS: '1', RELAY_THREADS: '1', RELAY_LOG_LEVEL: 'info', RELAY_HEARTBEAT_MS: '500' };
 const PROMPT = 'Tell me about the sea.';
 
-describe('the Linux release on a clean machine', { timeout: 900_000 }, () => {
+describe('the Linux release on a clean machine', { timeout: 2_400_000 }, () => {
   let root: string;
   let work: string;
   let hubRelease: string;
@@ -46,7 +46,7 @@ describe('the Linux release on a clean machine', { timeout: 900_000 }, () => {
     } finally {
       await direct.child.terminate(5000);
     }
-  });
+  }, { timeout: 1_800_000 }); // a fresh machine cross-builds llama.cpp for Windows and builds the release first
   after(() => {
     // SIGKILL of unshare ends its pid namespace: every process inside (relay, llama-server) with it.
     for (const p of running) p.kill('SIGKILL');

@@ -4,7 +4,10 @@ import { matchReading, mergeDevices, normalizeBusId } from '../../src/main/core/
 import { otherProcessesMb, type GpuReading } from '../../src/main/core/gpu/nvml.js';
 import { parseNvidiaSmi } from '../../src/main/core/gpu/smi.js';
 import { backendCandidates, describeCandidate, type MachineProbe } from '../../src/main/core/llama/backend-choice.js';
-import { backendEnv } from '../../src/main/core/llama/backends.js';
+import { backendEnv, resolveBackend } from '../../src/main/core/llama/backends.js';
+import { mkdtempSync, readdirSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { freeAfterReservations, type Reservation } from '../../src/main/core/scheduler/plan.js';
 import { machineProbe } from '../helpers/probe.js';
 
@@ -77,6 +80,27 @@ const reading = (index: number, busId: string, name = 'NVIDIA GeForce RTX 4070',
   busId,
   uuid,
   source: 'nvml',
+});
+
+describe('a portable release downloads nothing', () => {
+  it('a CUDA module it does not ship is left out with a note, not fetched from the registry', async () => {
+    const cache = mkdtempSync(join(tmpdir(), 'relay-offline-'));
+    try {
+      const probe = linux({
+        nvidiaSmi: true,
+        libs: { 'libcuda.so.1': true, 'libcudart.so.12': true, 'libcublas.so.12': true, 'libcudart.so.13': false, 'libcublas.so.13': false, 'libvulkan.so.1': false },
+      });
+      const r = await resolveBackend({ serverPath: join(cache, 'no-llama-server'), choice: 'auto', sourceModules: {}, shipped: {}, offline: true, probe, env: { RELAY_CACHE_DIR: cache } });
+      assert.equal(r.backend, 'cpu');
+      assert.ok(
+        r.notes.some((n) => n.startsWith('cuda (@node-llama-cpp/linux-x64-cuda-ext@3.21.1) is not in this release (`npm run release -- --cuda 12` ships it')),
+        r.notes.join('\n'),
+      );
+      assert.deepEqual(readdirSync(cache), [], 'nothing fetched into the cache');
+    } finally {
+      rmSync(cache, { recursive: true, force: true });
+    }
+  });
 });
 
 describe('NVML ↔ llama.cpp device matching (pure): by PCI bus id or UUID, not by position', () => {

@@ -15,9 +15,10 @@ describe('versions: which nodes the hub works with, and who updates', () => {
         ['0.2.0', '0.10.0'],
         ['1.0.0', '0.9.9'],
         ['0.2.0', '0.2.0-rc.1'],
+        ['0.2.0-rc.1', '0.2.0-rc.2'],
         ['0.2', '0.2.0'],
       ].map(([a, b]) => compareVersions(a!, b!)),
-      [-1, 1, 0, 0],
+      [-1, 1, 1, -1, 0],
     );
   });
 

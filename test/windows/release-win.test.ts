@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { mkdtempSync, readdirSync, renameSync, rmSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, renameSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
@@ -21,24 +21,27 @@ import { winePrefix, type WineProcess, type WinePrefix } from '../helpers/wine.j
 const ENV = { RELAY_CONTEXT_SIZE: '512', RELAY_PARALLEL_SLOTS: '1', RELAY_THREADS: '1' };
 const PROMPT = 'Tell me about the sea.';
 
-describe('the Windows release under Wine (no Node.js installed)', { timeout: 900_000 }, () => {
+describe('the Windows release under Wine (no Node.js installed)', { timeout: 2_400_000 }, () => {
   let wine: WinePrefix;
   let hub: HubProcess;
   let release: string;
   let work: string;
   let node: WineProcess;
 
-  before(async () => {
-    const build = await releaseBuild();
-    work = mkdtempSync(join(tmpdir(), 'relay-winrelease-'));
-    release = unpack(build.windows, work);
-    wine = winePrefix();
-    // What a PC runs (Wine's default reports Windows 7, where Node.js 22 refuses to start).
-    const ver = await wine.run('winecfg', ['-v', 'win10'], 'winecfg', { limitMs: 120_000 });
-    assert.equal(ver.code, 0, ver.output);
-    hub = await startHub({ env: ENV }); // no CPU budget of its own: the model can only run on the Windows node
-    await addModel(hub, { path: fixture('dense'), name: 'dense' });
-  });
+  before(
+    async () => {
+      const build = await releaseBuild();
+      work = mkdtempSync(join(tmpdir(), 'relay-winrelease-'));
+      release = unpack(build.windows, work);
+      wine = winePrefix();
+      // What a PC runs (Wine's default reports Windows 7, where Node.js 22 refuses to start).
+      const ver = await wine.run('winecfg', ['-v', 'win10'], 'winecfg', { limitMs: 120_000 });
+      assert.equal(ver.code, 0, ver.output);
+      hub = await startHub({ env: ENV }); // no CPU budget of its own: the model can only run on the Windows node
+      await addModel(hub, { path: fixture('dense'), name: 'dense' });
+    },
+    { timeout: 1_800_000 },
+  ); // a fresh machine cross-builds llama.cpp for Windows and builds the release first
   after(async () => {
     await wine?.close();
     await hub?.stop();
@@ -49,6 +52,14 @@ describe('the Windows release under Wine (no Node.js installed)', { timeout: 900
     const found = spawnSync('find', [wine.dir, '-iname', 'node.exe'], { encoding: 'utf8' }).stdout.trim();
     assert.equal(found, '', 'no node.exe in the prefix');
     assert.deepEqual(readdirSync(release).sort(), ['LICENSE', 'README.txt', 'app', 'llama', 'node_modules', 'relay.exe']);
+  });
+
+  it("relay.exe carries no broken signature: Node's Authenticode signature was removed before the injection", async () => {
+    const { peSignature } = (await import(new URL('../../../scripts/sea.mjs', import.meta.url).href)) as { peSignature(b: Buffer): { offset: number; size: number } };
+    const sig = peSignature(readFileSync(join(release, 'relay.exe')));
+    assert.deepEqual([sig.offset, sig.size], [0, 0]);
+    const node = (await import(new URL('../../../scripts/sea.mjs', import.meta.url).href)) as { nodeBinary(p: string, log: (l: string) => void): Promise<string> };
+    assert.ok(peSignature(readFileSync(await node.nodeBinary('win32', () => undefined))).size > 0, 'the official node.exe it came from is signed');
   });
 
   it('relay.exe up, as "Add a node…" shows it, joins the Linux hub and serves a replica with the same text', async () => {

@@ -79,7 +79,9 @@ export function shippedLlamaDir(): string | null {
   if (kind === 'release') return existsSync(join(root, 'llama')) ? join(root, 'llama') : null;
   try {
     const pkg = createRequire(join(root, 'package.json')).resolve(`${binaryPackageName()}/package.json`);
-    return existsSync(join(dirname(pkg), 'llama')) ? join(dirname(pkg), 'llama') : null;
+    // Only the one of this version: an older copy found up the tree (hoisted, global) is another llama.cpp build.
+    const { version } = JSON.parse(readFileSync(pkg, 'utf8')) as { version: string };
+    return version === packageVersion() && existsSync(join(dirname(pkg), 'llama')) ? join(dirname(pkg), 'llama') : null;
   } catch {
     return null;
   }

@@ -185,6 +185,8 @@ export async function resolveBackend(opts: {
   choice: BackendChoice;
   sourceModules: Partial<Record<GpuBackend, string>>;
   shipped?: Readonly<Record<string, string>>;
+  /** A portable release: what it does not ship is not fetched either (nothing is downloaded on its machine). */
+  offline?: boolean;
   env?: NodeJS.ProcessEnv;
   progress?: Progress;
   probe?: MachineProbe;
@@ -203,6 +205,10 @@ export async function resolveBackend(opts: {
       else if (opts.shipped?.[c.pkg.id]) {
         module = opts.shipped[c.pkg.id]!;
         from = 'shipped';
+      } else if (opts.offline) {
+        const how = c.pkg.backend === 'cuda' ? `\`npm run release -- --cuda ${c.pkg.id === 'cuda12' ? '12' : '13'}\` ships it, or ` : '';
+        notes.push(`${describeCandidate(c)} is not in this release (${how}install relay with npm)`);
+        continue;
       } else module = await ensurePackageModule(c.pkg, env, progress);
     } catch (err) {
       notes.push(`${describeCandidate(c)}: ${(err as Error).message.split('\n')[0]}`);

@@ -14,9 +14,12 @@ export function lendsLine(gpus: readonly ListedDevice[], cpuBudgetMb: number): {
   if (cpuBudgetMb > 0) return { nothing: false, line: `${ram}; no GPU relay can use` };
   return {
     nothing: true,
-    line: 'nothing: no GPU relay can use and no CPU budget. To serve from this CPU, start the node with --cpu-budget-mb N (MB of RAM models may use), e.g. `relay up --cpu-budget-mb 4096`',
+    line: `nothing: ${LENDS_NOTHING}. To serve from this CPU, start the node with --cpu-budget-mb N (MB of RAM models may use), e.g. \`relay up --cpu-budget-mb 4096\``,
   };
 }
+
+/** Why a node lends nothing, in the words `relay up`, `relay doctor` and the hub's 503 share. */
+export const LENDS_NOTHING = 'no GPU relay can use and no CPU budget';
 
 /**
  * `relay doctor`'s report, pure: what the machine has, the backend relay uses and why, the devices, what a node

@@ -6,7 +6,7 @@ import { devicePrefix, GPU_BACKENDS, type BackendChoice, type GpuBackend } from 
 import { backendChoiceFromEnv, backendEnv, listDevicesWith, modulesIn, resolveBackend, shippedModulesIn, type BackendResolution } from './backends.js';
 import { cacheRoot, type Progress } from './fetch.js';
 import { processEnv } from '../config.js';
-import { shippedLlamaDir } from '../app-files.js';
+import { appLayout, shippedLlamaDir } from '../app-files.js';
 
 export { cacheRoot, type Progress } from './fetch.js';
 
@@ -163,6 +163,7 @@ export async function chooseBackend(
     choice,
     sourceModules: install.source === 'cache' ? modulesIn(install.modulesDir) : {},
     shipped: install.source === 'cache' ? {} : shippedModulesIn(install.modulesDir),
+    offline: install.source === 'shipped' && appLayout().kind === 'release',
     env,
     progress: opts.progress,
   });

@@ -23,10 +23,15 @@ import type { ModelRecord, NodeRecord, Store } from '../store/store.js';
 import { usesFile } from '../models/files.js';
 import { checkJoinToken, credentialHash, newCredential } from '../pairing/tokens.js';
 import { NodeConn } from './conn.js';
-import { refusal, type Refusal } from './versions.js';
+import { refusal, refusalRecord } from './versions.js';
 import { nodeStatus } from './node-status.js';
 import { WeightPusher, type PushProgress } from './push.js';
 import type { NodeStatus } from '../../../shared/status.js';
+
+/** The subprotocol to answer a node with: this hub's own when offered, else the node's relay.vN (refused at its hello). */
+function relayProtocol(offered: readonly string[]): string | null {
+  return offered.includes(WS_SUBPROTOCOL) ? WS_SUBPROTOCOL : (offered.find((p) => /^relay\.v\d{1,4}$/.test(p)) ?? null);
+}
 
 export { NodeConn } from './conn.js';
 export { nodeDeviceStatus } from './node-status.js';
@@ -39,10 +44,10 @@ export type { PushProgress } from './push.js';
  */
 export class NodeManager extends EventEmitter {
   private readonly conns = new Map<string, NodeConn>();
-  /** Nodes refused at hello for their version, the latest refusal each (cleared when one connects). */
-  private readonly refusals = new Map<string, Refusal & { at: string }>();
   private readonly pusher: WeightPusher;
-  private readonly wss = new WebSocketServer({ noServer: true, perMessageDeflate: false, maxPayload: 64 * 1024 * 1024 });
+  // A node of another protocol version is let in as far as its hello (the tunnel and the hello's head are the same in
+  // every version: protocol.ts), so it is refused by name, saying which side to update, and shown on the dashboard.
+  private readonly wss = new WebSocketServer({ noServer: true, perMessageDeflate: false, maxPayload: 64 * 1024 * 1024, handleProtocols: (offered) => relayProtocol([...offered]) ?? false });
 
   constructor(
     private readonly deps: {
@@ -130,6 +135,7 @@ export class NodeManager extends EventEmitter {
       const n = data.nodes.find((x) => x.name === name);
       if (!n) throw new RelayError(ErrorCode.NODE_NOT_FOUND, `no node named "${name}"`);
       n.revoked_at = new Date().toISOString();
+      delete n.refused;
     });
     const c = this.conns.get(name);
     if (c) {
@@ -149,6 +155,15 @@ export class NodeManager extends EventEmitter {
     return rec;
   }
 
+  private setRefusal(name: string, refused: NodeRecord['refused']): Promise<void> {
+    return this.deps.store.update((data) => {
+      const r = data.nodes.find((n) => n.name === name);
+      if (!r) return;
+      if (refused) r.refused = refused;
+      else delete r.refused;
+    });
+  }
+
   /** Take over WebSocket upgrades on /tunnel; everything is refused before any stream opens. */
   attach(server: Server): void {
     server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => {
@@ -163,7 +178,7 @@ export class NodeManager extends EventEmitter {
         .split(',')
         .map((s) => s.trim())
         .filter(Boolean);
-      if (!offered.includes(WS_SUBPROTOCOL)) {
+      if (relayProtocol(offered) === null) {
         return refuse(426, 'version_mismatch', `this hub speaks ${WS_SUBPROTOCOL}; the node offered ${offered.join(', ') || 'nothing'}`);
       }
       let rec: NodeRecord;
@@ -223,8 +238,9 @@ export class NodeManager extends EventEmitter {
     }
     const refused = refusal({ protocol: PROTOCOL_VERSION, llama: this.deps.llamaVersion, relay: this.deps.hubVersion }, hello);
     if (refused) {
-      this.refusals.set(name, { ...refused, at: new Date().toISOString() }); // for the dashboard, until it connects
-      log.warn(`node refused: ${refused.message}`);
+      // Kept in the store (the dashboard shows it after a restart too) until the node connects or is revoked.
+      await this.setRefusal(name, refusalRecord(refused, new Date().toISOString()));
+      log.warn({ refused: refused.message }, 'node refused for its version');
       control.send({ type: 'error', code: wireCode(ErrorCode.VERSION_MISMATCH), message: refused.message });
       session.close();
       return;
@@ -257,7 +273,7 @@ export class NodeManager extends EventEmitter {
 
     const conn = new NodeConn(name, session, control, hello);
     this.conns.set(name, conn);
-    this.refusals.delete(name);
+    if (this.records().find((r) => r.name === name)?.refused) void this.setRefusal(name, undefined);
     // The control stream is the session: when it ends (closed by the node, or cut off for not reading or for
     // flooding), so does everything else the node had open.
     control.once('close', (err: Error) => session.destroy(err));
@@ -320,7 +336,7 @@ export class NodeManager extends EventEmitter {
   }
 
   status(): NodeStatus[] {
-    return this.records().map((r) => nodeStatus(r, this.conns.get(r.name), this.refusals.get(r.name)));
+    return this.records().map((r) => nodeStatus(r, this.conns.get(r.name)));
   }
 
   close(): void {

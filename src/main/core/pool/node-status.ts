@@ -2,7 +2,6 @@ import type { DeviceInfo } from '../../../shared/protocol.js';
 import type { NodeDeviceStatus, NodeStatus } from '../../../shared/status.js';
 import type { NodeRecord } from '../store/store.js';
 import type { NodeConn } from './conn.js';
-import { refusedStatus, type Refusal } from './versions.js';
 
 /** A node's DeviceInfo (the protocol's camelCase) as /status and /api/nodes show it (snake_case). */
 export function nodeDeviceStatus(d: DeviceInfo): NodeDeviceStatus {
@@ -10,11 +9,12 @@ export function nodeDeviceStatus(d: DeviceInfo): NodeDeviceStatus {
 }
 
 /**
- * One node as /status shows it: its record, its connection (absent: never connected since the hub started) and
- * the refusal of its last hello, if it was refused for its version (`reason` then says who should update).
+ * One node as /status shows it: its record (with the refusal of its last hello, if it was refused for its version:
+ * `reason` then says who should update) and its connection (absent: never connected since the hub started).
  */
-export function nodeStatus(r: NodeRecord, c: NodeConn | undefined, refused: (Refusal & { at: string }) | undefined): NodeStatus {
+export function nodeStatus(r: NodeRecord, c: NodeConn | undefined): NodeStatus {
   const alive = Boolean(c?.alive);
+  const refused = alive ? undefined : r.refused;
   return {
     name: r.name,
     state: r.revoked_at ? 'revoked' : alive ? c!.availability : 'offline',
@@ -29,7 +29,7 @@ export function nodeStatus(r: NodeRecord, c: NodeConn | undefined, refused: (Ref
     created_at: r.created_at,
     revoked_at: r.revoked_at,
     bytes: c?.bytes ?? null,
-    relay_version: c?.relay ?? refused?.nodeRelay ?? null,
-    refused: refused && !alive ? refusedStatus(refused, refused.at) : null,
+    relay_version: c?.relay ?? refused?.node_relay ?? null,
+    refused: refused ? { code: refused.code, update: refused.update, message: refused.message, node_relay: refused.node_relay, hub_relay: refused.hub_relay, at: refused.at } : null,
   };
 }

@@ -1,5 +1,5 @@
 import type { Hello } from '../../../shared/protocol.js';
-import type { NodeStatus } from '../../../shared/status.js';
+import type { NodeRefusal } from '../store/store.js';
 
 /**
  * Whether the hub can work with a node, from its hello, pure. What must be the same on both sides: the tunnel
@@ -18,19 +18,21 @@ export interface Refusal {
   readonly hubRelay: string;
 }
 
-/** Numeric x.y.z order; a pre-release suffix is ignored. */
+/** x.y.z in numeric order; of the same x.y.z a pre-release (`-rc.1`) comes first, and pre-releases compare as text. */
 export function compareVersions(a: string, b: string): number {
-  const parts = (v: string): number[] =>
-    v
-      .split('-')[0]!
-      .split('.')
-      .map((x) => Number.parseInt(x, 10) || 0);
-  const [x, y] = [parts(a), parts(b)];
-  for (let i = 0; i < Math.max(x.length, y.length); i++) {
-    const d = (x[i] ?? 0) - (y[i] ?? 0);
+  const split = (v: string): { nums: number[]; pre: string | null } => {
+    const [core, ...rest] = v.split('-');
+    return { nums: core!.split('.').map((x) => Number.parseInt(x, 10) || 0), pre: rest.length > 0 ? rest.join('-') : null };
+  };
+  const [x, y] = [split(a), split(b)];
+  for (let i = 0; i < Math.max(x.nums.length, y.nums.length); i++) {
+    const d = (x.nums[i] ?? 0) - (y.nums[i] ?? 0);
     if (d !== 0) return Math.sign(d);
   }
-  return 0;
+  if (x.pre === y.pre) return 0;
+  if (x.pre === null) return 1;
+  if (y.pre === null) return -1;
+  return x.pre < y.pre ? -1 : 1;
 }
 
 export function refusal(hub: { protocol: number; llama: string; relay: string }, hello: Pick<Hello, 'protocol' | 'llama' | 'relay'>): Refusal | null {
@@ -54,7 +56,7 @@ export function refusal(hub: { protocol: number; llama: string; relay: string },
   return { update, summary, message, nodeRelay, hubRelay: hub.relay };
 }
 
-/** A refusal as /status shows it on the node (`at`: when). */
-export function refusedStatus(r: Refusal, at: string): NonNullable<NodeStatus['refused']> {
-  return { code: 'version_mismatch', update: r.update, message: r.message, node_relay: r.nodeRelay, hub_relay: r.hubRelay, at };
+/** A refusal as the store keeps it on the node's record and /status shows it (`at`: when). */
+export function refusalRecord(r: Refusal, at: string): NodeRefusal {
+  return { code: 'version_mismatch', update: r.update, summary: r.summary, message: r.message, node_relay: r.nodeRelay, hub_relay: r.hubRelay, at };
 }

@@ -1,4 +1,5 @@
 import type { Logger } from 'pino';
+import { LENDS_NOTHING } from '../llama/doctor.js';
 import { ErrorCode, RelayError } from '../../../shared/errors.js';
 import type { HubConfig } from '../config.js';
 import type { Device } from '../gpu/inventory.js';
@@ -241,7 +242,7 @@ export class Placer {
         const free = freeAfterReservations(nodeDevices(conn), this.views(conn.name));
         const devs =
           free.map((dv) => `${dv.id} ${fmtMb(dv.freeMb)} free of ${fmtMb(dv.totalMb)}`).join(', ') ||
-          'lends nothing (no GPU relay can use there and no CPU budget: start it with relay up --cpu-budget-mb N to serve from its CPU)';
+          `lends nothing (${LENDS_NOTHING}: start it with relay up --cpu-budget-mb N to serve from its CPU)`;
         return `${conn.name} ${devs}${b ? ` (skipped for "${model}" until ${new Date(b.until).toISOString()}: ${b.reason})` : ''}`;
       })
       .join('; ')}`;

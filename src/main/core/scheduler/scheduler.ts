@@ -1,4 +1,5 @@
 import type { Logger } from 'pino';
+import { expireIdle } from './keep-alive.js';
 import { ErrorCode, RelayError, isRelayError } from '../../../shared/errors.js';
 export { newAttempts, type Attempts } from './queue.js';
 import type { HubConfig } from '../config.js';
@@ -205,8 +206,8 @@ export class Scheduler {
     attempts.last = err;
   }
 
-  private armIdleTimer(p: Placement): void {
-    armIdle(p, this.deps.config.keepAliveMs, () => void this.expire(p));
+  private armIdleTimer(p: Placement, ms = this.deps.config.keepAliveMs): void {
+    armIdle(p, ms, () => void expireIdle(p, this.deps.launcher, (parked) => this.stop(p, `idle for ${ms} ms`, parked)));
   }
 
   private start(model: ModelRecord, plan: NewPlacement): Placement {
@@ -284,23 +285,6 @@ export class Scheduler {
     this.router.forget(p.id);
     this.failed.set(p.model, p);
     this.deps.log.warn({ placement: p.id, model: p.model, message, tail }, 'placement failed');
-  }
-
-  /**
-   * The keep-alive ran out. A host replica's slots are saved for the model's next one (slot-keep.ts) while it stays
-   * ready: a request in the meantime is served at once (its slots moved on: the save is dropped, and it idles
-   * again). Only a replica still idle after the save stops. Its memory stays reserved while it saves: the KV being
-   * written lives there.
-   */
-  private async expire(p: Placement): Promise<void> {
-    if (p.state !== 'ready' || p.inFlight > 0) return;
-    const since = p.lastUsedAt;
-    const kept = await this.deps.launcher.keep(p);
-    if (p.state !== 'ready' || p.inFlight > 0 || p.lastUsedAt !== since) {
-      kept?.discard();
-      return;
-    }
-    await this.stop(p, `idle for ${this.deps.config.keepAliveMs} ms`, kept !== null);
   }
 
   /** `parked`: its slots were kept for the model's next replica, so the router keeps its prompt keys for it. */

@@ -78,6 +78,18 @@ export interface NodeRecord {
   created_at: string;
   revoked_at: string | null;
   last_seen: string | null;
+  /** Refused at its last hello for its version (pool/versions.ts), as /status shows it; absent once it connects. */
+  refused?: NodeRefusal;
+}
+
+export interface NodeRefusal {
+  readonly code: 'version_mismatch';
+  readonly update: 'node' | 'hub' | 'build';
+  readonly summary: string;
+  readonly message: string;
+  readonly node_relay: string | null;
+  readonly hub_relay: string;
+  readonly at: string;
 }
 
 export interface StoreData {

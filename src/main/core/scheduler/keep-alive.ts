@@ -1,0 +1,19 @@
+import type { Launcher } from './launcher.js';
+import type { Placement } from './placement.js';
+
+/**
+ * A placement's keep-alive ran out. A host replica's slots are saved for the model's next one (slot-keep.ts) while
+ * it stays ready: a request in the meantime is served at once (its slots moved on: the save is dropped, and it
+ * idles again). Only a replica still idle after the save stops (`stop(parked)`: parked when its slots were kept).
+ * Its memory stays reserved while it saves: the KV being written lives there.
+ */
+export async function expireIdle(p: Placement, launcher: Pick<Launcher, 'keep'>, stop: (parked: boolean) => Promise<void>): Promise<void> {
+  if (p.state !== 'ready' || p.inFlight > 0) return;
+  const since = p.lastUsedAt;
+  const kept = await launcher.keep(p);
+  if (p.state !== 'ready' || p.inFlight > 0 || p.lastUsedAt !== since) {
+    kept?.discard();
+    return;
+  }
+  await stop(kept !== null);
+}
