@@ -7,6 +7,8 @@ import type { Lease } from '../scheduler/placement.js';
 import type { SpareSockets } from '../llama/spare-sockets.js';
 import { openUpstream, postUpstream } from './upstream-http.js';
 import { sendJson } from './http.js';
+import { llamaRefusal, usageFromTail } from './llama-answer.js';
+import { SseErrorWatch } from './sse-error.js';
 
 /**
  * Forward one /v1 request to a placement's llama-server and stream the answer back byte for byte.
@@ -38,71 +40,8 @@ const TAIL_BYTES = 8192;
 /** How much of a response's start is kept for its token counts (a Messages stream gives its input tokens first). */
 const HEAD_BYTES = 4096;
 
-/**
- * Token counts from the end of a response (and its start, `head`): `usage` in JSON bodies (OpenAI's
- * prompt/completion tokens, the Responses and Messages APIs' input/output tokens — a Messages stream's input
- * tokens in its first event, its cache reads counted in), `timings` in llama-server's last SSE chunk (the
- * prompt's cached tokens counted in).
- */
-export function usageFromTail(tail: string, head = ''): Usage | null {
-  const text = `${head}\n${tail}`;
-  const num = (re: RegExp): number | null => {
-    const all = [...text.matchAll(re)];
-    const last = all[all.length - 1];
-    return last ? Number(last[1]) : null;
-  };
-  const input = num(/"input_tokens":(\d+)/g);
-  const anthropicPrompt = input === null ? null : input + (num(/"cache_read_input_tokens":(\d+)/g) ?? 0);
-  const evaluated = num(/"prompt_n":(\d+)/g);
-  const timedPrompt = evaluated === null ? null : evaluated + (num(/"cache_n":(\d+)/g) ?? 0); // cache_n: the prompt's cached part
-  const prompt = num(/"prompt_tokens":(\d+)/g) ?? anthropicPrompt ?? timedPrompt;
-  const completion = num(/"completion_tokens":(\d+)/g) ?? num(/"output_tokens":(\d+)/g) ?? num(/"predicted_n":(\d+)/g);
-  if (prompt === null && completion === null) return null;
-  const cached = num(/"cached_tokens":(\d+)/g) ?? num(/"cache_n":(\d+)/g) ?? num(/"cache_read_input_tokens":(\d+)/g);
-  return {
-    promptTokens: prompt ?? 0,
-    completionTokens: completion ?? 0,
-    tokensPerSecond: num(/"predicted_per_second":([\d.]+)/g),
-    cachedTokens: cached,
-    promptMs: num(/"prompt_ms":([\d.]+)/g),
-    promptEvaluated: evaluated,
-    drafted: num(/"draft_n":(\d+)/g),
-    draftAccepted: num(/"draft_n_accepted":(\d+)/g),
-  };
-}
-
 /** The most of an error body kept (llama-server's are a line of JSON). */
 const MAX_ERROR_BODY = 64 * 1024;
-
-/** llama-server's error `type` (tools/server's format_error_response) → relay's stable code. */
-const LLAMA_ERROR_TYPES: Readonly<Record<string, ErrorCode>> = {
-  invalid_request_error: ErrorCode.INVALID_REQUEST,
-  exceed_context_size_error: ErrorCode.CONTEXT_LENGTH_EXCEEDED,
-  not_supported_error: ErrorCode.NOT_SUPPORTED,
-  not_found_error: ErrorCode.NOT_FOUND,
-  server_error: ErrorCode.LLAMA_SERVER_ERROR,
-};
-
-/**
- * Pure: llama-server's refusal of a request, from its status and body — `{"error": {"code", "message", "type",
- * …}}` — as a RelayError with llama-server's status and message and a stable code (its other fields, such as
- * n_prompt_tokens and n_ctx, as details). Null when the answer is not one: not JSON, no message, or the 503 it
- * gives while its model loads (that is the placement's state, not the request's fault).
- */
-export function llamaRefusal(status: number, body: string): RelayError | null {
-  let e: unknown;
-  try {
-    e = (JSON.parse(body) as { error?: unknown }).error;
-  } catch {
-    return null;
-  }
-  if (typeof e !== 'object' || e === null) return null;
-  const { message, type, code: _code, ...rest } = e as Record<string, unknown>;
-  if (typeof message !== 'string') return null;
-  if (status === 503 || type === 'unavailable_error') return null;
-  const code = (typeof type === 'string' ? LLAMA_ERROR_TYPES[type] : undefined) ?? (status >= 500 ? ErrorCode.LLAMA_SERVER_ERROR : ErrorCode.INVALID_REQUEST);
-  return new RelayError(code, message, rest, { status });
-}
 
 /**
  * An answer rewritten on its way to the client, for a dialect llama-server does not speak (Ollama's NDJSON): it
@@ -208,6 +147,8 @@ export function proxyToPlacement(opts: {
   /** llama-server's chunked bytes go to the client's socket as they came (upstream-http.ts says why). */
   let passRaw = false;
   let raw: Duplex | null = null;
+  /** A failure llama-server sends as an `error:` line, which SSE clients would ignore (sse-error.ts). */
+  const sseErrors = new SseErrorWatch();
   const brokenUpstream = (why: string): void => {
     if (settled) return;
     if (!started) return retry(why);
@@ -302,6 +243,7 @@ export function proxyToPlacement(opts: {
           }
           tailChunks.push(chunk);
           tailBytes += chunk.byteLength;
+          if (isSse && !translate) sseErrors.push(chunk);
           while (tailBytes - tailChunks[0]!.byteLength >= TAIL_BYTES) tailBytes -= tailChunks.shift()!.byteLength;
         }
         let full = false;
@@ -337,8 +279,11 @@ export function proxyToPlacement(opts: {
           else sendJson(res, st, body);
           return finish(st);
         }
-        res.end(rest);
-        finish(status);
+        const failed = sseErrors.error;
+        if (failed) log.warn({ model: lease.model.name, placement: lease.placementId, message: failed.message }, 'llama-server ended its stream with an error');
+        // Its `error:` line went on as it came (clients skip it): the dialect's own error event ends the stream.
+        res.end(failed ? streamErrorIn(shape, failed) : rest);
+        finish(failed ? 500 : status);
       },
       broken: brokenUpstream,
     },

@@ -1,6 +1,7 @@
 import { StringDecoder } from 'node:string_decoder';
 import { ErrorCode, RelayError } from '../../../../shared/errors.js';
 import { errorIn } from '../dialects.js';
+import { errorLine } from '../sse-error.js';
 import type { Translator } from '../proxy.js';
 import type { UpstreamFormat } from './request.js';
 
@@ -47,6 +48,7 @@ class SseReader {
     for (let i = this.buf.indexOf('\n'); i >= 0; i = this.buf.indexOf('\n')) {
       const line = this.buf.slice(0, i).trim();
       this.buf = this.buf.slice(i + 1);
+      if (line.startsWith('error:')) out.push(errorLine(line)); // a newer llama-server's failure mid-stream (sse-error.ts)
       if (!line.startsWith('data:')) continue;
       const data = line.slice(5).trim();
       if (data === '[DONE]') continue;
@@ -126,6 +128,8 @@ export function ollamaGeneration(a: AnswerShape): Translator {
       done_reason: doneReason,
       total_duration: ns(t - a.startedAt),
       load_duration: ns(a.leasedAt - a.startedAt),
+      // The whole prompt, its cached part too, as Ollama counts it (its runner sets numPromptInputs before the cache
+      // is consulted: runner/llamarunner/runner.go NewSequence).
       prompt_eval_count: (timings.cache_n ?? 0) + (timings.prompt_n ?? 0),
       prompt_eval_duration: ns(timings.prompt_ms ?? 0),
       eval_count: timings.predicted_n ?? 0,

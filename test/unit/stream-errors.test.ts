@@ -1,0 +1,105 @@
+import assert from 'node:assert/strict';
+import { createServer, request, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { after, before, describe, it } from 'node:test';
+import pino from 'pino';
+import { proxyToPlacement } from '../../src/main/core/hub/proxy.js';
+import { SseErrorWatch } from '../../src/main/core/hub/sse-error.js';
+import { ollamaGeneration } from '../../src/main/core/hub/ollama/response.js';
+import type { ErrorShape } from '../../src/main/core/hub/dialects.js';
+import type { Lease } from '../../src/main/core/scheduler/placement.js';
+import type { ModelRecord } from '../../src/main/core/store/store.js';
+
+/**
+ * llama-server's failure in the middle of a stream, in both forms: the pinned server's `data: {"error": …}` and a
+ * newer one's `error: {…}` line, which SSE clients skip — passed on as it came, the answer would look finished, cut
+ * short. Each dialect ends such a stream with its own error event. The upstream here is a socket that answers with
+ * those exact bytes (the pinned llama-server cannot be made to send the newer form).
+ */
+const TOKEN = 'data: {"choices":[{"index":0,"delta":{"content":"Hi"}}]}\n\n';
+const NEWER = 'error: {"code":500,"message":"the model produced output that does not match the expected format","type":"server_error"}\n\n';
+
+let upstream: Server;
+let upstreamUrl: string;
+before(async () => {
+  upstream = createServer((_req, res) => {
+    res.writeHead(200, { 'content-type': 'text/event-stream' });
+    res.write(TOKEN);
+    // Cut in the middle of the line, as TCP may.
+    res.write(NEWER.slice(0, 9));
+    setImmediate(() => res.end(NEWER.slice(9)));
+  });
+  await new Promise<void>((r) => upstream.listen(0, '127.0.0.1', r));
+  upstreamUrl = `http://127.0.0.1:${(upstream.address() as AddressInfo).port}`;
+});
+after(() => upstream.close());
+
+/** The hub's side: one request through proxyToPlacement in `shape`, what the client received. */
+async function through(shape: ErrorShape): Promise<string> {
+  const lease: Lease = {
+    placementId: 'p',
+    kind: 'host',
+    baseUrl: upstreamUrl,
+    model: { name: 'm' } as ModelRecord,
+    release: () => undefined,
+    stallMs: () => 60_000,
+    probe: () => Promise.resolve(),
+  };
+  const hub = createServer((req, res) => {
+    void proxyToPlacement({ lease, path: '/v1/chat/completions', body: Buffer.from('{}'), req, res, log: pino({ level: 'silent' }), errors: shape, onDone: () => undefined });
+  });
+  await new Promise<void>((r) => hub.listen(0, '127.0.0.1', r));
+  try {
+    return await new Promise<string>((resolve, reject) => {
+      const r = request({ host: '127.0.0.1', port: (hub.address() as AddressInfo).port, method: 'POST', path: '/' }, (res) => {
+        let text = '';
+        res.setEncoding('utf8');
+        res.on('data', (c: string) => (text += c));
+        res.on('end', () => resolve(text));
+      });
+      r.on('error', reject);
+      r.end('{}');
+    });
+  } finally {
+    hub.close();
+  }
+}
+
+describe("llama-server's error mid-stream, in the form a newer llama-server sends it", () => {
+  it('is found wherever the chunks cut it, and only at the start of a line', () => {
+    const stream = `${TOKEN}data: {"text":"error: not this one"}\n\n${NEWER}`;
+    for (let cut = 0; cut <= stream.length; cut++) {
+      const w = new SseErrorWatch();
+      w.push(Buffer.from(stream.slice(0, cut)));
+      w.push(Buffer.from(stream.slice(cut)));
+      assert.equal(w.error?.message, 'the model produced output that does not match the expected format', `cut at ${cut}`);
+    }
+    const quiet = new SseErrorWatch();
+    quiet.push(Buffer.from(`${TOKEN}event: done\ndata: {"text":"error: inside"}\n\n`));
+    assert.equal(quiet.error, null);
+  });
+
+  it('OpenAI chat and completions, and Responses: the text so far, then an error event the SDKs raise', async () => {
+    const text = await through('openai');
+    assert.ok(text.startsWith(TOKEN), text);
+    assert.match(text, /\ndata: \{"error":\{[^\n]*"message":"the model produced output that does not match the expected format"/);
+  });
+
+  it('Anthropic Messages: the text so far, then its `event: error`', async () => {
+    const text = await through('anthropic');
+    assert.ok(text.startsWith(TOKEN), text);
+    assert.match(text, /event: error\ndata: \{"type":"error","error":\{"type":"api_error","message":"the model produced output that does not match the expected format"\}\}\n\n$/);
+  });
+
+  it('Ollama: an error line after the text, never done:true', () => {
+    const t = ollamaGeneration({ kind: 'chat', model: 'm', stream: true, upstream: 'chat', startedAt: 0, leasedAt: 0, now: () => 0 });
+    const out = t.chunk(Buffer.from(TOKEN)) + t.chunk(Buffer.from(NEWER)) + t.end();
+    const lines = out
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l) as { message?: { content: string }; error?: string; done?: boolean });
+    assert.equal(lines[0]!.message?.content, 'Hi');
+    assert.match(String(lines.at(-1)!.error), /does not match the expected format/);
+    assert.ok(!lines.some((l) => l.done === true), 'no line says the answer is complete');
+  });
+});
