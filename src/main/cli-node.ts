@@ -10,7 +10,7 @@ import { lendsLine } from './core/llama/doctor.js';
 import { cacheBudgetFlag } from './cli-cache.js';
 import { api, apiFailure, hubUrl, intFlag } from './cli-api.js';
 import { llamaBuildProgress, showNodePushes, TerminalProgress } from './terminal-progress.js';
-import { createLogger } from './core/log.js';
+import { createLogger, logStrayRejections } from './core/log.js';
 import { NodeAgent } from './core/node/agent.js';
 import { readSettings, writeSettings, type NodeSettings } from './core/node/settings.js';
 import { joinHub } from './core/node/hub-client.js';
@@ -68,6 +68,7 @@ export async function cmdUp(args: string[]): Promise<number> {
   };
   writeSettings(home, settings);
   const log = createLogger({ name: `node:${name}` });
+  logStrayRejections(log);
   const terminal = new TerminalProgress(process.stderr, (l) => log.info(l));
   const install = await ensureLlama({ backend, progress: llamaBuildProgress(terminal) });
   logInstall(log, install);

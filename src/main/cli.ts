@@ -16,7 +16,7 @@ import { statusLines } from './cli-status.js';
 import { cmdPause, cmdUp, nodeHome } from './cli-node.js';
 import { parseSchedule } from './core/availability.js';
 import { llamaBuildProgress, showHubPushes, TerminalProgress } from './terminal-progress.js';
-import { createLogger } from './core/log.js';
+import { createLogger, logStrayRejections } from './core/log.js';
 
 const USAGE = `relay — pool a household's GPUs for llama.cpp inference
 
@@ -114,6 +114,7 @@ async function cmdHub(args: string[]): Promise<number> {
   };
   const config = hubConfigFromEnv(env, overrides, values['allowed-hosts']);
   const log = createLogger({ name: 'hub' });
+  logStrayRejections(log);
   const terminal = new TerminalProgress(process.stderr, (l) => log.info(l));
   const install = await ensureLlama({ backend: backendOf(values.backend), progress: llamaBuildProgress(terminal) });
   logInstall(log, install);

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
-import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
+import { existsSync, mkdirSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { chromium } from 'playwright-core';
@@ -82,6 +82,7 @@ describe('models from Hugging Face (relay models pull)', { timeout: 600_000 }, (
         ],
       },
       'acme/cdn-GGUF': { files: [{ path: 'cdn-Q4_K_M.gguf', source: q4 }] },
+      'acme/stuck-GGUF': { files: [{ path: 'stuck-Q4_K_M.gguf', source: q4 }] },
       'acme/room1-GGUF': { files: [{ path: 'room1-Q4_K_M.gguf', source: q4 }] },
       'acme/room2-GGUF': { files: [{ path: 'room2-Q4_K_M.gguf', source: q8 }] },
     });
@@ -325,6 +326,20 @@ describe('models from Hugging Face (relay models pull)', { timeout: 600_000 }, (
     assert.equal(asked.length, 4, 'the drop, two refusals, the resume');
     assert.equal(asked.at(-1)!.range, `bytes=${Math.floor(size / 2)}-`, 'resumed where the drop left it: the part was kept through the refusals');
     assert.equal(hf.sentFor('cdn-Q4_K_M.gguf'), size, 'every byte once');
+  });
+
+  it('a cleanup that cannot be done (a folder where the part file goes) fails the pull, said in its log; the hub serves on', async () => {
+    const part = join(hub.home, 'models', 'acme', 'stuck-GGUF', hf.commit.slice(0, 12), 'stuck-Q4_K_M.gguf.part');
+    mkdirSync(join(part, 'in-the-way'), { recursive: true });
+    const p = await pull(hub, 'acme/stuck-GGUF', 'stuck');
+    const done = await settled(hub, p.pull!.id);
+    assert.equal(done.state, 'failed', JSON.stringify(done));
+    assert.ok(
+      hub.logs.some((l) => l.includes('could not remove a download file')),
+      hub.logs.slice(-10).join('\n'),
+    );
+    assert.equal(hub.proc.exitCode, null, 'the hub still runs');
+    assert.equal((await hub.api('/status')).status, 200);
   });
 
   it('a name that cannot be registered is refused before the Hub is asked for anything', async () => {

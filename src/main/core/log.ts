@@ -23,3 +23,14 @@ export function createLogger(opts: { level?: string; pretty?: boolean; name?: st
 }
 
 export type { Logger };
+
+/**
+ * A promise that failed with nobody to handle it is a bug, but not a reason to stop serving a household's requests
+ * (Node would exit): it is logged with its stack and the process goes on. `relay hub`, `relay up` and the tray app.
+ */
+export function logStrayRejections(log: Logger): void {
+  process.on('unhandledRejection', (reason) => {
+    const err = reason instanceof Error ? { message: reason.message, stack: reason.stack } : { message: String(reason) };
+    log.error({ err }, 'a failure nobody handled: logged, serving on');
+  });
+}

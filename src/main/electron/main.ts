@@ -11,7 +11,7 @@ import { IPC_CHANNELS, STATE_EVENT, type AppState } from '../../shared/ipc.js';
 import { AppController, type AppShell } from '../app/controller.js';
 import { externalAllowed } from '../app/navigation.js';
 import { buildTrayMenu, trayIcon } from '../app/tray-menu.js';
-import { createLogger } from '../core/log.js';
+import { createLogger, logStrayRejections } from '../core/log.js';
 
 const root = fileURLToPath(new URL('../../../../', import.meta.url));
 const asset = (f: string): string => join(root, 'assets', f);
@@ -89,11 +89,13 @@ if (!app.requestSingleInstanceLock()) {
 
   void app.whenReady().then(async () => {
     const userData = app.getPath('userData');
+    // A tray app has no terminal: its log (hub or agent, and llama.cpp's failures) is a file.
+    const log = createLogger({ name: 'tray', file: join(userData, 'logs', 'relay.log') });
+    logStrayRejections(log);
     controller = new AppController({
       userData,
       shell,
-      // A tray app has no terminal: its log (hub or agent, and llama.cpp's failures) is a file.
-      log: createLogger({ name: 'tray', file: join(userData, 'logs', 'relay.log') }),
+      log,
       pagesUrl: `${pathToFileURL(pages).href}/`,
       // A packaged app ships llama-server and ggml-rpc-server as extraResources (electron-builder.yml).
       llamaBinDir: app.isPackaged ? join(process.resourcesPath, 'llama') : undefined,

@@ -193,10 +193,17 @@ export class Pulls {
       endedAt: null,
     };
     this.live.set(job.id, l);
-    l.done = this.download(l, all).finally(() => {
-      l.endedAt = Date.now();
-      this.trim();
-    });
+    l.done = this.download(l, all)
+      .catch((err: unknown) => {
+        // download() settles every outcome itself; anything else still marks the pull failed, never goes unobserved.
+        l.state = 'failed';
+        l.error = { code: wireCode(ErrorCode.INTERNAL), message: (err as Error).message };
+        this.d.log.error({ pull: job.id, message: (err as Error).message }, 'pull failed');
+      })
+      .finally(() => {
+        l.endedAt = Date.now();
+        this.trim();
+      });
     return l;
   }
 
@@ -244,7 +251,7 @@ export class Pulls {
       if (l.cancelled) {
         l.state = 'cancelled';
         this.forgetJob(job);
-        if (l.cancelled === 'delete') for (const f of all) rmSync(partOf(f.dest), { force: true });
+        if (l.cancelled === 'delete') for (const f of all) this.remove(partOf(f.dest));
         this.d.log.info({ pull: job.id, kept_parts: l.cancelled === 'keep' }, 'pull cancelled');
         return;
       }
@@ -256,7 +263,7 @@ export class Pulls {
       l.state = 'failed';
       l.error = { code: wireCode(e.code), message: e.message };
       // A network loss or a full disk keeps what came (pull again to resume); anything else starts over next time.
-      if (e.code !== ErrorCode.HF_UNREACHABLE && e.code !== ErrorCode.DISK_FULL) for (const f of all) rmSync(partOf(f.dest), { force: true });
+      if (e.code !== ErrorCode.HF_UNREACHABLE && e.code !== ErrorCode.DISK_FULL) for (const f of all) this.remove(partOf(f.dest));
       this.forgetJob(job);
       this.d.log.warn({ pull: job.id, code: e.code, message: e.message }, 'pull failed');
     }
@@ -288,7 +295,16 @@ export class Pulls {
   }
 
   private forgetJob(job: PullJob): void {
-    rmSync(join(this.jobsDir, `${job.id}.json`), { force: true });
+    this.remove(join(this.jobsDir, `${job.id}.json`));
+  }
+
+  /** Cleanup that cannot fail the pull (or the hub): a file held open elsewhere (Windows' EBUSY), a folder in its place. */
+  private remove(path: string): void {
+    try {
+      rmSync(path, { force: true });
+    } catch (err) {
+      this.d.log.warn({ path, message: (err as Error).message }, 'could not remove a download file: left behind');
+    }
   }
 
   private trim(): void {
