@@ -147,4 +147,16 @@ describe('file size', () => {
     }
     assert.deepEqual(missing, []);
   });
+
+  it("the fast tests need no llama.cpp: unit, arch and fuzz tests use the suite's own GGUF writer, never the build or a process", () => {
+    // `npm run test:unit` runs with RELAY_LLAMA_BIN_DIR pointing nowhere: test/helpers/llama.js would reach for the
+    // build (its vocabularies, its binaries); fixtures/synthetic-vocab.js gives the same models without it.
+    const offenders: string[] = [];
+    for (const dir of ['unit', 'arch', 'fuzz']) {
+      for (const f of sources(join(root, 'test', dir))) {
+        for (const i of imports(f)) if (/helpers\/(llama|hub|node|release|wine)\.js$/.test(i)) offenders.push(`${relative(root, f)} -> ${i}`);
+      }
+    }
+    assert.deepEqual(offenders, []);
+  });
 });

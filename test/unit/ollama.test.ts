@@ -7,7 +7,7 @@ import { capabilities, listed, psEntries, showBody } from '../../src/main/core/h
 import type { ModelRecord } from '../../src/main/core/store/store.js';
 import { isRelayError, RelayError, ErrorCode } from '../../src/shared/errors.js';
 import { FIXTURES } from '../fixtures/models.js';
-import { fixture } from '../helpers/llama.js';
+import { unitFixture as fixture } from '../fixtures/synthetic-vocab.js';
 
 /**
  * Ollama's API as llama-server requests and answers (the pure half of hub/ollama): what each request becomes, the

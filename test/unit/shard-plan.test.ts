@@ -3,7 +3,7 @@ import { describe, it } from 'node:test';
 import { readGgufFile } from '../../src/main/core/gguf/index.js';
 import { llamaServerArgv, type TensorOverride } from '../../src/main/core/llama/argv.js';
 import { hostStageLast, planShard, shardFlags, splitLayers, stageNeedMb, type ShardDevice, type ShardModel } from '../../src/main/core/scheduler/shard.js';
-import { fixture } from '../helpers/llama.js';
+import { unitFixture as fixture } from '../fixtures/synthetic-vocab.js';
 
 const settings = { contextSize: 512, replicaCtx: 0, parallelSlots: 1, kvCacheType: 'f16' as const };
 const dense: ShardModel = { name: 'm', blockCount: 40, weightsMb: 9000, kvBytesPerToken: 163840, isMoe: false };

@@ -8,6 +8,7 @@ import { sha256File } from '../describe.js';
 import { checkModelName } from '../registry.js';
 import { choosePull, parsePullSpec, type RepoFile } from './choose.js';
 import { downloadFile, partOf } from './download.js';
+import { OneWriterPerFile } from './one-writer.js';
 import { listFiles, resolveCommit, resolveUrl, type HubAccess } from './hub-api.js';
 
 /**
@@ -57,10 +58,8 @@ const KEEP_FINISHED = 20;
 
 export class Pulls {
   private readonly live = new Map<string, Live>();
-  /** The file each destination is being written by: one download per file, a second pull waits for it. */
-  private readonly writing = new Map<string, Promise<unknown>>();
-  /** Files this hub downloaded and verified (sha256 of what it wrote), with their mtime, so a waiting pull trusts them. */
-  private readonly verified = new Map<string, { sha: string; mtimeMs: number }>();
+  /** One download per file: a second pull that wants it waits for the first (one-writer.ts). */
+  private readonly files = new OneWriterPerFile();
   private readonly jobsDir: string;
 
   constructor(
@@ -223,11 +222,8 @@ export class Pulls {
             continue;
           }
         }
-        const sha = await this.once(f.dest, l.abort.signal, async () => {
-          // Another pull may have fetched it while this one waited: its verified file is used, not fetched again.
-          const known = this.verified.get(f.dest);
-          if (known && existsSync(f.dest) && statSync(f.dest).size === f.size && statSync(f.dest).mtimeMs === known.mtimeMs) return known.sha;
-          const got = await downloadFile(
+        const sha = await this.files.fetch(f.dest, f.size, l.abort.signal, () =>
+          downloadFile(
             { url: f.url, dest: f.dest, size: f.size, sha256: f.sha256, repo: job.repo, path: f.path },
             {
               access: this.d.access,
@@ -235,10 +231,8 @@ export class Pulls {
               onBytes: (have) => this.progress(l, i, have),
               onRetry: (message, inMs) => this.d.log.warn({ pull: job.id, file: f.path, message, retry_in_ms: inMs }, 'download interrupted: resuming'),
             },
-          );
-          this.verified.set(f.dest, { sha: got, mtimeMs: statSync(f.dest).mtimeMs });
-          return got;
-        });
+          ),
+        );
         l.have[i] = f.size;
         hashes.set(f.dest, sha);
       }
@@ -266,21 +260,6 @@ export class Pulls {
       if (e.code !== ErrorCode.HF_UNREACHABLE && e.code !== ErrorCode.DISK_FULL) for (const f of all) this.remove(partOf(f.dest));
       this.forgetJob(job);
       this.d.log.warn({ pull: job.id, code: e.code, message: e.message }, 'pull failed');
-    }
-  }
-
-  /**
-   * Run `fn` for `dest` once at a time: a pull whose file another pull is writing waits for that one to end (its
-   * `signal` still stops the wait), then goes on with what it left on disk.
-   */
-  private async once<T>(dest: string, signal: AbortSignal, fn: () => Promise<T>): Promise<T> {
-    for (let ahead = this.writing.get(dest); ahead; ahead = this.writing.get(dest)) await settledOrAborted(ahead, signal);
-    const mine = fn();
-    this.writing.set(dest, mine);
-    try {
-      return await mine;
-    } finally {
-      if (this.writing.get(dest) === mine) this.writing.delete(dest);
     }
   }
 
@@ -336,21 +315,6 @@ export class Pulls {
       started_at: new Date(job.startedAt).toISOString(),
     };
   }
-}
-
-/** Wait until `p` settles (however it ends), or reject with `signal`'s reason when it is aborted first. */
-function settledOrAborted(p: Promise<unknown>, signal: AbortSignal): Promise<void> {
-  signal.throwIfAborted();
-  return new Promise((resolve, reject) => {
-    const onAbort = (): void => reject(signal.reason as Error);
-    signal.addEventListener('abort', onAbort, { once: true });
-    void p
-      .catch(() => undefined)
-      .then(() => {
-        signal.removeEventListener('abort', onAbort);
-        resolve();
-      });
-  });
 }
 
 /** Bytes of `f` already on disk: the whole file, or its part so far. */
