@@ -103,12 +103,13 @@ const SCHEMAS: Record<string, Check> = {
     layers: optional((v) => Array.isArray(v) && v.length === 2 && v.every(isInt)),
     siblings: optional((v) => Array.isArray(v) && v.length <= 256 && v.every(isSha)),
   }),
+  'rpc-loaded': shape({ id: isInt, rpc: isId, sha256: isSha }),
   'set-paused': shape({ id: isInt, paused: isBool }),
   check: shape({ id: isInt, replica: optional(isId), rpc: optional(isId) }),
 };
 
 const FROM_NODE = new Set(['hello', 'heartbeat', 'availability', 'reply', 'error']);
-const FROM_HUB = new Set(['welcome', 'error', 'start-replica', 'stop-replica', 'start-rpc', 'stop-rpc', 'evict', 'push-begin', 'fill-rpc-cache', 'set-paused', 'check']);
+const FROM_HUB = new Set(['welcome', 'error', 'start-replica', 'stop-replica', 'start-rpc', 'stop-rpc', 'evict', 'push-begin', 'fill-rpc-cache', 'rpc-loaded', 'set-paused', 'check']);
 
 export type Parsed<T> = { ok: true; msg: T } | { ok: false; code: 'bad_json' | 'bad_message' | 'unknown_type'; message: string };
 

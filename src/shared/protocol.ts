@@ -186,6 +186,17 @@ export interface FillRpcCache {
   siblings?: string[];
 }
 
+/**
+ * A shard stage has loaded: what its ggml-rpc-server saved to its cache until now are that model's weights (sent in
+ * full because the node held no copy to fill from), kept under `sha256`'s index; anything saved later is not.
+ */
+export interface RpcLoaded {
+  type: 'rpc-loaded';
+  id: number;
+  rpc: string;
+  sha256: string;
+}
+
 /** The hub's admin pauses or resumes a node's sharing (the dashboard's per-node control). */
 export interface SetPaused {
   type: 'set-paused';
@@ -204,7 +215,7 @@ export interface CheckWorkload {
   rpc?: string;
 }
 
-export type Command = StartReplica | StopReplica | StartRpc | StopRpc | Evict | PushBegin | FillRpcCache | SetPaused | CheckWorkload;
+export type Command = StartReplica | StopReplica | StartRpc | StopRpc | Evict | PushBegin | FillRpcCache | RpcLoaded | SetPaused | CheckWorkload;
 type WithoutId<T> = T extends unknown ? Omit<T, 'id'> : never;
 /** A command as the hub writes it; the control channel adds the correlation id. */
 export type CommandBody = WithoutId<Command>;

@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { once } from 'node:events';
-import { existsSync, mkdtempSync, readdirSync, rmSync, statSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
@@ -12,7 +12,7 @@ import { NodeAgent } from '../../src/main/core/node/agent.js';
 import { joinHub } from '../../src/main/core/node/hub-client.js';
 import fc from 'fast-check';
 import { FNV_OFFSET, FNV_WASM_BUFFER, WasmFnv, fnv1a64Update, fnvHex } from '../../src/main/core/node/fnv.js';
-import { RPC_HASH_THRESHOLD, evictRpcCache, fillRpcCache, fillRpcCacheOffThread, rpcFillBytes, shareOut } from '../../src/main/core/node/rpc-cache.js';
+import { RPC_HASH_THRESHOLD, evictRpcCache, fillRpcCache, fillRpcCacheOffThread, rpcFillBytes, shareOut, pruneRpcCache, recordLoadedFiles } from '../../src/main/core/node/rpc-cache.js';
 import { hubJoinToken } from '../../src/main/core/pairing/tokens.js';
 import { fixture, llama } from '../helpers/llama.js';
 import { ensureSplitFixture } from '../fixtures/models.js';
@@ -92,6 +92,21 @@ describe('FNV-1a 64 and the rpc cache files', () => {
     assert.deepEqual(readdirSync(dir).sort(), [...b.files.map((f) => f.name), `relay-index-${two}.json`].sort(), "the other model's files stay");
     evictRpcCache(dir, two);
     assert.deepEqual(readdirSync(dir), []);
+  });
+
+  it("pruning keeps the weights the indexes name (and a fill's temporary file); what ggml-rpc-server saved besides goes", () => {
+    const dir = mkdtempSync(join(tmpdir(), 'relay-rpc-'));
+    const idx = fillRpcCache(fixture('large'), 'd'.repeat(64), dir, [1, 2]);
+    // What this rpc-server saves of a long prompt: files named like weights, that no index names.
+    for (const junk of ['05d6d197d9332325', '135f4ffc47132325']) writeFileSync(join(dir, junk), Buffer.alloc(12 << 20));
+    writeFileSync(join(dir, `.relay-${process.pid}-1.tmp`), 'a fill under way');
+    assert.equal(pruneRpcCache(dir), 24 << 20);
+    assert.deepEqual(readdirSync(dir).sort(), [`.relay-${process.pid}-1.tmp`, ...idx.files.map((f) => f.name), `relay-index-${'d'.repeat(64)}.json`].sort());
+    assert.equal(pruneRpcCache(dir), 0);
+    // A stage loaded from a head that sent its weights in full: the files saved so far become that model's.
+    writeFileSync(join(dir, '7d8936eef5a62325'), Buffer.alloc(11 << 20));
+    assert.deepEqual(recordLoadedFiles(dir, 'e'.repeat(64)), [{ name: '7d8936eef5a62325', size: 11 << 20 }]);
+    assert.equal(pruneRpcCache(dir), 0, 'named now: kept');
   });
 
   it('FNV-1a 64 in 32-bit integer steps equals a BigInt reference on any bytes', () => {

@@ -186,14 +186,16 @@ export class NodeAgent extends EventEmitter {
         return r;
       },
     });
-    const support = autoPauseSupport();
-    if (this.settings.autoPause && !support.available) this.deps.log.warn(`--auto-pause stays off on this machine: ${support.why}`);
+    if (this.settings.autoPause && !autoPauseSupport().available) this.deps.log.warn(`--auto-pause stays off on this machine: ${autoPauseSupport().why}`);
     const tick = setInterval(() => {
       if (this.settings.autoPause) {
         // relay's own children count from the moment they are spawned (a llama-server still loading included).
         const other = otherProcessesGpuMb(ownChildPids());
         if (other !== null) this.autoPaused = this.autoPause.update(other, Date.now());
       }
+      // While shard stages run, ggml-rpc-server saves activations to its cache: what is no weight goes each tick.
+      const freed = this.work.reportedRpcs().length > 0 ? this.cache.pruneRpcCache() : 0;
+      if (freed > 0) this.deps.log.info({ bytes: freed }, 'removed what ggml-rpc-server saved beyond the weights');
       if (this.connected) this.heartbeat();
       void this.availabilityChanged(); // schedule windows open and close with the clock
     }, this.deps.heartbeatMs ?? this.config.heartbeatMs);

@@ -3,7 +3,7 @@ import { join } from 'node:path';
 import { Transform, type Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { ErrorCode, RelayError } from '../../../shared/errors.js';
-import { evictRpcCache, fillRpcCacheOffThread, rpcCacheBytes, type CacheIndex } from './rpc-cache.js';
+import { evictRpcCache, fillRpcCacheOffThread, pruneRpcCache, recordLoadedFiles, rpcCacheBytes, type CacheIndex } from './rpc-cache.js';
 import { appendWriter, GrowingFileHash } from './growing-hash.js';
 import type { CachedFile } from '../../../shared/protocol.js';
 import { dropSplitViews, makeSplitView } from './split-view.js';
@@ -141,6 +141,17 @@ export class ModelCache {
     return { removed, kept, partials };
   }
 
+  /** Shard stages whose load is under way (start-rpc until rpc-loaded): their weights are being saved, unnamed yet. */
+  readonly rpcLoading = new Set<string>();
+
+  /** A shard stage loaded: what its rpc-server saved so far are `sha256`'s weights (rpc-cache.ts recordLoadedFiles). */
+  recordRpcLoad = (sha256: string): CacheIndex['files'] => recordLoadedFiles(this.rpcCacheDir, sha256);
+
+  /** Remove what ggml-rpc-server saved beyond the weights (rpc-cache.ts pruneRpcCache); bytes freed. Not during a load. */
+  pruneRpcCache(): number {
+    return this.rpcLoading.size > 0 ? 0 : pruneRpcCache(this.rpcCacheDir);
+  }
+
   usedBytes(): number {
     return [...this.inventory(), ...this.partials()].reduce((s, f) => s + f.size, 0) + rpcCacheBytes(this.rpcCacheDir);
   }
@@ -172,6 +183,8 @@ export class ModelCache {
     const budget = this.budgetBytes;
     if (budget <= 0) return true;
     let used = this.usedBytes();
+    if (used + bytes <= budget) return true;
+    used -= this.pruneRpcCache(); // what ggml-rpc-server kept that is no weight goes first: never needed again
     if (used + bytes <= budget) return true;
     const mtime = (p: string): number => {
       try {

@@ -162,6 +162,55 @@ export async function fillRpcCacheOffThread(
   return recordFiles(dir, sha256, parts.flat());
 }
 
+/**
+ * Keep only weights: remove every file of the cache that no index names. This ggml-rpc-server (RPC protocol 6)
+ * saves every SET_TENSOR over 10 MiB there, a long prompt's activations and attention masks included (upstream
+ * llama.cpp keeps weights only since protocol 7, PR #28789): left alone, each long prompt through a shard adds
+ * hundreds of MB, and a file cut short by a full disk would later be served as a whole tensor. The weights are the
+ * files relay filled itself, each named by its tensor's FNV hash in an index. Indexes and a fill's temporary files
+ * stay. Returns the bytes removed. A file the server is about to read only means it is sent again in full.
+ */
+export function pruneRpcCache(dir: string): number {
+  if (!existsSync(dir)) return 0;
+  const weights = indexedNames(dir);
+  let removed = 0;
+  for (const f of readdirSync(dir)) {
+    if (weights.has(f) || f.startsWith('relay-index-') || f.startsWith('.relay-')) continue;
+    try {
+      const size = statSync(join(dir, f)).size;
+      rmSync(join(dir, f), { force: true });
+      removed += size;
+    } catch {
+      /* gone meanwhile, or held open (Windows): the next prune tries again */
+    }
+  }
+  return removed;
+}
+
+/**
+ * After a shard stage's load: the files ggml-rpc-server saved that no index names are `sha256`'s weights (the head
+ * sent them in full: the node held no copy to fill from), recorded in its index so pruning keeps them.
+ */
+export function recordLoadedFiles(dir: string, sha256: string): CacheIndex['files'] {
+  if (!existsSync(dir)) return [];
+  const named = indexedNames(dir);
+  const files = readdirSync(dir)
+    .filter((f) => /^[0-9a-f]{16}$/.test(f) && !named.has(f))
+    .map((name) => ({ name, size: statSync(join(dir, name)).size }));
+  if (files.length > 0) recordFiles(dir, sha256, files);
+  return files;
+}
+
+/** Every cache file some index names (the weights). */
+function indexedNames(dir: string): Set<string> {
+  const names = new Set<string>();
+  for (const f of readdirSync(dir)) {
+    const m = /^relay-index-([0-9a-f]{64})\.json$/.exec(f);
+    if (m) for (const x of readIndex(dir, m[1]!)?.files ?? []) names.add(x.name);
+  }
+  return names;
+}
+
 /** Bytes the cache holds (all files, relay's or ggml-rpc-server's own). */
 export function rpcCacheBytes(dir: string): number {
   if (!existsSync(dir)) return 0;
