@@ -1,6 +1,8 @@
 import assert from 'node:assert/strict';
 import { writeFileSync, mkdtempSync } from 'node:fs';
-import { connect } from 'node:net';
+import { connect, type Socket } from 'node:net';
+import { freePort } from '../../src/main/core/llama/index.js';
+import { until } from '../helpers/proc.js';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
@@ -30,6 +32,35 @@ describe('hub limits', { timeout: 120_000 }, () => {
     });
     assert.match(answer, /^HTTP\/1\.1 408/);
     assert.equal((await hub.api('/api/models')).status, 200, 'the hub keeps serving');
+  });
+
+  it('the Ollama port has the same connection cap: idle sockets past RELAY_MAX_CONNECTIONS are closed, the port serves on', async () => {
+    const capped = await startHub({ env: { RELAY_MAX_CONNECTIONS: '8' }, args: ['--ollama-port', String(await freePort())] });
+    const u = new URL(capped.ollamaUrl!);
+    const open = (): Promise<{ sock: Socket; closed: Promise<void> }> =>
+      new Promise((resolve) => {
+        const sock = connect(Number(u.port), u.hostname, () => resolve({ sock, closed: new Promise((r) => sock.once('close', () => r())) }));
+        sock.on('error', () => undefined);
+      });
+    try {
+      const idle = [];
+      for (let i = 0; i < 8; i++) idle.push(await open());
+      const ninth = await open();
+      await ninth.closed; // the server drops a connection over its cap at once
+      for (const c of idle) c.sock.destroy();
+      await Promise.all(idle.map((c) => c.closed));
+      const r = await until(
+        () =>
+          fetch(`${capped.ollamaUrl}/api/version`).then(
+            (x) => x.status,
+            () => 0,
+          ),
+        (s) => s === 200,
+      );
+      assert.equal(r, 200, 'the port serves again once they are gone');
+    } finally {
+      await capped.stop();
+    }
   });
 
   it('a crafted GGUF whose header claims a 2^30-element array is refused before anything is read into memory', async () => {

@@ -1,14 +1,10 @@
 import assert from 'node:assert/strict';
-import { createServer, request, type Server } from 'node:http';
-import type { AddressInfo } from 'node:net';
-import { after, before, describe, it } from 'node:test';
-import pino from 'pino';
-import { proxyToPlacement } from '../../src/main/core/hub/proxy.js';
+import type { RequestListener } from 'node:http';
+import { describe, it } from 'node:test';
 import { SseErrorWatch } from '../../src/main/core/hub/sse-error.js';
 import { ollamaGeneration } from '../../src/main/core/hub/ollama/response.js';
 import type { ErrorShape } from '../../src/main/core/hub/dialects.js';
-import type { Lease } from '../../src/main/core/scheduler/placement.js';
-import type { ModelRecord } from '../../src/main/core/store/store.js';
+import { readAll, throughProxy } from '../helpers/proxy-harness.js';
 
 /**
  * llama-server's failure in the middle of a stream, in both forms: the pinned server's `data: {"error": …}` and a
@@ -19,51 +15,14 @@ import type { ModelRecord } from '../../src/main/core/store/store.js';
 const TOKEN = 'data: {"choices":[{"index":0,"delta":{"content":"Hi"}}]}\n\n';
 const NEWER = 'error: {"code":500,"message":"the model produced output that does not match the expected format","type":"server_error"}\n\n';
 
-let upstream: Server;
-let upstreamUrl: string;
-before(async () => {
-  upstream = createServer((_req, res) => {
-    res.writeHead(200, { 'content-type': 'text/event-stream' });
-    res.write(TOKEN);
-    // Cut in the middle of the line, as TCP may.
-    res.write(NEWER.slice(0, 9));
-    setImmediate(() => res.end(NEWER.slice(9)));
-  });
-  await new Promise<void>((r) => upstream.listen(0, '127.0.0.1', r));
-  upstreamUrl = `http://127.0.0.1:${(upstream.address() as AddressInfo).port}`;
-});
-after(() => upstream.close());
-
-/** The hub's side: one request through proxyToPlacement in `shape`, what the client received. */
-async function through(shape: ErrorShape): Promise<string> {
-  const lease: Lease = {
-    placementId: 'p',
-    kind: 'host',
-    baseUrl: upstreamUrl,
-    model: { name: 'm' } as ModelRecord,
-    release: () => undefined,
-    stallMs: () => 60_000,
-    probe: () => Promise.resolve(),
-  };
-  const hub = createServer((req, res) => {
-    void proxyToPlacement({ lease, path: '/v1/chat/completions', body: Buffer.from('{}'), req, res, log: pino({ level: 'silent' }), errors: shape, onDone: () => undefined });
-  });
-  await new Promise<void>((r) => hub.listen(0, '127.0.0.1', r));
-  try {
-    return await new Promise<string>((resolve, reject) => {
-      const r = request({ host: '127.0.0.1', port: (hub.address() as AddressInfo).port, method: 'POST', path: '/' }, (res) => {
-        let text = '';
-        res.setEncoding('utf8');
-        res.on('data', (c: string) => (text += c));
-        res.on('end', () => resolve(text));
-      });
-      r.on('error', reject);
-      r.end('{}');
-    });
-  } finally {
-    hub.close();
-  }
-}
+/** llama-server's answer: a token, then the newer form of its error, cut in the middle of its line as TCP may. */
+const upstream: RequestListener = (_req, res) => {
+  res.writeHead(200, { 'content-type': 'text/event-stream' });
+  res.write(TOKEN);
+  res.write(NEWER.slice(0, 9));
+  setImmediate(() => res.end(NEWER.slice(9)));
+};
+const through = (shape: ErrorShape): Promise<string> => throughProxy(upstream, shape, readAll);
 
 describe("llama-server's error mid-stream, in the form a newer llama-server sends it", () => {
   it('is found wherever the chunks cut it, and only at the start of a line', () => {

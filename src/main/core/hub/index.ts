@@ -226,7 +226,7 @@ export async function startHub(config: HubConfig, deps: { log: Logger; install?:
   // Apps that find Ollama only at its port: the same app on a second one (ollama/listener.ts).
   if (config.ollamaPort !== null) {
     try {
-      ollama = await listenOllama(app, { host: config.host, port: config.ollamaPort, tls: userTls, requestTimeoutMs: config.requestTimeoutMs });
+      ollama = await listenOllama(app, { host: config.host, port: config.ollamaPort, tls: userTls, requestTimeoutMs: config.requestTimeoutMs, maxConnections: config.maxConnections });
     } catch (err) {
       await close();
       throw err;

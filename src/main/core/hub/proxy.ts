@@ -147,6 +147,13 @@ export function proxyToPlacement(opts: {
   /** llama-server's chunked bytes go to the client's socket as they came (upstream-http.ts says why). */
   let passRaw = false;
   let raw: Duplex | null = null;
+  /** The socket a backpressure wait listens on for 'drain' (null: not waiting). Left once when the upstream ends. */
+  let draining: Duplex | ServerResponse | null = null;
+  const resume = (): void => {
+    draining = null;
+    up.resume();
+  };
+  up.once('close', () => draining?.off('drain', resume)); // a client connection kept alive must not collect it
   /** A failure llama-server sends as an `error:` line, which SSE clients would ignore (sse-error.ts). */
   const sseErrors = new SseErrorWatch();
   const brokenUpstream = (why: string): void => {
@@ -255,13 +262,11 @@ export function proxyToPlacement(opts: {
           }
         }
         corked?.uncork();
-        if (full) {
-          // Backpressure: llama-server waits while the client's socket is full.
+        if (full && !draining) {
+          // Backpressure: llama-server waits while the client's socket is full (one wait at a time, one listener).
+          draining = raw ?? res;
           up.pause();
-          const to = raw ?? res;
-          const resume = (): void => void up.resume();
-          to.once('drain', resume);
-          up.once('close', () => to.off('drain', resume)); // a client connection kept alive must not collect them
+          draining.once('drain', resume);
         }
       },
       end() {

@@ -25,12 +25,16 @@ export function ollamaHandler(app: RequestListener): RequestListener {
   };
 }
 
-export function listenOllama(app: RequestListener, o: { host: string; port: number; tls: { cert: Buffer; key: Buffer } | null; requestTimeoutMs: number }): Promise<OllamaListener> {
+export function listenOllama(
+  app: RequestListener,
+  o: { host: string; port: number; tls: { cert: Buffer; key: Buffer } | null; requestTimeoutMs: number; maxConnections: number },
+): Promise<OllamaListener> {
   const handler = ollamaHandler(app);
   const server: Server = o.tls ? createHttpsServer({ ...o.tls, connectionsCheckingInterval: 1000 }, handler) : createHttpServer({ connectionsCheckingInterval: 1000 }, handler);
   server.requestTimeout = o.requestTimeoutMs;
   server.headersTimeout = Math.min(30_000, o.requestTimeoutMs);
   server.keepAliveTimeout = 65_000; // as the main listener (hub/index.ts)
+  server.maxConnections = o.maxConnections; // its own cap, as the main port's: idle sockets cannot exhaust the hub
   return new Promise((resolve, reject) => {
     server.once('error', (err: NodeJS.ErrnoException) => {
       if (err.code === 'EADDRINUSE') {
