@@ -276,9 +276,14 @@ describe('vision fixtures', { timeout: 300_000 }, () => {
     const png = Buffer.from(testPng(), 'base64');
     const site = createServer((req, res) => {
       if (req.url === '/photo.png') res.writeHead(200, { 'content-type': 'image/png' }).end(png);
+      else if (req.url === '/moved.png') res.writeHead(302, { location: '/photo.png' }).end();
+      else if (req.url === '/router') res.writeHead(302, { location: `http://127.0.0.2:${(router.address() as AddressInfo).port}/admin.png` }).end();
       else if (req.url === '/page') res.writeHead(200, { 'content-type': 'text/html' }).end('<html></html>');
       else res.writeHead(404).end();
     });
+    // A device of the home network (another local address): its "image" must never be fetched through a redirect.
+    const router = createServer((_req, res) => res.writeHead(200, { 'content-type': 'image/png' }).end(png));
+    await new Promise<void>((r) => router.listen(0, '127.0.0.2', () => r()));
     await new Promise<void>((r) => site.listen(0, '127.0.0.1', () => r()));
     const base = `http://127.0.0.1:${(site.address() as AddressInfo).port}`;
     const h = await startHub({ env: { RELAY_CONTEXT_SIZE: '512', RELAY_PARALLEL_SLOTS: '1', RELAY_THREADS: '1', RELAY_FETCH_IMAGES: '1' }, args: ['--cpu-budget-mb', '1200'] });
@@ -314,9 +319,14 @@ describe('vision fixtures', { timeout: 300_000 }, () => {
       assert.equal(j.usage.prompt_tokens, want.prompt);
       // Anthropic's url source too.
       assert.equal(await anthropicAbout(h.url, { type: 'url', url: `${base}/photo.png` }), want.text);
+      // A redirect on the same site is followed.
+      const moved = await ask(`${base}/moved.png`);
+      assert.equal(moved.status, 200);
+      assert.equal(((await moved.json()) as { choices: { message: { content: string } }[] }).choices[0]!.message.content, want.text);
       for (const [path, why] of [
         ['/missing.png', /answered 404/],
         ['/page', /text\/html, not an image/],
+        ['/router', /redirects to 127\.0\.0\.2:\d+, an address of the local network/],
       ] as const) {
         const bad = await ask(`${base}${path}`);
         assert.equal(bad.status, 400);
@@ -327,6 +337,7 @@ describe('vision fixtures', { timeout: 300_000 }, () => {
     } finally {
       await h.stop();
       site.close();
+      router.close();
     }
   });
 });

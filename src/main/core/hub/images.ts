@@ -1,3 +1,5 @@
+import { lookup } from 'node:dns/promises';
+import { isIP } from 'node:net';
 import { ErrorCode, RelayError } from '../../../shared/errors.js';
 
 /**
@@ -58,14 +60,50 @@ export function checkImages(body: unknown, model: { name: string; mmproj?: unkno
 }
 
 const FETCH_TIMEOUT_MS = 15_000;
+const MAX_REDIRECTS = 5;
+
+/** Loopback, private (RFC 1918, ULA), link-local or unspecified: an address of the home network or this machine. */
+export function isLocalAddress(ip: string): boolean {
+  const v4 = /^(?:::ffff:)?(\d+)\.(\d+)\.\d+\.\d+$/.exec(ip);
+  if (v4) {
+    const [a, b] = [Number(v4[1]), Number(v4[2])];
+    return a === 0 || a === 10 || a === 127 || (a === 169 && b === 254) || (a === 172 && b >= 16 && b <= 31) || (a === 192 && b === 168) || (a === 100 && b >= 64 && b <= 127);
+  }
+  const v6 = ip.toLowerCase();
+  return v6 === '::' || v6 === '::1' || /^f[cd]/.test(v6) || /^fe[89ab]/.test(v6);
+}
+
+/**
+ * Where a link redirects, if relay may follow: to the same origin, or to a host whose every address is public. A
+ * client that may name a public image must not be able to reach the home network's devices through a redirect.
+ */
+async function redirectAllowed(from: URL, to: URL): Promise<boolean> {
+  if (to.protocol !== 'http:' && to.protocol !== 'https:') return false;
+  if (to.origin === from.origin) return true;
+  const host = to.hostname.replace(/^\[|\]$/g, '');
+  const addresses = isIP(host) ? [host] : (await lookup(host, { all: true }).catch(() => [])).map((a) => a.address);
+  return addresses.length > 0 && !addresses.some(isLocalAddress);
+}
 
 /** One image link fetched: its media type and bytes, bounded in size and time. */
 async function fetchImage(url: string, maxBytes: number): Promise<{ type: string; data: Buffer }> {
   const failed = (why: string): RelayError => new RelayError(ErrorCode.IMAGE_FETCH_FAILED, `could not fetch the image at ${url.slice(0, 200)}: ${why}`, { url: url.slice(0, 200) });
   let res: Response;
+  const signal = AbortSignal.timeout(FETCH_TIMEOUT_MS);
   try {
-    res = await fetch(url, { signal: AbortSignal.timeout(FETCH_TIMEOUT_MS), redirect: 'follow' });
+    let at = new URL(url);
+    for (let hop = 0; ; hop++) {
+      res = await fetch(at, { signal, redirect: 'manual' });
+      const location = res.headers.get('location');
+      if (res.status < 300 || res.status >= 400 || !location) break;
+      await res.body?.cancel();
+      const next = new URL(location, at);
+      if (hop === MAX_REDIRECTS) throw failed(`more than ${MAX_REDIRECTS} redirects`);
+      if (!(await redirectAllowed(at, next))) throw failed(`it redirects to ${next.host}, an address of the local network (a redirect is followed to the same site or to public addresses only)`);
+      at = next;
+    }
   } catch (err) {
+    if (err instanceof RelayError) throw err;
     throw failed((err as Error).name === 'TimeoutError' ? `no answer within ${FETCH_TIMEOUT_MS / 1000} s` : (err as Error).message);
   }
   if (!res.ok) throw failed(`it answered ${res.status}`);
