@@ -61,6 +61,8 @@ export async function cmdUp(args: string[]): Promise<number> {
     credential,
     hubCert,
     paused: saved?.paused ?? false,
+    // The hub owner's pause (its dashboard) outlives a restart too, as the tray keeps it: for that hub only.
+    ...(same && saved.hubPaused !== undefined ? { hubPaused: saved.hubPaused } : {}),
     schedule: values.schedule ?? saved?.schedule ?? '',
     cpuBudgetMb: intFlag(values['cpu-budget-mb'], '--cpu-budget-mb') ?? saved?.cpuBudgetMb ?? 0,
     cacheBudgetMb: cacheBudgetFlag(values['cache-budget-mb']) ?? saved?.cacheBudgetMb ?? 'auto',

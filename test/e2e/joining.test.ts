@@ -4,6 +4,7 @@ import { after, before, describe, it } from 'node:test';
 import { addModel, startHub, type HubProcess } from '../helpers/hub.js';
 import { fixture } from '../helpers/llama.js';
 import { startNode, type NodeProcess } from '../helpers/node.js';
+import { until } from '../helpers/proc.js';
 import { packageVersion } from '../../src/main/core/app-files.js';
 import { tokenHubUrl } from '../../src/main/core/pairing/tokens.js';
 
@@ -59,6 +60,20 @@ describe('joining: the command per OS; a node that lends nothing says so, with t
     assert.equal(r.status, 503);
     assert.equal(r.body.error.code, 'model_unavailable');
     assert.match(r.body.error.message, /nodes: bare lends nothing \(no GPU relay can use and no CPU budget: start it with relay up --cpu-budget-mb N to serve from its CPU\)/);
+  });
+
+  it("the hub owner's pause of a node outlives the node's restart (relay up again), as the tray app's does", async () => {
+    const paused = await hub.api<{ availability: string }>(`/api/nodes/${node.name}/pause`, { method: 'POST' });
+    assert.equal(paused.body.availability, 'paused');
+    await node.stop();
+    node = await startNode(hub, { name: 'bare', env: ENV, home: node.home, token: null });
+    const seen = await until(
+      async () => (await hub.status()).nodes.find((n) => n.name === 'bare'),
+      (n) => n?.connected === true,
+    );
+    assert.equal(seen?.state, 'paused', JSON.stringify(seen));
+    const resumed = await hub.api<{ availability: string }>(`/api/nodes/${node.name}/resume`, { method: 'POST' });
+    assert.equal(resumed.body.availability, 'idle');
   });
 
   it('relay doctor, for that node, says it lends nothing and what to pass', () => {
