@@ -126,14 +126,27 @@ export function fakeNode(name: string, freeMb: number, extra: Partial<NodeConn> 
   } as unknown as NodeConn;
 }
 
-export function setup(o: { hubMb?: number; nodes?: NodeConn[]; models: ModelRecord[]; env?: Record<string, string>; hubPaused?: () => boolean; config?: Partial<HubConfig>; now?: () => number }) {
+export function setup(o: {
+  hubMb?: number;
+  nodes?: NodeConn[];
+  models: ModelRecord[];
+  env?: Record<string, string>;
+  hubPaused?: () => boolean;
+  config?: Partial<HubConfig>;
+  now?: () => number;
+  /** The registry's check of a model's file (default: unchanged, at once); a test holds it to stand for a re-hash. */
+  verify?: (name: string) => Promise<void>;
+}) {
   const config = hubConfigFromEnv({ HOME: '/tmp', RELAY_CONTEXT_SIZE: '512', RELAY_PARALLEL_SLOTS: '1', ...o.env }, { port: 0, ...o.config });
   const devices: Device[] = o.hubMb
     ? [{ id: 'CPU', kind: 'cpu', description: 'cpu budget', totalMb: o.hubMb, reportedFreeMb: o.hubMb, utilizationPct: null, source: 'cpu-budget', busId: null, readAt: 0 }]
     : [];
   const byName = new Map(o.models.map((m) => [m.name, m]));
   const registry = {
-    verify: async (n: string) => ({ model: byName.get(n)!, changed: false }),
+    verify: async (n: string) => {
+      await o.verify?.(n);
+      return { model: byName.get(n)!, changed: false };
+    },
     get: (n: string) => byName.get(n),
   } as unknown as ModelRegistry;
   const nodes = o.nodes ?? [];

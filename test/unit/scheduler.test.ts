@@ -248,6 +248,25 @@ describe('scheduler with a manual launcher', () => {
     assert.deepEqual(launcher.discarded, [lease.placementId], 'the second save is kept');
   });
 
+  it('a client that leaves while its model is re-hashed leaves no waiter behind to take a slot for no one', async () => {
+    const a = model('a', 300);
+    let rehashed!: () => void;
+    let hold = true;
+    const { scheduler, launcher } = setup({ hubMb: 2000, models: [a], verify: () => (hold ? new Promise<void>((r) => (rehashed = r)) : Promise.resolve()) });
+    const leaving = new AbortController();
+    const gone = scheduler.acquire('a', undefined, leaving.signal);
+    await tick();
+    leaving.abort(); // during the re-hash: its abort event has fired before any waiter exists
+    hold = false;
+    rehashed();
+    const err = await rejected(gone);
+    assert.equal(err.code, ErrorCode.INVALID_REQUEST);
+    assert.equal(scheduler.view.status().length + launcher.starts.length, 0, 'nothing was placed for it');
+    const next = scheduler.acquire('a');
+    (await launcher.nth(0)).ok();
+    assert.equal((await next).model.name, 'a', 'the next request is served');
+  });
+
   it('extra placements never evict another model: a saturated model waits instead', async () => {
     const a = model('a', 300);
     const b = model('b', 300);

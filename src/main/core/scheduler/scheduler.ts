@@ -104,9 +104,7 @@ export class Scheduler {
     });
   }
 
-  private now(): number {
-    return this.deps.now?.() ?? Date.now();
-  }
+  private readonly now = (): number => this.deps.now?.() ?? Date.now();
 
   need(model: ModelRecord): FitBreakdown {
     return this.placer.need(model);
@@ -130,6 +128,8 @@ export class Scheduler {
   async acquire(name: string, attempts: Attempts = newAttempts(), signal?: AbortSignal, prefix: PromptPrefix | null = null): Promise<Lease> {
     if (this.closed) throw new RelayError(ErrorCode.MODEL_UNAVAILABLE, 'the hub is shutting down');
     const model = await this.current(name);
+    // The client may have left while its model was re-hashed: no waiter for it (it would hold a slot for no one).
+    if (signal?.aborted) throw new RelayError(ErrorCode.INVALID_REQUEST, 'the client went away while waiting');
     if (this.waiting.size(model.name) === 0) {
       const c = this.router.choose(model.name, this.of(model), attempts.exclude, prefix, this.now());
       if (c) return this.lease(c, model, prefix);
