@@ -130,3 +130,45 @@ describe('the admin API against browsers', { timeout: 120_000 }, () => {
     for (const path of ['/ui/nope.js', '/ui/..%2findex.html', '/ui/%2e%2e%2f%2e%2e%2fpackage.json', '/ui/README.md']) assert.equal((await raw(hub.url, { path })).status, 404, path);
   });
 });
+
+describe('browser origins the owner allows (RELAY_ORIGINS): the client routes only', { timeout: 120_000 }, () => {
+  let hub: HubProcess;
+  before(async () => {
+    hub = await startHub({ env: { RELAY_ORIGINS: 'http://localhost:*, vscode-webview://*' } });
+  });
+  after(async () => {
+    await hub?.stop();
+  });
+  const post = (path: string, origin: string) =>
+    raw(hub.url, { method: 'POST', path, headers: { origin, 'content-type': 'application/json', host: new URL(hub.url).host }, body: JSON.stringify({ model: 'none', messages: [] }) });
+
+  it("a local web UI's page calls Ollama's and OpenAI's routes, with CORS; a preflight is answered", async () => {
+    for (const path of ['/api/chat', '/v1/chat/completions']) {
+      const r = await post(path, 'http://localhost:3000');
+      assert.notEqual(r.status, 403, `${path}: ${r.body}`);
+      assert.equal(r.headers['access-control-allow-origin'], 'http://localhost:3000');
+    }
+    const pre = await raw(hub.url, {
+      method: 'OPTIONS',
+      path: '/v1/chat/completions',
+      headers: { origin: 'vscode-webview://1a2b3c', 'access-control-request-method': 'POST', host: new URL(hub.url).host },
+    });
+    assert.equal(pre.status, 204);
+    assert.equal(pre.headers['access-control-allow-origin'], 'vscode-webview://1a2b3c');
+    assert.match(String(pre.headers['access-control-allow-headers']), /authorization/);
+  });
+
+  it("never the owner's API, and never an origin it did not list", async () => {
+    const admin = await raw(hub.url, {
+      method: 'POST',
+      path: '/api/models',
+      headers: { origin: 'http://localhost:3000', 'content-type': 'application/json', host: new URL(hub.url).host },
+      body: '{}',
+    });
+    assert.equal(admin.status, 403);
+    assert.equal(admin.headers['access-control-allow-origin'], undefined);
+    const other = await post('/api/chat', 'https://evil.example');
+    assert.equal(other.status, 403);
+    assert.equal(other.headers['access-control-allow-origin'], undefined);
+  });
+});

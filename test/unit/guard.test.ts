@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { hostAllowed, hostOf, ownHostNames, pageCsp, sameOrigin } from '../../src/main/core/hub/guard.js';
+import { isClientRoute, originMatcher } from '../../src/main/core/hub/origins.js';
 
 describe('browser guard (pure)', () => {
   const names = ownHostNames('0.0.0.0', ['relay.example'], 'Desktop', { eth0: [{ address: '192.168.1.20', netmask: '', family: 'IPv4', mac: '', internal: false, cidr: null }] });
@@ -46,5 +47,30 @@ describe('one code table per wire', () => {
     assert.equal(fromWireCode(undefined), ErrorCode.UPSTREAM_ERROR);
     const e = new RelayError(fromWireCode('model_unavailable'), 'node kitchen is paused');
     assert.deepEqual([httpError(e).status, httpError(e).body.error.code], [503, 'model_unavailable']);
+  });
+});
+
+describe('allowed browser origins (RELAY_ORIGINS), pure', () => {
+  it('matches with * wildcards, case-insensitively, the whole origin', () => {
+    const ok = originMatcher(['http://localhost:*', 'vscode-webview://*', 'https://chat.home.lan']);
+    assert.deepEqual(
+      ['http://localhost:8080', 'http://LOCALHOST:3000', 'vscode-webview://abc', 'https://chat.home.lan', 'http://localhost.evil.com', 'https://chat.home.lan.evil.com', 'http://127.0.0.1:3000'].map(
+        ok,
+      ),
+      [true, true, true, true, false, false, false],
+    );
+  });
+
+  it('the client routes only: generation and listing, not the owner API', () => {
+    assert.deepEqual(['/v1/chat/completions', '/api/chat', '/api/tags?x=1', '/model/qwen/infill', '/api/models', '/api/nodes/token', '/api/pull', '/status'].map(isClientRoute), [
+      true,
+      true,
+      true,
+      true,
+      false,
+      false,
+      false,
+      false,
+    ]);
   });
 });

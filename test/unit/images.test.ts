@@ -72,9 +72,27 @@ describe('images in a request, every dialect', () => {
 
 describe('local addresses (a fetched image link may not redirect into them)', () => {
   it('loopback, RFC 1918, CGNAT, link-local, ULA and unspecified are local; public addresses are not', () => {
-    const local = ['127.0.0.1', '127.0.0.2', '10.1.2.3', '172.16.0.1', '172.31.255.255', '192.168.1.1', '169.254.1.1', '100.64.0.1', '0.0.0.0', '::1', '::', 'fd00::1', 'fe80::1', '::ffff:192.168.0.10'];
+    const local = [
+      '127.0.0.1',
+      '127.0.0.2',
+      '10.1.2.3',
+      '172.16.0.1',
+      '172.31.255.255',
+      '192.168.1.1',
+      '169.254.1.1',
+      '100.64.0.1',
+      '0.0.0.0',
+      '::1',
+      '::',
+      'fd00::1',
+      'fe80::1',
+      '::ffff:192.168.0.10',
+    ];
     const open = ['8.8.8.8', '172.32.0.1', '100.128.0.1', '2606:4700::1111', '1.1.1.1'];
-    assert.deepEqual(local.filter((a) => !isLocalAddress(a)), []);
+    assert.deepEqual(
+      local.filter((a) => !isLocalAddress(a)),
+      [],
+    );
     assert.deepEqual(open.filter(isLocalAddress), []);
   });
 });

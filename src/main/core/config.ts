@@ -67,6 +67,8 @@ export interface HubConfig {
    * RELAY_ALLOWED_HOSTS and `relay hub --allowed-hosts`, comma-separated (e.g. `desktop.lan,desktop.fritz.box`).
    */
   readonly allowedHosts: readonly string[];
+  /** Browser origins allowed on the client routes (RELAY_ORIGINS, comma-separated, `*` wildcards; hub/origins.ts). */
+  readonly allowedOrigins: readonly string[];
   /** Loopback clients are admins without a login (RELAY_LOOPBACK_ADMIN=0: they need one too, for a machine shared with other users). */
   readonly loopbackAdmin: boolean;
   /**
@@ -257,6 +259,10 @@ export function hubConfigFromEnv(env: NodeJS.ProcessEnv = processEnv(), override
     allowedHosts: `${env.RELAY_ALLOWED_HOSTS ?? ''},${allowedHostsFlag}`
       .split(',')
       .map((h) => h.trim())
+      .filter(Boolean),
+    allowedOrigins: (env.RELAY_ORIGINS ?? '')
+      .split(',')
+      .map((o) => o.trim())
       .filter(Boolean),
     hubSchedule: env.RELAY_HUB_SCHEDULE,
     hubAutoPause: env.RELAY_HUB_AUTO_PAUSE === undefined || env.RELAY_HUB_AUTO_PAUSE === '' ? undefined : env.RELAY_HUB_AUTO_PAUSE === '1',

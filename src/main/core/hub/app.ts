@@ -1,4 +1,5 @@
 import type { RequestListener } from 'node:http';
+import { originMatcher } from './origins.js';
 import express, { type NextFunction, type Request, type Response } from 'express';
 import { ErrorCode, RelayError } from '../../../shared/errors.js';
 import { fmtMb } from '../scheduler/fit.js';
@@ -29,7 +30,8 @@ export function createApp(d: AppDeps): RequestListener {
   app.disable('x-powered-by');
   app.set('trust proxy', false);
   const names = ownHostNames(config.host, config.allowedHosts);
-  app.use(browserGuard(names));
+  const origins = originMatcher(config.allowedOrigins);
+  app.use(browserGuard(names, origins));
 
   const body = readBody(config.maxBodyBytes);
   const h: HubHttp = {
@@ -52,7 +54,7 @@ export function createApp(d: AppDeps): RequestListener {
     if (e?.type === 'request.aborted' || e?.type === 'stream.not.readable') return res.destroy();
     sendError(res, err, log);
   });
-  const door = v1Door(h, names);
+  const door = v1Door(h, names, origins);
   return (req, res) => {
     if (!door(req, res)) void app(req, res);
   };

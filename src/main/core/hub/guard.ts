@@ -1,4 +1,5 @@
 import { createHash } from 'node:crypto';
+import { allowedOrigin, answerCors, type OriginMatcher } from './origins.js';
 import { hostname as osHostname, networkInterfaces } from 'node:os';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { NextFunction, Request, Response } from 'express';
@@ -85,24 +86,27 @@ export function setSecurityHeaders(res: ServerResponse): void {
 }
 
 /** Pure on the request's headers: why the browser guard refuses it (a foreign Host, another site's state-changing request), or null. */
-export function guardRefusal(req: IncomingMessage, names: ReadonlySet<string>): RelayError | null {
+export function guardRefusal(req: IncomingMessage, names: ReadonlySet<string>, origins: OriginMatcher = () => false): RelayError | null {
   if (!hostAllowed(req.headers.host, names)) {
     return new RelayError(
       ErrorCode.MISDIRECTED_REQUEST,
       `this hub does not answer to the name "${req.headers.host}" (if it is really this machine, add the name with --allowed-hosts or RELAY_ALLOWED_HOSTS)`,
     );
   }
-  if (!SAFE_METHODS.has(req.method ?? '') && !sameOrigin(header(req, 'origin'), header(req, 'sec-fetch-site'), req.headers.host)) {
+  // A page of an origin the owner allows (RELAY_ORIGINS) may call the client routes (origins.ts).
+  if (!SAFE_METHODS.has(req.method ?? '') && !sameOrigin(header(req, 'origin'), header(req, 'sec-fetch-site'), req.headers.host) && !allowedOrigin(req, origins)) {
     return new RelayError(ErrorCode.FORBIDDEN, "a request from another site's page is refused (Origin / Sec-Fetch-Site)");
   }
   return null;
 }
 
-export function browserGuard(names: ReadonlySet<string>) {
+export function browserGuard(names: ReadonlySet<string>, origins: OriginMatcher = () => false) {
   return (req: Request, res: Response, next: NextFunction): void => {
     setSecurityHeaders(res);
-    const refusal = guardRefusal(req, names);
+    const refusal = guardRefusal(req, names, origins);
     if (refusal) return next(refusal);
+    const origin = allowedOrigin(req, origins);
+    if (origin && answerCors(req, res, origin)) return;
     next();
   };
 }

@@ -1,4 +1,5 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
+import { allowedOrigin, answerCors, type OriginMatcher } from './origins.js';
 import { ErrorCode, isRelayError, RelayError } from '../../../shared/errors.js';
 import { readBody } from './body.js';
 import { DIALECT_ROUTES, type DialectRoute } from './dialects.js';
@@ -62,7 +63,7 @@ export function dialectTarget(method: string | undefined, url: string | undefine
  * time-to-first-token on a 2-core VM (measured, docs/benchmarks.md); everything else stays on express (app.ts).
  * Returns false for a request that is not a dialect route.
  */
-export function v1Door(h: HubHttp, names: ReadonlySet<string>): (req: IncomingMessage, res: ServerResponse) => boolean {
+export function v1Door(h: HubHttp, names: ReadonlySet<string>, origins: OriginMatcher = () => false): (req: IncomingMessage, res: ServerResponse) => boolean {
   const { maxBodyBytes } = h.deps.config;
   const body = readBody(maxBodyBytes);
   return (req: V1Request, res) => {
@@ -77,7 +78,7 @@ export function v1Door(h: HubHttp, names: ReadonlySet<string>): (req: IncomingMe
     try {
       setSecurityHeaders(res);
       const refusal =
-        guardRefusal(req, names) ??
+        guardRefusal(req, names, origins) ??
         h.auth.apiKeyRefusal(req) ??
         (declaresJson(req) ? null : notJson(req)) ??
         (named === null ? new RelayError(ErrorCode.INVALID_REQUEST, 'the model name in the path is not valid percent-encoding') : null);
@@ -85,6 +86,8 @@ export function v1Door(h: HubHttp, names: ReadonlySet<string>): (req: IncomingMe
         refuse(refusal);
         return true;
       }
+      const origin = allowedOrigin(req, origins);
+      if (origin) answerCors(req, res, origin);
       body(req, res, (err?: unknown) => {
         if (err) return refuse(err);
         throughPool(h, req, res, route.endpoint, route.errors, () => {
