@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import type { RequestListener } from 'node:http';
 import { describe, it } from 'node:test';
-import { SseErrorWatch } from '../../src/main/core/hub/sse-error.js';
+import { endingError } from '../../src/main/core/hub/sse-error.js';
 import { ollamaGeneration } from '../../src/main/core/hub/ollama/response.js';
 import type { ErrorShape } from '../../src/main/core/hub/dialects.js';
 import { readAll, throughProxy } from '../helpers/proxy-harness.js';
@@ -25,17 +25,11 @@ const upstream: RequestListener = (_req, res) => {
 const through = (shape: ErrorShape): Promise<string> => throughProxy(upstream, shape, readAll);
 
 describe("llama-server's error mid-stream, in the form a newer llama-server sends it", () => {
-  it('is found wherever the chunks cut it, and only at the start of a line', () => {
-    const stream = `${TOKEN}data: {"text":"error: not this one"}\n\n${NEWER}`;
-    for (let cut = 0; cut <= stream.length; cut++) {
-      const w = new SseErrorWatch();
-      w.push(Buffer.from(stream.slice(0, cut)));
-      w.push(Buffer.from(stream.slice(cut)));
-      assert.equal(w.error?.message, 'the model produced output that does not match the expected format', `cut at ${cut}`);
-    }
-    const quiet = new SseErrorWatch();
-    quiet.push(Buffer.from(`${TOKEN}event: done\ndata: {"text":"error: inside"}\n\n`));
-    assert.equal(quiet.error, null);
+  it("is read from the stream's last line only: a data line that mentions it is not one", () => {
+    assert.equal(endingError(`${TOKEN}${NEWER}`)?.message, 'the model produced output that does not match the expected format');
+    assert.equal(endingError(`${TOKEN}data: {"text":"error: inside"}\n\n`), null);
+    assert.equal(endingError(`${NEWER}${TOKEN}`), null, 'an error line is the last thing llama-server sends');
+    assert.equal(endingError('error: {"error":"plain"}\n\n')?.message, 'plain');
   });
 
   it('OpenAI chat and completions, and Responses: the text so far, then an error event the SDKs raise', async () => {

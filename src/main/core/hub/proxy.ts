@@ -8,7 +8,7 @@ import type { SpareSockets } from '../llama/spare-sockets.js';
 import { openUpstream, postUpstream } from './upstream-http.js';
 import { sendJson } from './http.js';
 import { llamaRefusal, usageFromTail } from './llama-answer.js';
-import { SseErrorWatch } from './sse-error.js';
+import { endingError } from './sse-error.js';
 
 /**
  * Forward one /v1 request to a placement's llama-server and stream the answer back byte for byte.
@@ -154,8 +154,6 @@ export function proxyToPlacement(opts: {
     up.resume();
   };
   up.once('close', () => draining?.off('drain', resume)); // a client connection kept alive must not collect it
-  /** A failure llama-server sends as an `error:` line, which SSE clients would ignore (sse-error.ts). */
-  const sseErrors = new SseErrorWatch();
   const brokenUpstream = (why: string): void => {
     if (settled) return;
     if (!started) return retry(why);
@@ -250,7 +248,6 @@ export function proxyToPlacement(opts: {
           }
           tailChunks.push(chunk);
           tailBytes += chunk.byteLength;
-          if (isSse && !translate) sseErrors.push(chunk);
           while (tailBytes - tailChunks[0]!.byteLength >= TAIL_BYTES) tailBytes -= tailChunks.shift()!.byteLength;
         }
         let full = false;
@@ -284,7 +281,8 @@ export function proxyToPlacement(opts: {
           else sendJson(res, st, body);
           return finish(st);
         }
-        const failed = sseErrors.error;
+        // A failure llama-server sent as an `error:` line, its last, which SSE clients would skip (sse-error.ts).
+        const failed = isSse && !translate ? endingError(Buffer.concat(tailChunks).toString('utf8')) : null;
         if (failed) log.warn({ model: lease.model.name, placement: lease.placementId, message: failed.message }, 'llama-server ended its stream with an error');
         // Its `error:` line went on as it came (clients skip it): the dialect's own error event ends the stream.
         res.end(failed ? streamErrorIn(shape, failed) : rest);

@@ -1,7 +1,7 @@
 import { StringDecoder } from 'node:string_decoder';
 import { ErrorCode, RelayError } from '../../../../shared/errors.js';
 import { errorIn } from '../dialects.js';
-import { errorLine } from '../sse-error.js';
+import { parseSseError } from '../sse-error.js';
 import type { Translator } from '../proxy.js';
 import type { UpstreamFormat } from './request.js';
 
@@ -48,7 +48,7 @@ class SseReader {
     for (let i = this.buf.indexOf('\n'); i >= 0; i = this.buf.indexOf('\n')) {
       const line = this.buf.slice(0, i).trim();
       this.buf = this.buf.slice(i + 1);
-      if (line.startsWith('error:')) out.push(errorLine(line)); // a newer llama-server's failure mid-stream (sse-error.ts)
+      if (line.startsWith('error:')) out.push({ error: { message: parseSseError(line.slice(6).trim()).message } }); // a newer llama-server's failure (sse-error.ts)
       if (!line.startsWith('data:')) continue;
       const data = line.slice(5).trim();
       if (data === '[DONE]') continue;
