@@ -1,5 +1,5 @@
 import { lookup } from 'node:dns/promises';
-import { isIP } from 'node:net';
+import { BlockList, isIP } from 'node:net';
 import { ErrorCode, RelayError } from '../../../shared/errors.js';
 
 /**
@@ -62,15 +62,15 @@ export function checkImages(body: unknown, model: { name: string; mmproj?: unkno
 const FETCH_TIMEOUT_MS = 15_000;
 const MAX_REDIRECTS = 5;
 
-/** Loopback, private (RFC 1918, ULA), link-local or unspecified: an address of the home network or this machine. */
+/** Loopback, private (RFC 1918, CGNAT, ULA), link-local or unspecified: the home network's or this machine's. */
+const LOCAL = new BlockList();
+for (const [net, bits] of [['0.0.0.0', 8], ['10.0.0.0', 8], ['100.64.0.0', 10], ['127.0.0.0', 8], ['169.254.0.0', 16], ['172.16.0.0', 12], ['192.168.0.0', 16]] as const) LOCAL.addSubnet(net, bits, 'ipv4');
+for (const [net, bits] of [['::', 128], ['::1', 128], ['fc00::', 7], ['fe80::', 10]] as const) LOCAL.addSubnet(net, bits, 'ipv6');
+
+/** Whether `ip` is such an address, in any spelling (an IPv4-mapped IPv6 one `::ffff:7f00:1` included: BlockList maps them). */
 export function isLocalAddress(ip: string): boolean {
-  const v4 = /^(?:::ffff:)?(\d+)\.(\d+)\.\d+\.\d+$/.exec(ip);
-  if (v4) {
-    const [a, b] = [Number(v4[1]), Number(v4[2])];
-    return a === 0 || a === 10 || a === 127 || (a === 169 && b === 254) || (a === 172 && b >= 16 && b <= 31) || (a === 192 && b === 168) || (a === 100 && b >= 64 && b <= 127);
-  }
-  const v6 = ip.toLowerCase();
-  return v6 === '::' || v6 === '::1' || /^f[cd]/.test(v6) || /^fe[89ab]/.test(v6);
+  const family = isIP(ip);
+  return family !== 0 && LOCAL.check(ip, family === 4 ? 'ipv4' : 'ipv6');
 }
 
 /**
