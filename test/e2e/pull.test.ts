@@ -81,6 +81,13 @@ describe('models from Hugging Face (relay models pull)', { timeout: 600_000 }, (
           { path: 'mmproj-vision-f16.gguf', source: ensureProjector() },
         ],
       },
+      'acme/eyes-GGUF': {
+        files: [
+          { path: 'eyes-Q4_K_M.gguf', source: q4 },
+          { path: 'eyes-Q8_0.gguf', source: q8 },
+          { path: 'mmproj-eyes-f16.gguf', source: ensureProjector() },
+        ],
+      },
       'acme/cdn-GGUF': { files: [{ path: 'cdn-Q4_K_M.gguf', source: q4 }] },
       'acme/stuck-GGUF': { files: [{ path: 'stuck-Q4_K_M.gguf', source: q4 }] },
       'acme/room1-GGUF': { files: [{ path: 'room1-Q4_K_M.gguf', source: q4 }] },
@@ -312,6 +319,30 @@ describe('models from Hugging Face (relay models pull)', { timeout: 600_000 }, (
     assert.equal(statSync(ma.mmproj!.path).size, size, 'the projector on disk has the listed size (not two downloads in one file)');
     assert.equal(sha256File(ma.mmproj!.path), sha256File(projector));
     assert.equal(hf.sentFor('mmproj-vision-f16.gguf'), size, 'every byte of it fetched once');
+  });
+
+  it('a pull cancelled while another waits on the projector they share leaves its part: the other resumes it and is done', async () => {
+    const size = statSync(ensureProjector()).size;
+    const held = hf.holdOnce('mmproj-eyes-f16.gguf', Math.floor(size / 3));
+    const a = await pull(hub, 'acme/eyes-GGUF:Q4_K_M', 'eyes-a');
+    await held.reached;
+    const b = await pull(hub, 'acme/eyes-GGUF:Q8_0', 'eyes-b');
+    await until(
+      async () => (await hub.api<{ pull: PullView }>(`/api/pulls/${b.pull!.id}`)).body.pull.done_bytes,
+      (n) => n >= statSync(q8).size,
+    );
+    const cancelled = await hub.api<{ pull: PullView }>(`/api/pulls/${a.pull!.id}`, { method: 'DELETE' });
+    assert.equal(cancelled.body.pull.state, 'cancelled');
+    held.release();
+    const done = await settled(hub, b.pull!.id);
+    assert.equal(done.state, 'done', JSON.stringify(done));
+    assert.equal(sha256File((await registered(hub, 'eyes-b'))!.mmproj!.path), sha256File(ensureProjector()));
+    // The part the cancelled pull wrote stayed for the other, which resumed it: the projector was not fetched again.
+    const asked = hf.requests.filter((r) => r.origin === 'files' && r.path.endsWith('/mmproj-eyes-f16.gguf') && r.sent > 0);
+    const from = Number(/^bytes=(\d+)-$/.exec(asked.at(-1)!.range ?? '')?.[1] ?? 0);
+    assert.ok(from > 0, `the last request resumed (${JSON.stringify(asked.map((r) => [r.range, r.sent]))})`);
+    assert.equal(asked.at(-1)!.sent, size - from, 'the rest, once');
+    assert.equal(await registered(hub, 'eyes-a'), undefined);
   });
 
   it("a file server's refusal (an expired link's 403) is tried again from the resolve URL; what reached the disk is kept", async () => {

@@ -10,11 +10,17 @@ export class OneWriterPerFile {
   private readonly writing = new Map<string, Promise<string>>();
   private readonly verified = new Map<string, { sha: string; mtimeMs: number }>();
 
+  /** The sha256 this process verified for `dest`, if the file on disk is still the one it wrote; else null. */
+  verifiedSha(dest: string, size: number): string | null {
+    const known = this.verified.get(dest);
+    return known && existsSync(dest) && statSync(dest).size === size && statSync(dest).mtimeMs === known.mtimeMs ? known.sha : null;
+  }
+
   /** The sha256 of `dest` once it is whole and verified: the one a pull before this one wrote, or `download`'s. */
   async fetch(dest: string, size: number, signal: AbortSignal, download: () => Promise<string>): Promise<string> {
     for (let ahead = this.writing.get(dest); ahead; ahead = this.writing.get(dest)) await settledOrAborted(ahead, signal);
-    const known = this.verified.get(dest);
-    if (known && existsSync(dest) && statSync(dest).size === size && statSync(dest).mtimeMs === known.mtimeMs) return known.sha;
+    const known = this.verifiedSha(dest, size);
+    if (known) return known;
     const mine = download().then((sha) => {
       this.verified.set(dest, { sha, mtimeMs: statSync(dest).mtimeMs });
       return sha;

@@ -129,7 +129,8 @@ export class Pulls {
     mkdirSync(folder, { recursive: true });
     const fs = statfsSync(folder);
     // What running pulls will still write is spoken for: two pulls that each fit alone may not fit together.
-    const reserved = running.reduce((n, l) => n + filesOf(l.job).reduce((m, f) => m + f.size - onDisk(f), 0), 0);
+    const pending = new Map(running.flatMap((l) => filesOf(l.job).map((f) => [f.dest, f.size - onDisk(f)] as const))); // a shared file once
+    const reserved = [...pending.values()].reduce((n, b) => n + b, 0);
     const free = Number(fs.bavail) * Number(fs.bsize) - reserved;
     if (need + DISK_MARGIN_BYTES > free) {
       const also = reserved > 0 ? ` (after the ${gb(reserved)} the pulls already running will still write)` : '';
@@ -213,8 +214,9 @@ export class Pulls {
       for (const [i, f] of all.entries()) {
         mkdirSync(dirname(f.dest), { recursive: true });
         if (existsSync(f.dest) && statSync(f.dest).size === f.size) {
-          // Downloaded before a restart that came ahead of the registration: read once to be sure of it.
-          const sha = await sha256File(f.dest);
+          // Verified by a pull of this hub (one-writer.ts), or downloaded before a restart that came ahead of the
+          // registration: then read once to be sure of it.
+          const sha = this.files.verifiedSha(f.dest, f.size) ?? (await sha256File(f.dest));
           if (f.sha256 && sha !== f.sha256) rmSync(f.dest, { force: true });
           else {
             hashes.set(f.dest, sha);
@@ -245,7 +247,7 @@ export class Pulls {
       if (l.cancelled) {
         l.state = 'cancelled';
         this.forgetJob(job);
-        if (l.cancelled === 'delete') for (const f of all) this.remove(partOf(f.dest));
+        if (l.cancelled === 'delete') for (const f of this.ownFiles(l)) this.remove(partOf(f.dest));
         this.d.log.info({ pull: job.id, kept_parts: l.cancelled === 'keep' }, 'pull cancelled');
         return;
       }
@@ -257,7 +259,7 @@ export class Pulls {
       l.state = 'failed';
       l.error = { code: wireCode(e.code), message: e.message };
       // A network loss or a full disk keeps what came (pull again to resume); anything else starts over next time.
-      if (e.code !== ErrorCode.HF_UNREACHABLE && e.code !== ErrorCode.DISK_FULL) for (const f of all) this.remove(partOf(f.dest));
+      if (e.code !== ErrorCode.HF_UNREACHABLE && e.code !== ErrorCode.DISK_FULL) for (const f of this.ownFiles(l)) this.remove(partOf(f.dest));
       this.forgetJob(job);
       this.d.log.warn({ pull: job.id, code: e.code, message: e.message }, 'pull failed');
     }
@@ -275,6 +277,12 @@ export class Pulls {
 
   private forgetJob(job: PullJob): void {
     this.remove(join(this.jobsDir, `${job.id}.json`));
+  }
+
+  /** `l`'s files no other running pull wants: those its end may delete (a shared projector's part is the other's too). */
+  private ownFiles(l: Live): PullFile[] {
+    const others = new Set([...this.live.values()].filter((o) => o !== l && o.endedAt === null).flatMap((o) => filesOf(o.job).map((f) => f.dest)));
+    return filesOf(l.job).filter((f) => !others.has(f.dest));
   }
 
   /** Cleanup that cannot fail the pull (or the hub): a file held open elsewhere (Windows' EBUSY), a folder in its place. */
