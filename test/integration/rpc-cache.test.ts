@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { once } from 'node:events';
-import { existsSync, mkdtempSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, statSync, utimesSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
@@ -16,6 +16,7 @@ import { RPC_HASH_THRESHOLD, evictRpcCache, fillRpcCache, fillRpcCacheOffThread,
 import { hubJoinToken } from '../../src/main/core/pairing/tokens.js';
 import { fixture, llama } from '../helpers/llama.js';
 import { ensureSplitFixture } from '../fixtures/models.js';
+import { until } from '../helpers/proc.js';
 
 describe('FNV-1a 64 and the rpc cache files', () => {
   it('matches the reference vectors, in JavaScript and in WebAssembly', () => {
@@ -109,6 +110,23 @@ describe('FNV-1a 64 and the rpc cache files', () => {
     assert.equal(pruneRpcCache(dir), 0, 'named now: kept');
   });
 
+  it("pruning during fills keeps what was written since the first began; a damaged index names nothing and breaks nothing", () => {
+    const dir = mkdtempSync(join(tmpdir(), 'relay-rpc-'));
+    const [old, fresh] = ['05d6d197d9332325', '135f4ffc47132325'];
+    for (const f of [old, fresh]) writeFileSync(join(dir, f), Buffer.alloc(11 << 20));
+    const fillStart = Date.now();
+    utimesSync(join(dir, old), new Date(fillStart - 60_000), new Date(fillStart - 60_000)); // a prompt's, a minute ago
+    assert.equal(pruneRpcCache(dir, fillStart), 11 << 20, 'only the file from before the fill began');
+    assert.deepEqual(readdirSync(dir), [fresh]);
+    // An index cut short (a crash mid-write before indexes were written whole): its files are no weights now.
+    const sha = 'f'.repeat(64);
+    writeFileSync(join(dir, `relay-index-${sha}.json`), '{"sha256":"ff');
+    assert.equal(pruneRpcCache(dir), 11 << 20);
+    assert.doesNotThrow(() => evictRpcCache(dir, sha));
+    assert.deepEqual(readdirSync(dir), []);
+    assert.equal(pruneRpcCache(join(dir, 'not-there')), 0, 'no cache yet: nothing to do');
+  });
+
   it('FNV-1a 64 in 32-bit integer steps equals a BigInt reference on any bytes', () => {
     const ref = (data: Uint8Array): string => {
       let h = 0xcbf29ce484222325n;
@@ -199,6 +217,7 @@ describe('cold shard load without moving weights', { timeout: 300_000 }, () => {
     });
     const j = (await res.json()) as { choices: { text: string }[] };
     assert.equal(res.status, 200, JSON.stringify(j));
+    assert.equal(agent.cache.rpcLoading.size, 0, 'the node was told its stage loaded before the first answer');
     const [sh] = hub.scheduler.view.shardStatus().filter((x) => x.state === 'ready');
     const bytes = sh!.stages.reduce((a, st) => a + (st.rpc_bytes ?? 0), 0);
     await hub.scheduler.stopModel(name, 'next measurement');
@@ -226,6 +245,23 @@ describe('cold shard load without moving weights', { timeout: 300_000 }, () => {
     agent.cache.evict(model.sha256);
     assert.equal(existsSync(join(agent.cache.rpcCacheDir, `relay-index-${model.sha256}.json`)), false);
     large = withFill.text;
+  });
+
+  it("a stage's rpc-server that ends while it loads no longer holds off pruning the cache", async () => {
+    mkdirSync(agent.cache.rpcCacheDir, { recursive: true });
+    const junk = join(agent.cache.rpcCacheDir, '05d6d197d9332325');
+    writeFileSync(junk, Buffer.alloc(1 << 20));
+    const r = await agent.work.startRpc('probe', true);
+    assert.ok(agent.cache.rpcLoading.has('probe'), 'loading until the hub says rpc-loaded');
+    assert.equal(agent.cache.pruneRpcCache(), 0, 'nothing is pruned while a stage loads');
+    process.kill(r.child.pid!, 'SIGKILL'); // it crashes mid-load
+    await r.child.exited;
+    await until(
+      async () => agent.cache.rpcLoading.has('probe'),
+      (loading) => !loading,
+    );
+    assert.equal(agent.cache.pruneRpcCache(), 1 << 20, 'pruned again once it is gone');
+    assert.equal(existsSync(junk), false);
   });
 
   it('a split model: each part the node holds fills its tensors of the stage; same text as the unsplit file', async () => {

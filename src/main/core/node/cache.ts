@@ -8,6 +8,7 @@ import { appendWriter, GrowingFileHash } from './growing-hash.js';
 import type { CachedFile } from '../../../shared/protocol.js';
 import { dropSplitViews, makeSplitView } from './split-view.js';
 import { removeUnlessBusy, renameIntoPlace } from './windows-files.js';
+import { CountedSet } from './counted-set.js';
 
 /**
  * The node's copy of the weights the hub granted it. Files are named by their sha256 (validated hex), so
@@ -26,22 +27,6 @@ export type CacheBudget = number | 'auto';
 export function diskFreeBytes(dir: string): number {
   const s = statfsSync(dir);
   return s.bavail * s.bsize;
-}
-
-/** A set in which each add needs its own delete: two fills from one file keep it protected until both end. */
-export class CountedSet {
-  private readonly counts = new Map<string, number>();
-  add(key: string): void {
-    this.counts.set(key, (this.counts.get(key) ?? 0) + 1);
-  }
-  delete(key: string): void {
-    const n = (this.counts.get(key) ?? 0) - 1;
-    if (n > 0) this.counts.set(key, n);
-    else this.counts.delete(key);
-  }
-  has(key: string): boolean {
-    return this.counts.has(key);
-  }
 }
 
 export class ModelCache {
@@ -141,15 +126,18 @@ export class ModelCache {
     return { removed, kept, partials };
   }
 
-  /** Shard stages whose load is under way (start-rpc until rpc-loaded): their weights are being saved, unnamed yet. */
+  /** Shard stages loading (start-rpc until rpc-loaded or the rpc-server's end): their weights are saved, unnamed yet. */
   readonly rpcLoading = new Set<string>();
 
   /** A shard stage loaded: what its rpc-server saved so far are `sha256`'s weights (rpc-cache.ts recordLoadedFiles). */
   recordRpcLoad = (sha256: string): CacheIndex['files'] => recordLoadedFiles(this.rpcCacheDir, sha256);
 
-  /** Remove what ggml-rpc-server saved beyond the weights (rpc-cache.ts pruneRpcCache); bytes freed. Not during a load. */
+  /**
+   * Remove what ggml-rpc-server saved beyond the weights (rpc-cache.ts pruneRpcCache); bytes freed. Not during a
+   * load; during fills, nothing written since the first began (their files are indexed only when all are written).
+   */
   pruneRpcCache(): number {
-    return this.rpcLoading.size > 0 ? 0 : pruneRpcCache(this.rpcCacheDir);
+    return this.rpcLoading.size > 0 ? 0 : pruneRpcCache(this.rpcCacheDir, this.filling.since);
   }
 
   usedBytes(): number {

@@ -35,12 +35,10 @@ export async function runCommand(c: Command, t: CommandTarget): Promise<Record<s
       return undefined;
     case 'start-rpc': {
       refuseWhilePaused();
-      t.cache.rpcLoading.add(c.rpc); // its load may save weights to the cache: nothing is pruned until it has loaded
       const r = await t.work.startRpc(c.rpc, c.cache, c.stage, c.device);
       return { port: r.port };
     }
     case 'stop-rpc':
-      t.cache.rpcLoading.delete(c.rpc);
       await t.work.stopRpc(c.rpc);
       return undefined;
     case 'evict':
@@ -53,9 +51,12 @@ export async function runCommand(c: Command, t: CommandTarget): Promise<Record<s
     case 'check':
       return { liveness: await t.work.check({ replica: c.replica, rpc: c.rpc }) };
     case 'rpc-loaded': {
-      const files = t.cache.recordRpcLoad(c.sha256);
-      t.cache.rpcLoading.delete(c.rpc);
-      return { files: files.length, bytes: files.reduce((a, f) => a + f.size, 0) };
+      try {
+        const files = t.cache.recordRpcLoad(c.sha256);
+        return { files: files.length, bytes: files.reduce((a, f) => a + f.size, 0) };
+      } finally {
+        t.cache.rpcLoading.delete(c.rpc); // recorded or not, the load is over
+      }
     }
     case 'fill-rpc-cache': {
       if (!t.cache.has(c.sha256)) throw new RelayError(ErrorCode.MODEL_FILE_MISSING, `node ${t.name} does not hold ${c.sha256.slice(0, 12)}…`);

@@ -45,9 +45,14 @@ export interface FillPlan {
   need: number;
 }
 
+/** The index of `sha256`, or null when there is none or it cannot be read (its files are then unnamed: pruned). */
 const readIndex = (dir: string, sha256: string): CacheIndex | null => {
-  const idx = indexPath(dir, sha256);
-  return existsSync(idx) ? (JSON.parse(readFileSync(idx, 'utf8')) as CacheIndex) : null;
+  try {
+    const index = JSON.parse(readFileSync(indexPath(dir, sha256), 'utf8')) as CacheIndex;
+    return Array.isArray(index.files) ? index : null;
+  } catch {
+    return null;
+  }
 };
 
 /** Parse the GGUF and compare with the index: what `fillRpcCache` would write. Reads only the header. */
@@ -104,7 +109,9 @@ export function recordFiles(dir: string, sha256: string, files: CacheIndex['file
   const merged = new Map<string, CacheIndex['files'][number]>();
   for (const f of [...(readIndex(dir, sha256)?.files ?? []), ...files]) if (existsSync(join(dir, f.name))) merged.set(f.tensor ?? f.name, f);
   const index = { sha256, files: [...merged.values()] };
-  writeFileSync(indexPath(dir, sha256), JSON.stringify(index));
+  const tmp = join(dir, `.relay-index-${process.pid}-${threadId}.tmp`); // renamed whole: a crash leaves the old index
+  writeFileSync(tmp, JSON.stringify(index));
+  renameSync(tmp, indexPath(dir, sha256));
   return index;
 }
 
@@ -162,24 +169,34 @@ export async function fillRpcCacheOffThread(
   return recordFiles(dir, sha256, parts.flat());
 }
 
+/** Filesystem timestamps are coarse (a kernel tick behind the clock): a file written just after `keepFrom` may read earlier. */
+const MTIME_SLACK_MS = 1000;
+
 /**
  * Keep only weights: remove every file of the cache that no index names. This ggml-rpc-server (RPC protocol 6)
  * saves every SET_TENSOR over 10 MiB there, a long prompt's activations and attention masks included (upstream
  * llama.cpp keeps weights only since protocol 7, PR #28789): left alone, each long prompt through a shard adds
  * hundreds of MB, and a file cut short by a full disk would later be served as a whole tensor. The weights are the
  * files relay filled itself, each named by its tensor's FNV hash in an index. Indexes and a fill's temporary files
- * stay. Returns the bytes removed. A file the server is about to read only means it is sent again in full.
+ * stay, and so does any file written since `keepFrom` (a fill under way: its files are indexed when all are
+ * written). Returns the bytes removed. A file the server is about to read only means it is sent again in full.
  */
-export function pruneRpcCache(dir: string): number {
-  if (!existsSync(dir)) return 0;
-  const weights = indexedNames(dir);
+export function pruneRpcCache(dir: string, keepFrom: number | null = null): number {
+  let names: string[];
+  let weights: Set<string>;
+  try {
+    [names, weights] = [readdirSync(dir), indexedNames(dir)];
+  } catch {
+    return 0; // no cache yet, or unreadable now: the next prune tries again (it runs from the node's heartbeat)
+  }
   let removed = 0;
-  for (const f of readdirSync(dir)) {
+  for (const f of names) {
     if (weights.has(f) || f.startsWith('relay-index-') || f.startsWith('.relay-')) continue;
     try {
-      const size = statSync(join(dir, f)).size;
+      const st = statSync(join(dir, f));
+      if (keepFrom !== null && st.mtimeMs >= keepFrom - MTIME_SLACK_MS) continue;
       rmSync(join(dir, f), { force: true });
-      removed += size;
+      removed += st.size;
     } catch {
       /* gone meanwhile, or held open (Windows): the next prune tries again */
     }
@@ -231,14 +248,9 @@ export function rpcCacheBytes(dir: string): number {
  * quantizations sharing a layer) lists it too: such a file stays while another index names it.
  */
 export function evictRpcCache(dir: string, sha256: string): void {
-  const idx = indexPath(dir, sha256);
-  if (!existsSync(idx)) return;
-  const index = JSON.parse(readFileSync(idx, 'utf8')) as CacheIndex;
-  const others = new Set<string>();
-  for (const f of readdirSync(dir)) {
-    const m = /^relay-index-([0-9a-f]{64})\.json$/.exec(f);
-    if (m && m[1] !== sha256) for (const x of readIndex(dir, m[1]!)?.files ?? []) others.add(x.name);
-  }
+  const index = readIndex(dir, sha256);
+  rmSync(indexPath(dir, sha256), { force: true }); // first: what the other indexes name is what stays
+  if (!index) return;
+  const others = indexedNames(dir);
   for (const f of index.files) if (!others.has(f.name)) rmSync(join(dir, f.name), { force: true });
-  rmSync(idx, { force: true });
 }

@@ -147,6 +147,7 @@ export class Workloads extends EventEmitter {
     if (existing) return existing;
     const starting = { stopped: false, settled: Promise.resolve() as Promise<unknown> };
     this.rpcStarting.set(id, starting);
+    this.deps.cache.rpcLoading.add(id); // its load may save weights to the cache: nothing is pruned until rpc-loaded
     const started = (async () => {
       try {
         // LLAMA_CACHE=<cache>/llama: ggml-rpc-server's tensor cache is <cache>/llama/rpc, inside the node's budget.
@@ -160,12 +161,12 @@ export class Workloads extends EventEmitter {
         if (stage) this.stages.set(id, stage);
         this.emit('running');
         void r.child.exited.then(() => {
-          if (this.rpcs.get(id) !== r) return;
-          this.rpcs.delete(id);
-          this.stages.delete(id);
-          this.emit('running');
+          if (this.rpcs.get(id) === r) this.forgetRpc(id);
         });
         return r;
+      } catch (err) {
+        this.deps.cache.rpcLoading.delete(id);
+        throw err;
       } finally {
         this.rpcStarting.delete(id);
       }
@@ -182,10 +183,16 @@ export class Workloads extends EventEmitter {
     }
     const r = this.rpcs.get(id);
     if (!r) return;
+    this.forgetRpc(id);
+    await r.child.terminate(CHILD_STOP_GRACE_MS);
+  }
+
+  /** An rpc-server stopped or gone: no longer served, nor loading (the cache may be pruned again). */
+  private forgetRpc(id: string): void {
     this.rpcs.delete(id);
     this.stages.delete(id);
+    this.deps.cache.rpcLoading.delete(id);
     this.emit('running');
-    await r.child.terminate(CHILD_STOP_GRACE_MS);
   }
 
   /** Stop everything (paused, the hub gone for good, shutting down). */

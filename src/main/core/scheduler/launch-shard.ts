@@ -133,7 +133,8 @@ export class ShardLauncher {
       await unlessStopped();
       h.buffers = loadReport(head).filter((l) => /model buffer size/.test(l));
       // Loaded: what each stage's rpc-server saved to its cache so far are weights; later saves are not (rpc-cache.ts).
-      for (const m of h.members) void m.conn.command({ type: 'rpc-loaded', rpc: m.rpcId, sha256: model.sha256 }, START_RPC_TIMEOUT_MS).catch(() => undefined);
+      // Told before the first request, whose activations would otherwise be named weights too.
+      await Promise.all(h.members.map((m) => m.conn.command({ type: 'rpc-loaded', rpc: m.rpcId, sha256: model.sha256 }, START_RPC_TIMEOUT_MS).catch(() => undefined)));
       // Any RPC failure aborts llama-server (upstream): the shard is failed, the next request re-plans.
       return localRunning(head, 'the shard head');
     } catch (err) {
