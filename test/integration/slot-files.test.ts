@@ -58,4 +58,16 @@ describe('kept slot files', { timeout: 120_000 }, () => {
     const written = statSync(join(dir, file!)).size;
     assert.ok(written <= estimate * 1.1 && written >= estimate * 0.5, `written ${written} bytes, estimated ${estimate}`);
   });
+
+  it("a stale save's discard drops only what it kept: a newer save of another replica stays", async () => {
+    const keeper = new SlotKeeper({ dir, budgetBytes: 1 << 20, log, now: Date.now });
+    assert.equal(await keeper.save('m', 'p3', layout, server.baseUrl), true);
+    assert.equal(await keeper.save('m', 'p4', layout, server.baseUrl), true); // a second replica of m, idle later
+    keeper.drop('m', 'p3'); // p3 was served meanwhile: its save is stale
+    assert.equal(keeper.keptFrom('m'), 'p4');
+    assert.ok(readdirSync(dir).some((f) => f.startsWith('p4-')), 'its files are there');
+    keeper.drop('m', 'p4');
+    assert.equal(keeper.keptFrom('m'), null);
+    assert.equal(readdirSync(dir).filter((f) => f.startsWith('p3-') || f.startsWith('p4-')).length, 0);
+  });
 });

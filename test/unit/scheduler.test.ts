@@ -248,6 +248,40 @@ describe('scheduler with a manual launcher', () => {
     assert.deepEqual(launcher.discarded, [lease.placementId], 'the second save is kept');
   });
 
+  it('a keep-alive that runs out again while the last save is still writing waits for it: saves of one replica never overlap', async () => {
+    const a = model('a', 300);
+    const { scheduler, launcher } = setup({ hubMb: 2000, models: [a], config: { keepAliveMs: 20 } });
+    const first = scheduler.acquire('a');
+    (await launcher.nth(0)).ok();
+    const lease = await first;
+    lease.release();
+    await until(
+      () => launcher.keeps.length,
+      (n) => n === 1,
+      5000,
+      5,
+    );
+    (await scheduler.acquire('a')).release(); // served during the save, and idle again at once
+    await new Promise((r) => setTimeout(r, 200)); // ten keep-alives pass while the first save still writes
+    assert.equal(launcher.keeps.length, 1, 'no second save begins beside the first');
+    launcher.keeps[0]!.settle(true);
+    await until(
+      () => launcher.keeps.length,
+      (n) => n === 2,
+      5000,
+      5,
+    );
+    assert.deepEqual(launcher.discarded, [lease.placementId], 'the stale save dropped first');
+    launcher.keeps[1]!.settle(true);
+    await until(
+      () => launcher.stopped.length,
+      (n) => n === 1,
+      5000,
+      5,
+    );
+    assert.deepEqual(launcher.stopped, [lease.placementId]);
+  });
+
   it('a client that leaves while its model is re-hashed leaves no waiter behind to take a slot for no one', async () => {
     const a = model('a', 300);
     let rehashed!: () => void;

@@ -7,7 +7,17 @@ import type { Placement } from './placement.js';
  * idles again). Only a replica still idle after the save stops (`stop(parked)`: parked when its slots were kept).
  * Its memory stays reserved while it saves: the KV being written lives there.
  */
-export async function expireIdle(p: Placement, launcher: Pick<Launcher, 'keep'>, stop: (parked: boolean) => Promise<void>): Promise<void> {
+export function expireIdle(p: Placement, launcher: Pick<Launcher, 'keep'>, stop: (parked: boolean) => Promise<void>): Promise<void> {
+  // Served during a save and idle again before it ends: this expiry waits its turn (two saves of one replica would
+  // write the same files).
+  const mine = (expiring.get(p) ?? Promise.resolve()).then(() => expireOnce(p, launcher, stop));
+  expiring.set(p, mine.catch(() => undefined));
+  return mine;
+}
+
+const expiring = new WeakMap<Placement, Promise<void>>();
+
+async function expireOnce(p: Placement, launcher: Pick<Launcher, 'keep'>, stop: (parked: boolean) => Promise<void>): Promise<void> {
   if (p.state !== 'ready' || p.inFlight > 0) return;
   const since = p.lastUsedAt;
   const kept = await launcher.keep(p);

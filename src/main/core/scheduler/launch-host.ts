@@ -145,7 +145,7 @@ export class HostLauncher {
     const layout = held?.url ? this.layout(held.model, p) : null;
     if (!held?.url || !layout) return null;
     const name = held.model.name;
-    return (await this.slots.save(name, p.id, layout, held.url)) ? { discard: () => this.slots.drop(name) } : null;
+    return (await this.slots.save(name, p.id, layout, held.url)) ? { discard: () => this.slots.drop(name, p.id) } : null;
   }
 
   /** Stops the replica, loading or ready; resolves once its process has exited. */

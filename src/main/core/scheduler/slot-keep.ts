@@ -128,10 +128,13 @@ export class SlotKeeper {
     }
   }
 
-  /** Forget `model`'s kept state (its file changed, it was removed, or a newer one replaces it). */
-  drop(model: string): void {
+  /**
+   * Forget `model`'s kept state (its file changed, it was removed, or a newer one replaces it); with `from`, only
+   * if it was kept from that placement (a stale save of one replica never drops another's newer one).
+   */
+  drop(model: string, from?: string): void {
     const k = this.kept.get(model);
-    if (!k) return;
+    if (!k || (from !== undefined && k.placementId !== from)) return;
     this.kept.delete(model);
     this.remove(k.files);
   }
