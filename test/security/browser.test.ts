@@ -158,6 +158,15 @@ describe('browser origins the owner allows (RELAY_ORIGINS): the client routes on
     assert.match(String(pre.headers['access-control-allow-headers']), /authorization/);
   });
 
+  it("the allowed page reads the hub's refusals too (a body that is not JSON): not a bare CORS failure", async () => {
+    for (const path of ['/api/chat', '/v1/chat/completions']) {
+      const r = await raw(hub.url, { method: 'POST', path, headers: { origin: 'http://localhost:3000', 'content-type': 'text/plain', host: new URL(hub.url).host }, body: 'hello' });
+      assert.ok(r.status >= 400 && r.status < 500 && r.status !== 403, `${path}: ${r.status} ${r.body}`);
+      assert.equal(r.headers['access-control-allow-origin'], 'http://localhost:3000', path);
+      assert.match(r.body, /application\/json/, `${path}: the reason, in its dialect`);
+    }
+  });
+
   it("never the owner's API, and never an origin it did not list", async () => {
     const admin = await raw(hub.url, {
       method: 'POST',

@@ -77,8 +77,12 @@ export function v1Door(h: HubHttp, names: ReadonlySet<string>, origins: OriginMa
     };
     try {
       setSecurityHeaders(res);
+      const guarded = guardRefusal(req, names, origins);
+      // As browserGuard: past the guard, an allowed page may read the answer, a missing key's 401 included.
+      const origin = guarded ? null : allowedOrigin(req, origins);
+      if (origin) answerCors(req, res, origin);
       const refusal =
-        guardRefusal(req, names, origins) ??
+        guarded ??
         h.auth.apiKeyRefusal(req) ??
         (declaresJson(req) ? null : notJson(req)) ??
         (named === null ? new RelayError(ErrorCode.INVALID_REQUEST, 'the model name in the path is not valid percent-encoding') : null);
@@ -86,8 +90,6 @@ export function v1Door(h: HubHttp, names: ReadonlySet<string>, origins: OriginMa
         refuse(refusal);
         return true;
       }
-      const origin = allowedOrigin(req, origins);
-      if (origin) answerCors(req, res, origin);
       body(req, res, (err?: unknown) => {
         if (err) return refuse(err);
         throughPool(h, req, res, route.endpoint, route.errors, () => {
