@@ -48,17 +48,14 @@ async function llamaFolder(platform, cuda, work, dest, log) {
     cpSync(join(dir, 'llama'), dest, { recursive: true });
   }
   for (const lib of platform === 'linux' ? runtimeLibraries(join(dest, 'llama-server')) : []) copyFileSync(lib, join(dest, lib.split('/').pop()));
-  if (platform === 'linux') checkLinuxFloor(dest);
+  if (platform === 'linux') await checkLinuxFloor(dest);
   return JSON.parse(readFileSync(join(work, `stage-${platform}-0`, 'stage.json'), 'utf8'));
 }
 
 /** Every shipped library and program needs at most LINUX_FLOOR's symbol versions, or the build says which raised it. */
-function checkLinuxFloor(dir) {
-  const newer = (a, b) =>
-    a
-      .split('.')
-      .map(Number)
-      .reduce((d, x, i) => d || Math.sign(x - (Number(b.split('.')[i]) || 0)), 0) > 0;
+async function checkLinuxFloor(dir) {
+  const { compareVersions } = await import('../dist/src/main/core/pool/versions.js'); // built before a release
+  const newer = (a, b) => compareVersions(a, b) > 0;
   const files = readdirSync(dir, { recursive: true }).filter((f) => /(^|\/)(llama-server|ggml-rpc-server|[^/]+\.so(\.\d+)*)$/.test(f));
   for (const f of files) {
     for (const [, lib, v] of sh('objdump', ['-T', join(dir, f)]).matchAll(/\b(GLIBC|GLIBCXX)_(\d+(?:\.\d+)+)\b/g)) {

@@ -170,15 +170,17 @@ export function lines(p: ChildProcess): { all: string[]; waitFor(re: RegExp, lim
       const seen = all.find((l) => re.test(l));
       if (seen) return Promise.resolve(seen);
       return new Promise((resolve, reject) => {
-        const t = setTimeout(() => reject(new Error(`no line matching ${re} in ${limitMs} ms:\n${all.slice(-40).join('\n')}`)), limitMs);
-        p.once('exit', (code) => reject(new Error(`exited (${code}) before a line matching ${re}:\n${all.slice(-40).join('\n')}`)));
-        waiters.push({
-          re,
-          resolve: (l) => {
-            clearTimeout(t);
-            resolve(l);
-          },
-        });
+        const w = { re, resolve: (l: string) => end(() => resolve(l)) };
+        const end = (settle: () => void): void => {
+          clearTimeout(t);
+          p.off('exit', exited);
+          if (waiters.includes(w)) waiters.splice(waiters.indexOf(w), 1);
+          settle();
+        };
+        const exited = (code: number | null): void => end(() => reject(new Error(`exited (${code}) before a line matching ${re}:\n${all.slice(-40).join('\n')}`)));
+        const t = setTimeout(() => end(() => reject(new Error(`no line matching ${re} in ${limitMs} ms:\n${all.slice(-40).join('\n')}`))), limitMs);
+        p.once('exit', exited);
+        waiters.push(w);
       });
     },
   };
