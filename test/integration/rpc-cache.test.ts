@@ -110,7 +110,7 @@ describe('FNV-1a 64 and the rpc cache files', () => {
     assert.equal(pruneRpcCache(dir), 0, 'named now: kept');
   });
 
-  it("pruning during fills keeps what was written since the first began; a damaged index names nothing and breaks nothing", () => {
+  it('pruning during fills keeps what was written since the first began; a damaged index names nothing and breaks nothing', () => {
     const dir = mkdtempSync(join(tmpdir(), 'relay-rpc-'));
     const [old, fresh] = ['05d6d197d9332325', '135f4ffc47132325'];
     for (const f of [old, fresh]) writeFileSync(join(dir, f), Buffer.alloc(11 << 20));

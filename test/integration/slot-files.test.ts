@@ -65,7 +65,10 @@ describe('kept slot files', { timeout: 120_000 }, () => {
     assert.equal(await keeper.save('m', 'p4', layout, server.baseUrl), true); // a second replica of m, idle later
     keeper.drop('m', 'p3'); // p3 was served meanwhile: its save is stale
     assert.equal(keeper.keptFrom('m'), 'p4');
-    assert.ok(readdirSync(dir).some((f) => f.startsWith('p4-')), 'its files are there');
+    assert.ok(
+      readdirSync(dir).some((f) => f.startsWith('p4-')),
+      'its files are there',
+    );
     keeper.drop('m', 'p4');
     assert.equal(keeper.keptFrom('m'), null);
     assert.equal(readdirSync(dir).filter((f) => f.startsWith('p3-') || f.startsWith('p4-')).length, 0);

@@ -11,7 +11,10 @@ export function expireIdle(p: Placement, launcher: Pick<Launcher, 'keep'>, stop:
   // Served during a save and idle again before it ends: this expiry waits its turn (two saves of one replica would
   // write the same files).
   const mine = (expiring.get(p) ?? Promise.resolve()).then(() => expireOnce(p, launcher, stop));
-  expiring.set(p, mine.catch(() => undefined));
+  expiring.set(
+    p,
+    mine.catch(() => undefined),
+  );
   return mine;
 }
 
