@@ -299,18 +299,26 @@ describe('models from Hugging Face (relay models pull)', { timeout: 600_000 }, (
     }
   });
 
-  it('two quantizations of one vision repo pulled at once share its projector: written once, registered for both as listed', async () => {
-    const projector = ensureProjector();
-    const size = statSync(projector).size;
-    // The first pull's projector stops a third of the way; the second reaches the same file meanwhile.
-    const held = hf.holdOnce('mmproj-vision-f16.gguf', Math.floor(size / 3));
-    const a = await pull(hub, 'acme/vision-GGUF:Q4_K_M', 'vision-a');
+  /**
+   * `acme/REPO-GGUF:Q4_K_M` pulled with its projector held a third of the way, then `:Q8_0`, which reaches the same
+   * projector file once its own model file is in: both pulls now wait on that one download.
+   */
+  async function bothWaitingOnProjector(repo: string) {
+    const held = hf.holdOnce(`mmproj-${repo}-f16.gguf`, Math.floor(statSync(ensureProjector()).size / 3));
+    const a = await pull(hub, `acme/${repo}-GGUF:Q4_K_M`, `${repo}-a`);
     await held.reached;
-    const b = await pull(hub, 'acme/vision-GGUF:Q8_0', 'vision-b');
+    const b = await pull(hub, `acme/${repo}-GGUF:Q8_0`, `${repo}-b`);
     await until(
       async () => (await hub.api<{ pull: PullView }>(`/api/pulls/${b.pull!.id}`)).body.pull.done_bytes,
       (n) => n >= statSync(q8).size,
     );
+    return { a, b, held };
+  }
+
+  it('two quantizations of one vision repo pulled at once share its projector: written once, registered for both as listed', async () => {
+    const projector = ensureProjector();
+    const size = statSync(projector).size;
+    const { a, b, held } = await bothWaitingOnProjector('vision');
     held.release();
     const [da, db] = [await settled(hub, a.pull!.id), await settled(hub, b.pull!.id)];
     assert.deepEqual([da.state, db.state], ['done', 'done'], JSON.stringify([da, db]));
@@ -323,14 +331,7 @@ describe('models from Hugging Face (relay models pull)', { timeout: 600_000 }, (
 
   it('a pull cancelled while another waits on the projector they share leaves its part: the other resumes it and is done', async () => {
     const size = statSync(ensureProjector()).size;
-    const held = hf.holdOnce('mmproj-eyes-f16.gguf', Math.floor(size / 3));
-    const a = await pull(hub, 'acme/eyes-GGUF:Q4_K_M', 'eyes-a');
-    await held.reached;
-    const b = await pull(hub, 'acme/eyes-GGUF:Q8_0', 'eyes-b');
-    await until(
-      async () => (await hub.api<{ pull: PullView }>(`/api/pulls/${b.pull!.id}`)).body.pull.done_bytes,
-      (n) => n >= statSync(q8).size,
-    );
+    const { a, b, held } = await bothWaitingOnProjector('eyes');
     const cancelled = await hub.api<{ pull: PullView }>(`/api/pulls/${a.pull!.id}`, { method: 'DELETE' });
     assert.equal(cancelled.body.pull.state, 'cancelled');
     held.release();

@@ -206,79 +206,44 @@ describe('scheduler with a manual launcher', () => {
     assert.deepEqual(launcher.stopped, [leaseA.placementId]);
   });
 
-  it('the keep-alive runs out: the slots are saved while the replica stays ready; a request meanwhile is served at once and the save dropped', async () => {
-    const a = model('a', 300);
-    const { scheduler, launcher } = setup({ hubMb: 2000, models: [a], config: { keepAliveMs: 20 } });
+  /** Model a's replica served once and idle past its 20 ms keep-alive: its slots' save has begun (and waits). */
+  async function idleAndSaving() {
+    const { scheduler, launcher } = setup({ hubMb: 2000, models: [model('a', 300)], config: { keepAliveMs: 20 } });
     const first = scheduler.acquire('a');
     (await launcher.nth(0)).ok();
     const lease = await first;
     lease.release();
-    await until(
-      () => launcher.keeps.length,
-      (n) => n === 1,
-      5000,
-      5,
-    );
+    await reaches(() => launcher.keeps.length, 1);
+    return { scheduler, launcher, lease };
+  }
+  const reaches = (count: () => number, n: number) => until(count, (x) => x === n, 5000, 5);
+
+  it('the keep-alive runs out: the slots are saved while the replica stays ready; a request meanwhile is served at once and the save dropped', async () => {
+    const { scheduler, launcher, lease } = await idleAndSaving();
     // While the slots are being written, a request: the replica answers it (no new start, no waiting for the save).
     const during = await scheduler.acquire('a');
     assert.equal(during.placementId, lease.placementId);
     launcher.keeps[0]!.settle(true);
-    await until(
-      () => launcher.discarded.length,
-      (n) => n === 1,
-      5000,
-      5,
-    );
+    await reaches(() => launcher.discarded.length, 1);
     assert.deepEqual([launcher.discarded, launcher.stopped, launcher.starts.length], [[lease.placementId], [], 1], 'the stale save dropped, the replica kept');
     // Idle again: saved again, and this time it stops.
     during.release();
-    await until(
-      () => launcher.keeps.length,
-      (n) => n === 2,
-      5000,
-      5,
-    );
+    await reaches(() => launcher.keeps.length, 2);
     launcher.keeps[1]!.settle(true);
-    await until(
-      () => launcher.stopped.length,
-      (n) => n === 1,
-      5000,
-      5,
-    );
+    await reaches(() => launcher.stopped.length, 1);
     assert.deepEqual(launcher.discarded, [lease.placementId], 'the second save is kept');
   });
 
   it('a keep-alive that runs out again while the last save is still writing waits for it: saves of one replica never overlap', async () => {
-    const a = model('a', 300);
-    const { scheduler, launcher } = setup({ hubMb: 2000, models: [a], config: { keepAliveMs: 20 } });
-    const first = scheduler.acquire('a');
-    (await launcher.nth(0)).ok();
-    const lease = await first;
-    lease.release();
-    await until(
-      () => launcher.keeps.length,
-      (n) => n === 1,
-      5000,
-      5,
-    );
+    const { scheduler, launcher, lease } = await idleAndSaving();
     (await scheduler.acquire('a')).release(); // served during the save, and idle again at once
     await new Promise((r) => setTimeout(r, 200)); // ten keep-alives pass while the first save still writes
     assert.equal(launcher.keeps.length, 1, 'no second save begins beside the first');
     launcher.keeps[0]!.settle(true);
-    await until(
-      () => launcher.keeps.length,
-      (n) => n === 2,
-      5000,
-      5,
-    );
+    await reaches(() => launcher.keeps.length, 2);
     assert.deepEqual(launcher.discarded, [lease.placementId], 'the stale save dropped first');
     launcher.keeps[1]!.settle(true);
-    await until(
-      () => launcher.stopped.length,
-      (n) => n === 1,
-      5000,
-      5,
-    );
+    await reaches(() => launcher.stopped.length, 1);
     assert.deepEqual(launcher.stopped, [lease.placementId]);
   });
 
