@@ -4,8 +4,13 @@ import type { Availability, CommandBody, DeviceInfo, Hello, HubToNode, NodeToHub
 import { ControlChannel, openStream } from '../tunnel/channel.js';
 import type { Session, YamuxStream } from '../tunnel/yamux/session.js';
 
-/** How long a node gets to answer a ping when something waits on it (a stalled request, a command, a push). */
+/**
+ * How long a node may stay silent after a ping when something waits on it (a stalled request, a command, a push):
+ * not one byte from it in this time and it is lost. While its bytes still arrive (the ping's answer queued behind
+ * them on a slow link) it gets up to PROBE_MAX_MS.
+ */
 export const PROBE_TIMEOUT_MS = 2000;
+export const PROBE_MAX_MS = 10_000;
 /** A command waiting for its answer pings the node this often: a node that went silent is found in seconds. */
 export const PROBE_EVERY_MS = 2500;
 
@@ -77,17 +82,19 @@ export class NodeConn extends EventEmitter {
   private probing: Promise<boolean> | null = null;
 
   /**
-   * Is the node there? A ping it does not answer within PROBE_TIMEOUT_MS ends its session at once (the node is
-   * lost: everything on it fails, requests fail over). Concurrent callers share one ping. `why` goes in the log.
+   * Is the node there? A ping after which it sends nothing for PROBE_TIMEOUT_MS (or that it leaves unanswered for
+   * PROBE_MAX_MS) ends its session at once (the node is lost: everything on it fails, requests fail over).
+   * Concurrent callers share one ping. `why` goes in the log.
    */
   probe(why: string): Promise<boolean> {
     if (!this.alive) return Promise.resolve(false);
     this.probing ??= this.session
-      .ping(PROBE_TIMEOUT_MS)
+      .ping(PROBE_TIMEOUT_MS, PROBE_MAX_MS)
       .then(
         () => true,
-        () => {
-          this.session.destroy(new RelayError(ErrorCode.KEEPALIVE_TIMEOUT, `node ${this.name} did not answer a ping within ${PROBE_TIMEOUT_MS} ms (${why})`, { node: this.name }));
+        (err: unknown) => {
+          const within = err instanceof RelayError && typeof err.details.within === 'string' ? err.details.within : `${PROBE_TIMEOUT_MS} ms`;
+          this.session.destroy(new RelayError(ErrorCode.KEEPALIVE_TIMEOUT, `node ${this.name} did not answer a ping within ${within} (${why})`, { node: this.name }));
           return false;
         },
       )

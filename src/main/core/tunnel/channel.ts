@@ -31,11 +31,14 @@ export const TUNNEL_KEEPALIVE = { keepAliveIntervalMs: 5000, keepAliveTimeoutMs:
 
 export const KIND_PRIORITY: Readonly<Record<StreamKind, number>> = { control: 0, rpc: 1, http: 2, file: 3 };
 export const TUNNEL_PRIORITY_LEVELS = 4;
+/** Bulk kinds: their bytes in flight are paced to a short queue (yamux/pacer.ts), so a push never buries a ping. */
+const PACED: ReadonlySet<StreamKind> = new Set(['file']);
 
 /** Open a stream of `header.kind` and write its header line. */
 export function openStream(session: Session, header: StreamHeader): YamuxStream {
   const st = session.open(KIND_PRIORITY[header.kind]);
   st.kind = header.kind;
+  st.paced = PACED.has(header.kind);
   st.write(`${JSON.stringify(header)}\n`);
   return st;
 }
@@ -74,6 +77,7 @@ export function acceptStream(st: YamuxStream, timeoutMs = 10_000): Promise<Strea
       if (!header) return reject(new RelayError(ErrorCode.TUNNEL_PROTOCOL, `bad stream header: ${buf.subarray(0, Math.min(nl, 120)).toString('utf8')}`));
       st.kind = header.kind;
       st.priority = KIND_PRIORITY[header.kind];
+      st.paced = PACED.has(header.kind);
       resolve(header);
     };
     st.on('data', onData);

@@ -3,6 +3,8 @@ import type { Duplex } from 'node:stream';
 import { ErrorCode, RelayError } from '../../../../shared/errors.js';
 import { Flag, FrameDecoder, FrameType, GoAwayCode, HEADER_BYTES, INITIAL_WINDOW, ProtocolError, type FrameHeader } from './frame.js';
 import { stateOf, YamuxStream, type StreamOwner } from './stream.js';
+import { GRANT_STEP } from './pacer.js';
+import { Pings } from './pings.js';
 import { FrameWriter } from './writer.js';
 
 export { YamuxStream } from './stream.js';
@@ -95,8 +97,7 @@ export class Session extends EventEmitter implements StreamOwner {
   private localGoAway = false;
   private remoteGoAway = false;
   private dead: Error | null = null;
-  private pingId = 0;
-  private readonly pings = new Map<number, { t0: number; resolve: (ms: number) => void; timer: NodeJS.Timeout }>();
+  private readonly pings = new Pings((id) => this.sendControl(FrameType.PING, Flag.SYN, 0, id));
   private keepAliveTimer: NodeJS.Timeout | null = null;
   /** Counters for tests and /status. */
   readonly stats = { streamsOpened: 0, streamsAccepted: 0, framesIn: 0, framesOut: 0, bytesIn: 0, bytesOut: 0 };
@@ -122,7 +123,7 @@ export class Session extends EventEmitter implements StreamOwner {
     const interval = this.opts.keepAliveIntervalMs;
     if (interval > 0) {
       this.keepAliveTimer = setInterval(() => {
-        this.ping(this.opts.keepAliveTimeoutMs).catch((err: Error) => this.destroy(err));
+        this.ping(this.opts.keepAliveTimeoutMs, 2 * this.opts.keepAliveTimeoutMs).catch((err: Error) => this.destroy(err));
       }, interval);
       this.keepAliveTimer.unref();
     }
@@ -154,19 +155,14 @@ export class Session extends EventEmitter implements StreamOwner {
     return s;
   }
 
-  /** Round-trip time of one ping. */
-  ping(timeoutMs = 10_000): Promise<number> {
+  /**
+   * Round-trip time of one ping. It fails when the peer sends nothing at all for `quietMs` after it (a dead link, a
+   * stopped process), or gives no answer in `maxMs` while its other bytes still arrive (pings.ts: on a slow link
+   * the answer waits behind them).
+   */
+  ping(quietMs = 10_000, maxMs = quietMs): Promise<number> {
     if (this.dead) return Promise.reject(this.dead);
-    const id = (this.pingId = (this.pingId + 1) >>> 0);
-    return new Promise((resolve, reject) => {
-      const timer = setTimeout(() => {
-        this.pings.delete(id);
-        reject(new RelayError(ErrorCode.KEEPALIVE_TIMEOUT, `the tunnel peer did not answer a ping within ${timeoutMs} ms`));
-      }, timeoutMs);
-      timer.unref();
-      this.pings.set(id, { t0: performance.now(), resolve, timer });
-      this.sendControl(FrameType.PING, Flag.SYN, 0, id);
-    });
+    return this.pings.ping(quietMs, maxMs);
   }
 
   /** Tell the peer no new streams will be accepted; existing ones finish. */
@@ -201,8 +197,7 @@ export class Session extends EventEmitter implements StreamOwner {
     if (this.dead) return;
     this.dead = err;
     if (this.keepAliveTimer) clearInterval(this.keepAliveTimer);
-    for (const p of this.pings.values()) clearTimeout(p.timer);
-    this.pings.clear();
+    this.pings.clear(err);
     for (const s of [...this.streams.values()]) {
       stateOf(s).reset = true;
       s.destroy(new RelayError(ErrorCode.SESSION_CLOSED, `tunnel lost: ${err.message}`));
@@ -218,6 +213,7 @@ export class Session extends EventEmitter implements StreamOwner {
   private onData(chunk: Buffer): void {
     if (this.dead) return;
     this.stats.bytesIn += chunk.byteLength;
+    this.pings.heard();
     try {
       this.decoder.push(chunk, (h, payload) => this.onFrame(h, payload));
     } catch (err) {
@@ -236,14 +232,7 @@ export class Session extends EventEmitter implements StreamOwner {
     switch (h.type) {
       case FrameType.PING:
         if (h.flags & Flag.SYN) this.sendControl(FrameType.PING, Flag.ACK, 0, h.length);
-        else if (h.flags & Flag.ACK) {
-          const p = this.pings.get(h.length);
-          if (p) {
-            clearTimeout(p.timer);
-            this.pings.delete(h.length);
-            p.resolve(performance.now() - p.t0);
-          }
-        }
+        else if (h.flags & Flag.ACK) this.pings.answered(h.length);
         return;
       case FrameType.GO_AWAY:
         this.remoteGoAway = true;
@@ -288,6 +277,8 @@ export class Session extends EventEmitter implements StreamOwner {
     if (h.type === FrameType.WINDOW_UPDATE && h.length > 0) {
       const was = st.sendWindow;
       st.sendWindow += h.length;
+      // A grant after reads (not the SYN/ACK's larger window): a paced stream's bytes have left the link.
+      if (st.paced && !(h.flags & (Flag.SYN | Flag.ACK))) this.writer.returned(s, h.length);
       if (was === 0 && (st.pending.length > 0 || st.finPending)) this.schedule(s);
     }
     if (h.type === FrameType.DATA && payload) {
@@ -304,12 +295,12 @@ export class Session extends EventEmitter implements StreamOwner {
     }
   }
 
-  /** Return window to the peer once the reader has consumed half of it (hashicorp's rule). */
+  /** Return window to the peer once the reader has consumed GRANT_STEP or half of it (hashicorp's rule; pacer.ts). */
   maybeGrant(s: YamuxStream): void {
     const st = stateOf(s);
     if (st.reset || st.remoteClosed || this.dead) return;
     const delta = this.streamWindow - st.recvWindow - s.readableLength;
-    if (delta >= this.streamWindow / 2) {
+    if (delta >= Math.min(GRANT_STEP, this.streamWindow / 2)) {
       st.recvWindow += delta;
       this.sendControl(FrameType.WINDOW_UPDATE, 0, s.id, delta);
     }

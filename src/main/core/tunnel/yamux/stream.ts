@@ -19,6 +19,10 @@ export class StreamState {
   reset = false;
   bytesRead = 0;
   bytesWritten = 0;
+  /** A bulk stream: what it has in flight is paced (pacer.ts). */
+  paced = false;
+  /** Bytes a paced stream sent that the peer has not yet returned as window. */
+  unacked = 0;
 
   constructor(
     /** Set when the SYN (opener) or ACK (acceptor) still has to ride on this stream's first frame. */
@@ -75,6 +79,15 @@ export class YamuxStream extends Duplex {
 
   set priority(p: number) {
     stateOf(this).priority = p;
+  }
+
+  /** A bulk stream (a weight push): its bytes in flight are kept to a short queue on a slow link (pacer.ts). */
+  get paced(): boolean {
+    return stateOf(this).paced;
+  }
+
+  set paced(p: boolean) {
+    stateOf(this).paced = p;
   }
 
   get bytesRead(): number {

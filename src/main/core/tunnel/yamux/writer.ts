@@ -1,6 +1,7 @@
 import type { Duplex } from 'node:stream';
 import { encodeHeader, Flag, FrameType } from './frame.js';
-import { stateOf, type YamuxStream } from './stream.js';
+import { BulkPacer } from './pacer.js';
+import { stateOf, type StreamState, type YamuxStream } from './stream.js';
 import type { ResolvedSessionOptions } from './session.js';
 
 type Frame = Buffer[];
@@ -17,6 +18,9 @@ export class FrameWriter {
   private readonly control: Frame[] = [];
   /** Streams with something to send, one set per priority level. */
   private readonly ready: Set<YamuxStream>[];
+  /** Bulk streams' bytes in flight (pacer.ts), and the bulk streams waiting for room under it. */
+  private readonly pacer = new BulkPacer();
+  private readonly pacedWaiting = new Set<YamuxStream>();
   private pumping = false;
   private waitingDrain = false;
   private stopped = false;
@@ -46,6 +50,28 @@ export class FrameWriter {
   /** The stream is gone: it sends nothing more. */
   drop(s: YamuxStream): void {
     for (const set of this.ready) set.delete(s);
+    const st = stateOf(s);
+    this.pacer.forget(st.unacked);
+    st.unacked = 0;
+    this.pacedWaiting.delete(s);
+  }
+
+  /** The peer returned `n` bytes of window to paced stream `s`: they left the link; waiting bulk streams may go on. */
+  returned(s: YamuxStream, n: number): void {
+    const st = stateOf(s);
+    const r = Math.min(n, st.unacked);
+    st.unacked -= r;
+    this.pacer.returned(r);
+    for (const w of this.pacedWaiting) {
+      this.pacedWaiting.delete(w);
+      if (!this.stopped && !stateOf(w).reset) this.ready[Math.min(this.opts.priorityLevels - 1, Math.max(0, w.priority))]!.add(w);
+    }
+    this.pump();
+  }
+
+  /** What `st` may send now: the peer's window, and for a bulk stream the pacer's room. */
+  private room(st: StreamState): number {
+    return st.paced ? Math.min(st.sendWindow, this.pacer.room()) : st.sendWindow;
   }
 
   /** The session is dead: nothing more is written. */
@@ -79,7 +105,9 @@ export class FrameWriter {
         if (f) {
           const st = stateOf(s);
           if (st.pending.length > 0 || st.finPending) {
-            if (st.sendWindow > 0 || (st.pending.length === 0 && st.finPending)) set.add(s); // to the back of its level
+            if (this.room(st) > 0 || (st.pending.length === 0 && st.finPending))
+              set.add(s); // to the back of its level
+            else if (st.sendWindow > 0) this.pacedWaiting.add(s); // resumes when the pacer has room
           }
           return f;
         }
@@ -93,12 +121,20 @@ export class FrameWriter {
     if (st.reset) return null;
     const w = st.pending[0];
     if (w) {
-      if (st.sendWindow === 0) return null; // resumes on WINDOW_UPDATE
-      const n = Math.min(w.chunk.byteLength - w.offset, st.sendWindow, this.opts.maxFrameBytes);
+      const room = this.room(st);
+      if (room <= 0) {
+        if (st.sendWindow > 0) this.pacedWaiting.add(s); // resumes when the pacer has room
+        return null; // or on WINDOW_UPDATE
+      }
+      const n = Math.min(w.chunk.byteLength - w.offset, room, this.opts.maxFrameBytes);
       const payload = w.chunk.subarray(w.offset, w.offset + n);
       w.offset += n;
       st.sendWindow -= n;
       st.bytesWritten += n;
+      if (st.paced) {
+        st.unacked += n;
+        this.pacer.sent(n);
+      }
       let flags = st.openFlags;
       st.openFlags = 0;
       if (w.offset === w.chunk.byteLength) {

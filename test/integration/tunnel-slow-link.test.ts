@@ -1,0 +1,160 @@
+import assert from 'node:assert/strict';
+import { once } from 'node:events';
+import type { AddressInfo } from 'node:net';
+import { after, describe, it } from 'node:test';
+import { WebSocket, WebSocketServer } from 'ws';
+import { webSocketDuplex } from '../../src/main/core/tunnel/transport.js';
+import { Session, type YamuxStream } from '../../src/main/core/tunnel/yamux/session.js';
+import { shapedLink, type LinkShape, type ShapedLink } from '../helpers/shaped-link.js';
+import { pattern, sha } from '../helpers/yamux.js';
+
+/**
+ * The tunnel on a slow household link (user-space shaping: a rate, a delay, a bottleneck queue; the sockets' own
+ * buffers fill behind it as on a real link). Byte counts are the oracle, not times: how much of a push was still
+ * on its way when a later frame was sent, and whether a ping's answer behind it counts.
+ */
+const WIFI: LinkShape = { mbitPerSec: 16, delayMs: 5, queueBytes: 256 * 1024 };
+const MiB = 1024 * 1024;
+
+interface Through {
+  client: Session;
+  server: Session;
+  serverTransport: { pause(): void };
+  close(): Promise<void>;
+}
+
+/** Two tunnel sessions (WebSocket, 8 MiB stream windows as relay's) whose bytes cross `shape`. */
+async function sessionsThrough(shape: LinkShape): Promise<Through> {
+  const wss = new WebSocketServer({ host: '127.0.0.1', port: 0, perMessageDeflate: false });
+  await once(wss, 'listening');
+  const link: ShapedLink = await shapedLink(`ws://127.0.0.1:${(wss.address() as AddressInfo).port}`, shape);
+  const accepted = once(wss, 'connection') as Promise<[WebSocket]>;
+  const ws = new WebSocket(link.url, { perMessageDeflate: false });
+  await once(ws, 'open');
+  const [sws] = await accepted;
+  const opts = { keepAliveIntervalMs: 0, streamWindow: 8 * MiB, priorityLevels: 4 };
+  const serverTransport = webSocketDuplex(sws);
+  const client = new Session(webSocketDuplex(ws), { ...opts, client: true });
+  const server = new Session(serverTransport, { ...opts, client: false });
+  return {
+    client,
+    server,
+    serverTransport,
+    close: async () => {
+      client.destroy();
+      server.destroy();
+      await link.close();
+      await new Promise<void>((r) => wss.close(() => r()));
+    },
+  };
+}
+
+/** Start a bulk stream (priority 3, as a weight push) of `bytes` from client to server; the server reads it all. */
+function bulk(t: Through, bytes: number, paced: boolean): { sent: YamuxStream; received: Promise<YamuxStream> } {
+  const received = new Promise<YamuxStream>((resolve) =>
+    t.server.once('stream', (s: YamuxStream) => {
+      s.on('error', () => undefined);
+      s.resume();
+      resolve(s);
+    }),
+  );
+  const sent = t.client.open(3);
+  sent.paced = paced;
+  sent.on('error', () => undefined);
+  const data = pattern(bytes);
+  void (async () => {
+    for (let o = 0; o < bytes && !sent.destroyed; o += 256 * 1024) {
+      if (!sent.write(data.subarray(o, o + 256 * 1024))) await once(sent, 'drain').catch(() => undefined);
+    }
+  })();
+  return { sent, received };
+}
+
+/**
+ * Once 3 MiB of a push have arrived, a small message goes out on a priority-1 stream (as an http request or an rpc
+ * call would): the push bytes that arrived between its sending and its arrival are the queue it waited behind.
+ */
+async function bytesAheadOfMessage(paced: boolean): Promise<number> {
+  const t = await sessionsThrough(WIFI);
+  try {
+    const { sent, received } = bulk(t, 16 * MiB, paced);
+    const rx = await received;
+    while (rx.bytesRead < 3 * MiB) await once(rx, 'data');
+    const arrived = new Promise<number>((resolve) =>
+      t.server.once('stream', (s: YamuxStream) => {
+        s.on('error', () => undefined);
+        s.once('data', () => resolve(rx.bytesRead));
+      }),
+    );
+    const msg = t.client.open(1);
+    msg.on('error', () => undefined);
+    const arrivedBefore = rx.bytesRead;
+    msg.write('GET /v1/models\n');
+    const ahead = (await arrived) - arrivedBefore;
+    assert.ok(sent.bytesWritten < 16 * MiB, 'the push was still being sent');
+    return ahead;
+  } finally {
+    await t.close();
+  }
+}
+
+describe('the tunnel on a 16 Mbit/s link', { timeout: 120_000 }, () => {
+  let unpaced = 0;
+  it('without pacing, a push keeps megabytes ahead of every later frame (the fault: seconds of queue)', async () => {
+    unpaced = await bytesAheadOfMessage(false);
+    console.log(`# unpaced: ${(unpaced / MiB).toFixed(2)} MiB ahead (${((unpaced * 8) / 16e6).toFixed(1)} s at 16 Mbit/s)`);
+    assert.ok(unpaced > 2 * MiB, `${unpaced} bytes ahead`);
+  });
+
+  it('a paced push keeps a fraction of a second ahead of an http request', async () => {
+    const ahead = await bytesAheadOfMessage(true);
+    console.log(`# paced: ${(ahead / MiB).toFixed(2)} MiB ahead (${((ahead * 8) / 16e6).toFixed(2)} s at 16 Mbit/s)`);
+    // The pacer's floor (512 KiB) plus a grant step and a frame in the sender's queue.
+    assert.ok(ahead <= 1.25 * MiB, `${ahead} bytes ahead`);
+    assert.ok(ahead < unpaced / 4, 'a quarter of the unpaced queue at most');
+  });
+
+  it('on a 100 Mbit/s link a paced push arrives whole: its cap is a measured rate, its frames whole bytes', async () => {
+    const t = await sessionsThrough({ mbitPerSec: 100, delayMs: 0.5, queueBytes: MiB });
+    try {
+      const bytes = 24 * MiB;
+      const got = new Promise<Buffer>((resolve) =>
+        t.server.once('stream', (s: YamuxStream) => {
+          const parts: Buffer[] = [];
+          s.on('error', () => undefined);
+          s.on('data', (c: Buffer) => parts.push(c));
+          s.on('end', () => resolve(Buffer.concat(parts)));
+        }),
+      );
+      const st = t.client.open(3);
+      st.paced = true;
+      st.on('error', () => undefined); // the session closes with the stream still half-open
+      const data = pattern(bytes);
+      for (let o = 0; o < bytes; o += 256 * 1024) if (!st.write(data.subarray(o, o + 256 * 1024))) await once(st, 'drain');
+      st.end();
+      assert.equal(sha(await got), sha(data), 'every byte, in order');
+    } finally {
+      await t.close();
+    }
+  });
+
+  const open: Through[] = [];
+  after(async () => {
+    for (const t of open) await t.close();
+  });
+
+  it("a ping answered behind seconds of another's bytes is an answer; a silent peer is found in quietMs", async () => {
+    const t = await sessionsThrough(WIFI);
+    open.push(t);
+    const { received } = bulk(t, 64 * MiB, false);
+    const rx = await received;
+    while (rx.bytesRead < 2 * MiB) await once(rx, 'data');
+    // 8 MiB are on their way: the ping waits ~4 s behind them, while the peer's window updates keep coming back.
+    const rtt = await t.client.ping(1000, 20_000);
+    console.log(`# a ping behind the push: answered in ${Math.round(rtt)} ms`);
+    assert.ok(rtt > 1000, 'the answer took longer than the quiet limit: only the bytes heard meanwhile kept it alive');
+    // The peer stops (a laptop's lid closed): nothing more comes back, and the next ping fails on its quiet limit.
+    t.serverTransport.pause();
+    await assert.rejects(t.client.ping(1000, 20_000), /did not answer a ping within 1000 ms$/);
+  });
+});
