@@ -92,6 +92,7 @@ async function tunnelSection(): Promise<string[]> {
   };
   const openFile = (): YamuxStream => {
     const s = p.client.open(PRIORITY.file);
+    s.paced = true; // as relay's file streams (tunnel/channel.ts)
     s.on('error', () => undefined);
     s.write(Buffer.from('F'));
     return s;
