@@ -1,12 +1,13 @@
 /**
- * The hub ↔ node wire, version 1 (docs/protocol.md is the prose of this file).
+ * The hub ↔ node wire, version 2 (docs/protocol.md is the prose of this file; 2 added `rpc-loaded` and the
+ * tunnel's window returned every 256 KiB read, which paced file streams rely on).
  *
- * Transport: one WebSocket (subprotocol `relay.v1`, credential in the Authorization header) carrying one
+ * Transport: one WebSocket (subprotocol `relay.v2`, credential in the Authorization header) carrying one
  * yamux session; the node is the yamux client. Every yamux stream starts with one header line of JSON
  * (`StreamHeader`) then carries its kind's bytes. The control stream carries newline-delimited JSON
  * messages, each validated here before anything acts on it.
  */
-export const PROTOCOL_VERSION = 1;
+export const PROTOCOL_VERSION = 2;
 export const WS_SUBPROTOCOL = `relay.v${PROTOCOL_VERSION}`;
 export const TUNNEL_PATH = '/tunnel';
 export const MAX_HEADER_LINE_BYTES = 4096;

@@ -18,6 +18,7 @@ import { listeningSockets } from '../helpers/node.js';
 import { complete } from '../helpers/openai.js';
 import { rawNode as rawNodeOf } from '../helpers/raw-node.js';
 import { packageVersion } from '../../src/main/core/app-files.js';
+import { PROTOCOL_VERSION } from '../../src/shared/protocol.js';
 
 const log = createLogger({ level: 'warn', pretty: false });
 let hub: Hub;
@@ -84,7 +85,7 @@ describe('control protocol', { timeout: 120_000 }, () => {
     assert.equal(reply.code, 'version_mismatch');
     assert.match(
       String(reply.message),
-      new RegExp(`^update the hub to relay 9\\.0\\.0: the node runs relay 9\\.0\\.0, the hub relay ${packageVersion()}; the tunnel protocol differs \\(hub 1, node 99\\)`),
+      new RegExp(`^update the hub to relay 9\\.0\\.0: the node runs relay 9\\.0\\.0, the hub relay ${packageVersion()}; the tunnel protocol differs \\(hub ${PROTOCOL_VERSION}, node 99\\)`),
     );
     assert.equal(hub.nodes.status().find((x) => x.name === 'future')!.refused?.update, 'hub');
     // In the store, so the dashboard still says it after a restart of the hub; a revoke clears it.

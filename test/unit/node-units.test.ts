@@ -6,7 +6,7 @@ import { join } from 'node:path';
 import { Readable } from 'node:stream';
 import { describe, it } from 'node:test';
 import { isRelayError } from '../../src/shared/errors.js';
-import { parseHubMessage, parseNodeMessage, parseStreamHeader } from '../../src/shared/protocol.js';
+import { parseHubMessage, parseNodeMessage, parseStreamHeader, PROTOCOL_VERSION } from '../../src/shared/protocol.js';
 import { checkJoinToken, mintJoinToken } from '../../src/main/core/pairing/tokens.js';
 import { AutoPause, availabilityOf, inPauseWindow, parseSchedule } from '../../src/main/core/availability.js';
 import { ModelCache } from '../../src/main/core/node/cache.js';
@@ -19,7 +19,7 @@ describe('protocol validation', () => {
   it('accepts well-formed messages and names what is wrong with the rest', () => {
     const hello = {
       type: 'hello',
-      protocol: 1,
+      protocol: PROTOCOL_VERSION,
       node: 'n1',
       llama: 'v',
       devices: [{ id: 'CPU', kind: 'cpu', description: 'x', totalMb: 1, freeMb: 1 }],

@@ -6,26 +6,32 @@ import { BulkPacer, GRANT_STEP, MIN_BYTES, START_BYTES, TARGET_MS } from '../../
  * The bulk pacer's arithmetic on a clock of its own: a link of `bytesPerMs`, a sender that keeps the pacer's room
  * full and a peer that returns window every GRANT_STEP it has read.
  */
-function runLink(bytesPerMs: number, ms: number): BulkPacer {
+function runLink(bytesPerMs: number, ms: number, rttMs = 0): { pacer: BulkPacer; delivered: number } {
   let now = 0;
   const p = new BulkPacer(() => now);
-  let inFlight = 0;
+  if (rttMs > 0) p.sawRtt(rttMs); // the keep-alive's ping on the idle link
+  let queued = 0;
   let read = 0;
+  let delivered = 0;
+  /** Grants on their way back: [due, bytes]. The link's round trip separates a byte's sending from its grant. */
+  const grants: [number, number][] = [];
   for (; now < ms; now++) {
+    while (grants.length > 0 && grants[0]![0] <= now) p.returned(grants.shift()![1]);
     const room = p.room();
     if (room > 0) {
       p.sent(room);
-      inFlight += room;
+      queued += room;
     }
-    const n = Math.min(inFlight, bytesPerMs);
-    inFlight -= n;
+    const n = Math.min(queued, bytesPerMs);
+    queued -= n;
     read += n;
+    delivered += n;
     while (read >= GRANT_STEP) {
-      p.returned(GRANT_STEP);
+      grants.push([now + rttMs, GRANT_STEP]);
       read -= GRANT_STEP;
     }
   }
-  return p;
+  return { pacer: p, delivered };
 }
 
 describe('the bulk pacer (yamux/pacer.ts)', () => {
@@ -44,7 +50,7 @@ describe('the bulk pacer (yamux/pacer.ts)', () => {
     ['1 Gbit/s Ethernet', 125_000],
   ] as const) {
     it(`on ${link} the cap settles at TARGET_MS of the link's rate, never under its floor`, () => {
-      const cap = runLink(bytesPerMs, 3000).cap();
+      const cap = runLink(bytesPerMs, 3000).pacer.cap();
       assert.ok(Number.isInteger(cap), `whole bytes: a frame's length is cut from it (${cap})`);
       const want = Math.max(MIN_BYTES, bytesPerMs * TARGET_MS);
       assert.ok(Math.abs(cap - want) <= want * 0.05, `cap ${cap}, want ${want}`);
@@ -52,7 +58,15 @@ describe('the bulk pacer (yamux/pacer.ts)', () => {
   }
 
   it('a slow link is kept to its floor: half a MiB, a quarter second at 16 Mbit/s; a 1 Gbit/s link to more than an 8 MiB window', () => {
-    assert.equal(runLink(2_000, 3000).cap(), MIN_BYTES);
-    assert.ok(runLink(125_000, 3000).cap() > 8 * 1024 * 1024, 'a push on a fast link is never slowed');
+    assert.equal(runLink(2_000, 3000).pacer.cap(), MIN_BYTES);
+    assert.ok(runLink(125_000, 3000).pacer.cap() > 8 * 1024 * 1024, 'a push on a fast link is never slowed');
+  });
+
+  it('a long round trip (200 ms, a node across the internet) does not ratchet the cap down: the link stays full', () => {
+    const { pacer, delivered } = runLink(12_500, 6000, 200);
+    const want = 12_500 * (TARGET_MS + 200);
+    assert.ok(Math.abs(pacer.cap() - want) <= want * 0.1, `cap ${pacer.cap()}, want ${want}`);
+    // Without the round trip in the cap it would settle at rate × 100 ms / 200 ms: a third of the link.
+    assert.ok(delivered >= 12_500 * 6000 * 0.9, `delivered ${delivered} of ${12_500 * 6000}`);
   });
 });

@@ -5,8 +5,17 @@
  * later frame of the session — a ping, an http request, an rpc message — waits behind it: yamux can reorder only
  * what it has not yet written. With the peer's whole window (8 MiB) in flight, a 16 Mbit/s link holds 4 s of push
  * ahead of a ping. So bulk bytes in flight are kept near TARGET_MS of the rate at which the peer reads them,
- * measured as its window updates come back: on a fast link that is the whole window (the push is not slowed), on a
- * slow one a fraction of a second of queue (the link stays full: the rate is measured with the queue in it).
+ * measured as its window updates come back, plus the link's own round trip (the least a ping took): on a fast link
+ * that is the whole window (the push is not slowed), on a slow one a fraction of a second of queue (the link stays
+ * full: the rate is measured with the queue in it), and a long round trip does not ratchet the cap down.
+ *
+ * The cap is shared by the session's bulk streams, but each may always keep STREAM_FLOOR of its own in flight: the
+ * peer returns window per stream, only once GRANT_STEP of it has been read, so streams that each hold a little under
+ * a step could otherwise fill a shared cap that no grant ever frees. A stream that sent its FIN gets no more grants
+ * (the peer stops granting): its bytes leave the count when the stream ends (`forget`).
+ *
+ * Both ends must grant every GRANT_STEP: a peer that grants at half an 8 MiB window would never answer a 1 MiB cap
+ * (relay's tunnel protocol 2; a hashicorp/yamux peer with its 256 KiB window grants every 128 KiB).
  */
 export class BulkPacer {
   constructor(private readonly now: () => number = () => performance.now()) {}
@@ -16,10 +25,17 @@ export class BulkPacer {
   private inFlight = 0;
   private since = 0;
   private returnedSince = 0;
+  /** The least round trip a ping took on this session (the link without a queue); 0 until one is seen. */
+  private minRtt = 0;
 
-  /** The most that may be in flight: TARGET_MS of the measured rate, never under MIN_BYTES. Whole bytes (frame lengths). */
+  /** The most that may be in flight: TARGET_MS (+ the link's round trip) of the measured rate, never under MIN_BYTES. Whole bytes (frame lengths). */
   cap(): number {
-    return this.rate === 0 ? START_BYTES : Math.max(MIN_BYTES, Math.floor(this.rate * TARGET_MS));
+    return this.rate === 0 ? START_BYTES : Math.max(MIN_BYTES, Math.floor(this.rate * (TARGET_MS + this.minRtt)));
+  }
+
+  /** A ping's round trip, in ms. */
+  sawRtt(ms: number): void {
+    if (Number.isFinite(ms) && ms >= 0 && (this.minRtt === 0 || ms < this.minRtt)) this.minRtt = ms;
   }
 
   /** What may be added in flight now. */
@@ -61,6 +77,8 @@ export const TARGET_MS = 100;
 /** In flight before the first measure, and never less (at least twice the receiver's GRANT_STEP, so it flows). */
 export const START_BYTES = 1024 * 1024;
 export const MIN_BYTES = 512 * 1024;
+/** What one bulk stream may always have in flight, whatever the others hold (two grant steps: it always gets one back). */
+export const STREAM_FLOOR = 2 * 256 * 1024;
 /** The shortest span one rate sample covers. */
 const SAMPLE_MS = 50;
 /**

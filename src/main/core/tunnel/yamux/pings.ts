@@ -23,7 +23,11 @@ export class Pings {
   /** When the peer's last byte arrived (performance.now()). */
   private heardAt = performance.now();
 
-  constructor(private readonly send: (id: number) => void) {}
+  constructor(
+    private readonly send: (id: number) => void,
+    /** Each answered ping's round trip (ms). */
+    private readonly onRtt: (ms: number) => void = () => undefined,
+  ) {}
 
   /** Bytes from the peer arrived. */
   heard(): void {
@@ -46,7 +50,9 @@ export class Pings {
     if (!p) return;
     clearTimeout(p.timer);
     this.pending.delete(id);
-    p.resolve(performance.now() - p.t0);
+    const rtt = performance.now() - p.t0;
+    this.onRtt(rtt);
+    p.resolve(rtt);
   }
 
   /** The session is gone: every outstanding ping fails with its reason. */

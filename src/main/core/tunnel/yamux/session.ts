@@ -97,7 +97,10 @@ export class Session extends EventEmitter implements StreamOwner {
   private localGoAway = false;
   private remoteGoAway = false;
   private dead: Error | null = null;
-  private readonly pings = new Pings((id) => this.sendControl(FrameType.PING, Flag.SYN, 0, id));
+  private readonly pings = new Pings(
+    (id) => this.sendControl(FrameType.PING, Flag.SYN, 0, id),
+    (ms) => this.writer.sawRtt(ms),
+  );
   private keepAliveTimer: NodeJS.Timeout | null = null;
   /** Counters for tests and /status. */
   readonly stats = { streamsOpened: 0, streamsAccepted: 0, framesIn: 0, framesOut: 0, bytesIn: 0, bytesOut: 0 };

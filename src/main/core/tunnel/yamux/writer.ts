@@ -1,6 +1,6 @@
 import type { Duplex } from 'node:stream';
 import { encodeHeader, Flag, FrameType } from './frame.js';
-import { BulkPacer } from './pacer.js';
+import { BulkPacer, STREAM_FLOOR } from './pacer.js';
 import { stateOf, type StreamState, type YamuxStream } from './stream.js';
 import type { ResolvedSessionOptions } from './session.js';
 
@@ -54,6 +54,12 @@ export class FrameWriter {
     this.pacer.forget(st.unacked);
     st.unacked = 0;
     this.pacedWaiting.delete(s);
+    this.wakePaced(); // its bytes no longer count: the others may have room now
+  }
+
+  /** A ping came back in `ms`: the link's round trip, for the pacer. */
+  sawRtt(ms: number): void {
+    this.pacer.sawRtt(ms);
   }
 
   /** The peer returned `n` bytes of window to paced stream `s`: they left the link; waiting bulk streams may go on. */
@@ -62,6 +68,11 @@ export class FrameWriter {
     const r = Math.min(n, st.unacked);
     st.unacked -= r;
     this.pacer.returned(r);
+    this.wakePaced();
+  }
+
+  private wakePaced(): void {
+    if (this.pacedWaiting.size === 0) return;
     for (const w of this.pacedWaiting) {
       this.pacedWaiting.delete(w);
       if (!this.stopped && !stateOf(w).reset) this.ready[Math.min(this.opts.priorityLevels - 1, Math.max(0, w.priority))]!.add(w);
@@ -69,9 +80,9 @@ export class FrameWriter {
     this.pump();
   }
 
-  /** What `st` may send now: the peer's window, and for a bulk stream the pacer's room. */
+  /** What `st` may send now: the peer's window, and for a bulk stream the pacer's room (at least its own floor). */
   private room(st: StreamState): number {
-    return st.paced ? Math.min(st.sendWindow, this.pacer.room()) : st.sendWindow;
+    return st.paced ? Math.min(st.sendWindow, Math.max(this.pacer.room(), STREAM_FLOOR - st.unacked)) : st.sendWindow;
   }
 
   /** The session is dead: nothing more is written. */
