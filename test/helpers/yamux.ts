@@ -5,6 +5,7 @@ import type { Duplex } from 'node:stream';
 import { WebSocket, WebSocketServer } from 'ws';
 import { duplexPair, webSocketDuplex } from '../../src/main/core/tunnel/transport.js';
 import { Session, type SessionOptions, type YamuxStream } from '../../src/main/core/tunnel/yamux/session.js';
+import { shapedLink, type LinkShape } from './shaped-link.js';
 
 export type TransportKind = 'memory' | 'ws';
 
@@ -16,8 +17,11 @@ export interface Pair {
   transports: [Duplex, Duplex];
 }
 
-/** A client and a server session over an in-memory pair or a real WebSocket on 127.0.0.1:0. */
-export async function sessionPair(kind: TransportKind, opts: Partial<SessionOptions> = {}, split?: (n: number) => number[]): Promise<Pair> {
+/**
+ * A client and a server session over an in-memory pair or a real WebSocket on 127.0.0.1:0 — `through` a shaped
+ * link (shaped-link.ts) when given.
+ */
+export async function sessionPair(kind: TransportKind, opts: Partial<SessionOptions> = {}, split?: (n: number) => number[], through?: LinkShape): Promise<Pair> {
   const base = { keepAliveIntervalMs: 0, ...opts };
   if (kind === 'memory') {
     const [a, b] = duplexPair(64 * 1024, split);
@@ -36,8 +40,9 @@ export async function sessionPair(kind: TransportKind, opts: Partial<SessionOpti
   const wss = new WebSocketServer({ host: '127.0.0.1', port: 0, perMessageDeflate: false });
   await once(wss, 'listening');
   const port = (wss.address() as AddressInfo).port;
+  const link = through ? await shapedLink(`ws://127.0.0.1:${port}`, through) : null;
   const accepted = once(wss, 'connection') as Promise<[WebSocket]>;
-  const ws = new WebSocket(`ws://127.0.0.1:${port}`, { perMessageDeflate: false });
+  const ws = new WebSocket(link?.url ?? `ws://127.0.0.1:${port}`, { perMessageDeflate: false });
   await once(ws, 'open');
   const [sws] = await accepted;
   const a = webSocketDuplex(ws);
@@ -51,6 +56,7 @@ export async function sessionPair(kind: TransportKind, opts: Partial<SessionOpti
     close: async () => {
       client.destroy();
       server.destroy();
+      await link?.close();
       await new Promise<void>((r) => wss.close(() => r()));
     },
   };

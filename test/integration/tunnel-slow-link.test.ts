@@ -1,12 +1,9 @@
 import assert from 'node:assert/strict';
 import { once } from 'node:events';
-import type { AddressInfo } from 'node:net';
 import { after, describe, it } from 'node:test';
-import { WebSocket, WebSocketServer } from 'ws';
-import { webSocketDuplex } from '../../src/main/core/tunnel/transport.js';
-import { Session, type YamuxStream } from '../../src/main/core/tunnel/yamux/session.js';
-import { shapedLink, type LinkShape, type ShapedLink } from '../helpers/shaped-link.js';
-import { pattern, sha } from '../helpers/yamux.js';
+import type { YamuxStream } from '../../src/main/core/tunnel/yamux/session.js';
+import type { LinkShape } from '../helpers/shaped-link.js';
+import { pattern, sessionPair, sha, type Pair } from '../helpers/yamux.js';
 
 /**
  * The tunnel on a slow household link (user-space shaping: a rate, a delay, a bottleneck queue; the sockets' own
@@ -16,38 +13,10 @@ import { pattern, sha } from '../helpers/yamux.js';
 const WIFI: LinkShape = { mbitPerSec: 16, delayMs: 5, queueBytes: 256 * 1024 };
 const MiB = 1024 * 1024;
 
-interface Through {
-  client: Session;
-  server: Session;
-  serverTransport: { pause(): void };
-  close(): Promise<void>;
-}
+type Through = Pair;
 
 /** Two tunnel sessions (WebSocket, 8 MiB stream windows as relay's) whose bytes cross `shape`. */
-async function sessionsThrough(shape: LinkShape): Promise<Through> {
-  const wss = new WebSocketServer({ host: '127.0.0.1', port: 0, perMessageDeflate: false });
-  await once(wss, 'listening');
-  const link: ShapedLink = await shapedLink(`ws://127.0.0.1:${(wss.address() as AddressInfo).port}`, shape);
-  const accepted = once(wss, 'connection') as Promise<[WebSocket]>;
-  const ws = new WebSocket(link.url, { perMessageDeflate: false });
-  await once(ws, 'open');
-  const [sws] = await accepted;
-  const opts = { keepAliveIntervalMs: 0, streamWindow: 8 * MiB, priorityLevels: 4 };
-  const serverTransport = webSocketDuplex(sws);
-  const client = new Session(webSocketDuplex(ws), { ...opts, client: true });
-  const server = new Session(serverTransport, { ...opts, client: false });
-  return {
-    client,
-    server,
-    serverTransport,
-    close: async () => {
-      client.destroy();
-      server.destroy();
-      await link.close();
-      await new Promise<void>((r) => wss.close(() => r()));
-    },
-  };
-}
+const sessionsThrough = (shape: LinkShape): Promise<Through> => sessionPair('ws', { streamWindow: 8 * MiB, priorityLevels: 4 }, undefined, shape);
 
 /** Start a bulk stream (priority 3, as a weight push) of `bytes` from client to server; the server reads it all. */
 function bulk(t: Through, bytes: number, paced: boolean): { sent: YamuxStream; received: Promise<YamuxStream> } {
@@ -193,7 +162,7 @@ describe('the tunnel on a 16 Mbit/s link', { timeout: 120_000 }, () => {
     console.log(`# a ping behind the push: answered in ${Math.round(rtt)} ms`);
     assert.ok(rtt > 1000, 'the answer took longer than the quiet limit: only the bytes heard meanwhile kept it alive');
     // The peer stops (a laptop's lid closed): nothing more comes back, and the next ping fails on its quiet limit.
-    t.serverTransport.pause();
+    t.transports[1].pause();
     await assert.rejects(t.client.ping(1000, 20_000), /did not answer a ping within 1000 ms$/);
   });
 });
