@@ -1,3 +1,4 @@
+import { memoryLayout, type MemoryLayout } from './memory.js';
 import { metaValue, readGgufFile, type GgufFile } from './reader.js';
 
 /** What the hub needs to know about a model, derived from its GGUF header alone. */
@@ -16,8 +17,13 @@ export interface ModelInfo {
   readonly expertCount: number;
   readonly expertUsedCount: number;
   readonly isMoe: boolean;
-  /** K+V bytes one token occupies in an f16 cache across all layers; null when the header lacks the fields. */
+  /**
+   * K+V bytes one token occupies in an f16 cache across the layers that keep every token (sliding-window layers,
+   * recurrent layers and MLA's absent V excluded: `memory` has those); null when the header lacks the fields.
+   */
   readonly kvBytesPerToken: number | null;
+  /** Per layer: the KV a token takes, which layers slide, the recurrent state (gguf/memory.ts); null: header too thin. */
+  readonly memory: MemoryLayout | null;
   readonly tokenCount: number | null;
   /** `<arch>.pooling_type` (llama.cpp's enum) for embedding models; null when the header does not say. */
   readonly poolingType: number | null;
@@ -69,14 +75,16 @@ export function deriveModelInfo(file: GgufFile): ModelInfo {
   const kvHeads = blockCount !== null ? perLayer(kvRaw, blockCount) : null;
   const headCountKv = kvHeads && kvHeads.length > 0 ? Math.max(...kvHeads) : null;
 
+  const tokens = metaValue(file, 'tokenizer.ggml.tokens');
+  const memory = architecture ? memoryLayout(architecture, k, Array.isArray(tokens) ? tokens.length : null) : null;
   let kvBytesPerToken: number | null = null;
-  if (kvHeads && keyLength !== null && valueLength !== null) {
+  if (memory && keyLength !== null && valueLength !== null) kvBytesPerToken = fullContextBytesPerToken(memory);
+  else if (kvHeads && keyLength !== null && valueLength !== null) {
     kvBytesPerToken = kvHeads.reduce((sum, h) => sum + h * (keyLength + valueLength) * 2, 0);
   }
 
   const expertCount = posInt(k('expert_count')) ?? 0;
   const expertUsedCount = posInt(k('expert_used_count')) ?? 0;
-  const tokens = metaValue(file, 'tokenizer.ggml.tokens');
   const name = metaValue(file, 'general.name');
 
   return {
@@ -93,6 +101,7 @@ export function deriveModelInfo(file: GgufFile): ModelInfo {
     expertUsedCount,
     isMoe: expertCount > 0 && expertUsedCount > 0,
     kvBytesPerToken,
+    memory,
     tokenCount: Array.isArray(tokens) ? tokens.length : null,
     poolingType: num(k('pooling_type')),
     tensorCount: file.tensors.length,
@@ -100,6 +109,11 @@ export function deriveModelInfo(file: GgufFile): ModelInfo {
     expertBytes: file.tensors.filter((t) => /^blk\.\d+\.ffn_(gate|up|down)_exps\.weight$/.test(t.name)).reduce((s, t) => s + t.bytes, 0),
     fileSize: file.fileSize,
   };
+}
+
+/** f16 K+V bytes per token of the layers that keep every token of the context (not sliding, not recurrent). */
+export function fullContextBytesPerToken(m: MemoryLayout): number {
+  return m.layers.reduce((s, l) => s + (l.swa ? 0 : (l.k + l.v) * 2), 0);
 }
 
 export function readModelInfo(path: string): ModelInfo {

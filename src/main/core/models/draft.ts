@@ -69,5 +69,15 @@ export async function describeDraft(target: ModelRecord, draft: ModelRecord, opt
       draft: draft.name,
     });
   }
-  return { name: draft.name, path: draft.path, sha256: draft.sha256, size: draft.size, mtimeMs: draft.mtimeMs, kv_bytes_per_token: draft.kv_bytes_per_token, max, min };
+  return {
+    name: draft.name,
+    path: draft.path,
+    sha256: draft.sha256,
+    size: draft.size,
+    mtimeMs: draft.mtimeMs,
+    kv_bytes_per_token: draft.kv_bytes_per_token,
+    ...(draft.memory ? { memory: draft.memory } : {}),
+    max,
+    min,
+  };
 }

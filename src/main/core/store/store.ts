@@ -1,3 +1,4 @@
+import type { MemoryLayout } from '../gguf/memory.js';
 import { copyFileSync, existsSync, mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { Low, type Adapter } from 'lowdb';
@@ -30,6 +31,8 @@ export interface DraftRecord extends ModelPart {
   name: string;
   /** Its KV cache per token: the fit counts its cache at the target's context. */
   kv_bytes_per_token: number | null;
+  /** Its per-layer cache layout (absent on older records: every layer keeps every token). */
+  memory?: MemoryLayout | null;
   /** Tokens drafted per step, at most and at least (--spec-draft-n-max, --spec-draft-n-min). */
   max: number;
   min: number;
@@ -50,6 +53,11 @@ export interface ModelRecord {
   arch: string | null;
   block_count: number | null;
   kv_bytes_per_token: number | null;
+  /**
+   * Per layer: K/V elements per token, sliding window, recurrent state (gguf/memory.ts), what the fit counts.
+   * Absent on records made before relay read it: the fit then counts every layer at the whole context.
+   */
+  memory?: MemoryLayout | null;
   expert_count: number;
   expert_used_count: number;
   context_length: number | null;
