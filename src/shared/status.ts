@@ -139,7 +139,28 @@ export interface ModelStatus {
   /** The model's own settings (absent ones are the pool's), null for none. */
   readonly settings: { readonly ctx?: number; readonly slots?: number; readonly kv_cache_type?: KvCacheTypeName; readonly flash_attn?: 'on' | 'off' | 'auto' } | null;
   readonly need_mb: number;
-  readonly need: { weights_mb: number; kv_mb: number; overhead_mb: number; projector_mb: number; ctx: number; slots: number; kv_scale: number; kv_cache_type: string };
+  /**
+   * The need in parts (MiB): the spec's weights, KV (kv_window_mb of it for sliding-window layers) and overhead;
+   * the measured additions state (recurrent), blocks (a quantized cache's scales) and compute (logits, and
+   * attention scores without flash attention); projector and draft. `largest` names the part that dominates.
+   */
+  readonly need: {
+    weights_mb: number;
+    kv_mb: number;
+    kv_window_mb: number;
+    state_mb: number;
+    blocks_mb: number;
+    overhead_mb: number;
+    compute_mb: number;
+    projector_mb: number;
+    draft_mb: number;
+    ctx: number;
+    slots: number;
+    kv_scale: number;
+    kv_cache_type: string;
+    flash_attn: boolean;
+    largest: string;
+  };
   readonly fits_now: boolean;
   readonly shortfall: string | null;
   /** The shortfall in one line (need vs the largest free room, then what would make room); the 503's details.why_not. */

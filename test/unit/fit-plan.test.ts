@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { fitNeed, contextPerSlot, KV_SCALE } from '../../src/main/core/scheduler/fit.js';
+import { fitNeed, contextPerSlot, KV_ROW_SCALE, KV_SCALE } from '../../src/main/core/scheduler/fit.js';
 import { describeNeed, freeAfterReservations, planHostReplica, shortfallMessage, type Reservation } from '../../src/main/core/scheduler/plan.js';
 
 const MIB = 1024 * 1024;
@@ -20,7 +20,9 @@ describe('fit formula (spec: "How much VRAM a replica needs")', () => {
       const n = fitNeed(model, { ...settings, kvCacheType: kv });
       assert.ok(Math.abs(n.kvMb - kvMb) < 1e-9);
       assert.ok(Math.abs(n.overheadMb - (4000 * 0.03 + 384 + kvMb * 0.05)) < 1e-9);
-      assert.ok(Math.abs(n.needMb - (4000 + kvMb + 4000 * 0.03 + 384 + kvMb * 0.05)) < 1e-9);
+      // The measured addition: a quantized cache's block scales beyond kv_scale (q8_0 takes 34/64 of f16, not 0.5).
+      assert.ok(Math.abs(n.blocksMb - 1024 * (KV_ROW_SCALE[kv] - KV_SCALE[kv])) < 1e-9);
+      assert.ok(Math.abs(n.needMb - (4000 + kvMb + 4000 * 0.03 + 384 + kvMb * 0.05 + n.blocksMb)) < 1e-9);
       assert.equal(n.kvScale, KV_SCALE[kv]);
     });
   }
@@ -85,7 +87,7 @@ describe('host placement plan', () => {
     const plan = planHostReplica(need, freeAfterReservations([cpu(2000)], reps), reps);
     assert.equal(plan.kind, 'none');
     const msg = shortfallMessage('big', plan);
-    assert.match(msg, /model "big" needs 1002 MB \(weights 600 MB \+ KV 0 MB \+ overhead 402 MB; ctx 4096 × 2 slots, f16 cache\)/);
+    assert.match(msg, /model "big" needs 1002 MB \(weights 600 MB \+ KV 0 MB \+ overhead 402 MB; ctx 4096 × 2 slots, f16 cache; the largest part: the weights, 600 MB\)/);
     assert.match(msg, /free: CPU 500 MB of 2000 MB/);
   });
 
@@ -113,11 +115,25 @@ describe('the fit of a model with a draft (speculative decoding)', () => {
   it("adds the draft's weights, its KV at the target's context and cache type, 3 % + 5 % and 64 MB", () => {
     const s = { contextSize: 4096, replicaCtx: 0, parallelSlots: 2, kvCacheType: 'q8_0' as const };
     const plain = fitNeed({ requiredVramMb: null, sizeBytes: 8000 * MIB, kvBytesPerToken: 131072 }, s);
-    // A 500 MB draft with 32 KiB of KV per token: KV = 32768 × 4096 × 2 × 0.5 / MiB = 128 MB.
+    // A 500 MB draft with 32 KiB of KV per token: KV = 32768 × 4096 × 2 × 34/64 (q8_0's blocks) / MiB = 136 MB.
     const drafted = fitNeed({ requiredVramMb: null, sizeBytes: 8000 * MIB, kvBytesPerToken: 131072, draft: { sizeBytes: 500 * MIB, kvBytesPerToken: 32768 } }, s);
     assert.equal(plain.draftMb, 0);
-    assert.equal(drafted.draftMb, 500 + 128 + 500 * 0.03 + 128 * 0.05 + 64);
+    assert.ok(Math.abs(drafted.draftMb - (500 + 136 + 500 * 0.03 + 136 * 0.05 + 64)) < 1e-9);
     assert.ok(Math.abs(drafted.needMb - plain.needMb - drafted.draftMb) < 1e-9);
-    assert.match(describeNeed('qwen', drafted), /\+ draft 714 MB;/);
+    assert.match(describeNeed('qwen', drafted), /\+ draft 722 MB;/);
+  });
+
+  it("counts the draft's own logits: a 151,936-token vocabulary takes 297 MB per context at ubatch 512, not the 64 MB allowed", () => {
+    const s = { contextSize: 4096, replicaCtx: 0, parallelSlots: 1, kvCacheType: 'f16' as const };
+    const layer = { k: 256, v: 256, swa: false, state: 0 };
+    const draftMemory = { layers: new Array(24).fill(layer), window: 0, heads: 14, vocab: 151936 };
+    const base = { requiredVramMb: null, sizeBytes: 8000 * MIB, kvBytesPerToken: 131072 };
+    const bare = fitNeed({ ...base, draft: { sizeBytes: 500 * MIB, kvBytesPerToken: 24 * 512 * 2 } }, s);
+    const counted = fitNeed({ ...base, draft: { sizeBytes: 500 * MIB, kvBytesPerToken: 24 * 512 * 2, memory: draftMemory } }, s);
+    const logits = (151936 * 512 * 4) / MIB; // 296.75
+    assert.ok(Math.abs(counted.draftMb - bare.draftMb - logits) < 1e-9);
+    // Without flash attention its scores and mask too: 4096 cells × 512 × (14 + 1) × 4 bytes = 120 MB.
+    const noFa = fitNeed({ ...base, draft: { sizeBytes: 500 * MIB, kvBytesPerToken: 24 * 512 * 2, memory: draftMemory } }, { ...s, flashAttn: 'off' });
+    assert.ok(Math.abs(noFa.draftMb - counted.draftMb - (4096 * 512 * 15 * 4) / MIB) < 1e-9);
   });
 });

@@ -49,7 +49,7 @@ describe('shard planner', () => {
       ],
     );
     for (const s of plan.stages) assert.ok(s.needMb <= s.freeMb);
-    assert.ok(Math.abs(plan.stages[1]!.needMb - stageNeedMb(dense, 13, settings)) < 1e-9);
+    assert.ok(Math.abs(plan.stages[1]!.needMb - stageNeedMb(dense, [27, 40], settings, 'hub')) < 1e-9);
   });
 
   it('uses the fewest stages that fit, preferring the nodes with most free memory × throughput', () => {
@@ -129,11 +129,11 @@ describe('shard planner', () => {
     const ctx = settings.contextSize; // contextPerSlot with RELAY_REPLICA_CTX unset
     const kvAll = (4096 * ctx * settings.parallelSlots) / (1024 * 1024);
     // remote, 3 layers: 600 MB of experts, no KV.
-    assert.ok(Math.abs(stageNeedMb(moe, 3, settings, 'remote') - (600 * 1.03 + 384)) < 1e-9);
+    assert.ok(Math.abs(stageNeedMb(moe, [0, 3], settings, 'remote') - (600 * 1.03 + 384)) < 1e-9);
     // hub, 1 layer: 200 MB non-expert + 200 MB experts, and the KV of all 4 layers.
-    assert.ok(Math.abs(stageNeedMb(moe, 1, settings, 'hub') - (400 * 1.03 + 384 + kvAll * 1.05)) < 1e-9);
+    assert.ok(Math.abs(stageNeedMb(moe, [3, 4], settings, 'hub') - (400 * 1.03 + 384 + kvAll * 1.05)) < 1e-9);
     // Unknown experts (an old record): proportional shares, as for a dense model.
-    assert.equal(stageNeedMb({ ...moe, expertWeightsMb: null }, 1, settings, 'hub'), stageNeedMb({ ...moe, isMoe: false }, 1, settings));
+    assert.equal(stageNeedMb({ ...moe, expertWeightsMb: null }, [3, 4], settings, 'hub'), stageNeedMb({ ...moe, isMoe: false }, [3, 4], settings));
     // A hub whose proportional share would fit, but whose real share does not, gets no MoE shard with it.
     const gpuHub = [gpu(null, 'CUDA0', 700), gpu('a', 'CUDA0', 2000)];
     const tight = planShard(gpuHub, moe, settings);

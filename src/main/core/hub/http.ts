@@ -1,3 +1,4 @@
+import type { MemorySummary } from '../gguf/memory.js';
 import { timingSafeEqual } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Express, RequestHandler } from 'express';
@@ -55,8 +56,11 @@ export interface HubHttp {
 }
 
 /** A model on the admin API: the stored record in snake_case (mtime_ms), with its need and whether it runs now. */
-export type ModelView = Omit<ModelRecord, 'mtimeMs' | 'parts'> & {
+export type ModelView = Omit<ModelRecord, 'mtimeMs' | 'parts' | 'memory' | 'draft'> & {
   mtime_ms: number;
+  /** The cache layout in counts (gguf/memory.ts memorySummary), not the per-layer record. */
+  memory?: MemorySummary | null;
+  draft?: Omit<NonNullable<ModelRecord['draft']>, 'memory'>;
   parts?: { path: string; sha256: string; size: number; mtime_ms: number }[];
 } & ModelViewExtra;
 

@@ -1,8 +1,10 @@
 import { existsSync } from 'node:fs';
 import { isAbsolute } from 'node:path';
 import { ErrorCode, httpError, isRelayError, RelayError } from '../../../shared/errors.js';
+import { memorySummary } from '../gguf/memory.js';
 import { discover } from '../models/import.js';
 import { modelFiles } from '../models/files.js';
+import { largestPart } from '../scheduler/fit.js';
 import { applySettings, sameSettings } from '../scheduler/model-settings.js';
 import type { ModelRecord } from '../store/store.js';
 import { parseJson, textField, type AppDeps, type ModelView, type Mount } from './http.js';
@@ -17,9 +19,11 @@ export function modelViewer(d: AppDeps): (m: ModelRecord) => ModelView {
     const a = scheduler.availability(m);
     // A file that is gone is shown as such (and a request for it gets model_file_missing, never stale bytes).
     const file = registry.fileState(m);
-    const { mtimeMs, parts, ...rest } = m;
+    const { mtimeMs, parts, memory, ...rest } = m;
+    const draft = rest.draft ? (({ memory: _m, ...d }) => d)(rest.draft) : undefined;
     return {
       ...rest,
+      ...(draft ? { draft } : {}),
       mtime_ms: mtimeMs,
       ...(parts ? { parts: parts.map((p) => ({ path: p.path, sha256: p.sha256, size: p.size, mtime_ms: p.mtimeMs })) } : {}),
       file,
@@ -27,14 +31,21 @@ export function modelViewer(d: AppDeps): (m: ModelRecord) => ModelView {
       need: {
         weights_mb: Math.ceil(need.weightsMb),
         kv_mb: Math.ceil(need.kvMb),
+        kv_window_mb: Math.ceil(need.kvWindowMb),
+        state_mb: Math.ceil(need.stateMb),
+        blocks_mb: Math.ceil(need.blocksMb),
         overhead_mb: Math.ceil(need.overheadMb),
+        compute_mb: Math.ceil(need.computeMb),
         projector_mb: Math.ceil(need.projectorMb),
         draft_mb: Math.ceil(need.draftMb),
+        flash_attn: need.flashAttn,
+        largest: largestPart(need).part,
         ctx: need.ctx,
         slots: need.slots,
         kv_scale: need.kvScale,
         kv_cache_type: need.kvCacheType,
       },
+      ...(memory !== undefined ? { memory: memorySummary(memory) } : {}),
       fits_now: a.available && file !== 'missing',
       shortfall: file === 'missing' ? gone(m) : a.reason,
       why_not: file === 'missing' ? gone(m) : a.whyNot,

@@ -65,8 +65,9 @@ export class Placer {
         requiredVramMb: model.required_vram_mb,
         sizeBytes: model.size,
         kvBytesPerToken: model.kv_bytes_per_token,
+        memory: model.memory,
         projectorBytes: model.mmproj?.size,
-        draft: model.draft ? { sizeBytes: model.draft.size, kvBytesPerToken: model.draft.kv_bytes_per_token } : undefined,
+        draft: model.draft ? { sizeBytes: model.draft.size, kvBytesPerToken: model.draft.kv_bytes_per_token, memory: model.draft.memory } : undefined,
       },
       settingsFor(this.deps.config, model),
     );

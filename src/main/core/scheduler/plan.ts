@@ -1,4 +1,4 @@
-import { fmtMb, type FitBreakdown } from './fit.js';
+import { fmtMb, largestPart, type FitBreakdown } from './fit.js';
 
 /**
  * Pure placement decisions for one machine's devices. No I/O, no timers: devices and what placements reserve
@@ -97,10 +97,23 @@ export function planHostReplica(need: FitBreakdown, devices: readonly DeviceView
   return { kind: 'none', need, perDevice: devices.map((d) => ({ id: d.id, freeMb: d.freeMb, totalMb: d.totalMb })) };
 }
 
+/**
+ * "model "m" needs 21000 MB (weights … + KV … + overhead …; ctx 131072 × 1 slots, f16 cache; the largest part: the KV
+ * cache …)": every part of the need that is not zero, and which part dominates, so a refusal says what to change.
+ */
 export function describeNeed(model: string, n: FitBreakdown): string {
-  const projector = n.projectorMb > 0 ? ` + projector ${fmtMb(n.projectorMb)}` : '';
-  const draft = n.draftMb > 0 ? ` + draft ${fmtMb(n.draftMb)}` : '';
-  return `model "${model}" needs ${fmtMb(n.needMb)} (weights ${fmtMb(n.weightsMb)} + KV ${fmtMb(n.kvMb)} + overhead ${fmtMb(n.overheadMb)}${projector}${draft}; ctx ${n.ctx} × ${n.slots} slots, ${n.kvCacheType} cache)`;
+  const extra = (label: string, mb: number): string => (mb > 0.5 ? ` + ${label} ${fmtMb(mb)}` : '');
+  const window = n.kvWindowMb > 0.5 ? ` (sliding layers ${fmtMb(n.kvWindowMb)})` : '';
+  const parts =
+    `weights ${fmtMb(n.weightsMb)} + KV ${fmtMb(n.kvMb)}${window}` +
+    extra('recurrent state', n.stateMb) +
+    extra(`${n.kvCacheType} block scales`, n.blocksMb) +
+    ` + overhead ${fmtMb(n.overheadMb)}` +
+    extra(n.flashAttn ? 'compute' : 'compute without flash attention', n.computeMb) +
+    extra('projector', n.projectorMb) +
+    extra('draft', n.draftMb);
+  const top = largestPart(n);
+  return `model "${model}" needs ${fmtMb(n.needMb)} (${parts}; ctx ${n.ctx} × ${n.slots} slots, ${n.kvCacheType} cache; the largest part: ${top.part}, ${fmtMb(top.mb)})`;
 }
 
 /** The 503 message: need vs free per device, and what the pool lacks. */

@@ -1,5 +1,6 @@
 import type { ModelRecord } from '../store/store.js';
-import { FIXED_OVERHEAD_MB, KV_SCALE, contextPerSlot, projectorNeedMb, type FitSettings } from './fit.js';
+import type { MemoryLayout } from '../gguf/memory.js';
+import { partNeed, projectorNeedMb, type FitSettings } from './fit.js';
 
 /**
  * Pipeline shards, pure: inventory + model + settings → plan, and plan → llama-server flags. No I/O.
@@ -27,6 +28,8 @@ export interface ShardModel {
   readonly blockCount: number;
   readonly weightsMb: number;
   readonly kvBytesPerToken: number | null;
+  /** The per-layer cache layout (fit.ts): a stage holds the KV of its own layers; absent: shares by layer count. */
+  readonly memory?: MemoryLayout | null | undefined;
   readonly isMoe: boolean;
   /**
    * MoE: the part of weightsMb in expert tensors (ffn_{gate,up,down}_exps), from the GGUF's tensor table. Only
@@ -46,6 +49,7 @@ export function shardModel(model: ModelRecord): ShardModel | null {
     blockCount: model.block_count,
     weightsMb,
     kvBytesPerToken: model.kv_bytes_per_token,
+    memory: model.memory,
     isMoe: model.expert_count > 0 && model.expert_used_count > 0,
     // The experts' share of the weights, scaled like the weights themselves (required_vram_mb or the file).
     expertWeightsMb: model.expert_bytes != null && model.tensor_bytes ? weightsMb * (model.expert_bytes / model.tensor_bytes) : null,
@@ -67,8 +71,6 @@ export interface Stage {
 
 export type ShardPlan = { readonly kind: 'shard'; readonly stages: readonly Stage[] } | { readonly kind: 'none'; readonly reason: string };
 
-const MIB = 1024 * 1024;
-
 /** Split `n` layers in proportion to `shares` (largest remainder), every share at least one layer. */
 export function splitLayers(n: number, shares: readonly number[]): number[] {
   const k = shares.length;
@@ -89,20 +91,19 @@ export function splitLayers(n: number, shares: readonly number[]): number[] {
 }
 
 /**
- * What one stage holding `layers` of the model needs, with the spec's formula applied to its share. A dense
- * stage holds its layers' weights and KV. A MoE shard moves only experts: a remote stage holds its layers'
- * experts and no KV; the hub holds attention, router, embeddings and output of every layer, the KV of every
- * layer and its own layers' experts.
+ * What one stage holding `layers` [from, to) of the model needs: fit.ts's partNeed for its share. A dense stage
+ * holds its layers' weights and KV (each layer's own, sliding and recurrent ones included) and runs their
+ * attention; the output stage the logits too. A MoE shard moves only experts: a remote stage holds its layers'
+ * experts and no KV; the hub holds attention, router, embeddings and output of every layer, the KV of every layer
+ * and its own layers' experts.
  */
-export function stageNeedMb(model: ShardModel, layers: number, s: FitSettings, role: 'hub' | 'remote' = 'remote'): number {
-  const share = layers / model.blockCount;
+export function stageNeedMb(model: ShardModel, layers: readonly [number, number], s: FitSettings, role: 'hub' | 'remote' = 'remote', output = role === 'hub'): number {
+  const share = (layers[1] - layers[0]) / model.blockCount;
   const experts = model.isMoe && model.expertWeightsMb != null ? Math.min(model.expertWeightsMb, model.weightsMb) : null;
-  const kvShare = experts === null ? share : role === 'hub' ? 1 : 0;
-  const weights = experts === null ? model.weightsMb * share : role === 'hub' ? model.weightsMb - experts + experts * share : experts * share;
-  const ctx = contextPerSlot(s);
-  const kv = model.kvBytesPerToken ? (model.kvBytesPerToken * kvShare * ctx * s.parallelSlots * KV_SCALE[s.kvCacheType]) / MIB : 0;
-  const projector = role === 'hub' ? (model.projectorMb ?? 0) : 0;
-  return weights + kv + weights * 0.03 + FIXED_OVERHEAD_MB + kv * 0.05 + projector;
+  const weightsMb = experts === null ? model.weightsMb * share : role === 'hub' ? model.weightsMb - experts + experts * share : experts * share;
+  const cached: readonly [number, number] | null = experts === null ? layers : role === 'hub' ? [0, model.blockCount] : null;
+  const need = partNeed(model, model.blockCount, s, { weightsMb, layers: cached, output }).needMb;
+  return need + (role === 'hub' ? (model.projectorMb ?? 0) : 0);
 }
 
 /** Put the hub's stage last (or first) and renumber every stage's layer range to match the new order. */
@@ -139,17 +140,19 @@ export function planShard(devices: readonly ShardDevice[], model: ShardModel, s:
       members.map((d) => d.freeMb * (d.weight ?? 1)),
     );
     let at = 0;
-    const stages: Stage[] = members.map((d, i) => {
+    const drafted: Stage[] = members.map((d, i) => {
       const n = counts[i]!;
-      const st: Stage = { node: d.node, device: d.device, kind: d.kind, layers: [at, at + n], needMb: stageNeedMb(model, n, s, d.node === null ? 'hub' : 'remote'), freeMb: d.freeMb, output: false };
+      const st: Stage = { node: d.node, device: d.device, kind: d.kind, layers: [at, at + n], needMb: 0, freeMb: d.freeMb, output: false };
       at += n;
       return st;
     });
-    if (!stages.every((st) => st.needMb <= st.freeMb)) continue;
-    // GPU hub: its stage goes last. CPU hub: llama.cpp runs CPU layers first (see above).
-    const ordered = reorder(stages, hub?.kind === 'cpu');
+    // GPU hub: its stage goes last. CPU hub: llama.cpp runs CPU layers first (see above). Each stage's need is
+    // counted on its final layer range: which layers slide or keep state depends on where they are.
+    const ordered = reorder(drafted, hub?.kind === 'cpu');
     const outputAt = hub ? ordered.findIndex((st) => st.node === null) : ordered.length - 1;
-    return { kind: 'shard', stages: ordered.map((st, i) => ({ ...st, output: i === outputAt })) };
+    const stages = ordered.map((st, i) => ({ ...st, output: i === outputAt, needMb: stageNeedMb(model, st.layers, s, st.node === null ? 'hub' : 'remote', i === outputAt) }));
+    if (!stages.every((st) => st.needMb <= st.freeMb)) continue;
+    return { kind: 'shard', stages };
   }
   return { kind: 'none', reason: 'the hub and the connected nodes together cannot hold it' };
 }
