@@ -100,6 +100,7 @@ export async function cmdModels(sub: string | undefined, args: string[]): Promis
         arch: string | null;
         sha256: string;
         settings?: { ctx?: number; slots?: number; kv_cache_type?: string; flash_attn?: string };
+        need?: Record<string, number | string | boolean>;
       }[];
       error?: { code: string; message: string };
     };
@@ -119,6 +120,7 @@ export async function cmdModels(sub: string | undefined, args: string[]): Promis
       console.log(
         `${m.name.padEnd(24)} ${String(m.arch).padEnd(10)} ${((m.size / 1048576).toFixed(1) + ' MB').padStart(10)}  needs ${m.need_mb} MB  ${m.fits_now ? 'available' : `unavailable: ${m.shortfall}`}${own ? `  (own settings: ${own})` : ''}`,
       );
+      if (m.need) console.log(`  ${needParts(m.need)}`);
     }
     return 0;
   }
@@ -178,4 +180,23 @@ export async function cmdModels(sub: string | undefined, args: string[]): Promis
     return 0;
   }
   throw new Error('usage: relay models add|pull|set|import|ls|rm');
+}
+
+/** "weights 4000 + KV 1024 (sliding layers 174) + overhead 462 + compute 62 MB; largest: the KV cache …" from /api/models' need. */
+function needParts(n: Record<string, number | string | boolean>): string {
+  const mb = (k: string): number => (typeof n[k] === 'number' ? (n[k] as number) : 0);
+  const named: [string, string][] = [
+    ['weights', 'weights_mb'],
+    ['KV', 'kv_mb'],
+    ['recurrent state', 'state_mb'],
+    ['block scales', 'blocks_mb'],
+    ['overhead', 'overhead_mb'],
+    [n.flash_attn === false ? 'compute without flash attention' : 'compute', 'compute_mb'],
+    ['projector', 'projector_mb'],
+    ['draft', 'draft_mb'],
+  ];
+  const parts = named
+    .filter(([label, k]) => mb(k) > 0 || label === 'weights' || label === 'KV' || label === 'overhead')
+    .map(([label, k]) => `${label} ${mb(k)}${k === 'kv_mb' && mb('kv_window_mb') > 0 ? ` (sliding layers ${mb('kv_window_mb')})` : ''}`);
+  return `${parts.join(' + ')} MB${typeof n.largest === 'string' ? `; largest: ${n.largest}` : ''}`;
 }

@@ -51,6 +51,8 @@ describe('relay models (CLI → admin API)', { timeout: 120_000 }, () => {
     await cli('models', 'add', fixture('moe'), '--name', 'm1');
     const ls = await cli('models', 'ls');
     assert.match(ls.stdout, /d1\s+llama\s+34\.2 MB\s+needs \d+ MB\s+available/);
+    // Under it, the parts of the need and the one that dominates.
+    assert.match(ls.stdout, /\n {2}weights \d+ \+ KV \d+ \+ overhead \d+ MB; largest: the weights\n/);
     assert.match(ls.stdout, /m1\s+qwen3moe/);
     const rm = await cli('models', 'rm', 'm1');
     assert.match(rm.stdout, /removed: m1/);

@@ -60,7 +60,20 @@ describe('per-model settings', { timeout: 300_000 }, () => {
       assert.ok(await waitGone(host.pid!, 30_000), 'the running replica stopped for the new settings');
       const refused = await ask('long');
       assert.equal(refused.status, 503);
-      assert.match(((await refused.json()) as { error: { message: string } }).error.message, /ctx 1048576 × 4 slots, q8_0 cache/);
+      const why = ((await refused.json()) as { error: { message: string } }).error.message;
+      assert.match(why, /ctx 1048576 × 4 slots, q8_0 cache; the largest part: the KV cache at ctx 1048576 × 4 slots \(q8_0\), 2\d{3} MB/);
+      // /api/models shows every part of the need: the spec's weights, KV and overhead, the measured additions.
+      type Need = Record<'weights_mb' | 'kv_mb' | 'kv_window_mb' | 'state_mb' | 'blocks_mb' | 'overhead_mb' | 'compute_mb' | 'projector_mb' | 'draft_mb', number>;
+      const listed = (await hub.api<{ models: { name: string; need_mb: number; need: Need & { largest: string; flash_attn: boolean }; memory: { kv_layers: number } }[] }>('/api/models')).body.models;
+      const long = listed.find((m) => m.name === 'long')!;
+      const parts = ['weights_mb', 'kv_mb', 'state_mb', 'blocks_mb', 'overhead_mb', 'compute_mb', 'projector_mb', 'draft_mb'] as const;
+      const sum = parts.reduce((a, k) => a + long.need[k], 0);
+      assert.ok(sum >= long.need_mb && sum - long.need_mb <= parts.length, `parts ${sum} vs need ${long.need_mb}`);
+      assert.deepEqual([long.need.flash_attn, long.need.kv_window_mb, long.need.state_mb, long.memory.kv_layers], [true, 0, 0, 4]);
+      // q8_0's block scales are counted, and flash attention's f16 copy of one layer's K and V (2048 cells × 2 slots
+      // × 128 values × 2 bytes = 1 MB); the logits of 32,000 tokens × 512 (62.5 MB) fit in the fixed overhead.
+      assert.deepEqual([long.need.blocks_mb > 0, long.need.compute_mb], [true, 1]);
+      assert.match(long.need.largest, /the KV cache/);
 
       // Back to the pool's ctx and slots (the KV type stays the model's own).
       await cli('set', 'long', '--ctx', 'default', '--slots', 'default');

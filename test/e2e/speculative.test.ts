@@ -1,4 +1,5 @@
 import assert from 'node:assert/strict';
+import { readModelInfo } from '../../src/main/core/gguf/index.js';
 import { execFile } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -93,7 +94,9 @@ describe('speculative decoding with a draft model', { timeout: 600_000 }, () => 
     const dense = (await hub.api<{ models: { name: string; size: number; kv_bytes_per_token: number }[] }>('/api/models')).body.models.find((m) => m.name === 'dense')!;
     const weights = dense.size / MIB;
     const kv = (dense.kv_bytes_per_token * r.body.model.need.ctx * r.body.model.need.slots) / MIB;
-    const draftMb = weights + kv + weights * 0.03 + kv * 0.05 + 64;
+    // Its own compute buffer: 64 MB and the logits of a 512-token batch over its vocabulary.
+    const logits = (readModelInfo(fixture('dense')).memory!.vocab! * 512 * 4) / MIB;
+    const draftMb = weights + kv + weights * 0.03 + kv * 0.05 + 64 + logits;
     assert.equal(r.body.model.need.draft_mb, Math.ceil(draftMb));
     assert.ok(Math.abs(r.body.model.need_mb - (plain.need_mb + draftMb)) <= 1, `${r.body.model.need_mb} vs ${plain.need_mb} + ${draftMb}`);
     const d = r.body.model.draft!;

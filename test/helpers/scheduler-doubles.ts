@@ -38,7 +38,8 @@ export function model(name: string, requiredMb: number): ModelRecord {
 
 export interface Start {
   readonly p: Placement;
-  ok(): void;
+  /** The load finished; `buffers`: the load report llama-server printed (launch-host.ts loadReport). */
+  ok(buffers?: string[]): void;
   fail(code?: ErrorCode, details?: Record<string, unknown>): void;
   crash(): void;
 }
@@ -55,7 +56,7 @@ export class ManualLauncher implements Launcher {
       const exited = new Promise<string>((r) => (crash = r));
       this.starts.push({
         p,
-        ok: () => resolve({ baseUrl: `http://fake/${p.id}`, port: null, pid: null, buffers: [], exited, tail: () => '' }),
+        ok: (buffers = []) => resolve({ baseUrl: `http://fake/${p.id}`, port: null, pid: null, buffers, exited, tail: () => '' }),
         fail: (code = ErrorCode.REPLICA_FAILED, details = {}) => reject(new RelayError(code, `load of ${p.model} failed on ${p.node?.name ?? 'hub'}`, details)),
         crash: () => crash('llama-server exited unexpectedly (SIGKILL)'),
       });

@@ -1,8 +1,15 @@
 import assert from 'node:assert/strict';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { describe, it } from 'node:test';
+import pino from 'pino';
 import { fullContextBytesPerToken } from '../../src/main/core/gguf/derive.js';
 import { memoryLayout, memorySummary, type MemoryLayout } from '../../src/main/core/gguf/memory.js';
+import { ModelRegistry } from '../../src/main/core/models/registry.js';
 import { fitNeed } from '../../src/main/core/scheduler/fit.js';
+import { Store } from '../../src/main/core/store/store.js';
+import { unitFixture } from '../fixtures/synthetic-vocab.js';
 
 /**
  * The cache layout per architecture, as llama.cpp's loader defines it (src/models/<arch>.cpp, llama-hparams.cpp,
@@ -173,5 +180,31 @@ describe('cache layout from the GGUF header (gguf/memory.ts)', () => {
       memoryLayout('llama', (k) => (per as Record<string, unknown>)[k], null),
       null,
     );
+  });
+});
+
+describe('records registered before relay read the cache layout', () => {
+  it('get it from their header at hub start, without a re-hash; a file that cannot be read is left as it was', async () => {
+    const home = mkdtempSync(join(tmpdir(), 'relay-layouts-'));
+    try {
+      const store = await Store.open(home);
+      const registry = new ModelRegistry(store, pino({ level: 'silent' }));
+      const { model } = await registry.add({ path: unitFixture('dense'), name: 'old' });
+      const expected = model.memory;
+      assert.ok(expected && expected.layers.length === 4);
+      await store.update((d) => {
+        const rec = d.models[0]!;
+        delete rec.memory;
+        rec.kv_bytes_per_token = 1; // what an older relay may have stored
+        d.models.push({ ...rec, name: 'gone', path: join(home, 'gone.gguf') });
+      });
+      assert.equal(await registry.readLayouts(), 1);
+      assert.deepEqual(registry.get('old')!.memory, expected);
+      assert.equal(registry.get('old')!.kv_bytes_per_token, model.kv_bytes_per_token);
+      assert.equal(registry.get('old')!.sha256, model.sha256);
+      assert.equal(registry.get('gone')!.memory, undefined);
+    } finally {
+      rmSync(home, { recursive: true, force: true });
+    }
   });
 });

@@ -199,3 +199,35 @@ describe('shard planner', () => {
     });
   });
 });
+
+describe('each stage of a shard checked on its own (llama.cpp --tensor-split: a layer’s cache on its device, the output on the last)', () => {
+  // 6 layers of a sliding-window model (gemma3's pattern: 5 slide, the 6th keeps the context), 150k vocabulary.
+  const swa = { k: 1024, v: 1024, swa: true, state: 0 };
+  const full = { ...swa, swa: false };
+  const memory = { layers: [swa, swa, swa, swa, swa, full], window: 1024, heads: 16, vocab: 151936 };
+  const model: ShardModel = { name: 'g', blockCount: 6, weightsMb: 6000, kvBytesPerToken: 2048 * 2, memory, isMoe: false };
+  const long = { contextSize: 32768, replicaCtx: 0, parallelSlots: 1, kvCacheType: 'f16' as const };
+  const MIB = 2 ** 20;
+
+  it('a stage holds its own layers’ cache: the full layer at the context, a sliding one at its window (+ ubatch, 256-cell rounding)', () => {
+    const fullKv = (32768 * 4096) / MIB; // 128 MB
+    const windowKv = (1536 * 4096) / MIB; // 6 MB
+    const base = (layers: number) => (6000 * layers) / 6;
+    assert.ok(Math.abs(stageNeedMb(model, [0, 1], long, 'remote') - (base(1) * 1.03 + 384 + windowKv * 1.05)) < 1e-9);
+    assert.ok(Math.abs(stageNeedMb(model, [5, 6], long, 'remote', false) - (base(1) * 1.03 + 384 + fullKv * 1.05)) < 1e-9);
+  });
+
+  it('the output’s stage holds the logits beyond what the fixed overhead holds; without flash attention every stage its scores', () => {
+    const logits = (151936 * 512 * 4) / MIB - 128; // 296.75 − 128
+    assert.ok(Math.abs(stageNeedMb(model, [0, 1], long, 'hub') - stageNeedMb(model, [0, 1], long, 'remote') - logits) < 1e-9);
+    const scores = (32768 * 512 * 17 * 4) / MIB; // cells × ubatch × (heads + mask) × 4 bytes: 1088 MB
+    const off = { ...long, flashAttn: 'off' as const };
+    for (const range of [[0, 1] as const, [5, 6] as const]) assert.ok(Math.abs(stageNeedMb(model, range, off, 'remote') - stageNeedMb(model, range, long, 'remote') - scores) < 1e-9);
+    // A plan without flash attention: each stage, scores included, fits its own device; the output on the hub.
+    const plan = planShard([gpu(null, 'CUDA0', 6000), gpu('a', 'CUDA0', 7000)], model, off);
+    assert.equal(plan.kind, 'shard');
+    if (plan.kind !== 'shard') return;
+    for (const st of plan.stages) assert.ok(st.needMb <= st.freeMb, `${st.node ?? 'hub'}: ${st.needMb} > ${st.freeMb}`);
+    assert.ok(plan.stages.find((s) => s.output)!.node === null);
+  });
+});

@@ -56,6 +56,7 @@ export async function startHub(config: HubConfig, deps: { log: Logger; install?:
   if (store.recovered !== null) log.warn({ path: store.path, why: store.recovered }, 'the store was unreadable: started from its last good copy (relay.json.bak)');
   if (store.migratedFrom !== null) log.warn({ path: store.path, from: store.migratedFrom }, 'store migrated to the current schema (backup kept beside it)');
   const registry = new ModelRegistry(store, log.child({ c: 'registry' }));
+  await registry.readLayouts();
   const pulls = new Pulls({
     dir: config.downloadDir ?? join(config.home, 'models'),
     access: { endpoint: config.hfEndpoint, token: config.hfToken ?? null },

@@ -76,7 +76,7 @@ export async function describeDraft(target: ModelRecord, draft: ModelRecord, opt
     size: draft.size,
     mtimeMs: draft.mtimeMs,
     kv_bytes_per_token: draft.kv_bytes_per_token,
-    ...(draft.memory ? { memory: draft.memory } : {}),
+    ...(draft.memory !== undefined ? { memory: draft.memory } : {}),
     max,
     min,
   };

@@ -1,7 +1,7 @@
 import { basename, isAbsolute } from 'node:path';
 import type { Logger } from 'pino';
 import { ErrorCode, RelayError } from '../../../shared/errors.js';
-import { splitName } from '../gguf/index.js';
+import { readModelFilesOffThread, splitName } from '../gguf/index.js';
 import type { ModelRecord, ModelSettings, Store } from '../store/store.js';
 import { describeDraft, type DraftCounts } from './draft.js';
 import { describe, describePart, describeProjector, filesState, statFile, type FileState, type HashProgress } from './describe.js';
@@ -65,6 +65,32 @@ export class ModelRegistry {
     private readonly store: Store,
     private readonly log: Logger,
   ) {}
+
+  /**
+   * Records made before relay read each layer's cache (gguf/memory.ts) get it from their header now, without a
+   * re-hash: their fit counted every layer at the whole context. A file that cannot be read is left as it is
+   * (its first request re-reads or refuses it). Returns how many were read.
+   */
+  async readLayouts(): Promise<number> {
+    let done = 0;
+    for (const m of this.list().filter((x) => x.memory === undefined || (x.draft && x.draft.memory === undefined))) {
+      try {
+        const { info } = await readModelFilesOffThread(m.path);
+        const draft = m.draft ? (await readModelFilesOffThread(m.draft.path)).info : null;
+        await this.store.update((data) => {
+          const rec = data.models.find((x) => x.name === m.name && x.sha256 === m.sha256);
+          if (!rec) return;
+          Object.assign(rec, { memory: info.memory, kv_bytes_per_token: info.kvBytesPerToken });
+          if (rec.draft && draft && rec.draft.sha256 === m.draft?.sha256) Object.assign(rec.draft, { memory: draft.memory, kv_bytes_per_token: draft.kvBytesPerToken });
+        });
+        done++;
+      } catch (err) {
+        this.log.warn({ model: m.name, err: (err as Error).message }, 'could not read the header for its cache layout: the fit counts every layer at the whole context');
+      }
+    }
+    if (done > 0) this.log.info({ models: done }, 'read the cache layout of models registered before relay knew it');
+    return done;
+  }
 
   list(): readonly ModelRecord[] {
     return this.store.data.models;

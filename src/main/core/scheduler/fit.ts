@@ -13,9 +13,10 @@ import { effectiveFlashAttn, type FlashAttn, type KvCacheType } from '../llama/a
  * Measured additions (each held against published llama.cpp load logs, test/fixtures/fit-logs.json):
  *   state    = recurrent state floats × slots × 4 bytes (always f32)
  *   blocks   = the quantized cache's block scales: q8_0 is 34/64 of f16, not the spec's 0.5 (q4_0 18/64, not 0.28)
- *   compute  = logits (n_vocab × ubatch × 4 bytes) + without flash attention the attention scores and their mask
+ *   compute  = logits (n_vocab × ubatch × 4 bytes) beyond the 128 MB the fixed 384 MB holds + without flash attention the attention scores and their mask
  *              (cells per slot × ubatch × (heads + 1) × 4 bytes), both in llama.cpp's compute buffer; with a
- *              micro-batch above llama-server's 512 (relay never sets one) the fixed 384 MB grows in proportion
+ *              micro-batch above llama-server's 512 (relay never sets one) the fixed 384 MB grows in proportion;
+ *              flash attention over a quantized cache adds f16 copies of one layer's K and V
  * A vision model's projector runs beside the model on the same device: its weights plus an allowance for its
  * compute buffer (a quarter of its weights and 32 MB; llama-server logs its own worst case at load).
  * A draft model (speculative decoding) runs beside it too, with a context of its own as long as the target's:
@@ -30,6 +31,12 @@ export const PROJECTOR_COMPUTE_MB = 32;
 export const DRAFT_COMPUTE_MB = 64;
 /** llama-server's default micro-batch (relay never changes it): the compute buffer is reserved for this many tokens. */
 export const UBATCH = 512;
+/**
+ * The logits the spec's fixed 384 MB already holds: up to 128 MB at a 512-token micro-batch (a 64k vocabulary).
+ * Checked against the published load logs (test/fixtures/fit-logs.json): with it every complete log stays covered
+ * (1.02× of what it allocated at least); a larger vocabulary's logits beyond it are counted.
+ */
+export const LOGITS_IN_OVERHEAD_MB = 128;
 /** llama.cpp rounds every cache to a multiple of 256 cells. */
 const CELL_PAD = 256;
 const MIB = 1024 * 1024;
@@ -150,12 +157,25 @@ export function layerBytes(m: Pick<FitModel, 'kvBytesPerToken' | 'memory'>, ctx:
   return { fullF16, windowF16, state, attends };
 }
 
-/** The compute-buffer additions on one device: logits where the output is, scores where attention runs without flash attention. */
-export function computeMb(mem: MemoryLayout | null | undefined, ctx: number, ubatch: number, o: { output: boolean; attends: boolean; flashAttn: boolean }): number {
-  const logits = o.output && mem?.vocab ? mem.vocab * ubatch * 4 : 0;
+/**
+ * The compute-buffer additions on one device: logits where the output is (beyond `logitsHeld` MB at 512 tokens,
+ * which an allowance already holds), scores where attention runs without flash attention.
+ */
+export function computeMb(
+  mem: MemoryLayout | null | undefined,
+  ctx: number,
+  ubatch: number,
+  o: { output: boolean; attends: boolean; flashAttn: boolean; logitsHeld?: number; quantizedSlots?: number },
+): number {
+  const held = (o.logitsHeld ?? LOGITS_IN_OVERHEAD_MB) * (ubatch / UBATCH) * MIB;
+  const logits = o.output && mem?.vocab ? Math.max(0, mem.vocab * ubatch * 4 - held) : 0;
+  const cells = cellsPerSlot(ctx, 0, ubatch).full;
   // The scores of one layer at a time (llama.cpp reuses the buffer) and the mask beside them: (heads + 1) rows.
-  const scores = !o.flashAttn && o.attends && mem ? cellsPerSlot(ctx, 0, ubatch).full * ubatch * (mem.heads + 1) * 4 : 0;
-  return (logits + scores) / MIB;
+  const scores = !o.flashAttn && o.attends && mem ? cells * ubatch * (mem.heads + 1) * 4 : 0;
+  // Flash attention over a quantized cache reads one layer's K and V as f16 copies (CUDA's tile kernels, prompt batches).
+  const widest = mem ? Math.max(0, ...mem.layers.map((l) => l.k + l.v)) : 0;
+  const copies = o.flashAttn && o.attends && o.quantizedSlots ? cells * o.quantizedSlots * widest * 2 : 0;
+  return (logits + scores + copies) / MIB;
 }
 
 /**
@@ -188,7 +208,8 @@ export function partNeed(m: Pick<FitModel, 'kvBytesPerToken' | 'memory'>, blockC
   const stateMb = (b.state * slots) / MIB;
   const overheadMb = weightsMb * 0.03 + FIXED_OVERHEAD_MB + kvMb * 0.05;
   // The spec's fixed 384 MB is the rest of the compute buffer at llama-server's 512-token micro-batch; it grows with a larger one.
-  const compute = computeMb(m.memory, ctx, ubatch, { output: part.output, attends: b.attends, flashAttn }) + FIXED_OVERHEAD_MB * Math.max(0, ubatch / UBATCH - 1);
+  const quantizedSlots = s.kvCacheType === 'f16' ? 0 : slots;
+  const compute = computeMb(m.memory, ctx, ubatch, { output: part.output, attends: b.attends, flashAttn, quantizedSlots }) + FIXED_OVERHEAD_MB * Math.max(0, ubatch / UBATCH - 1);
   const needMb = weightsMb + kvMb + stateMb + blocksMb + overheadMb + compute;
   return { weightsMb, kvMb, kvWindowMb, stateMb, blocksMb, overheadMb, computeMb: compute, needMb, ctx, slots, kvScale, kvCacheType: s.kvCacheType, flashAttn };
 }
@@ -207,7 +228,8 @@ function draftNeedMb(d: NonNullable<FitModel['draft']>, ctx: number, slots: numb
   const weights = d.sizeBytes / MIB;
   const b = layerBytes(d, ctx, ubatch);
   const kv = ((b.fullF16 + b.windowF16) * slots * KV_ROW_SCALE[type] + b.state * slots) / MIB;
-  const compute = computeMb(d.memory, ctx, ubatch, { output: true, attends: b.attends, flashAttn });
+  // Its 64 MB is all its compute buffer has: its logits are counted whole.
+  const compute = computeMb(d.memory, ctx, ubatch, { output: true, attends: b.attends, flashAttn, logitsHeld: 0, quantizedSlots: type === 'f16' ? 0 : slots });
   return weights + kv + weights * 0.03 + kv * 0.05 + DRAFT_COMPUTE_MB + compute;
 }
 

@@ -13,17 +13,21 @@ import type { Placement, Running } from './placement.js';
 import { describeNeed } from './plan.js';
 import { SlotKeeper, type SlotLayout } from './slot-keep.js';
 import type { KeptSlots } from './launcher.js';
-import { KV_SCALE } from './fit.js';
+import { KV_ROW_SCALE } from './fit.js';
 
 /** How long a host replica's llama-server gets to exit before it is killed. */
 const HOST_STOP_GRACE_MS = 10_000;
 
-/** llama-server's lines that say where weights and KV landed, as `<buffer type> model|KV buffer size = N MiB`. */
+/**
+ * llama-server's load report: where weights, caches and compute buffers landed (`<buffer type> model|KV|RS|compute
+ * buffer size = N MiB`) and what `--flash-attn auto` resolved to ("Flash Attention enabled" or "… not supported,
+ * set to disabled": the fit reads it, placer.ts).
+ */
 export function loadReport(server: RunningLlamaServer): string[] {
   return server.child
     .output()
-    .filter((l) => /(model|KV) buffer size/.test(l))
-    .map((l) => l.replace(/^.*?(load_tensors|llama_kv_cache\w*):\s*/, '').trim());
+    .filter((l) => /(model|KV|RS|compute) buffer size|Flash Attention (enabled|not supported)/.test(l))
+    .map((l) => l.replace(/^.*?(load_tensors|llama_kv_cache\w*|llama_memory_recurrent|sched_reserve|resolve_fused_ops):\s*/, '').trim());
 }
 
 /**
@@ -91,8 +95,11 @@ export class HostLauncher {
   private layout(model: ModelRecord, p: Placement): SlotLayout | null {
     if (!this.slots.enabled || model.draft || model.mmproj) return null;
     const cacheType = settingsFor(this.deps.config, model).kvCacheType;
-    const bytesPerToken = model.kv_bytes_per_token === null ? null : model.kv_bytes_per_token * KV_SCALE[cacheType];
-    return { sha256: model.sha256, ctx: p.fit.ctx, slots: p.fit.slots, cacheType, bytesPerToken };
+    // Every layer's KV a token takes (sliding layers keep at most a window of it: an upper bound) at the cache's block size.
+    const perToken = model.memory ? model.memory.layers.reduce((s, l) => s + (l.k + l.v) * 2, 0) : model.kv_bytes_per_token;
+    const bytesPerToken = perToken === null ? null : perToken * KV_ROW_SCALE[cacheType];
+    const stateBytes = model.memory ? model.memory.layers.reduce((s, l) => s + l.state * 4, 0) : 0;
+    return { sha256: model.sha256, ctx: p.fit.ctx, slots: p.fit.slots, cacheType, bytesPerToken, stateBytes };
   }
 
   start(p: Placement, model: ModelRecord): Promise<Running> {

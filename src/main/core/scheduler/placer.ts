@@ -56,8 +56,26 @@ function nodeDevices(conn: NodeConn) {
   return conn.devices.map((dv) => ({ id: dv.id, kind: dv.kind, totalMb: dv.totalMb, reportedFreeMb: dv.freeMb, readAt: conn.devicesAt - (dv.ageMs ?? 0) }));
 }
 
+/** llama-server's word that `--flash-attn auto` resolved to off where the model loaded (launch-host.ts loadReport). */
+const FLASH_ATTN_OFF = /Flash Attention not supported/;
+
 export class Placer {
+  /** Models whose `auto` flash attention a load resolved to off: their fit counts the attention scores from then on. */
+  private readonly noFlashAttn = new Set<string>();
+
   constructor(private readonly deps: PlacerDeps) {}
+
+  /** The model's settings for the fit, with what its loads said `--flash-attn auto` resolves to. */
+  private fitSettings(model: ModelRecord): HubConfig & { autoFlashAttn: boolean } {
+    if (!this.noFlashAttn.has(model.name)) {
+      for (const p of this.deps.placements()) {
+        if (p.model !== model.name || !p.running?.buffers.some((l) => FLASH_ATTN_OFF.test(l))) continue;
+        this.noFlashAttn.add(model.name);
+        this.deps.log.warn({ model: model.name, placement: p.id }, 'flash attention "auto" resolved to off where it loaded: its fit now counts the attention scores');
+      }
+    }
+    return { ...settingsFor(this.deps.config, model), autoFlashAttn: !this.noFlashAttn.has(model.name) };
+  }
 
   need(model: ModelRecord): FitBreakdown {
     const need = fitNeed(
@@ -69,7 +87,7 @@ export class Placer {
         projectorBytes: model.mmproj?.size,
         draft: model.draft ? { sizeBytes: model.draft.size, kvBytesPerToken: model.draft.kv_bytes_per_token, memory: model.draft.memory } : undefined,
       },
-      settingsFor(this.deps.config, model),
+      this.fitSettings(model),
     );
     this.deps.log.debug({ model: model.name, fit: need }, 'fit-check');
     return need;
@@ -138,7 +156,7 @@ export class Placer {
       const free = freeAfterReservations(nodeDevices(conn), this.views(conn.name, w.evicting));
       for (const dv of free) devices.push({ node: conn.name, device: dv.id, kind: dv.kind, freeMb: dv.freeMb, totalMb: dv.totalMb });
     }
-    return planShard(devices, sm, settingsFor(this.deps.config, model));
+    return planShard(devices, sm, this.fitSettings(model));
   }
 
   /** One try in the spec's order with the given what-ifs; no evictions beyond `w.evicting`. */

@@ -20,6 +20,8 @@ export interface SlotLayout {
   readonly cacheType: string;
   /** KV bytes one token takes at that cache type (null: unknown), for the estimate made before anything is written. */
   readonly bytesPerToken?: number | null;
+  /** Recurrent state bytes a slot holds whatever its length (hybrid and recurrent models), for the same estimate. */
+  readonly stateBytes?: number;
 }
 
 interface Kept {
@@ -73,8 +75,8 @@ export class SlotKeeper {
     let bytes = 0;
     try {
       const slots = ((await getJson(`${baseUrl}/slots`)) as { id: number; n_prompt_tokens?: number }[]).filter((x) => (x.n_prompt_tokens ?? 0) > 0);
-      // What the files would take, before a byte is written: each slot's tokens × a token's KV (and its id).
-      const estimate = layout.bytesPerToken ? slots.reduce((n, x) => n + x.n_prompt_tokens! * (layout.bytesPerToken! + 4), 0) : 0;
+      // What the files would take, before a byte is written: each slot's tokens × a token's KV (and its id), its state.
+      const estimate = layout.bytesPerToken ? slots.reduce((n, x) => n + x.n_prompt_tokens! * (layout.bytesPerToken! + 4) + (layout.stateBytes ?? 0), 0) : 0;
       if (estimate > this.d.budgetBytes) {
         this.d.log.info({ model, estimate_bytes: estimate, budget_bytes: this.d.budgetBytes }, 'slots larger than RELAY_SLOT_KEEP_MB: not saved');
         return false;
