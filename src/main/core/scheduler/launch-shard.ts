@@ -131,7 +131,8 @@ export class ShardLauncher {
       });
       h.headUrl = head.baseUrl;
       await unlessStopped();
-      h.buffers = loadReport(head).filter((l) => /model buffer size/.test(l));
+      // Where the weights went, and what flash attention resolved to (the fit reads it: placer.ts).
+      h.buffers = loadReport(head).filter((l) => /model buffer size|Flash Attention/.test(l));
       // Loaded: what each stage's rpc-server saved to its cache so far are weights; later saves are not (rpc-cache.ts).
       // Told before the first request, whose activations would otherwise be named weights too.
       await Promise.all(h.members.map((m) => m.conn.command({ type: 'rpc-loaded', rpc: m.rpcId, sha256: model.sha256 }, START_RPC_TIMEOUT_MS).catch(() => undefined)));
