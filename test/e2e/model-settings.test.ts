@@ -70,9 +70,9 @@ describe('per-model settings', { timeout: 300_000 }, () => {
       const sum = parts.reduce((a, k) => a + long.need[k], 0);
       assert.ok(sum >= long.need_mb && sum - long.need_mb <= parts.length, `parts ${sum} vs need ${long.need_mb}`);
       assert.deepEqual([long.need.flash_attn, long.need.kv_window_mb, long.need.state_mb, long.memory.kv_layers], [true, 0, 0, 4]);
-      // q8_0's block scales are counted, and flash attention's f16 copy of one layer's K and V (2048 cells × 2 slots
-      // × 128 values × 2 bytes = 1 MB); the logits of 32,000 tokens × 512 (62.5 MB) fit in the fixed overhead.
-      assert.deepEqual([long.need.blocks_mb > 0, long.need.compute_mb], [true, 1]);
+      // q8_0's block scales are counted, and flash attention's f16 copy of one layer's K and V (1048576 cells × 4
+      // slots × 128 values × 2 bytes = 1024 MB); the logits of 32,000 tokens × 512 (62.5 MB) fit in the overhead.
+      assert.deepEqual([long.need.blocks_mb > 0, long.need.compute_mb], [true, 1024]);
       assert.match(long.need.largest, /the KV cache/);
 
       // Back to the pool's ctx and slots (the KV type stays the model's own).
