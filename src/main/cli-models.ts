@@ -184,7 +184,7 @@ export async function cmdModels(sub: string | undefined, args: string[]): Promis
 
 /** "weights 4000 + KV 1024 (sliding layers 174) + overhead 462 + compute 62 MB; largest: the KV cache …" from /api/models' need. */
 function needParts(n: Record<string, number | string | boolean>): string {
-  const mb = (k: string): number => (typeof n[k] === 'number' ? (n[k]) : 0);
+  const mb = (k: string): number => (typeof n[k] === 'number' ? n[k] : 0);
   const named: [string, string][] = [
     ['weights', 'weights_mb'],
     ['KV', 'kv_mb'],
