@@ -82,6 +82,33 @@ describe('hub lifecycle with real llama-server', { timeout: 600_000 }, () => {
     });
   });
 
+  it("the hub's own pause mid-stream: the stream ends at once naming it, and the host replica exits on its SIGTERM", async () => {
+    await withHub({ env: BASE_ENV, args: ['--cpu-budget-mb', '1000'] }, async (h, c) => {
+      await addModel(h, { path: fixture('dense'), name: 'dense' });
+      const stream = await c.chat.completions.create({ model: 'dense', messages: [{ role: 'user', content: 'Go on forever.' }], max_tokens: 3000, stream: true, ...GREEDY_EXTRA }, { maxRetries: 0 });
+      let n = 0;
+      const ended = await (async () => {
+        try {
+          for await (const chunk of stream) {
+            if (chunk.choices[0]?.delta?.content && ++n === 5) {
+              const r = await h.api('/api/hub/availability', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ paused: true }) });
+              assert.equal(r.status, 200);
+            }
+          }
+          return 'done';
+        } catch (err) {
+          return (err as Error).message;
+        }
+      })();
+      assert.match(ended, /stopped mid-response \(stopped: the hub's devices paused/);
+      const stopped = await until(
+        async () => h.logs.find((l) => l.includes('"host replica stopped"')),
+        (l) => l !== undefined,
+      );
+      assert.doesNotMatch(stopped!, /SIGKILL/, 'llama-server exited on its SIGTERM once the hub closed its request');
+    });
+  });
+
   it('a model too large for the budget → 503 model_unavailable naming need and free per device', async () => {
     await withHub({ env: BASE_ENV, args: ['--cpu-budget-mb', '1000'] }, async (h, c) => {
       await addModel(h, { path: fixture('large'), name: 'big', required_vram_mb: 5000 });

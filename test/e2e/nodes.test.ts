@@ -10,7 +10,7 @@ import { sha256File } from '../fixtures/models.js';
 import { addModel, startHub, type HubProcess } from '../helpers/hub.js';
 import { fixture, llama } from '../helpers/llama.js';
 import { listeningSockets, startNode, type NodeProcess } from '../helpers/node.js';
-import { streamUntil, GREEDY_EXTRA } from '../helpers/openai.js';
+import { GREEDY_EXTRA } from '../helpers/openai.js';
 import { alive, waitGone, until } from '../helpers/proc.js';
 
 /**
@@ -91,8 +91,27 @@ describe('nodes: tunnel, weight push, node replicas', { timeout: 600_000 }, () =
       { model: 'dense', messages: [{ role: 'user', content: 'A long story please.' }], max_tokens: 4000, stream: true, ...GREEDY_EXTRA },
       { maxRetries: 0 },
     );
-    assert.equal(await streamUntil(stream, 3, () => a.local('/pause', 'POST')), 'error');
+    // The error comes at once and names the pause: the hub ends the stream when it hears of the pause, and the node
+    // closes the replica's requests before its SIGTERM (llama-server would hold them open until killed 10 s later).
+    let got = 0;
+    const ended = await (async () => {
+      try {
+        for await (const c of stream) {
+          if (!c.choices[0]?.delta?.content || ++got !== 3) continue;
+          const t0 = Date.now();
+          await a.local('/pause', 'POST');
+          console.log(`relay pause returned after ${Date.now() - t0} ms (the replica stopped, its card released)`);
+        }
+        return 'done';
+      } catch (err) {
+        return (err as Error).message;
+      }
+    })();
+    assert.match(ended, /stopped mid-response \(stopped: node kitchen paused \(paused by the owner\)\)/);
     assert.ok(await waitGone(rep.pid!, 30_000), 'llama-server released the card');
+    const stopped = a.logs.find((l) => l.includes('"replica stopped"'));
+    assert.ok(stopped, a.logs.slice(-20).join('\n'));
+    assert.doesNotMatch(stopped, /SIGKILL/, 'llama-server exited on its SIGTERM, not killed after the grace period');
     const ns = await until(
       () => nodesOf(hub),
       (x) => x[0]?.state === 'paused',

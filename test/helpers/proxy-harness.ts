@@ -11,7 +11,7 @@ import type { ModelRecord } from '../../src/main/core/store/store.js';
  * the pinned one cannot be made to send, or a volume and pace a test needs), the hub's side runs the real proxy,
  * and `read` takes the client's answer as it arrives.
  */
-export async function throughProxy(upstream: RequestListener, shape: ErrorShape, read: (res: IncomingMessage) => Promise<string>): Promise<string> {
+export async function throughProxy(upstream: RequestListener, shape: ErrorShape, read: (res: IncomingMessage) => Promise<string>, halted = new AbortController().signal): Promise<string> {
   const up = createServer(upstream);
   await new Promise<void>((r) => up.listen(0, '127.0.0.1', r));
   const lease: Lease = {
@@ -19,6 +19,7 @@ export async function throughProxy(upstream: RequestListener, shape: ErrorShape,
     kind: 'host',
     baseUrl: `http://127.0.0.1:${(up.address() as AddressInfo).port}`,
     model: { name: 'm' } as ModelRecord,
+    halted,
     release: () => undefined,
     stallMs: () => 60_000,
     probe: () => Promise.resolve(),

@@ -170,6 +170,18 @@ export function proxyToPlacement(opts: {
     finish(502);
   };
 
+  // The scheduler stopped the placement (a pause, an eviction): end the request now — before its first byte it goes
+  // to another placement, after it the stream ends with its error — and close the upstream connection, so the
+  // llama-server (which stops generating at SIGTERM but keeps an open connection until it is killed) exits at once.
+  const halted = (): void => {
+    const why = `stopped: ${String(lease.halted.reason)}`;
+    brokenUpstream(why);
+    up.destroy();
+  };
+  if (lease.halted.aborted) queueMicrotask(halted);
+  else lease.halted.addEventListener('abort', halted, { once: true });
+  up.once('close', () => lease.halted.removeEventListener('abort', halted));
+
   res.on('close', () => {
     if (!res.writableFinished && !settled) {
       // The client went away: stop the generation upstream so the slot frees now, not at max_tokens.

@@ -53,6 +53,7 @@ export async function serveHubStream(st: YamuxStream, c: StreamContext): Promise
     sock.once('close', refill);
   }
   sock.once('close', () => c.active(-1));
+  if (header.kind === 'http') c.work.track(header.replica, sock);
   sock.on('error', () => st.destroy());
   st.on('close', () => sock.destroy());
   st.pipe(sock);

@@ -1,4 +1,5 @@
 import { EventEmitter } from 'node:events';
+import type { Socket } from 'node:net';
 import { join } from 'node:path';
 import type { Logger } from 'pino';
 import { ErrorCode, RelayError, isRelayError } from '../../../shared/errors.js';
@@ -22,6 +23,8 @@ interface LocalReplica {
   child: ManagedChild | null;
   server: RunningLlamaServer | null;
   stopping: boolean;
+  /** The hub's requests to it in flight (loopback sockets of http streams): closed first when it stops. */
+  readonly requests: Set<Socket>;
   /** Settles once the start has (ready, or failed and the process gone). */
   settled: Promise<unknown>;
 }
@@ -64,7 +67,7 @@ export class Workloads extends EventEmitter {
       cache.inUse.add(f);
       cache.touch(f);
     }
-    const rep: LocalReplica = { id: c.replica, sha256: c.sha256, files, model: c.alias, child: null, server: null, stopping: false, settled: Promise.resolve() };
+    const rep: LocalReplica = { id: c.replica, sha256: c.sha256, files, model: c.alias, child: null, server: null, stopping: false, requests: new Set(), settled: Promise.resolve() };
     this.replicas.set(c.replica, rep);
     this.emit('running');
     const started = (async () => {
@@ -134,8 +137,13 @@ export class Workloads extends EventEmitter {
     const r = this.replicas.get(id);
     if (!r) return;
     r.stopping = true;
-    this.deps.log.info({ replica: id, why, loading: r.server === null }, 'stopping replica');
-    if (r.child) await r.child.terminate(CHILD_STOP_GRACE_MS);
+    this.deps.log.info({ replica: id, why, loading: r.server === null, requests: r.requests.size }, 'stopping replica');
+    // Its requests end now: llama-server stops generating at SIGTERM but holds an open connection until it is killed.
+    for (const sock of r.requests) sock.destroy();
+    if (r.child) {
+      const exit = await r.child.terminate(CHILD_STOP_GRACE_MS);
+      this.deps.log.info({ replica: id, exit: describeExit(exit) }, 'replica stopped');
+    }
     await r.settled; // a start still under way ends (its process gone) before this answers
     if (this.replicas.get(id) === r) this.replicas.delete(id);
     this.emit('running');
@@ -219,6 +227,14 @@ export class Workloads extends EventEmitter {
   }
 
   /** The loopback port a tunnel stream of this kind goes to, if that replica (ready) or rpc-server runs here. */
+  /** A request to a replica here is in flight on `sock` until it closes (stopReplica closes it first). */
+  track(replica: string, sock: Socket): void {
+    const r = this.replicas.get(replica);
+    if (!r) return;
+    r.requests.add(sock);
+    sock.once('close', () => r.requests.delete(sock));
+  }
+
   portFor(h: { kind: 'control' } | { kind: 'http'; replica: string } | { kind: 'rpc'; rpc: string }): number | undefined {
     return h.kind === 'http' ? this.replicas.get(h.replica)?.server?.port : h.kind === 'rpc' ? this.rpcs.get(h.rpc)?.port : undefined;
   }

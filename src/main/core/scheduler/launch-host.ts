@@ -161,7 +161,7 @@ export class HostLauncher {
     if (!held) return;
     this.servers.delete(p.id);
     held.stopped = true;
-    if (held.child) await held.child.terminate(HOST_STOP_GRACE_MS);
+    if (held.child) this.deps.log.info({ placement: p.id, exit: describeExit(await held.child.terminate(HOST_STOP_GRACE_MS)) }, 'host replica stopped');
     else await held.settled; // not spawned yet: onSpawn kills it, and a failed start settles once it has exited
     await held.child?.exited;
   }

@@ -48,6 +48,12 @@ export interface Placement {
   /** A shard's stages (hub and nodes), as planned. */
   readonly shardPlan: Extract<ShardPlan, { kind: 'shard' }> | null;
   state: PlacementState;
+  /**
+   * Aborted (with the reason as a string) the moment the scheduler decides to stop it — a pause, an eviction, the
+   * keep-alive: its requests in flight end now, instead of waiting on a llama-server that stops generating at
+   * SIGTERM but keeps their connections open until it is killed.
+   */
+  readonly halt: AbortController;
   running: Running | null;
   inFlight: number;
   /** Requests it has answered (leases released). */
@@ -94,6 +100,8 @@ export interface Lease {
   readonly baseUrl: string;
   readonly connect?: () => Duplex;
   readonly model: ModelRecord;
+  /** Aborted when the scheduler stops its placement; `reason` says why ("node north paused (…)"). */
+  readonly halted: AbortSignal;
   /** What llama-server reported of the request (speeds, for routing by recent time per token and prompt speed). */
   release(report?: LeaseReport | null): void;
   /**
@@ -130,6 +138,7 @@ export function newPlacement(model: ModelRecord, plan: NewPlacement, fit: FitBre
     fit,
     shardPlan: plan.kind === 'shard' ? plan.plan : null,
     state: 'starting',
+    halt: new AbortController(),
     running: null,
     inFlight: 0,
     served: 0,
@@ -166,6 +175,7 @@ export function openLease(p: Placement, model: ModelRecord, hooks: { now(): numb
     baseUrl: running.baseUrl,
     ...(running.connect ? { connect: running.connect } : {}),
     model,
+    halted: p.halt.signal,
     stallMs: () => stallMs(p.msPerToken),
     probe: hooks.probe,
     release: (report) => {

@@ -54,6 +54,12 @@ export class Router {
     this.index.forget(id);
   }
 
+  /** A placement stopped: parked when its slots were kept on disk, else forgotten. */
+  stopped(model: string, id: string, parked: boolean): void {
+    if (parked) this.park(model, id);
+    else this.forget(id);
+  }
+
   /**
    * The placement stopped, its slots kept on disk (slot-keep.ts): what it held is remembered until `model`'s next
    * replica restores them (`adopt`); one parked placement per model, an older one is forgotten.

@@ -291,12 +291,12 @@ export class Scheduler {
   private async stop(p: Placement, reason: string, parked = false): Promise<void> {
     if (p.state === 'stopping' || p.state === 'failed') return;
     p.state = 'stopping';
+    p.halt.abort(reason); // its requests in flight end now (proxy.ts), not when its process is killed
     if (p.idleTimer) clearTimeout(p.idleTimer);
     this.deps.log.info({ placement: p.id, model: p.model, node: p.node?.name, reason }, 'stopping placement');
     await this.deps.launcher.stop(p);
     this.placements.delete(p.id);
-    if (parked) this.router.park(p.model, p.id);
-    else this.router.forget(p.id);
+    this.router.stopped(p.model, p.id, parked);
     this.pumpAll();
   }
 
