@@ -1,4 +1,4 @@
-import { memoryLayout, type MemoryLayout } from './memory.js';
+import { memoryLayout, num, type MemoryLayout } from './memory.js';
 import { metaValue, readGgufFile, type GgufFile } from './reader.js';
 
 /** What the hub needs to know about a model, derived from its GGUF header alone. */
@@ -32,12 +32,6 @@ export interface ModelInfo {
   /** Bytes of the MoE expert tensors (`blk.N.ffn_{gate,up,down}_exps.weight`): what a MoE shard moves to nodes. */
   readonly expertBytes: number;
   readonly fileSize: number;
-}
-
-function num(v: unknown): number | null {
-  if (typeof v === 'number' && Number.isFinite(v)) return v;
-  if (typeof v === 'bigint' && v <= BigInt(Number.MAX_SAFE_INTEGER) && v >= 0n) return Number(v);
-  return null;
 }
 
 /** A positive integer, or null: zero or garbage in a header never becomes a divisor. */

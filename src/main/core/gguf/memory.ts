@@ -31,7 +31,8 @@ export interface MemoryLayout {
 
 type Get = (suffix: string) => unknown;
 
-function num(v: unknown): number | null {
+/** A header number (bigints within the safe range included), or null. */
+export function num(v: unknown): number | null {
   if (typeof v === 'number' && Number.isFinite(v)) return v;
   if (typeof v === 'bigint' && v <= BigInt(Number.MAX_SAFE_INTEGER) && v >= 0n) return Number(v);
   return null;
