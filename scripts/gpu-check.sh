@@ -116,13 +116,19 @@ for kv in f16 q8_0 q4_0; do
   log="$OUT/fit-$kv.log"
   serve "$log" --model "$WORK/big.gguf" --ctx-size $((CTX * SLOTS)) --parallel $SLOTS --cache-type-k $kv --cache-type-v $kv --flash-attn $fa "${ngl[@]}"
   pred=$(python3 - "$OUT/fixture.json" "$kv" "$CTX" "$SLOTS" <<'PY'
-import json, sys
-# relay's fit formula (src/main/core/scheduler/fit.ts): MB = MiB
+import json, math, sys
+# relay's fit (src/main/core/scheduler/fit.ts), MB = MiB: the spec's formula, then the measured additions.
 f = json.load(open(sys.argv[1])); kv_type, ctx, slots = sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 scale = {'f16': 1.0, 'q8_0': 0.5, 'q4_0': 0.28}[kv_type]
+row = {'f16': 1.0, 'q8_0': 34 / 64, 'q4_0': 18 / 64}[kv_type]
+cells = math.ceil(ctx / 256) * 256
 w = f['size'] / 2**20
-kv = f['kv_bytes_per_token'] * ctx * slots * scale / 2**20
-print(round(w + kv + w * 0.03 + 384 + kv * 0.05))
+kv16 = f['kv_bytes_per_token'] * cells * slots / 2**20
+kv = kv16 * scale
+blocks = kv16 * (row - scale)
+logits = max(0, f['vocab'] * 512 * 4 / 2**20 - 128)
+copies = cells * slots * f['kv_per_layer'] * 2 / 2**20 if kv_type != 'f16' else 0
+print(round(w + kv + w * 0.03 + 384 + kv * 0.05 + blocks + logits + copies))
 PY
 )
   if [ "$DRY" = 0 ]; then

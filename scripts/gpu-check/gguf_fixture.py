@@ -168,6 +168,10 @@ def main():
         'block_count': a.layers,
         # f16 K and V for every layer: kv_heads × (key + value length) × 2 bytes, as relay's GGUF reader derives it.
         'kv_bytes_per_token': a.layers * a.kv_heads * (head_dim + head_dim) * 2,
+        # What relay's fit adds beside (fit.ts): the logits of a batch, one layer's f16 K/V copy under flash attention.
+        'vocab': n_vocab,
+        'heads': a.heads,
+        'kv_per_layer': a.kv_heads * (head_dim + head_dim),
     }))
 
 

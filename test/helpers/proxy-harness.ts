@@ -25,7 +25,10 @@ export async function throughProxy(upstream: RequestListener, shape: ErrorShape,
     probe: () => Promise.resolve(),
   };
   const hub = createServer((req, res) => {
-    void proxyToPlacement({ lease, path: '/v1/chat/completions', body: Buffer.from('{}'), req, res, log: pino({ level: 'silent' }), errors: shape, onDone: () => undefined });
+    void proxyToPlacement({ lease, path: '/v1/chat/completions', body: Buffer.from('{}'), req, res, log: pino({ level: 'silent' }), errors: shape, onDone: () => undefined }).then((o) => {
+      // Given back before its first byte (pooled.ts would try another placement): the harness says so.
+      if (o.kind === 'retry') res.end(JSON.stringify({ retry: true, halted: o.halted ?? false }));
+    });
   });
   await new Promise<void>((r) => hub.listen(0, '127.0.0.1', r));
   try {

@@ -1,4 +1,5 @@
 import assert from 'node:assert/strict';
+import { readModelInfo } from '../../src/main/core/gguf/index.js';
 import { spawnSync } from 'node:child_process';
 import { mkdtempSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -35,7 +36,11 @@ describe('scripts/gpu-check.sh --dry-run (lavapipe)', { timeout: 600_000 }, () =
     for (const kv of ['f16', 'q8_0', 'q4_0'] as const) {
       const row = new RegExp(`^\\| ${kv} \\| (\\d+) \\| (\\d+) \\| ([\\d.]+) \\|`, 'm').exec(summary);
       assert.ok(row, `${kv} row in\n${summary}`);
-      const want = fitNeed({ requiredVramMb: null, sizeBytes: fixture.size, kvBytesPerToken: fixture.kv_bytes_per_token }, { contextSize: 512, replicaCtx: 0, parallelSlots: 1, kvCacheType: kv });
+      const memory = readModelInfo(join(out, 'work', 'big.gguf')).memory;
+      const want = fitNeed(
+        { requiredVramMb: null, sizeBytes: fixture.size, kvBytesPerToken: fixture.kv_bytes_per_token, memory },
+        { contextSize: 512, replicaCtx: 0, parallelSlots: 1, kvCacheType: kv },
+      );
       assert.equal(Number(row[1]), Math.round(want.needMb), `the script's prediction is fit.ts's for ${kv}`);
       assert.ok(Number(row[2]) > 0, `llama-server reported its buffers for ${kv}`);
     }

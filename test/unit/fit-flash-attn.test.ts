@@ -34,6 +34,14 @@ describe('the fit and what flash attention resolved to', () => {
     assert.match(describeNeed('g', after), /compute without flash attention/);
   });
 
+  it('a load that failed after logging "Flash Attention not supported" (the scores did not fit) teaches it too', async () => {
+    const { scheduler, launcher } = setup({ hubMb: 100_000, models: [m], env: { RELAY_CONTEXT_SIZE: '8192' } });
+    const lease = scheduler.acquire('g').catch((e: unknown) => e);
+    (await launcher.nth(0)).fail(undefined, { tail: 'resolve_fused_ops: Flash Attention not supported, set to disabled\nsched_reserve: failed to allocate CUDA0 buffer of size 553648128' });
+    await lease;
+    assert.equal(scheduler.need(m).flashAttn, false);
+  });
+
   it('a load that logged "Flash Attention enabled" changes nothing; the owner’s "off" counts the scores from the start', async () => {
     const { scheduler, launcher } = setup({ hubMb: 100_000, models: [m], env: { RELAY_CONTEXT_SIZE: '8192' } });
     const lease = scheduler.acquire('g');

@@ -208,3 +208,47 @@ describe('records registered before relay read the cache layout', () => {
     }
   });
 });
+
+describe('the rarer layouts', () => {
+  const h = {
+    block_count: 4,
+    embedding_length: 256,
+    'attention.head_count': 4,
+    'attention.head_count_kv': 1,
+    'attention.key_length': 576,
+    'attention.value_length': 512,
+    'attention.key_length_mla': 192,
+    'attention.value_length_mla': 128,
+  };
+  it('DeepSeek V3.2 / GLM-5 sparse attention: an indexer key per token beside the latent, no cache for next-token layers', () => {
+    const m = layout('deepseek32', { ...h, nextn_predict_layers: 1, 'attention.indexer.key_length': 128 });
+    assert.deepEqual(
+      m.layers.map((l) => l.k),
+      [704, 704, 704, 0],
+    );
+  });
+  it('MiniMax-01: lightning-attention layers hold head × key_length² floats; Kimi K3 is a hybrid; granite_swa and lfm2moe as llama.cpp reads them', () => {
+    const mm = layout('minimax-01', { block_count: 8, embedding_length: 512, 'attention.head_count': 8, 'attention.head_count_kv': 8, 'attention.key_length': 64, 'attention.value_length': 64 });
+    assert.deepEqual(
+      which(mm, (l) => l.k > 0),
+      [7],
+    );
+    assert.equal(mm.layers[0]!.state, 8 * 64 * 64);
+    const k3 = layout('kimi-k3', { block_count: 2, embedding_length: 256, 'attention.head_count': 4, 'attention.head_count_kv': [0, 2], 'kda.head_dim': 64, 'ssm.conv_kernel': 4 });
+    assert.deepEqual([which(k3, (l) => l.state > 0), which(k3, (l) => l.k > 0)], [[0], [1]]);
+    const g = layout('granite_swa', {
+      block_count: 4,
+      embedding_length: 256,
+      'attention.head_count': 4,
+      'attention.head_count_kv': 2,
+      'attention.sliding_window': 512,
+      'attention.sliding_window_pattern': [true, true, true, false],
+    });
+    assert.deepEqual(
+      which(g, (l) => l.swa),
+      [0, 1, 2],
+    );
+    const moe = layout('lfm2moe', { block_count: 2, embedding_length: 256, 'attention.head_count': 4, 'attention.head_count_kv': [0, 2], 'shortconv.l_cache': 3, 'attention.sliding_window': 512 });
+    assert.equal(which(moe, (l) => l.swa).length, 0, 'lfm2moe never slides in llama.cpp');
+  });
+});

@@ -2,6 +2,7 @@ import assert from 'node:assert/strict';
 import type { RequestListener } from 'node:http';
 import { describe, it } from 'node:test';
 import { readAll, throughProxy } from '../helpers/proxy-harness.js';
+import { model, setup, tick } from '../helpers/scheduler-doubles.js';
 
 /**
  * A placement the scheduler stops while it streams (its node's owner pauses, an eviction): llama-server stops
@@ -52,5 +53,30 @@ describe('a placement stopped mid-stream (the lease is halted)', () => {
       halt.signal,
     );
     assert.match(text, /event: error\ndata: \{"type":"error","error":\{"type":"api_error","message":".*stopped: evicted \(least recently used\)/);
+  });
+});
+
+describe('a placement stopped or failed before it answered', () => {
+  it('a halt before the first byte gives the request back as stopped, not failed: another placement takes it, no attempt spent', async () => {
+    const halt = new AbortController();
+    // A llama-server still evaluating the prompt when its placement is stopped.
+    const upstream: RequestListener = () => halt.abort('node north paused (paused by the owner)');
+    const text = await throughProxy(upstream, 'openai', readAll, halt.signal);
+    assert.deepEqual(JSON.parse(text), { retry: true, halted: true });
+  });
+
+  it('a placement that fails (its process exits) halts its leases too: their streams end now, not at its kill', async () => {
+    const m = model('m', 100);
+    const { scheduler, launcher } = setup({ hubMb: 1000, models: [m] });
+    const pending = scheduler.acquire('m');
+    const start = await launcher.nth(0);
+    start.ok();
+    const lease = await pending;
+    assert.equal(lease.halted.aborted, false);
+    start.crash();
+    await tick();
+    await tick();
+    assert.equal(lease.halted.aborted, true);
+    assert.match(String(lease.halted.reason), /exited unexpectedly/);
   });
 });

@@ -5,7 +5,8 @@
  *
  * The rules are llama.cpp's own model loader (src/models/<arch>.cpp load_hparams, src/llama-hparams.cpp,
  * src/llama-model.cpp create_memory), for the llama.cpp relay builds. Where an architecture is not known here the
- * layout is the plain one (every layer keeps every token): too high for a sliding model, never too low.
+ * layout is the plain one (every layer keeps every token): too high for a sliding model. Special caches (deepseek4,
+ * MiniMax M3, dots3note) get that plain formula too, which llama.cpp may exceed (docs/how-it-works.md says so).
  */
 export interface LayerMemory {
   /** K elements per token in this layer's cache (key length × KV heads); 0: no KV cache. */
@@ -106,10 +107,9 @@ function sliding(arch: string, get: Get, main: number, recurrent: readonly boole
       // Chunked attention of 8192 tokens on 3 of 4 layers, unless the header sets the window to 0.
       return key === 0 ? null : { window: 8192, swa: swaPattern(main, scalarPeriod(get, 4)) };
     case 'lfm2':
-    case 'lfm2moe':
       return key ? { window: key, swa: recurrent.map((r) => !r) } : null;
     case 'gemma4':
-    case 'granite-swa':
+    case 'granite_swa':
     case 'mimo2':
     case 'step35': {
       const v = get('attention.sliding_window_pattern');
@@ -123,13 +123,15 @@ function sliding(arch: string, get: Get, main: number, recurrent: readonly boole
 /** Architectures whose every layer is recurrent (no KV cache at all). */
 const ALL_RECURRENT = new Set(['mamba', 'mamba2', 'rwkv6', 'rwkv6qwen2', 'rwkv7', 'arwkv7']);
 /** Hybrids whose recurrent layers are the ones with head_count_kv = 0. */
-const RECURRENT_WHERE_NO_KV = new Set(['jamba', 'granitehybrid', 'plamo2', 'lfm2', 'lfm2moe', 'kimi-linear', 'bailingmoe3']);
+const RECURRENT_WHERE_NO_KV = new Set(['jamba', 'granitehybrid', 'plamo2', 'lfm2', 'lfm2moe', 'kimi-linear', 'bailingmoe3', 'kimi-k3']);
 /** Hybrids whose attention layers come every `full_attention_interval` layers (or are listed). */
-const INTERVAL_HYBRID: Readonly<Record<string, number>> = { qwen3next: 4, qwen35: 4, qwen35moe: 4, 'minimax-01': 8 };
+const INTERVAL_HYBRID: Readonly<Record<string, number>> = { qwen3next: 4, qwen35: 4, qwen35moe: 4, qwen4exp: 4, 'minimax-01': 8 };
 /** Encoders and diffusion models: llama.cpp gives them no KV cache. */
 const NO_CACHE = new Set(['bert', 'modern-bert', 'nomic-bert', 'nomic-bert-moe', 'neo-bert', 'jina-bert-v2', 'jina-bert-v3', 'eurobert', 'gemma-embedding', 'dream', 'llada', 'llada-moe', 'rnd1']);
 /** Archs whose next-token-prediction layers get no cache (the others, deepseek2 and glm4moe among them, do). */
-const NEXTN_UNCACHED = new Set(['step35', 'hy_v3', 'mimo2', 'qwen3next', 'qwen35', 'qwen35moe', 'minimax-01']);
+const NEXTN_UNCACHED = new Set(['step35', 'hy_v3', 'mimo2', 'qwen3next', 'qwen35', 'qwen35moe', 'qwen4exp', 'minimax-01', 'deepseek32', 'glm-dsa']);
+/** Sparse-attention archs (llama_kv_cache_dsa): beside the MLA latent each layer keeps an indexer key per token. */
+const INDEXED = new Set(['deepseek32', 'glm-dsa']);
 
 /** Which of the first `main` layers are recurrent, per architecture (llama-arch.cpp, src/models/<arch>.cpp). */
 function recurrentLayers(arch: string, get: Get, main: number, kvHeads: readonly number[]): boolean[] {
@@ -151,7 +153,9 @@ function recurrentLayers(arch: string, get: Get, main: number, kvHeads: readonly
 }
 
 /** Recurrent state floats per sequence and layer: llama.cpp's n_embd_r() + n_embd_s() (llama-hparams.cpp). */
-function stateFloats(get: Get, embd: number, heads: number): number {
+function stateFloats(arch: string, get: Get, embd: number, heads: number, keyLen: number | null): number {
+  // MiniMax-01's lightning attention keeps a head_la × head_la state per head (head_la = key_length).
+  if (arch === 'minimax-01' && keyLen) return keyLen * keyLen * heads;
   const wkv = nonNeg(get('wkv.head_size'));
   if (wkv) return (nonNeg(get('token_shift_count')) || 2) * embd + embd * wkv;
   const lCache = nonNeg(get('shortconv.l_cache'));
@@ -190,7 +194,8 @@ export function memoryLayout(arch: string, get: Get, vocab: number | null): Memo
   const mla = Boolean(nonNeg(get('attention.key_length_mla')) && nonNeg(get('attention.value_length_mla')));
   const recurrent = recurrentLayers(arch, get, main, kvHeads);
   const slide = sliding(arch, get, main, recurrent);
-  const state = recurrent.some(Boolean) ? stateFloats(get, embd ?? 0, head0) : 0;
+  const state = recurrent.some(Boolean) ? stateFloats(arch, get, embd ?? 0, head0, keyLen) : 0;
+  const indexer = INDEXED.has(arch) ? (nonNeg(get('attention.indexer.key_length')) ?? 0) : 0;
   // gemma3n keeps KV for its first 20 layers, gemma4 for all but its shared ones: the rest reuse an earlier layer's.
   const kvFrom = arch === 'gemma3n' ? 20 : arch === 'gemma4' ? n - (nonNeg(get('attention.shared_kv_layers')) ?? 0) : n;
   const layers = Array.from({ length: n }, (_, il): LayerMemory => {
@@ -200,7 +205,7 @@ export function memoryLayout(arch: string, get: Get, vocab: number | null): Memo
     const h = kvHeads[il]!;
     const cached = attends && il < kvFrom && h > 0;
     const heads = h > 0 ? h : (kvHeads.find((x) => x > 0) ?? 0);
-    const k = cached ? heads * (swa ? keySwa : (keyLen ?? 0)) : 0;
+    const k = cached ? heads * (swa ? keySwa : (keyLen ?? 0)) + indexer : 0;
     const v = cached && !mla ? heads * (swa ? valueSwa : (valueLen ?? 0)) : 0;
     return { k, v, swa: cached && swa, state: rec ? state : 0 };
   });

@@ -103,6 +103,11 @@ export async function throughPool(h: HubHttp, req: V1Request, res: ServerRespons
         onDone: done,
       });
       if (outcome.kind === 'done') return;
+      // Its placement was stopped before it answered (a pause, an eviction): another one takes it, no attempt spent.
+      if (outcome.halted) {
+        attempts.exclude.add(lease.placementId);
+        continue;
+      }
       scheduler.failedBefore(lease, attempts, outcome.error);
       if (attempts.errors.length >= MAX_ATTEMPTS) throw outcome.error;
     }

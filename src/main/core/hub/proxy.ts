@@ -58,7 +58,8 @@ export interface Translator {
   broken(err: RelayError): string;
 }
 
-export type ProxyOutcome = { readonly kind: 'done' } | { readonly kind: 'retry'; readonly error: RelayError };
+/** `retry`: nothing was sent, another placement may take it; `halted`: because its placement was stopped, not failed. */
+export type ProxyOutcome = { readonly kind: 'done' } | { readonly kind: 'retry'; readonly error: RelayError; readonly halted?: boolean };
 
 export function proxyToPlacement(opts: {
   lease: Lease;
@@ -127,8 +128,10 @@ export function proxyToPlacement(opts: {
     up.destroy();
     lease.release();
     if (!lease.connect) spares?.refill(url.hostname, Number(url.port));
-    log.warn({ model: lease.model.name, placement: lease.placementId, why }, 'placement failed before the first byte: trying another');
-    resolveOutcome({ kind: 'retry', error: new RelayError(ErrorCode.UPSTREAM_ERROR, `the placement of "${lease.model.name}" failed before answering (${why})`, { model: lease.model.name }) });
+    const halted = lease.halted.aborted;
+    log[halted ? 'info' : 'warn']({ model: lease.model.name, placement: lease.placementId, why }, `placement ${halted ? 'stopped' : 'failed'} before the first byte: trying another`);
+    const error = new RelayError(ErrorCode.UPSTREAM_ERROR, `the placement of "${lease.model.name}" failed before answering (${why})`, { model: lease.model.name });
+    resolveOutcome({ kind: 'retry', error, halted });
   };
 
   const host = url.hostname;

@@ -231,6 +231,7 @@ export class Workloads extends EventEmitter {
   track(replica: string, sock: Socket): void {
     const r = this.replicas.get(replica);
     if (!r) return;
+    if (r.stopping) return void sock.destroy(); // it stops: a request that comes now would wait for its kill
     r.requests.add(sock);
     sock.once('close', () => r.requests.delete(sock));
   }

@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import { setMaxListeners } from 'node:events';
 import type { Duplex } from 'node:stream';
 import type { NodeConn } from '../pool/manager.js';
 import type { ModelRecord } from '../store/store.js';
@@ -126,6 +127,13 @@ export function isLive(p: Placement): boolean {
 /** What /status says of any placement (a replica or a shard). */
 export type { PlacementStatus, ReplicaStatus, ShardStatus } from '../../../shared/status.js';
 
+/** Every request in flight on a placement listens to its halt: as many as it has slots (up to 64), no warning. */
+function haltController(): AbortController {
+  const c = new AbortController();
+  setMaxListeners(0, c.signal);
+  return c;
+}
+
 /** A placement about to start for `model` as the placer planned it (a fresh id; nothing running yet). */
 export function newPlacement(model: ModelRecord, plan: NewPlacement, fit: FitBreakdown, now: number, deadlineMs: number): Placement {
   return {
@@ -138,7 +146,7 @@ export function newPlacement(model: ModelRecord, plan: NewPlacement, fit: FitBre
     fit,
     shardPlan: plan.kind === 'shard' ? plan.plan : null,
     state: 'starting',
-    halt: new AbortController(),
+    halt: haltController(),
     running: null,
     inFlight: 0,
     served: 0,
@@ -157,6 +165,14 @@ export function newPlacement(model: ModelRecord, plan: NewPlacement, fit: FitBre
     failure: null,
     unresponsive: 0,
   };
+}
+
+/** Mark a placement failed: its requests in flight end now (its `halt`), its failure kept for /status. */
+export function failPlacement(p: Placement, message: string, tail: string, now: number): void {
+  p.state = 'failed';
+  p.failure = { message, tail, at: new Date(now).toISOString() };
+  if (p.idleTimer) clearTimeout(p.idleTimer);
+  p.halt.abort(message);
 }
 
 /**

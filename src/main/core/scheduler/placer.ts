@@ -35,6 +35,8 @@ export interface PlacerDeps {
   readonly nodes?: NodeManager;
   readonly failures: FailureMemory;
   readonly placements: () => Iterable<Placement>;
+  /** Each model's last failed placement (its failure's output tail: a load that failed for the scores' memory). */
+  readonly failed?: () => Iterable<Placement>;
   /** The hub's own devices are paused (its owner's toggle, schedule or auto-pause). */
   readonly hubPaused: () => boolean;
   readonly log: Logger;
@@ -68,8 +70,9 @@ export class Placer {
   /** The model's settings for the fit, with what its loads said `--flash-attn auto` resolves to. */
   private fitSettings(model: ModelRecord): HubConfig & { autoFlashAttn: boolean } {
     if (!this.noFlashAttn.has(model.name)) {
-      for (const p of this.deps.placements()) {
-        if (p.model !== model.name || !p.running?.buffers.some((l) => FLASH_ATTN_OFF.test(l))) continue;
+      for (const p of [...this.deps.placements(), ...(this.deps.failed?.() ?? [])]) {
+        const said = [...(p.running?.buffers ?? []), p.failure?.tail ?? ''];
+        if (p.model !== model.name || !said.some((l) => FLASH_ATTN_OFF.test(l))) continue;
         this.noFlashAttn.add(model.name);
         this.deps.log.warn({ model: model.name, placement: p.id }, 'flash attention "auto" resolved to off where it loaded: its fit now counts the attention scores');
       }

@@ -10,7 +10,7 @@ import type { ModelRecord } from '../store/store.js';
 import { blamedMachine, FailureMemory } from './backoff.js';
 import type { FitBreakdown } from './fit.js';
 import type { Launcher } from './launcher.js';
-import { armIdle, isLive, machinesOf, newPlacement, openLease, type Lease, type Placement } from './placement.js';
+import { armIdle, failPlacement, isLive, machinesOf, newPlacement, openLease, type Lease, type Placement } from './placement.js';
 import { HUB, Placer, type NewPlacement } from './placer.js';
 import { newAttempts, strandedNow, WaitQueue, type Attempts, type Waiter } from './queue.js';
 import { wantsAnother } from './routing.js';
@@ -75,6 +75,7 @@ export class Scheduler {
       failures: this.failures,
       log: deps.log,
       placements: () => this.placements.values(),
+      failed: () => this.failed.values(),
       hubPaused: () => deps.hubPaused?.() ?? false,
     });
     this.watch = new PlacementWatch({
@@ -278,9 +279,7 @@ export class Scheduler {
   }
 
   private markFailed(p: Placement, message: string, tail: string): void {
-    p.state = 'failed';
-    p.failure = { message, tail, at: new Date(this.now()).toISOString() };
-    if (p.idleTimer) clearTimeout(p.idleTimer);
+    failPlacement(p, message, tail, this.now()); // its requests in flight end now, as for a stop
     this.placements.delete(p.id);
     this.router.forget(p.id);
     this.failed.set(p.model, p);

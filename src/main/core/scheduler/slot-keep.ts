@@ -76,7 +76,7 @@ export class SlotKeeper {
     try {
       const slots = ((await getJson(`${baseUrl}/slots`)) as { id: number; n_prompt_tokens?: number }[]).filter((x) => (x.n_prompt_tokens ?? 0) > 0);
       // What the files would take, before a byte is written: each slot's tokens × a token's KV (and its id), its state.
-      const estimate = layout.bytesPerToken ? slots.reduce((n, x) => n + x.n_prompt_tokens! * (layout.bytesPerToken! + 4) + (layout.stateBytes ?? 0), 0) : 0;
+      const estimate = layout.bytesPerToken != null ? slots.reduce((n, x) => n + x.n_prompt_tokens! * (layout.bytesPerToken! + 4) + (layout.stateBytes ?? 0), 0) : 0;
       if (estimate > this.d.budgetBytes) {
         this.d.log.info({ model, estimate_bytes: estimate, budget_bytes: this.d.budgetBytes }, 'slots larger than RELAY_SLOT_KEEP_MB: not saved');
         return false;
