@@ -226,7 +226,6 @@ export class Workloads extends EventEmitter {
     return 'gone';
   }
 
-  /** The loopback port a tunnel stream of this kind goes to, if that replica (ready) or rpc-server runs here. */
   /** A request to a replica here is in flight on `sock` until it closes (stopReplica closes it first). */
   track(replica: string, sock: Socket): void {
     const r = this.replicas.get(replica);
@@ -236,6 +235,7 @@ export class Workloads extends EventEmitter {
     sock.once('close', () => r.requests.delete(sock));
   }
 
+  /** The loopback port a tunnel stream of this kind goes to, if that replica (ready) or rpc-server runs here. */
   portFor(h: { kind: 'control' } | { kind: 'http'; replica: string } | { kind: 'rpc'; rpc: string }): number | undefined {
     return h.kind === 'http' ? this.replicas.get(h.replica)?.server?.port : h.kind === 'rpc' ? this.rpcs.get(h.rpc)?.port : undefined;
   }

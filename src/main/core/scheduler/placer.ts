@@ -70,11 +70,11 @@ export class Placer {
   /** The model's settings for the fit, with what its loads said `--flash-attn auto` resolves to. */
   private fitSettings(model: ModelRecord): HubConfig & { autoFlashAttn: boolean } {
     if (!this.noFlashAttn.has(model.name)) {
-      for (const p of [...this.deps.placements(), ...(this.deps.failed?.() ?? [])]) {
-        const said = [...(p.running?.buffers ?? []), p.failure?.tail ?? ''];
-        if (p.model !== model.name || !said.some((l) => FLASH_ATTN_OFF.test(l))) continue;
+      const said = (p: Placement): string[] => [...(p.running?.buffers ?? []), p.failure?.tail ?? ''];
+      const off = [...this.deps.placements(), ...(this.deps.failed?.() ?? [])].find((p) => p.model === model.name && said(p).some((l) => FLASH_ATTN_OFF.test(l)));
+      if (off) {
         this.noFlashAttn.add(model.name);
-        this.deps.log.warn({ model: model.name, placement: p.id }, 'flash attention "auto" resolved to off where it loaded: its fit now counts the attention scores');
+        this.deps.log.warn({ model: model.name, placement: off.id }, 'flash attention "auto" resolved to off where it loaded: its fit now counts the attention scores');
       }
     }
     return { ...settingsFor(this.deps.config, model), autoFlashAttn: !this.noFlashAttn.has(model.name) };
