@@ -199,6 +199,27 @@ export interface RecentRequest {
   completion_tokens: number | null;
   tokens_per_second: number | null;
   ms: number;
+  /** How many times its answer moved to another placement mid-stream (its placement stopped); absent: none. */
+  moves?: number;
+}
+
+/** An answer in flight whose placement stopped: where it went on, or why it could not. */
+export interface MoveDto {
+  readonly at: string;
+  readonly model: string;
+  readonly endpoint: string;
+  /** The machines of the placement that stopped, and of the one that continued ("hub", "kitchen", "hub+attic"). */
+  readonly from: string;
+  readonly to: string | null;
+  /** Why its placement stopped ("node kitchen paused (paused by the owner)"). */
+  readonly why: string;
+  /** Tokens the client had been sent before the stop. */
+  readonly sent_tokens: number;
+  /** From the stop to the continuation's first byte: the client's longest wait between two tokens (null: ended). */
+  readonly gap_ms: number | null;
+  readonly outcome: 'continued' | 'ended';
+  /** Why it ended (no other placement, a tool call had begun…). */
+  readonly detail?: string;
 }
 
 /** One entry of GET /v1/models: OpenAI's fields, and whether the pool can serve the model now (and why not). */
@@ -292,6 +313,8 @@ export interface StatusDto {
   /** Downloads from Hugging Face (`relay models pull`), running and recently finished. */
   readonly pulls: readonly PullView[];
   readonly recent: readonly RecentRequest[];
+  /** Answers moved mid-stream, the newest first (the last 20). */
+  readonly moves: readonly MoveDto[];
 }
 
 /** One `relay models pull`: what it fetches and how far it is. */

@@ -17,6 +17,7 @@ export async function throughProxy(upstream: RequestListener, shape: ErrorShape,
   const lease: Lease = {
     placementId: 'p',
     kind: 'host',
+    where: 'hub',
     baseUrl: `http://127.0.0.1:${(up.address() as AddressInfo).port}`,
     model: { name: 'm' } as ModelRecord,
     halted,

@@ -7,7 +7,7 @@ import { browserGuard, ownHostNames, requireJson } from './guard.js';
 import { readBody } from './body.js';
 import { hubAuth, mountLogins } from './auth.js';
 import { sendError, type AppDeps, type HubHttp } from './http.js';
-import { mountV1, RecentRequests } from './routes-v1.js';
+import { mountV1, Recent } from './routes-v1.js';
 import { modelViewer, mountModels } from './routes-models.js';
 import { mountAdmin } from './routes-admin.js';
 import { mountPulls } from './routes-pulls.js';
@@ -38,7 +38,8 @@ export function createApp(d: AppDeps): RequestListener {
     deps: d,
     raw: (req, res, next) => requireJson(req, res, (err?: unknown) => (err ? next(err) : body(req, res, next))),
     auth: hubAuth(config, d.keys),
-    recent: new RecentRequests(),
+    recent: new Recent(),
+    moves: new Recent(),
     modelView: modelViewer(d),
   };
   for (const mount of [mountLogins, mountV1, mountOllama, mountPulls, mountModels, mountAdmin, mountNodes, mountStatus]) mount(app, h);

@@ -17,8 +17,8 @@ import type { History } from './history.js';
 import type { SpareSockets } from '../llama/spare-sockets.js';
 import type { ApiKeys } from './keys.js';
 import type { HubAuth } from './auth.js';
-import type { ModelStatus } from '../../../shared/status.js';
-import type { RecentRequests } from './routes-v1.js';
+import type { ModelStatus, MoveDto, RecentRequest } from '../../../shared/status.js';
+import type { Recent } from './routes-v1.js';
 
 /** What the hub's HTTP surface is built from (hub/index.ts assembles it). */
 export interface AppDeps {
@@ -50,7 +50,9 @@ export interface HubHttp {
   /** A JSON body: application/json only (415 otherwise), read up to the size limit. */
   readonly raw: RequestHandler;
   readonly auth: HubAuth;
-  readonly recent: RecentRequests;
+  readonly recent: Recent<RecentRequest>;
+  /** Answers moved mid-stream (pooled.ts). */
+  readonly moves: Recent<MoveDto>;
   /** A model as the admin API and /status show it: the record, its need and whether it can run now. */
   readonly modelView: (m: ModelRecord) => ModelView;
 }

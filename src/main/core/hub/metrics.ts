@@ -56,6 +56,7 @@ export class HubMetrics {
   readonly loads = new Family('relay_loads_total', 'counter', 'Placement loads (replicas and shards), by model.');
   readonly replicas = new Family('relay_replicas', 'gauge', 'Replicas (hub and node) by state.');
   readonly shards = new Family('relay_shards', 'gauge', 'Shards by state.');
+  readonly moves = new Family('relay_moves_total', 'counter', 'Answers whose placement stopped mid-stream, by model and outcome (continued elsewhere, ended).');
 
   /** Running totals for the dashboard's charts: requests, the failed ones (HTTP ≥ 400), completion tokens by model. */
   totals(): CounterTotals {
@@ -73,6 +74,6 @@ export class HubMetrics {
       family.values.clear();
       for (const s of ['starting', 'ready', 'failed', 'stopping']) family.set({ state: s }, now.filter((x) => x === s).length);
     }
-    return `${[this.requests, this.tokens, this.promptTokens, this.loadSeconds, this.loads, this.replicas, this.shards].map((f) => f.render()).join('\n')}\n`;
+    return `${[this.requests, this.tokens, this.promptTokens, this.moves, this.loadSeconds, this.loads, this.replicas, this.shards].map((f) => f.render()).join('\n')}\n`;
   }
 }

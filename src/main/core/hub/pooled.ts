@@ -5,8 +5,28 @@ import { ErrorCode, isRelayError, RelayError } from '../../../shared/errors.js';
 import { MAX_ATTEMPTS, newAttempts } from '../scheduler/scheduler.js';
 import type { ModelRecord } from '../store/store.js';
 import { proxyToPlacement, type Translator, type Usage } from './proxy.js';
-import { errorIn, type ErrorShape, type ModelUse } from './dialects.js';
+import { errorIn, streamErrorIn, type ErrorShape, type ModelUse } from './dialects.js';
 import { sendIn, type HubHttp, type V1Request } from './http.js';
+import { cannotContinue, continuationBody, readSent, Stitcher, wireFormat, type Sent } from './continuation.js';
+import type { MoveDto } from '../../../shared/status.js';
+
+/** How many times one answer may move before it ends with its error (each move: a placement stopped under it). */
+const MAX_MOVES = 3;
+
+/** An answer whose placement stopped mid-stream, on its way to another (continuation.ts). */
+interface Move {
+  /** What the client was given (null: not whole events, it cannot continue). */
+  readonly sent: Sent | null;
+  /** llama-server's bytes the client was given, and the stream's start (its usage). */
+  readonly bytes: Buffer;
+  readonly head: Buffer;
+  /** The continuation's body. */
+  readonly body: Buffer;
+  /** The stop, as the client's error would say it. */
+  readonly error: RelayError;
+  readonly from: string;
+  readonly at: number;
+}
 
 /** One client request made ready for a placement: whose model, what it needs of it, what goes upstream. */
 export interface Pooled {
@@ -45,6 +65,9 @@ export async function throughPool(h: HubHttp, req: V1Request, res: ServerRespons
   const { registry, scheduler, metrics, log, spares } = h.deps;
   const t0 = Date.now();
   let model = '';
+  let moves = 0;
+  let move: Move | null = null;
+  let translator: Translator | undefined;
   const done = (status: number, usage: Usage | null = null): void => {
     metrics.requests.add({ endpoint, status: String(status) });
     h.recent.add({
@@ -56,6 +79,7 @@ export async function throughPool(h: HubHttp, req: V1Request, res: ServerRespons
       prompt_tokens: usage?.promptTokens ?? null,
       completion_tokens: usage?.completionTokens ?? null,
       tokens_per_second: usage?.tokensPerSecond ?? null,
+      ...(moves > 0 ? { moves } : {}),
     });
     if (usage) {
       metrics.tokens.add({ model, kind: 'prompt' }, usage.promptTokens);
@@ -65,6 +89,34 @@ export async function throughPool(h: HubHttp, req: V1Request, res: ServerRespons
         metrics.promptTokens.add({ model, cache: 'evaluated' }, Math.max(0, usage.promptTokens - usage.cachedTokens));
       }
     }
+  };
+  const noteMove = (m: Move, to: string | null, detail?: string): void => {
+    const outcome = to === null ? 'ended' : 'continued';
+    const dto: MoveDto = {
+      at: new Date(m.at).toISOString(),
+      model,
+      endpoint,
+      from: m.from,
+      to,
+      why: m.error.message,
+      sent_tokens: m.sent?.tokens ?? 0,
+      gap_ms: to === null ? null : Date.now() - m.at,
+      outcome,
+      ...(detail ? { detail } : {}),
+    };
+    h.moves.add(dto);
+    metrics.moves.add({ model, outcome });
+    log.info({ model, from: dto.from, to, sent_tokens: dto.sent_tokens, gap_ms: dto.gap_ms, detail }, to === null ? 'answer could not move: ended' : 'answer moved');
+  };
+  /** A moved answer that cannot go on: its stream ends with the stop's error, saying why it did not continue. */
+  const endMoved = (m: Move, detail: string): void => {
+    noteMove(m, null, detail);
+    const err = new RelayError(m.error.code, `${m.error.message}; it could not continue elsewhere: ${detail}`, m.error.details);
+    done(errorIn(shape, err).status);
+    if (res.writableEnded || res.destroyed) return;
+    if (translator?.streams) res.end(translator.broken(err));
+    else if (!res.headersSent) sendIn(shape, res, err);
+    else res.end(streamErrorIn(shape, err));
   };
   try {
     let p = prepare();
@@ -79,6 +131,9 @@ export async function throughPool(h: HubHttp, req: V1Request, res: ServerRespons
     }
     // The prompt's prefix keys: its placement is the one holding most of it (prefix-aware routing).
     const prefix = p.use === 'generate' && h.deps.config.prefixRouting ? promptPrefix(p.json) : null;
+    const format = p.use === 'generate' ? wireFormat(p.path) : null;
+    // Streamed answers continue on another placement when theirs stops mid-way (continuation.ts says which can).
+    const continuable = format !== null && cannotContinue(format, p.json) === null;
     const attempts = newAttempts();
     const gone = new AbortController();
     res.on('close', () => {
@@ -90,19 +145,34 @@ export async function throughPool(h: HubHttp, req: V1Request, res: ServerRespons
         lease.release();
         return;
       }
+      const m = move;
+      // One translator for the whole answer once it began (a continuation's bytes go on through it).
+      if (!m) translator = p.translate?.({ startedAt: t0, leasedAt: Date.now() });
       const outcome = await proxyToPlacement({
         lease,
         path: p.path,
-        body: p.body,
+        body: m?.body ?? p.body,
         req,
         res,
         log,
         errors: shape,
         spares,
-        translate: p.translate?.({ startedAt: t0, leasedAt: Date.now() }),
+        translate: translator,
+        continuable,
+        ...(m ? { continuing: { stitch: new Stitcher(m.sent!), sent: m.bytes, head: m.head }, onStart: () => noteMove(m, lease.where) } : {}),
         onDone: done,
       });
       if (outcome.kind === 'done') return;
+      if (outcome.kind === 'moved') {
+        // Its placement stopped mid-answer: what the client has is the start of the answer another one continues.
+        attempts.exclude.add(lease.placementId);
+        const sent = readSent(format!, outcome.sent.toString('utf8'));
+        const next = sent ? continuationBody(p.json, sent) : 'half an event had gone out';
+        move = { sent, bytes: outcome.sent, head: outcome.head, body: Buffer.from(typeof next === 'string' ? '' : JSON.stringify(next)), error: outcome.error, from: lease.where, at: Date.now() };
+        if (typeof next === 'string') return endMoved(move, next);
+        if (++moves > MAX_MOVES) return endMoved(move, `it moved ${MAX_MOVES} times`);
+        continue;
+      }
       // Its placement was stopped before it answered (a pause, an eviction): another one takes it, no attempt spent.
       if (outcome.halted) {
         attempts.exclude.add(lease.placementId);
@@ -114,6 +184,7 @@ export async function throughPool(h: HubHttp, req: V1Request, res: ServerRespons
   } catch (err) {
     const e = isRelayError(err) ? err : new RelayError(ErrorCode.INTERNAL, 'internal error');
     if (!isRelayError(err)) log.error({ err }, 'unhandled error');
+    if (move) return endMoved(move, e.message); // no placement could take the rest (none fits, the pool paused…)
     done(errorIn(shape, e).status);
     sendIn(shape, res, e);
   }

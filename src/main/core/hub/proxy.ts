@@ -9,6 +9,7 @@ import { openUpstream, postUpstream } from './upstream-http.js';
 import { sendJson } from './http.js';
 import { llamaRefusal, usageFromTail } from './llama-answer.js';
 import { endingError } from './sse-error.js';
+import type { Stitcher } from './continuation.js';
 
 /**
  * Forward one /v1 request to a placement's llama-server and stream the answer back byte for byte.
@@ -58,8 +59,15 @@ export interface Translator {
   broken(err: RelayError): string;
 }
 
-/** `retry`: nothing was sent, another placement may take it; `halted`: because its placement was stopped, not failed. */
-export type ProxyOutcome = { readonly kind: 'done' } | { readonly kind: 'retry'; readonly error: RelayError; readonly halted?: boolean };
+/**
+ * `retry`: nothing was sent, another placement may take it; `halted`: because its placement was stopped, not failed.
+ * `moved`: its placement was stopped mid-answer and the request said it can continue elsewhere (`continuable`): the
+ * client's response is still open, `sent` is every byte of llama-server's stream it was given (whole events).
+ */
+export type ProxyOutcome =
+  | { readonly kind: 'done' }
+  | { readonly kind: 'retry'; readonly error: RelayError; readonly halted?: boolean }
+  | { readonly kind: 'moved'; readonly error: RelayError; readonly sent: Buffer; readonly head: Buffer };
 
 export function proxyToPlacement(opts: {
   lease: Lease;
@@ -74,16 +82,27 @@ export function proxyToPlacement(opts: {
   errors?: ErrorShape;
   /** The answer rewritten for a dialect llama-server does not speak (see Translator). */
   translate?: Translator;
+  /** A stop mid-answer gives the request back (`moved`) instead of ending the client's stream with an error. */
+  continuable?: boolean;
+  /**
+   * A continuation: the response is already under way (`sent`: what it was given, `head`: its start); llama-server's
+   * bytes pass through the stitcher on their way (continuation.ts).
+   */
+  continuing?: { readonly stitch: Stitcher; readonly sent: Buffer; readonly head: Buffer };
   onDone: (status: number, usage: Usage | null) => void;
+  /** llama-server's first byte of the answer arrived. */
+  onStart?: () => void;
 }): Promise<ProxyOutcome> {
-  const { lease, res, log, spares, translate } = opts;
+  const { lease, res, log, spares, translate, continuing } = opts;
   const shape = opts.errors ?? 'openai';
   const url = new URL(opts.path, lease.baseUrl);
   // The last chunks, kept by reference and decoded once at the end: nothing per token but a push.
   const tailChunks: Buffer[] = [];
   let tailBytes = 0;
-  const headChunks: Buffer[] = [];
-  let headBytes = 0;
+  const headChunks: Buffer[] = continuing ? [continuing.head] : [];
+  let headBytes = continuing?.head.byteLength ?? 0;
+  /** What the client was given, for a move (continuable requests only). */
+  const sentChunks: Buffer[] = continuing ? [continuing.sent] : [];
   let settled = false;
   let resolveOutcome!: (o: ProxyOutcome) => void;
   const outcome = new Promise<ProxyOutcome>((r) => (resolveOutcome = r));
@@ -178,6 +197,17 @@ export function proxyToPlacement(opts: {
   // llama-server (which stops generating at SIGTERM but keeps an open connection until it is killed) exits at once.
   const halted = (): void => {
     const why = `stopped: ${String(lease.halted.reason)}`;
+    if (started && opts.continuable && !settled && !res.writableEnded && !errorStatus) {
+      // The answer goes on elsewhere (pooled.ts): the client's response stays open.
+      settled = true;
+      unwatch();
+      up.destroy();
+      lease.release();
+      log.info({ model: lease.model.name, placement: lease.placementId, why }, 'placement stopped mid-response: moving the answer');
+      const error = new RelayError(ErrorCode.REPLICA_FAILED, `the ${lease.kind === 'shard' ? 'shard' : 'replica'} of "${lease.model.name}" stopped mid-response (${why})`, { model: lease.model.name });
+      resolveOutcome({ kind: 'moved', error, sent: Buffer.concat(sentChunks), head: Buffer.concat(headChunks) });
+      return;
+    }
     brokenUpstream(why);
     up.destroy();
   };
@@ -201,7 +231,8 @@ export function proxyToPlacement(opts: {
     if (refusal) {
       log.info({ model: lease.model.name, placement: lease.placementId, status: errorStatus, code: refusal.code, message: refusal.message.slice(0, 200) }, 'llama-server refused the request');
       const { status: st, body } = errorIn(shape, refusal);
-      sendJson(res, st, body);
+      if (continuing) endStream(refusal);
+      else sendJson(res, st, body);
       return finish(st);
     }
     if (errorStatus >= 500) {
@@ -209,16 +240,30 @@ export function proxyToPlacement(opts: {
       return retry(`llama-server answered ${errorStatus}`);
     }
     // A 4xx without llama-server's JSON (not one it sends): passed on as it is.
+    if (continuing) {
+      endStream(new RelayError(ErrorCode.UPSTREAM_ERROR, `the continuation was answered ${errorStatus}`));
+      return finish(errorStatus);
+    }
     res.statusCode = errorStatus;
     if (contentType) res.setHeader('content-type', contentType);
     res.end(text);
     finish(errorStatus);
   };
 
+  /** A continuation's stream ends with the dialect's error event (its response began on another placement). */
+  const endStream = (err: RelayError): void => {
+    if (res.writableEnded || res.destroyed) return;
+    if (translate?.streams) res.end(translate.broken(err));
+    else if (translate) res.destroy(err);
+    else res.end(streamErrorIn(shape, err));
+  };
+
   const begin = (): void => {
     if (started) return;
     started = true;
     if (!lease.connect) spares?.refill(host, port); // the next request's socket, now the first byte is out
+    opts.onStart?.();
+    if (continuing) return; // its head went with the first part
     res.statusCode = status;
     const type = translate?.contentType ?? contentType;
     if (type) res.setHeader('content-type', type);
@@ -243,9 +288,10 @@ export function proxyToPlacement(opts: {
         if (h.status >= 400) errorStatus = h.status;
         status = h.status;
         isSse = (contentType ?? '').includes('text/event-stream');
-        passRaw = h.chunked && !translate;
+        passRaw = h.chunked && !translate && !continuing;
       },
-      body(forward, payload) {
+      body(forward, received) {
+        let payload = received;
         if (settled) return;
         if (errorStatus) {
           for (const p of payload) if ((errorBytes += p.byteLength) <= MAX_ERROR_BODY) errorParts.push(p);
@@ -256,7 +302,10 @@ export function proxyToPlacement(opts: {
         const corked = !started && passRaw ? res.socket : null;
         corked?.cork();
         begin();
+        // A continuation's bytes as the rest of the first part's stream.
+        if (continuing) payload = [Buffer.from(continuing.stitch.push(Buffer.concat(payload)))];
         for (const chunk of payload) {
+          if (opts.continuable) sentChunks.push(chunk);
           if (headBytes < HEAD_BYTES) {
             headChunks.push(chunk.subarray(0, HEAD_BYTES - headBytes));
             headBytes += headChunks.at(-1)!.byteLength;
@@ -287,7 +336,8 @@ export function proxyToPlacement(opts: {
         begin();
         let rest: string;
         try {
-          rest = translate ? translate.end() : '';
+          const stitched = continuing?.stitch.end() ?? '';
+          rest = translate ? translate.chunk(Buffer.from(stitched)) + translate.end() : stitched;
         } catch (err) {
           // llama-server's answer made no sense in the other dialect (a tool call's arguments that are not JSON).
           const e = err instanceof RelayError ? err : new RelayError(ErrorCode.LLAMA_SERVER_ERROR, String(err));

@@ -1,11 +1,11 @@
 import type { Mount } from './http.js';
-import type { RecentRequest, V1ModelDto } from '../../../shared/status.js';
+import type { V1ModelDto } from '../../../shared/status.js';
 
-/** The last requests through /v1, newest first, for the dashboard. */
-export class RecentRequests {
-  readonly list: RecentRequest[] = [];
+/** The last few of something (requests through /v1, moved answers), newest first, for the dashboard. */
+export class Recent<T> {
+  readonly list: T[] = [];
   constructor(private readonly max = 20) {}
-  add(r: RecentRequest): void {
+  add(r: T): void {
     this.list.unshift(r);
     if (this.list.length > this.max) this.list.pop();
   }

@@ -18,7 +18,7 @@ export function hubView(d: AppDeps): HubAvailabilityStatus {
 }
 
 /** /status: the whole pool as the dashboard, `relay status` and the tests read it. */
-export function buildStatus({ deps: d, auth, recent, modelView }: HubHttp): StatusDto {
+export function buildStatus({ deps: d, auth, recent, moves, modelView }: HubHttp): StatusDto {
   const { config, registry, scheduler, nodes } = d;
   const parts = {
     hub: hubView(d),
@@ -76,6 +76,7 @@ export function buildStatus({ deps: d, auth, recent, modelView }: HubHttp): Stat
     machines: poolPicture(parts),
     pulls: d.pulls.list(),
     recent: recent.list,
+    moves: moves.list,
   };
 }
 

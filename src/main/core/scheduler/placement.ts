@@ -98,6 +98,8 @@ export interface Lease {
   readonly placementId: string;
   /** What serves it: a host or node replica, or a shard (for the words of an error). */
   readonly kind: PlacementKind;
+  /** Its machines by name ("hub", "kitchen", "hub+kitchen" for a shard), for what the pool shows. */
+  readonly where: string;
   readonly baseUrl: string;
   readonly connect?: () => Duplex;
   readonly model: ModelRecord;
@@ -188,6 +190,9 @@ export function openLease(p: Placement, model: ModelRecord, hooks: { now(): numb
   return {
     placementId: p.id,
     kind: p.kind,
+    where: machinesOf(p)
+      .map((n) => n ?? 'hub')
+      .join('+'),
     baseUrl: running.baseUrl,
     ...(running.connect ? { connect: running.connect } : {}),
     model,

@@ -1,0 +1,176 @@
+import assert from 'node:assert/strict';
+import { after, before, describe, it } from 'node:test';
+import OpenAI from 'openai';
+import Anthropic from '@anthropic-ai/sdk';
+import { Ollama } from 'ollama';
+import { chromium } from 'playwright-core';
+import { addModel, startHub, type HubProcess } from '../helpers/hub.js';
+import { fixture } from '../helpers/llama.js';
+import { startNode, type NodeProcess } from '../helpers/node.js';
+import { waitGone, until } from '../helpers/proc.js';
+
+/**
+ * A pause never cuts an answer: a household of two nodes (the hub runs nothing itself), an answer streaming from
+ * one of them, its owner's `relay pause` after a few tokens. The client's stream — each dialect through its own SDK —
+ * goes on from the other node without an error, and at temperature 0 its text and usage equal the answer of a
+ * placement that never stopped. The fixture speaks whole words only (`wordy`), so the partial answer tokenizes
+ * back into the tokens it was made of (continuation.ts says why that matters); requests skip the prompt cache, so a
+ * slot's earlier contents cannot tip a random-weight model's greedy choice.
+ */
+const ENV = { RELAY_CONTEXT_SIZE: '1024', RELAY_PARALLEL_SLOTS: '1', RELAY_THREADS: '1' };
+const GREEDY = { temperature: 0, top_k: 1, seed: 42, cache_prompt: false };
+const TOKENS = 300;
+const PROMPT = 'Tell me a long story about the sea.';
+
+describe('an answer in flight moves when its node is paused', { timeout: 600_000 }, () => {
+  let hub: HubProcess;
+  let nodes: NodeProcess[];
+  let openai: OpenAI;
+
+  before(async () => {
+    hub = await startHub({ env: ENV });
+    openai = new OpenAI({ baseURL: `${hub.url}/v1`, apiKey: 'x', maxRetries: 0 });
+    nodes = [await startNode(hub, { name: 'kitchen', cpuBudgetMb: 1000, env: ENV }), await startNode(hub, { name: 'attic', cpuBudgetMb: 1000, env: ENV })];
+    await addModel(hub, { path: fixture('wordy'), name: 'wordy' });
+  });
+  after(async () => {
+    for (const n of nodes ?? []) await n.stop();
+    await hub?.stop();
+  });
+
+  /**
+   * Reads `chunks` (text pieces as the SDK gives them) and pauses the node serving the answer after the fifth; resumes
+   * it once the answer is done. The node's llama-server is gone within 30 s of the pause (its card is the owner's).
+   */
+  async function pausedMidway(chunks: AsyncIterable<string>): Promise<{ text: string; paused: string }> {
+    let text = '';
+    let n = 0;
+    let paused: NodeProcess | null = null;
+    let pid = 0;
+    for await (const piece of chunks) {
+      text += piece;
+      if (piece === '' || ++n !== 5) continue;
+      const rep = (await hub.status()).replicas.find((r) => r.state === 'ready' && r.model === 'wordy')!;
+      paused = nodes.find((x) => x.name === rep.node)!;
+      pid = rep.pid!;
+      await paused.local('/pause', 'POST');
+    }
+    assert.ok(paused, 'the answer was paused midway');
+    assert.ok(await waitGone(pid, 30_000), "the paused node's llama-server exited");
+    await paused.local('/resume', 'POST');
+    await until(
+      async () => (await hub.status()).nodes,
+      (ns) => ns.every((x) => x.state === 'idle' || x.state === 'busy'),
+    );
+    return { text, paused: paused.name };
+  }
+
+  async function lastMove(): Promise<{ from: string; to: string | null; outcome: string; sent_tokens: number; endpoint: string }> {
+    const m = (await hub.status()).moves[0]!;
+    console.log(`${m.endpoint}: moved ${m.from} → ${m.to} after ${m.sent_tokens} tokens; the client waited ${m.gap_ms} ms between two tokens`);
+    return m;
+  }
+
+  it('OpenAI chat: the stream completes from the other node, the same text and usage as an answer never paused', async () => {
+    const body = { model: 'wordy', messages: [{ role: 'user' as const, content: PROMPT }], max_tokens: TOKENS, ...GREEDY };
+    const want = await openai.chat.completions.create(body);
+    const stream = await openai.chat.completions.create({ ...body, stream: true, stream_options: { include_usage: true } });
+    let usage: OpenAI.CompletionUsage | undefined;
+    const ids = new Set<string>();
+    const got = await pausedMidway(
+      (async function* () {
+        for await (const c of stream) {
+          ids.add(c.id);
+          usage = c.usage ?? usage;
+          yield c.choices[0]?.delta?.content ?? '';
+        }
+      })(),
+    );
+    assert.equal(got.text, want.choices[0]!.message.content);
+    assert.equal(ids.size, 1, 'one response id over both parts');
+    assert.equal(usage?.completion_tokens, want.usage?.completion_tokens);
+    assert.equal(usage?.prompt_tokens, want.usage?.prompt_tokens);
+    const m = await lastMove();
+    assert.equal(m.outcome, 'continued');
+    assert.equal(m.from, got.paused);
+    assert.notEqual(m.to, got.paused);
+    assert.ok(m.sent_tokens >= 5);
+    const logged = (await hub.status()).recent.find((r) => r.endpoint === 'chat/completions' && r.moves === 1);
+    assert.ok(logged, 'the request log marks the request as moved');
+    assert.equal(logged.completion_tokens, want.usage?.completion_tokens);
+  });
+
+  it('OpenAI completions', async () => {
+    const body = { model: 'wordy', prompt: PROMPT, max_tokens: TOKENS, ...GREEDY };
+    const want = await openai.completions.create(body);
+    const stream = await openai.completions.create({ ...body, stream: true, stream_options: { include_usage: true } });
+    let usage: OpenAI.CompletionUsage | undefined;
+    const got = await pausedMidway(
+      (async function* () {
+        for await (const c of stream) {
+          usage = c.usage ?? usage;
+          yield c.choices[0]?.text ?? '';
+        }
+      })(),
+    );
+    assert.equal(got.text, want.choices[0]!.text);
+    assert.equal(usage?.completion_tokens, want.usage?.completion_tokens);
+    assert.equal(usage?.prompt_tokens, want.usage?.prompt_tokens);
+    assert.equal((await lastMove()).endpoint, 'completions');
+  });
+
+  it('Anthropic Messages', async () => {
+    const anthropic = new Anthropic({ baseURL: hub.url, apiKey: 'x', maxRetries: 0 });
+    const body = { model: 'wordy', max_tokens: TOKENS, messages: [{ role: 'user' as const, content: PROMPT }], temperature: 0, top_k: 1 };
+    const extra = { cache_prompt: false, seed: 42 };
+    const want = await anthropic.messages.create({ ...body, ...({ ...extra } as object) });
+    const stream = anthropic.messages.stream({ ...body, ...({ ...extra } as object) });
+    const got = await pausedMidway(
+      (async function* () {
+        for await (const ev of stream) if (ev.type === 'content_block_delta' && ev.delta.type === 'text_delta') yield ev.delta.text;
+      })(),
+    );
+    const final = await stream.finalMessage();
+    const wantText = want.content.map((b) => (b.type === 'text' ? b.text : '')).join('');
+    assert.equal(got.text, wantText);
+    assert.equal(final.content.length, 1, 'one text block over both parts');
+    assert.equal(final.usage.output_tokens, want.usage.output_tokens);
+    assert.equal((await lastMove()).endpoint, 'messages');
+  });
+
+  it('Ollama chat', async () => {
+    const ollama = new Ollama({ host: hub.url });
+    const body = { model: 'wordy', messages: [{ role: 'user', content: PROMPT }], options: { temperature: 0, top_k: 1, seed: 42, num_predict: TOKENS } };
+    const want = await ollama.chat({ ...body, stream: false });
+    const stream = await ollama.chat({ ...body, stream: true });
+    let evalCount = 0;
+    const got = await pausedMidway(
+      (async function* () {
+        for await (const c of stream) {
+          if (c.done) evalCount = c.eval_count;
+          yield c.message.content;
+        }
+      })(),
+    );
+    assert.equal(got.text, want.message.content);
+    assert.equal(evalCount, want.eval_count);
+    const metrics = await (await fetch(`${hub.url}/metrics`)).text();
+    assert.match(metrics, /relay_moves_total\{model="wordy",outcome="continued"\} 4/);
+  });
+
+  it('the dashboard lists the moves (from, to, tokens, the wait) and marks the moved requests', async () => {
+    const browser = await chromium.launch({ executablePath: '/usr/bin/chromium', args: ['--no-sandbox', '--disable-gpu', '--disable-background-networking', '--no-first-run'] });
+    try {
+      const page = await browser.newPage();
+      await page.goto(hub.url);
+      const rows = page.locator('#moves tr');
+      await rows.nth(3).waitFor();
+      const texts = await rows.allInnerTexts();
+      assert.equal(texts.length, 4);
+      for (const t of texts) assert.match(t, /wordy\s+(kitchen → attic|attic → kitchen)\s+\d+\s+\d+ ms\s+continued/);
+      assert.equal(await page.locator('#recent tr', { hasText: 'moved' }).count(), 4);
+    } finally {
+      await browser.close();
+    }
+  });
+});
