@@ -1,7 +1,21 @@
 import { ErrorCode, RelayError } from '../../../shared/errors.js';
-import type { Usage } from './proxy.js';
 
 /** What llama-server's answer says beyond its bytes: the token counts at its end, and its refusal of a request. */
+
+/** A request's token counts and speeds as llama-server reported them. */
+export interface Usage {
+  promptTokens: number;
+  completionTokens: number;
+  tokensPerSecond: number | null;
+  /** Of the prompt's tokens, those llama-server found in its KV cache (null: not reported). */
+  cachedTokens: number | null;
+  /** llama-server's time on the prompt and the tokens it evaluated (timings.prompt_ms / prompt_n), for its prompt speed. */
+  promptMs: number | null;
+  promptEvaluated: number | null;
+  /** Speculative decoding: tokens the draft model proposed, and how many the model accepted (null: no draft). */
+  drafted: number | null;
+  draftAccepted: number | null;
+}
 
 /**
  * Token counts from the end of a response (and its start, `head`): `usage` in JSON bodies (OpenAI's

@@ -7,12 +7,12 @@ import type { Lease } from '../scheduler/placement.js';
 import type { SpareSockets } from '../llama/spare-sockets.js';
 import { openUpstream, postUpstream } from './upstream-http.js';
 import { sendJson } from './http.js';
-import { llamaRefusal, usageFromTail } from './llama-answer.js';
+import { llamaRefusal, usageFromTail, type Usage } from './llama-answer.js';
 import { endingError } from './sse-error.js';
 import type { Stitcher } from './continuation.js';
 
 /**
- * Forward one /v1 request to a placement's llama-server and stream the answer back byte for byte.
+ * proxyToPlacement: forward one /v1 request to a placement's llama-server and stream the answer back byte for byte.
  * Nothing reaches the client before the upstream's first body byte: until then a failure of the placement
  * (connect refused or reset, the node's stream gone, a 5xx that is not llama-server's own refusal) is answered
  * with `retry`, and the caller may try another placement. llama-server's own answer to the request — a 4xx, or a
@@ -20,21 +20,9 @@ import type { Stitcher } from './continuation.js';
  * llama-server's message under a stable code (llamaRefusal), and nothing is retried.
  * After it, the bytes flow: backpressure pauses upstream while the client's socket is full, a client that
  * goes away aborts the upstream request (llama-server stops generating and frees the slot), and an upstream
- * that dies mid-response ends an SSE stream with an OpenAI-shaped error event, any other response with a reset.
+ * that dies mid-response ends an SSE stream with an OpenAI-shaped error event, any other response with a reset;
+ * one whose placement is stopped gives a continuable request back to move (`moved`, continuation.ts).
  */
-export interface Usage {
-  promptTokens: number;
-  completionTokens: number;
-  tokensPerSecond: number | null;
-  /** Of the prompt's tokens, those llama-server found in its KV cache (null: not reported). */
-  cachedTokens: number | null;
-  /** llama-server's time on the prompt and the tokens it evaluated (timings.prompt_ms / prompt_n), for its prompt speed. */
-  promptMs: number | null;
-  promptEvaluated: number | null;
-  /** Speculative decoding: tokens the draft model proposed, and how many the model accepted (null: no draft). */
-  drafted: number | null;
-  draftAccepted: number | null;
-}
 
 const TAIL_BYTES = 8192;
 
