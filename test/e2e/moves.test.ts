@@ -138,6 +138,63 @@ describe('an answer in flight moves when its node is paused', { timeout: 600_000
     assert.equal((await lastMove()).endpoint, 'messages');
   });
 
+  it('OpenAI Responses: one response and one message item over both parts', async () => {
+    const body = { model: 'wordy', input: PROMPT, max_output_tokens: TOKENS, temperature: 0, ...({ top_k: 1, seed: 42, cache_prompt: false } as object) };
+    const want = await openai.responses.create(body);
+    const items = new Set<string>();
+    let created = '';
+    let completed: OpenAI.Responses.Response | undefined;
+    const got = await pausedMidway(
+      (async function* () {
+        for await (const ev of await openai.responses.create({ ...body, stream: true })) {
+          if (ev.type === 'response.created') created = ev.response.id;
+          if (ev.type === 'response.completed') completed = ev.response;
+          if (ev.type === 'response.output_text.delta') {
+            items.add(ev.item_id);
+            yield ev.delta;
+          }
+        }
+      })(),
+    );
+    assert.equal(got.text, want.output_text);
+    assert.equal(items.size, 1);
+    assert.equal(completed?.id, created);
+    assert.equal(
+      completed?.output_text ?? completed?.output.map((o) => (o.type === 'message' ? o.content.map((c) => (c.type === 'output_text' ? c.text : '')).join('') : '')).join(''),
+      want.output_text,
+    );
+    assert.equal(completed?.usage?.output_tokens, want.usage?.output_tokens);
+    assert.equal(completed?.usage?.input_tokens, want.usage?.input_tokens);
+    assert.equal((await lastMove()).endpoint, 'responses');
+  });
+
+  it("llama-server's own /completion: the continuation carries the sent token ids", async () => {
+    const body = { model: 'wordy', prompt: PROMPT, n_predict: TOKENS, ...GREEDY };
+    const post = (b: object) => fetch(`${hub.url}/completion`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(b) });
+    const want = (await (await post(body)).json()) as { content: string; tokens_predicted: number; tokens_evaluated: number };
+    const res = await post({ ...body, stream: true });
+    let last: { tokens_predicted?: number; tokens_evaluated?: number } = {};
+    const got = await pausedMidway(
+      (async function* () {
+        let buf = '';
+        for await (const bytes of res.body!) {
+          buf += Buffer.from(bytes).toString();
+          const events = buf.split('\n\n');
+          buf = events.pop()!;
+          for (const e of events) {
+            const j = JSON.parse(e.slice('data: '.length)) as { content: string; stop: boolean; tokens_predicted: number; tokens_evaluated: number };
+            if (j.stop) last = j;
+            yield j.content;
+          }
+        }
+      })(),
+    );
+    assert.equal(got.text, want.content);
+    assert.equal(last.tokens_predicted, want.tokens_predicted);
+    assert.equal(last.tokens_evaluated, want.tokens_evaluated);
+    assert.equal((await lastMove()).endpoint, 'completion');
+  });
+
   it('Ollama chat', async () => {
     const ollama = new Ollama({ host: hub.url });
     const body = { model: 'wordy', messages: [{ role: 'user', content: PROMPT }], options: { temperature: 0, top_k: 1, seed: 42, num_predict: TOKENS } };
@@ -154,8 +211,27 @@ describe('an answer in flight moves when its node is paused', { timeout: 600_000
     );
     assert.equal(got.text, want.message.content);
     assert.equal(evalCount, want.eval_count);
+  });
+
+  it("Ollama generate (raw: llama-server's own completion underneath)", async () => {
+    const ollama = new Ollama({ host: hub.url });
+    const body = { model: 'wordy', prompt: PROMPT, raw: true, options: { temperature: 0, top_k: 1, seed: 42, num_predict: TOKENS } };
+    const want = await ollama.generate({ ...body, stream: false });
+    let evalCount = 0;
+    let promptCount = 0;
+    const got = await pausedMidway(
+      (async function* () {
+        for await (const c of await ollama.generate({ ...body, stream: true })) {
+          if (c.done) [evalCount, promptCount] = [c.eval_count, c.prompt_eval_count];
+          yield c.response ?? '';
+        }
+      })(),
+    );
+    assert.equal(got.text, want.response);
+    assert.equal(evalCount, want.eval_count);
+    assert.equal(promptCount, want.prompt_eval_count);
     const metrics = await (await fetch(`${hub.url}/metrics`)).text();
-    assert.match(metrics, /relay_moves_total\{model="wordy",outcome="continued"\} 4/);
+    assert.match(metrics, /relay_moves_total\{model="wordy",outcome="continued"\} 7/);
   });
 
   it('the dashboard lists the moves (from, to, tokens, the wait) and marks the moved requests', async () => {
@@ -164,11 +240,11 @@ describe('an answer in flight moves when its node is paused', { timeout: 600_000
       const page = await browser.newPage();
       await page.goto(hub.url);
       const rows = page.locator('#moves tr');
-      await rows.nth(3).waitFor();
+      await rows.nth(6).waitFor();
       const texts = await rows.allInnerTexts();
-      assert.equal(texts.length, 4);
+      assert.equal(texts.length, 7);
       for (const t of texts) assert.match(t, /wordy\s+(kitchen → attic|attic → kitchen)\s+\d+\s+\d+ ms\s+continued/);
-      assert.equal(await page.locator('#recent tr', { hasText: 'moved' }).count(), 4);
+      assert.equal(await page.locator('#recent tr', { hasText: 'moved' }).count(), 7);
     } finally {
       await browser.close();
     }

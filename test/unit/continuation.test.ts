@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { cannotContinue, continuationBody, readSent, sseEvents, Stitcher } from '../../src/main/core/hub/continuation.js';
+import { cannotContinue, continuationBody, readSent, sseEvents } from '../../src/main/core/hub/continuation.js';
+import { Stitcher } from '../../src/main/core/hub/stitch.js';
 
 /**
  * An answer that moves (continuation.ts) on llama-server's streams as the pinned build writes them: what the client
@@ -113,6 +114,56 @@ describe('an answer that moves (continuation.ts)', () => {
     assert.deepEqual(out[0]![1].delta, { type: 'text_delta', text: ' rose' });
     assert.deepEqual(out[2]![1].usage, { output_tokens: 3 });
     assert.equal(readSent('messages', first + ev('content_block_start', { index: 1, content_block: { type: 'tool_use' } }))!.stuck, 'a tool_use block had begun');
+  });
+
+  it('stitches a Responses stream: the first response and message ids, no second item, usage once', () => {
+    const first =
+      ev('response.created', { response: { id: 'resp_1' } }) +
+      ev('response.output_item.added', { item: { id: 'msg_1', type: 'message', content: [] } }) +
+      ev('response.content_part.added', { item_id: 'msg_1', part: { type: 'output_text', text: '' } }) +
+      ev('response.output_text.delta', { item_id: 'msg_1', delta: ' the' });
+    const s = readSent('responses', first)!;
+    assert.deepEqual([s.text, s.tokens, s.id, s.item], [' the', 1, 'resp_1', 'msg_1']);
+    const body = continuationBody({ input: 'hi', stream: true, max_output_tokens: 4 }, s);
+    assert.deepEqual(body, {
+      input: [
+        { role: 'user', content: 'hi' },
+        { type: 'message', role: 'assistant', content: [{ type: 'output_text', text: ' the' }] },
+      ],
+      stream: true,
+      max_output_tokens: 3,
+    });
+    const cont =
+      ev('response.created', { response: { id: 'resp_2' } }) +
+      ev('response.in_progress', { response: { id: 'resp_2' } }) +
+      ev('response.output_item.added', { item: { id: 'msg_2', type: 'message', content: [] } }) +
+      ev('response.content_part.added', { item_id: 'msg_2', part: { type: 'output_text', text: '' } }) +
+      ev('response.output_text.delta', { item_id: 'msg_2', delta: ' the sea' }) +
+      ev('response.output_text.done', { item_id: 'msg_2', text: ' the sea' }) +
+      ev('response.completed', { response: { id: 'resp_2', output: [{ type: 'message', id: 'msg_2' }], usage: { input_tokens: 11, output_tokens: 1, input_tokens_details: { cached_tokens: 11 } } } });
+    const out = sseEvents(new Stitcher(s).push(cont)).events.map((e) => JSON.parse(e.data) as Record<string, unknown>);
+    assert.deepEqual(
+      out.map((e) => e.type),
+      ['response.output_text.delta', 'response.output_text.done', 'response.completed'],
+    );
+    assert.deepEqual(out[0], { type: 'response.output_text.delta', item_id: 'msg_1', delta: ' sea' });
+    assert.equal(out[1]!.item_id, 'msg_1');
+    assert.deepEqual(out[2]!.response, { id: 'resp_1', output: [{ type: 'message', id: 'msg_1' }], usage: { input_tokens: 10, output_tokens: 2, input_tokens_details: { cached_tokens: 10 } } });
+    assert.equal(cannotContinue('responses', { input: 'x', stream: true, text: { format: { type: 'json_schema' } } }), 'a response format');
+  });
+
+  it("continues llama-server's own completion from the token ids it streamed", () => {
+    const s = readSent('native', data({ content: ' the', tokens: [7], stop: false }) + data({ content: ' sea', tokens: [9], stop: false }))!;
+    assert.deepEqual(continuationBody({ prompt: 'Tell', n_predict: 5, stream: true }, s), { prompt: ['Tell', 7, 9], n_predict: 3, stream: true });
+    const out = new Stitcher(s).push(data({ content: '', tokens: [], stop: true, tokens_predicted: 1, tokens_evaluated: 4, timings: { prompt_n: 4, cache_n: 0, predicted_n: 1 } }));
+    assert.deepEqual(JSON.parse(sseEvents(out).events[0]!.data), {
+      content: '',
+      tokens: [],
+      stop: true,
+      tokens_predicted: 3,
+      tokens_evaluated: 2,
+      timings: { prompt_n: 2, cache_n: 0, predicted_n: 3 },
+    });
   });
 
   it("passes a continuation that does not repeat the partial as it comes (a completion's prompt is never echoed)", () => {

@@ -8,7 +8,8 @@ import { proxyToPlacement, type Translator } from './proxy.js';
 import type { Usage } from './llama-answer.js';
 import { errorIn, streamErrorIn, type ErrorShape, type ModelUse } from './dialects.js';
 import { sendIn, type HubHttp, type V1Request } from './http.js';
-import { cannotContinue, continuationBody, readSent, Stitcher, wireFormat, type Sent } from './continuation.js';
+import { cannotContinue, continuationBody, readSent, wireFormat, type Sent } from './continuation.js';
+import { Stitcher } from './stitch.js';
 import type { MoveDto } from '../../../shared/status.js';
 
 /** How many times one answer may move before it ends with its error (each move: a placement stopped under it). */

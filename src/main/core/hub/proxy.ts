@@ -9,7 +9,7 @@ import { openUpstream, postUpstream } from './upstream-http.js';
 import { sendJson } from './http.js';
 import { llamaRefusal, usageFromTail, type Usage } from './llama-answer.js';
 import { endingError } from './sse-error.js';
-import type { Stitcher } from './continuation.js';
+import type { Stitcher } from './stitch.js';
 
 /**
  * proxyToPlacement: forward one /v1 request to a placement's llama-server and stream the answer back byte for byte.
