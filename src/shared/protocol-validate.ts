@@ -85,6 +85,7 @@ const SCHEMAS: Record<string, Check> = {
     alias: isId,
     device: isId,
     loadTimeoutMs: optional(isInt),
+    keepSlotsBytes: optional(isInt),
   }),
   'stop-replica': shape({ id: isInt, replica: isId }),
   'start-rpc': shape({
@@ -149,6 +150,12 @@ export function parseStreamHeader(line: string): StreamHeader | null {
     case 'file':
       return isSha(h.sha256) && isInt(h.offset) && isInt(h.size) && (h.offset as number) <= (h.size as number)
         ? { kind: 'file', sha256: h.sha256 as string, offset: h.offset as number, size: h.size as number }
+        : null;
+    case 'slot':
+      if (!isId(h.replica) || !isInt(h.slot) || (h.slot as number) > 255) return null;
+      if (h.op === 'get') return { kind: 'slot', op: 'get', replica: h.replica as string, slot: h.slot as number };
+      return h.op === 'put' && isInt(h.size) && isSha(h.sha256)
+        ? { kind: 'slot', op: 'put', replica: h.replica as string, slot: h.slot as number, size: h.size as number, sha256: h.sha256 as string }
         : null;
     default:
       return null;

@@ -30,9 +30,24 @@ export const MAX_BAD_LINE_ANSWERS = 100;
  */
 export const TUNNEL_STREAM_WINDOW = 8 * 1024 * 1024;
 
-export type StreamKind = 'control' | 'rpc' | 'http' | 'file';
+export type StreamKind = 'control' | 'rpc' | 'http' | 'file' | 'slot';
 
-export type StreamHeader = { kind: 'control' } | { kind: 'http'; replica: string } | { kind: 'rpc'; rpc: string } | { kind: 'file'; sha256: string; offset: number; size: number };
+export type StreamHeader = { kind: 'control' } | { kind: 'http'; replica: string } | { kind: 'rpc'; rpc: string } | { kind: 'file'; sha256: string; offset: number; size: number } | SlotStreamHeader;
+
+/**
+ * A slot's saved state (llama-server's KV of one conversation) crossing the tunnel: `get` fetches one the node kept
+ * when it stopped `replica` (the node answers a JSON line `{ok, bytes, sha256}` or `{ok: false, message}`, then the
+ * bytes, and forgets the file); `put` sends `size` bytes that hash to `sha256` into slot `slot` of the running
+ * `replica` (answered with a line `{ok, message?}` once llama-server has read them back).
+ */
+export type SlotStreamHeader = { kind: 'slot'; op: 'get'; replica: string; slot: number } | { kind: 'slot'; op: 'put'; replica: string; slot: number; size: number; sha256: string };
+
+/** One slot a node saved when it stopped a replica, as the stop-replica reply lists it (`data.slots`). */
+export interface SavedSlot {
+  slot: number;
+  bytes: number;
+  sha256: string;
+}
 
 export type Availability = 'idle' | 'busy' | 'paused';
 
@@ -134,6 +149,11 @@ export interface StartReplica {
   device: string;
   /** The load's deadline (the hub's rule: a base plus a term per GiB of weights); absent from older hubs: 10 minutes. */
   loadTimeoutMs?: number;
+  /**
+   * Keep its conversations: when it stops, the node saves the slots that hold a prompt (at most this many bytes in
+   * all) before its process goes, and the stop-replica reply lists them for the hub to fetch (absent: none kept).
+   */
+  keepSlotsBytes?: number;
 }
 
 export interface StopReplica {

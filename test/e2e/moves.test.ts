@@ -1,11 +1,15 @@
 import assert from 'node:assert/strict';
+import { readdirSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import OpenAI from 'openai';
 import Anthropic from '@anthropic-ai/sdk';
 import { Ollama } from 'ollama';
 import { chromium } from 'playwright-core';
 import { addModel, startHub, type HubProcess } from '../helpers/hub.js';
-import { fixture } from '../helpers/llama.js';
+import { fixture, llama } from '../helpers/llama.js';
+import { chatConversation, type ChatTurn } from '../helpers/openai.js';
+import { startLlamaServer } from '../../src/main/core/llama/processes.js';
 import { startNode, type NodeProcess } from '../helpers/node.js';
 import { waitGone, until } from '../helpers/proc.js';
 
@@ -248,5 +252,77 @@ describe('an answer in flight moves when its node is paused', { timeout: 600_000
     } finally {
       await browser.close();
     }
+  });
+});
+
+/**
+ * Conversations between turns move too (slot-carry.ts): turns 1–3 on one node, its owner pauses it, turn 4 starts
+ * the model on the other node, which reads back the slot the paused node saved as it stopped — carried through the
+ * hub — and evaluates only the new tokens. The answers equal one llama-server's that never stopped. A damaged state
+ * means a cold start with the same answer.
+ */
+describe("a conversation's history moves with it when its node is paused", { timeout: 300_000 }, () => {
+  const SYSTEM = 'You are the household assistant. Answer briefly, in plain words, and say when you do not know. '.repeat(4);
+  const QUESTIONS = ['what grows in the garden in May', 'and next to the tomatoes', 'how often do they need water', 'and in August', 'what about the roses', 'and the apple tree'];
+  let hub: HubProcess;
+  let nodes: NodeProcess[];
+  let oracle: ChatTurn[];
+
+  before(async () => {
+    const direct = await startLlamaServer(llama(), { model: fixture('wordy'), ctx: 1024, slots: 1, cacheType: 'f16', threads: 1 });
+    try {
+      const c = chatConversation(direct.baseUrl, SYSTEM, 'wordy');
+      oracle = [];
+      for (const q of QUESTIONS) oracle.push(await c.say(q));
+    } finally {
+      await direct.child.terminate(5000);
+    }
+    hub = await startHub({ env: ENV });
+    nodes = [await startNode(hub, { name: 'kitchen', cpuBudgetMb: 1000, env: ENV }), await startNode(hub, { name: 'attic', cpuBudgetMb: 1000, env: ENV })];
+    await addModel(hub, { path: fixture('wordy'), name: 'wordy' });
+  });
+  after(async () => {
+    for (const n of nodes ?? []) await n.stop();
+    await hub?.stop();
+  });
+
+  /** Pause the node running the model; resolves once its replica is gone and the other node may take the next turn. */
+  async function pauseServing(): Promise<NodeProcess> {
+    const rep = (await hub.status()).replicas.find((r) => r.state === 'ready' && r.model === 'wordy')!;
+    const n = nodes.find((x) => x.name === rep.node)!;
+    await n.local('/pause', 'POST');
+    await until(
+      async () => (await hub.status()).replicas,
+      (rs) => !rs.some((r) => r.node === n.name),
+    );
+    return n;
+  }
+  const kept = (): string[] => readdirSync(join(hub.home, 'slots')).filter((f) => f.endsWith('.bin'));
+
+  it('turn 4 on the other node finds turns 1–3 in its cache; a damaged state starts cold, the same answers', async () => {
+    const c = chatConversation(hub.url, SYSTEM, 'wordy');
+    const turns: ChatTurn[] = [];
+    for (let t = 0; t < 3; t++) turns.push(await c.say(QUESTIONS[t]!));
+    const first = await pauseServing();
+    assert.equal(kept().length, 1, "the paused node's slot is in the hub's store");
+    turns.push(await c.say(QUESTIONS[3]!));
+    const after = (await hub.status()).replicas.find((r) => r.model === 'wordy')!;
+    assert.notEqual(after.node, first.name, 'turn 4 ran on the other node');
+    console.log(`turn 4 on ${after.node} after ${first.name} was paused: ${turns[3]!.cached} of ${turns[3]!.prompt} prompt tokens cached`);
+    assert.ok(turns[3]!.cached >= turns[2]!.prompt, `turn 4: ${turns[3]!.cached} of ${turns[3]!.prompt} prompt tokens cached; turn 3's prompt was ${turns[2]!.prompt}`);
+    assert.deepEqual(kept(), [], 'a restored state is removed');
+    await first.local('/resume', 'POST');
+
+    // Turn 5 there, that node paused too: its state is kept, then damaged; turn 6 starts cold on the first node.
+    turns.push(await c.say(QUESTIONS[4]!));
+    await pauseServing();
+    for (const f of kept()) writeFileSync(join(hub.home, 'slots', f), Buffer.alloc(4096, 7));
+    turns.push(await c.say(QUESTIONS[5]!));
+    assert.ok(turns[5]!.cached <= 2, `a damaged state is not used: ${turns[5]!.cached} cached`);
+    assert.ok(hub.logs.some((l) => l.includes('could not restore kept slots')));
+    assert.deepEqual(
+      turns.map((t) => t.text),
+      oracle.map((t) => t.text),
+    );
   });
 });

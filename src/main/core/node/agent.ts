@@ -68,7 +68,7 @@ export class NodeAgent extends EventEmitter {
     this.inventory = new HostInventory(deps.install, settings.cpuBudgetMb);
     this.schedule = parseSchedule(settings.schedule);
     this.config = deps.config ?? nodeConfigFromEnv();
-    this.work = new Workloads({ install: deps.install, cache: this.cache, log: deps.log, threads: this.config.threads });
+    this.work = new Workloads({ install: deps.install, cache: this.cache, log: deps.log, threads: this.config.threads, slotsDir: join(home, 'slots') });
     this.work.on('running', () => this.emit('running'));
     this.work.on('exited', () => {
       if (this.connected) this.heartbeat(); // the hub learns at once

@@ -30,9 +30,11 @@ export async function runCommand(c: Command, t: CommandTarget): Promise<Record<s
     case 'start-replica':
       refuseWhilePaused();
       return t.work.startReplica(c, t.name);
-    case 'stop-replica':
-      await t.work.stopReplica(c.replica, 'the hub asked');
-      return undefined;
+    case 'stop-replica': {
+      // The slots it kept (slots.ts): the hub fetches them over `slot` streams.
+      const slots = await t.work.stopReplica(c.replica, 'the hub asked');
+      return slots.length > 0 ? { slots } : undefined;
+    }
     case 'start-rpc': {
       refuseWhilePaused();
       const r = await t.work.startRpc(c.rpc, c.cache, c.stage, c.device);

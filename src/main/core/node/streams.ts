@@ -35,6 +35,7 @@ export async function serveHubStream(st: YamuxStream, c: StreamContext): Promise
     return;
   }
   if (header.kind === 'file') return receivePush(st, header.sha256, header.offset, header.size, c);
+  if (header.kind === 'slot') return c.work.slots.serve(st, header, (replica) => c.work.baseUrlOf(replica));
   const port = c.work.portFor(header);
   if (port === undefined) {
     st.destroy();

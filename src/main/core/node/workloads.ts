@@ -3,13 +3,14 @@ import type { Socket } from 'node:net';
 import { join } from 'node:path';
 import type { Logger } from 'pino';
 import { ErrorCode, RelayError, isRelayError } from '../../../shared/errors.js';
-import type { RunningReplica, RunningRpc, StageInfo, StartReplica } from '../../../shared/protocol.js';
+import type { RunningReplica, RunningRpc, SavedSlot, StageInfo, StartReplica } from '../../../shared/protocol.js';
 import type { LlamaInstall } from '../llama/install.js';
 import { draftPlacement, projectorPlacement, replicaPlacement } from '../llama/argv.js';
 import { startLlamaServer, startRpcServer, type RunningLlamaServer, type RunningRpcServer } from '../llama/processes.js';
 import { describeExit, type ManagedChild } from '../llama/supervisor.js';
 import { liveness, type Liveness } from '../llama/liveness.js';
 import type { ModelCache } from './cache.js';
+import { NodeSlots } from './slots.js';
 import { CHILD_STOP_GRACE_MS } from '../timeouts.js';
 
 interface LocalReplica {
@@ -23,6 +24,10 @@ interface LocalReplica {
   child: ManagedChild | null;
   server: RunningLlamaServer | null;
   stopping: boolean;
+  /** Settles once a stop that began has finished (its slots saved, its process gone). */
+  stopped: Promise<unknown>;
+  /** The bytes of slots it may keep when it stops (the hub's keepSlotsBytes; 0: none). */
+  keepSlotsBytes: number;
   /** The hub's requests to it in flight (loopback sockets of http streams): closed first when it stops. */
   readonly requests: Set<Socket>;
   /** Settles once the start has (ready, or failed and the process gone). */
@@ -46,8 +51,12 @@ export class Workloads extends EventEmitter {
   private readonly rpcStarting = new Map<string, { stopped: boolean; settled: Promise<unknown> }>();
   private readonly stages = new Map<string, StageInfo>();
 
-  constructor(private readonly deps: { install: LlamaInstall; cache: ModelCache; log: Logger; threads?: number }) {
+  /** Conversations kept from stopped replicas for the hub (slots.ts). */
+  readonly slots: NodeSlots;
+
+  constructor(private readonly deps: { install: LlamaInstall; cache: ModelCache; log: Logger; threads?: number; slotsDir: string }) {
     super();
+    this.slots = new NodeSlots({ dir: deps.slotsDir, log: deps.log });
   }
 
   /** Start (or find) replica `c.replica` of the cached model (every part of a split one must be here). */
@@ -67,7 +76,20 @@ export class Workloads extends EventEmitter {
       cache.inUse.add(f);
       cache.touch(f);
     }
-    const rep: LocalReplica = { id: c.replica, sha256: c.sha256, files, model: c.alias, child: null, server: null, stopping: false, requests: new Set(), settled: Promise.resolve() };
+    const keepSlotsBytes = c.keepSlotsBytes ?? 0;
+    const rep: LocalReplica = {
+      id: c.replica,
+      sha256: c.sha256,
+      files,
+      model: c.alias,
+      child: null,
+      server: null,
+      stopping: false,
+      stopped: Promise.resolve(),
+      keepSlotsBytes,
+      requests: new Set(),
+      settled: Promise.resolve(),
+    };
     this.replicas.set(c.replica, rep);
     this.emit('running');
     const started = (async () => {
@@ -86,6 +108,7 @@ export class Workloads extends EventEmitter {
           ...projectorPlacement(c.mmproj === undefined ? undefined : cache.pathOf(c.mmproj), c.device),
           ...draftPlacement(c.draft ? { path: cache.pathOf(c.draft.sha256), max: c.draft.max, min: c.draft.min } : null, c.device, this.deps.install.backend),
           metrics: true,
+          ...(keepSlotsBytes > 0 ? { slotSavePath: this.slots.savePath } : {}),
           threads: this.deps.threads,
           readyTimeoutMs: c.loadTimeoutMs ?? DEFAULT_LOAD_TIMEOUT_MS,
           ...replicaPlacement(c.device, this.deps.install.backend),
@@ -132,14 +155,27 @@ export class Workloads extends EventEmitter {
     this.deps.cache.retryEvictions(); // an eviction the hub asked for while they ran
   }
 
-  /** Stop a replica, loading or ready: resolves once its process has exited. */
-  async stopReplica(id: string, why: string): Promise<void> {
+  /**
+   * Stop a replica, loading or ready: resolves once its process has exited, with the slots it kept for the hub
+   * (also when the owner's pause stopped it before the hub asked).
+   */
+  async stopReplica(id: string, why: string): Promise<SavedSlot[]> {
     const r = this.replicas.get(id);
-    if (!r) return;
+    if (r?.stopping) await r.stopped;
+    if (!r || r.stopping) return this.slots.list(id);
     r.stopping = true;
+    r.stopped = this.stopNow(r, why);
+    await r.stopped;
+    return this.slots.list(id);
+  }
+
+  private async stopNow(r: LocalReplica, why: string): Promise<void> {
+    const id = r.id;
     this.deps.log.info({ replica: id, why, loading: r.server === null, requests: r.requests.size }, 'stopping replica');
     // Its requests end now: llama-server stops generating at SIGTERM but holds an open connection until it is killed.
     for (const sock of r.requests) sock.destroy();
+    // Its conversations, saved before the process goes (the hub fetches them: slots.ts).
+    if (r.server && r.keepSlotsBytes > 0) await this.slots.save(id, r.server.baseUrl, r.keepSlotsBytes);
     if (r.child) {
       const exit = await r.child.terminate(CHILD_STOP_GRACE_MS);
       this.deps.log.info({ replica: id, exit: describeExit(exit) }, 'replica stopped');
@@ -233,6 +269,12 @@ export class Workloads extends EventEmitter {
     if (r.stopping) return void sock.destroy(); // it stops: a request that comes now would wait for its kill
     r.requests.add(sock);
     sock.once('close', () => r.requests.delete(sock));
+  }
+
+  /** A running (ready) replica's llama-server on loopback, for a slot put. */
+  baseUrlOf(replica: string): string | undefined {
+    const r = this.replicas.get(replica);
+    return r && !r.stopping ? r.server?.baseUrl : undefined;
   }
 
   /** The loopback port a tunnel stream of this kind goes to, if that replica (ready) or rpc-server runs here. */

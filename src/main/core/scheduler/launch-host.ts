@@ -1,4 +1,3 @@
-import { join } from 'node:path';
 import type { Logger } from 'pino';
 import { ErrorCode, RelayError, isRelayError } from '../../../shared/errors.js';
 import type { HubConfig } from '../config.js';
@@ -81,25 +80,32 @@ interface Held {
   readonly model: ModelRecord;
 }
 
+/**
+ * What a kept slot must match to be restored (slot-keep.ts), for `model` placed as `p`. Null for what keeps no
+ * slots: keeping is off, a model with a draft (its KV is not saved), or a vision model (llama-server answers 501
+ * with --mmproj).
+ */
+export function slotLayout(slots: SlotKeeper, config: HubConfig, model: ModelRecord, p: Placement): SlotLayout | null {
+  if (!slots.enabled || model.draft || model.mmproj) return null;
+  const cacheType = settingsFor(config, model).kvCacheType;
+  // Every layer's KV a token takes (sliding layers keep at most a window of it: an upper bound) at the cache's block size.
+  const perToken = model.memory ? model.memory.layers.reduce((s, l) => s + (l.k + l.v) * 2, 0) : model.kv_bytes_per_token;
+  const bytesPerToken = perToken === null ? null : perToken * KV_ROW_SCALE[cacheType];
+  const stateBytes = model.memory ? model.memory.layers.reduce((s, l) => s + l.state * 4, 0) : 0;
+  return { sha256: model.sha256, ctx: p.fit.ctx, slots: p.fit.slots, cacheType, bytesPerToken, stateBytes };
+}
+
 export class HostLauncher {
   private readonly servers = new Map<string, Held>();
   /** The slots of idle replicas, kept for the next start of their model. */
   readonly slots: SlotKeeper;
 
-  constructor(private readonly deps: { config: HubConfig; install: LlamaInstall; log: Logger }) {
-    this.slots = new SlotKeeper({ dir: join(deps.config.home, 'slots'), budgetBytes: deps.config.slotKeepMb * 1048576, log: deps.log, now: Date.now });
+  constructor(private readonly deps: { config: HubConfig; install: LlamaInstall; log: Logger; slots: SlotKeeper }) {
+    this.slots = deps.slots;
   }
 
-  /** What a kept slot must match to be restored; null for a model whose slots are not kept (a draft's KV is not saved). */
-  /** Null for what keeps no slots: a model with a draft, or a vision model (llama-server answers 501 with --mmproj). */
   private layout(model: ModelRecord, p: Placement): SlotLayout | null {
-    if (!this.slots.enabled || model.draft || model.mmproj) return null;
-    const cacheType = settingsFor(this.deps.config, model).kvCacheType;
-    // Every layer's KV a token takes (sliding layers keep at most a window of it: an upper bound) at the cache's block size.
-    const perToken = model.memory ? model.memory.layers.reduce((s, l) => s + (l.k + l.v) * 2, 0) : model.kv_bytes_per_token;
-    const bytesPerToken = perToken === null ? null : perToken * KV_ROW_SCALE[cacheType];
-    const stateBytes = model.memory ? model.memory.layers.reduce((s, l) => s + l.state * 4, 0) : 0;
-    return { sha256: model.sha256, ctx: p.fit.ctx, slots: p.fit.slots, cacheType, bytesPerToken, stateBytes };
+    return slotLayout(this.slots, this.deps.config, model, p);
   }
 
   start(p: Placement, model: ModelRecord): Promise<Running> {

@@ -9,8 +9,10 @@ import { poolingFor, settingsFor } from './model-settings.js';
 import type { Placement, Running } from './placement.js';
 import { describeNeed } from './plan.js';
 import { NODE_REPLY_MARGIN_MS } from './deadline.js';
-import { launchError } from './launch-host.js';
+import { launchError, slotLayout } from './launch-host.js';
 import { asLiveness, type Liveness } from '../llama/liveness.js';
+import type { KeptFile, SlotKeeper, SlotLayout } from './slot-keep.js';
+import { fetchSlot, putSlot, savedSlots } from './slot-carry.js';
 
 /** A node's answer to check: its /health probe takes up to 3 s, a busy link a little more. */
 export const CHECK_WAIT_MS = 8000;
@@ -19,13 +21,18 @@ export const CHECK_WAIT_MS = 8000;
  * Node replicas: the model is pushed when the node lacks a file of it, then started by a `start-replica`
  * command carrying the load's deadline; requests reach it as http streams through the node's tunnel. The node
  * owns the process and holds it from its spawn: a stop-replica while it loads kills it, and is answered once it
- * has exited. A stop during the push means no start-replica is sent at all.
+ * has exited. A stop during the push means no start-replica is sent at all. Conversations are kept like a host
+ * replica's (slot-keep.ts): the node saves its slots as it stops the replica — whoever stops it: the hub, its owner's
+ * pause —, the hub fetches them into its store, and a node replica's start sends the model's kept state back into
+ * its slots before its first request (slot-carry.ts).
  */
 export class NodeLauncher {
   /** Starts in flight, and whether a stop came meanwhile. */
   private readonly starting = new Map<string, { stopped: boolean }>();
+  /** Running replicas whose slots are kept when they stop: the model and the layout its state fits. */
+  private readonly keeping = new Map<string, { model: string; layout: SlotLayout }>();
 
-  constructor(private readonly deps: { config: HubConfig; nodes: NodeManager; log: Logger }) {}
+  constructor(private readonly deps: { config: HubConfig; nodes: NodeManager; log: Logger; slots: SlotKeeper }) {}
 
   async start(p: Placement, model: ModelRecord): Promise<Running> {
     const conn = p.node!;
@@ -38,6 +45,7 @@ export class NodeLauncher {
       if (me.stopped) throw new RelayError(ErrorCode.REPLICA_FAILED, 'stopped while its weights were pushed');
       log.info({ device: p.device, need: describeNeed(model.name, p.fit), deadline_s: Math.round(p.deadlineMs / 1000) }, 'starting node replica');
       const files = modelFiles(model);
+      const layout = slotLayout(this.deps.slots, this.deps.config, model, p);
       p.loadingSince = Date.now();
       const reply = await conn.command(
         {
@@ -57,11 +65,15 @@ export class NodeLauncher {
           alias: model.name,
           device: p.device,
           loadTimeoutMs: p.deadlineMs,
+          ...(layout ? { keepSlotsBytes: this.deps.config.slotKeepMb * 1048576 } : {}),
         },
         p.deadlineMs + NODE_REPLY_MARGIN_MS,
       );
       const pid = typeof reply.data?.pid === 'number' ? reply.data.pid : null;
-      return { baseUrl: `http://${conn.name}.node.relay`, connect: () => conn.open({ kind: 'http', replica: p.id }), port: null, pid, buffers: [], exited: null, tail: () => '' };
+      if (layout) this.keeping.set(p.id, { model: model.name, layout });
+      // The conversations the model's last replica held (here, on the hub or another node), sent into its slots.
+      const restoredFrom = layout ? await this.deps.slots.restoreWith(model.name, layout, (f: KeptFile) => putSlot(conn, p.id, f.slot, this.deps.slots.path(f.file), f.bytes)) : null;
+      return { baseUrl: `http://${conn.name}.node.relay`, connect: () => conn.open({ kind: 'http', replica: p.id }), port: null, pid, buffers: [], exited: null, tail: () => '', restoredFrom };
     } catch (err) {
       if (isRelayError(err) && (err.code === ErrorCode.MODEL_UNAVAILABLE || err.code === ErrorCode.NODE_LOST)) throw err;
       throw launchError(err, `could not start a replica of "${model.name}" on node ${conn.name}`, { model: model.name, node: conn.name });
@@ -77,10 +89,31 @@ export class NodeLauncher {
     return asLiveness(r.data?.liveness);
   }
 
-  /** Stops the replica, loading or ready; resolves once the node says its process has exited. */
-  async stop(p: Placement): Promise<void> {
+  /**
+   * Stops the replica, loading or ready; resolves once the node says its process has exited, and its kept slots
+   * are in the hub's store: true when they are (the model's next replica starts warm).
+   */
+  async stop(p: Placement): Promise<boolean> {
     const start = this.starting.get(p.id);
     if (start) start.stopped = true;
-    if (p.node?.alive) await p.node.command({ type: 'stop-replica', replica: p.id }, STOP_REPLICA_WAIT_MS).catch(() => undefined);
+    const keeping = this.keeping.get(p.id);
+    this.keeping.delete(p.id);
+    if (!p.node?.alive) return false;
+    const reply = await p.node.command({ type: 'stop-replica', replica: p.id }, STOP_REPLICA_WAIT_MS).catch(() => null);
+    const saved = savedSlots(reply?.data?.slots);
+    if (!keeping || saved.length === 0) return false;
+    const files: KeptFile[] = [];
+    try {
+      for (const s of saved) {
+        const file = `${p.id}-${s.slot}.bin`;
+        await fetchSlot(p.node, p.id, s, this.deps.slots.path(file));
+        files.push({ slot: s.slot, file, bytes: s.bytes, sha256: s.sha256 });
+      }
+    } catch (err) {
+      this.deps.log.warn({ placement: p.id, model: keeping.model, message: (err as Error).message }, "could not fetch a stopped node replica's slots: its conversations start cold");
+      this.deps.slots.discardFiles(files);
+      return false;
+    }
+    return this.deps.slots.adopt(keeping.model, p.id, keeping.layout, files);
   }
 }

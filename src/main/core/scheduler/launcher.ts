@@ -4,7 +4,9 @@ import type { HubConfig } from '../config.js';
 import type { LlamaInstall } from '../llama/install.js';
 import type { NodeManager } from '../pool/manager.js';
 import type { ModelRecord } from '../store/store.js';
+import { join } from 'node:path';
 import { HostLauncher } from './launch-host.js';
+import { SlotKeeper } from './slot-keep.js';
 import { NodeLauncher } from './launch-node.js';
 import { ShardLauncher, type ShardInfo } from './launch-shard.js';
 import type { Placement, Running } from './placement.js';
@@ -28,8 +30,11 @@ export interface KeptSlots {
 export interface Launcher {
   /** Resolves when the placement answers; rejects with a RelayError (REPLICA_FAILED, NODE_LOST, MODEL_UNAVAILABLE). */
   start(p: Placement, model: ModelRecord): Promise<Running>;
-  /** Stops whatever the placement holds (also while it is still starting); never rejects. */
-  stop(p: Placement): Promise<void>;
+  /**
+   * Stops whatever the placement holds (also while it is still starting); never rejects. True when its slots were
+   * kept for the model's next replica as it stopped (a node replica's: slot-carry.ts).
+   */
+  stop(p: Placement): Promise<boolean | void>;
   /**
    * Before an idle stop: a host replica saves its slots for the model's next one (slot-keep.ts) while it still
    * serves; what was kept (`discard` it when the replica is used meanwhile), or null. Never rejects.
@@ -53,8 +58,10 @@ export class LlamaLauncher implements Launcher {
   private readonly shard: ShardLauncher;
 
   constructor(deps: { config: HubConfig; install: LlamaInstall; nodes?: NodeManager; log: Logger }) {
-    this.host = new HostLauncher(deps);
-    this.node = deps.nodes ? new NodeLauncher({ config: deps.config, nodes: deps.nodes, log: deps.log }) : null;
+    // One store of kept conversations: a host replica's may go on in a node replica, and back (slot-keep.ts).
+    const slots = new SlotKeeper({ dir: join(deps.config.home, 'slots'), budgetBytes: deps.config.slotKeepMb * 1048576, log: deps.log, now: Date.now });
+    this.host = new HostLauncher({ ...deps, slots });
+    this.node = deps.nodes ? new NodeLauncher({ config: deps.config, nodes: deps.nodes, log: deps.log, slots }) : null;
     this.shard = new ShardLauncher({ ...deps, nodes: deps.nodes });
   }
 
@@ -67,8 +74,8 @@ export class LlamaLauncher implements Launcher {
     return this.host.start(p, model);
   }
 
-  stop(p: Placement): Promise<void> {
-    if (p.kind === 'node') return this.node?.stop(p) ?? Promise.resolve();
+  stop(p: Placement): Promise<boolean | void> {
+    if (p.kind === 'node') return this.node?.stop(p) ?? Promise.resolve(false);
     if (p.kind === 'shard') return this.shard.stop(p);
     return this.host.stop(p);
   }

@@ -293,9 +293,9 @@ export class Scheduler {
     p.halt.abort(reason); // its requests in flight end now (proxy.ts), not when its process is killed
     if (p.idleTimer) clearTimeout(p.idleTimer);
     this.deps.log.info({ placement: p.id, model: p.model, node: p.node?.name, reason }, 'stopping placement');
-    await this.deps.launcher.stop(p);
+    const kept = await this.deps.launcher.stop(p);
     this.placements.delete(p.id);
-    this.router.stopped(p.model, p.id, parked);
+    this.router.stopped(p.model, p.id, parked || kept === true);
     this.pumpAll();
   }
 

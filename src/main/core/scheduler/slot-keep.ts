@@ -1,6 +1,7 @@
 import { chmodSync, mkdirSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Logger } from 'pino';
+import { sha256Of } from './slot-carry.js';
 
 /**
  * Conversations kept across a keep-alive stop (issue #26, item 2): before an idle host replica stops, each of its
@@ -9,7 +10,10 @@ import type { Logger } from 'pino';
  * request, so a conversation resumes with its history already evaluated (bench/slot-restore: 0.03–0.15× the cold
  * prompt time on this CPU). One kept state per model, all of them within a byte budget (oldest dropped first);
  * anything that fails (a save, a restore, a file) only means a cold start. The folder is emptied when the hub
- * starts: what the routing knew about those slots is gone with the last process.
+ * starts: what the routing knew about those slots is gone with the last process. Each file's sha256 is taken when
+ * it is kept and checked before it is read back: a damaged file is a cold start, never a wrong conversation.
+ * Node replicas keep theirs the same way: the node saves them as it stops the replica, the hub fetches them here
+ * (`adopt`), and a node replica's start sends them back over the tunnel (`restoreWith`; scheduler/slot-carry.ts).
  */
 
 /** The KV layout a state fits: a restore needs the same file, context per slot, slot count and cache type. */
@@ -24,10 +28,18 @@ export interface SlotLayout {
   readonly stateBytes?: number;
 }
 
+/** One kept slot: its file in the store, its size and sha256. */
+export interface KeptFile {
+  readonly slot: number;
+  readonly file: string;
+  readonly bytes: number;
+  readonly sha256: string;
+}
+
 interface Kept {
   readonly placementId: string;
   readonly layout: string;
-  readonly files: readonly { readonly slot: number; readonly file: string }[];
+  readonly files: readonly KeptFile[];
   readonly bytes: number;
   readonly at: number;
 }
@@ -71,8 +83,7 @@ export class SlotKeeper {
    */
   async save(model: string, placementId: string, layout: SlotLayout, baseUrl: string): Promise<boolean> {
     if (!this.enabled) return false;
-    const files: { slot: number; file: string }[] = [];
-    let bytes = 0;
+    const files: KeptFile[] = [];
     try {
       const slots = ((await getJson(`${baseUrl}/slots`)) as { id: number; n_prompt_tokens?: number }[]).filter((x) => (x.n_prompt_tokens ?? 0) > 0);
       // What the files would take, before a byte is written: each slot's tokens × a token's KV (and its id), its state.
@@ -83,16 +94,26 @@ export class SlotKeeper {
       }
       for (const s of slots) {
         const file = `${placementId}-${s.id}.bin`;
-        files.push({ slot: s.id, file });
         const r = (await postJson(`${baseUrl}/slots/${s.id}?action=save`, { filename: file })) as { n_written?: number };
-        bytes += r.n_written ?? 0;
+        files.push({ slot: s.id, file, bytes: r.n_written ?? 0, sha256: await sha256Of(this.path(file)) });
       }
     } catch (err) {
       this.d.log.warn({ model, placement: placementId, message: (err as Error).message }, 'could not save the slots of a stopping replica: its conversations start cold');
       this.remove(files);
       return false;
     }
-    if (files.length === 0 || bytes > this.d.budgetBytes) {
+    return this.adopt(model, placementId, layout, files);
+  }
+
+  /** Where a kept file lives (a node's fetched state is written here before `adopt`). */
+  path(file: string): string {
+    return join(this.d.dir, file);
+  }
+
+  /** Keep `files` (already in the store: saved here, or fetched from a node) for `model`'s next replica, within the budget. */
+  adopt(model: string, placementId: string, layout: SlotLayout, files: KeptFile[]): boolean {
+    const bytes = files.reduce((n, f) => n + f.bytes, 0);
+    if (!this.enabled || files.length === 0 || bytes > this.d.budgetBytes) {
       if (files.length > 0) this.d.log.info({ model, bytes, budget_bytes: this.d.budgetBytes }, 'slots larger than RELAY_SLOT_KEEP_MB: not kept');
       this.remove(files);
       return false;
@@ -112,13 +133,21 @@ export class SlotKeeper {
    * Read the state kept for `model` into a new llama-server of the same layout; the placement it came from (whose
    * prompts the new one now holds), or null: none kept, another layout, or a restore failed (then cold).
    */
-  async restore(model: string, layout: SlotLayout, baseUrl: string): Promise<string | null> {
+  restore(model: string, layout: SlotLayout, baseUrl: string): Promise<string | null> {
+    return this.restoreWith(model, layout, (f) => postJson(`${baseUrl}/slots/${f.slot}?action=restore`, { filename: f.file }));
+  }
+
+  /** `restore` by way of `put` (a node replica's: the file sent through the tunnel); each file's hash checked first. */
+  async restoreWith(model: string, layout: SlotLayout, put: (f: KeptFile) => Promise<unknown>): Promise<string | null> {
     const k = this.kept.get(model);
     if (!k) return null;
     this.kept.delete(model);
     try {
       if (k.layout !== layoutKey(layout)) return null;
-      for (const f of k.files) await postJson(`${baseUrl}/slots/${f.slot}?action=restore`, { filename: f.file });
+      for (const f of k.files) {
+        if ((await sha256Of(this.path(f.file))) !== f.sha256) throw new Error(`${f.file} does not hash to what was kept (damaged)`);
+        await put(f);
+      }
       this.d.log.info({ model, from: k.placementId, slots: k.files.length, bytes: k.bytes }, 'restored the slots kept from the last replica');
       return k.placementId;
     } catch (err) {
@@ -146,11 +175,16 @@ export class SlotKeeper {
     return this.kept.get(model)?.placementId ?? null;
   }
 
+  /** Files written to the store that will not be kept (a fetch that failed half-way). */
+  discardFiles(files: readonly { file: string }[]): void {
+    this.remove(files);
+  }
+
   /** Best effort: a file that cannot go (Windows' EBUSY, EPERM) is logged, never thrown at a start or a stop. */
   private remove(files: readonly { file: string }[]): void {
     for (const f of files) {
       try {
-        rmSync(join(this.d.dir, f.file), { force: true });
+        rmSync(this.path(f.file), { force: true });
       } catch (err) {
         this.d.log.warn({ file: f.file, message: (err as Error).message }, 'could not remove a kept slot file');
       }

@@ -29,10 +29,10 @@ import type { Session, YamuxStream } from './yamux/session.js';
  */
 export const TUNNEL_KEEPALIVE = { keepAliveIntervalMs: 5000, keepAliveTimeoutMs: 10_000 } as const;
 
-export const KIND_PRIORITY: Readonly<Record<StreamKind, number>> = { control: 0, rpc: 1, http: 2, file: 3 };
+export const KIND_PRIORITY: Readonly<Record<StreamKind, number>> = { control: 0, rpc: 1, http: 2, file: 3, slot: 3 };
 export const TUNNEL_PRIORITY_LEVELS = 4;
 /** Bulk kinds: their bytes in flight are paced to a short queue (yamux/pacer.ts), so a push never buries a ping. */
-const PACED: ReadonlySet<StreamKind> = new Set(['file']);
+const PACED: ReadonlySet<StreamKind> = new Set(['file', 'slot']);
 
 /** Open a stream of `header.kind` and write its header line. */
 export function openStream(session: Session, header: StreamHeader): YamuxStream {
