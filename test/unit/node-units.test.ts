@@ -49,6 +49,14 @@ describe('protocol validation', () => {
     assert.equal(parseStreamHeader(JSON.stringify({ kind: 'file', sha256: 'a'.repeat(64), offset: 5, size: 1 })), null);
     assert.deepEqual(parseStreamHeader('{"kind":"http","replica":"r1"}'), { kind: 'http', replica: 'r1' });
     assert.equal(parseStreamHeader('{"kind":"shell"}'), null);
+    // A kept conversation's stream names a replica and a slot, never a path; a put says its size and hash.
+    assert.deepEqual(parseStreamHeader('{"kind":"slot","op":"get","replica":"r1","slot":0}'), { kind: 'slot', op: 'get', replica: 'r1', slot: 0 });
+    const put = { kind: 'slot', op: 'put', replica: 'r1', slot: 1, size: 10, sha256: 'a'.repeat(64) };
+    assert.deepEqual(parseStreamHeader(JSON.stringify(put)), put);
+    assert.equal(parseStreamHeader(JSON.stringify({ ...put, replica: '../etc/passwd' })), null);
+    assert.equal(parseStreamHeader(JSON.stringify({ ...put, sha256: undefined })), null);
+    assert.equal(parseStreamHeader(JSON.stringify({ ...put, op: 'delete' })), null);
+    assert.equal(parseStreamHeader(JSON.stringify({ ...put, slot: -1 })), null);
   });
 
   it("start-rpc may describe its stage (for the node's status line); a malformed description is refused", () => {
