@@ -217,6 +217,11 @@ export interface MoveDto {
   readonly sent_tokens: number;
   /** From the stop to the continuation's first byte: the client's longest wait between two tokens (null: ended). */
   readonly gap_ms: number | null;
+  /**
+   * Of the continuation's prompt (the original prompt and the sent answer), the tokens its placement found in its KV
+   * cache — the answer's own KV when it was carried there (slot-carry.ts) — once it has ended (null before, or ended).
+   */
+  cached_tokens: number | null;
   readonly outcome: 'continued' | 'ended';
   /** Why it ended (no other placement, a tool call had begun…). */
   readonly detail?: string;

@@ -69,9 +69,9 @@ describe('an answer in flight moves when its node is paused', { timeout: 600_000
     return { text, paused: paused.name };
   }
 
-  async function lastMove(): Promise<{ from: string; to: string | null; outcome: string; sent_tokens: number; endpoint: string }> {
+  async function lastMove(): Promise<{ from: string; to: string | null; outcome: string; sent_tokens: number; endpoint: string; cached_tokens: number | null }> {
     const m = (await hub.status()).moves[0]!;
-    console.log(`${m.endpoint}: moved ${m.from} → ${m.to} after ${m.sent_tokens} tokens; the client waited ${m.gap_ms} ms between two tokens`);
+    console.log(`${m.endpoint}: moved ${m.from} → ${m.to} after ${m.sent_tokens} tokens; the client waited ${m.gap_ms} ms between two tokens; ${m.cached_tokens} of the continuation's prompt cached there`);
     return m;
   }
 
@@ -324,5 +324,51 @@ describe("a conversation's history moves with it when its node is paused", { tim
       turns.map((t) => t.text),
       oracle.map((t) => t.text),
     );
+  });
+});
+
+/**
+ * The answer's own KV goes with it (slot-carry.ts): the paused node saves the answer's slot as it stops the replica
+ * — the prompt and every token decoded so far —, the hub fetches it, and the other node's new replica reads it back
+ * before the continuation runs (its restore waits for the state on its way). The continuation then finds the prompt
+ * and the sent answer in its cache and evaluates only what is new; the text is the answer that never stopped.
+ */
+describe("a moved answer's KV goes with it to a new placement", { timeout: 300_000 }, () => {
+  let hub: HubProcess;
+  let nodes: NodeProcess[];
+
+  before(async () => {
+    hub = await startHub({ env: ENV });
+    nodes = [await startNode(hub, { name: 'kitchen', cpuBudgetMb: 1000, env: ENV }), await startNode(hub, { name: 'attic', cpuBudgetMb: 1000, env: ENV })];
+    await addModel(hub, { path: fixture('wordy'), name: 'wordy' });
+  });
+  after(async () => {
+    for (const n of nodes ?? []) await n.stop();
+    await hub?.stop();
+  });
+
+  it("the continuation's cached tokens are the prompt and the sent answer; the same text", async () => {
+    const openai = new OpenAI({ baseURL: `${hub.url}/v1`, apiKey: 'x', maxRetries: 0 });
+    const body = { model: 'wordy', messages: [{ role: 'user' as const, content: PROMPT }], max_tokens: TOKENS, temperature: 0, ...({ top_k: 1, seed: 42 } as object) };
+    const want = await openai.chat.completions.create(body);
+    const stream = await openai.chat.completions.create({ ...body, stream: true, stream_options: { include_usage: true } });
+    let text = '';
+    let n = 0;
+    let usage: OpenAI.CompletionUsage | undefined;
+    for await (const c of stream) {
+      usage = c.usage ?? usage;
+      const piece = c.choices[0]?.delta?.content ?? '';
+      text += piece;
+      if (piece === '' || ++n !== 5) continue;
+      const rep = (await hub.status()).replicas.find((r) => r.state === 'ready' && r.model === 'wordy')!;
+      await nodes.find((x) => x.name === rep.node)!.local('/pause', 'POST');
+    }
+    assert.equal(text, want.choices[0]!.message.content);
+    assert.equal(usage?.completion_tokens, want.usage?.completion_tokens);
+    const m = (await hub.status()).moves[0]!;
+    console.log(`moved ${m.from} → ${m.to} after ${m.sent_tokens} tokens: ${m.cached_tokens} of ${want.usage!.prompt_tokens} + ${m.sent_tokens} tokens found cached; the client waited ${m.gap_ms} ms`);
+    assert.equal(m.outcome, 'continued');
+    assert.ok(m.cached_tokens! >= want.usage!.prompt_tokens + m.sent_tokens - 1, `the continuation found ${m.cached_tokens} tokens cached`);
+    assert.ok(hub.logs.some((l) => l.includes('restored the slots kept from the last replica')));
   });
 });

@@ -92,7 +92,7 @@ export async function throughPool(h: HubHttp, req: V1Request, res: ServerRespons
       }
     }
   };
-  const noteMove = (m: Move, to: string | null, detail?: string): void => {
+  const noteMove = (m: Move, to: string | null, detail?: string): MoveDto => {
     const outcome = to === null ? 'ended' : 'continued';
     const dto: MoveDto = {
       at: new Date(m.at).toISOString(),
@@ -103,12 +103,14 @@ export async function throughPool(h: HubHttp, req: V1Request, res: ServerRespons
       why: m.error.message,
       sent_tokens: m.sent?.tokens ?? 0,
       gap_ms: to === null ? null : Date.now() - m.at,
+      cached_tokens: null,
       outcome,
       ...(detail ? { detail } : {}),
     };
     h.moves.add(dto);
     metrics.moves.add({ model, outcome });
     log.info({ model, from: dto.from, to, sent_tokens: dto.sent_tokens, gap_ms: dto.gap_ms, detail }, to === null ? 'answer could not move: ended' : 'answer moved');
+    return dto;
   };
   /** A moved answer that cannot go on: its stream ends with the stop's error, saying why it did not continue. */
   const endMoved = (m: Move, detail: string): void => {
@@ -150,6 +152,8 @@ export async function throughPool(h: HubHttp, req: V1Request, res: ServerRespons
       const m = move;
       // One translator for the whole answer once it began (a continuation's bytes go on through it).
       if (!m) translator = p.translate?.({ startedAt: t0, leasedAt: Date.now() });
+      const stitch = m ? new Stitcher(m.sent!) : null;
+      let noted: MoveDto | null = null;
       const outcome = await proxyToPlacement({
         lease,
         path: p.path,
@@ -161,8 +165,11 @@ export async function throughPool(h: HubHttp, req: V1Request, res: ServerRespons
         spares,
         translate: translator,
         continuable,
-        ...(m ? { continuing: { stitch: new Stitcher(m.sent!), sent: m.bytes, head: m.head }, onStart: () => noteMove(m, lease.where) } : {}),
-        onDone: done,
+        ...(m && stitch ? { continuing: { stitch, sent: m.bytes, head: m.head }, onStart: () => (noted = noteMove(m, lease.where)) } : {}),
+        onDone: (status, usage) => {
+          if (noted && stitch) noted.cached_tokens = stitch.carried;
+          done(status, usage);
+        },
       });
       if (outcome.kind === 'done') return;
       if (outcome.kind === 'moved') {

@@ -10,6 +10,11 @@ export class Stitcher {
   /** The repeated partial answer still to take off (llama-server sends it with the first new token), per field. */
   private echo: Record<string, string | null>;
   private contPrompt: number | null = null;
+  /**
+   * Of the continuation's prompt (the original prompt and the sent answer), the tokens llama-server found in its
+   * cache, as it said (null: not yet): the KV the answer brought along, or that placement held already.
+   */
+  carried: number | null = null;
   private dropStart: boolean;
 
   constructor(private readonly sent: Sent) {
@@ -66,6 +71,7 @@ export class Stitcher {
   /** llama-server's counts (Ollama's clients read these): the sent tokens as generated, not as the prompt. */
   private timings(j: Json): void {
     const t = j.timings as Json | undefined;
+    if (typeof t?.cache_n === 'number') this.carried = t.cache_n;
     if (t && typeof t.predicted_n === 'number' && typeof t.prompt_n === 'number') {
       const fromEvaluated = Math.min(t.prompt_n, this.sent.tokens);
       t.prompt_n -= fromEvaluated;
@@ -150,6 +156,7 @@ export class Stitcher {
       case 'message_start': {
         const u = (j.message as Json | undefined)?.usage as Json | undefined;
         if (typeof u?.input_tokens === 'number') this.contPrompt = u.input_tokens + (typeof u.cache_read_input_tokens === 'number' ? u.cache_read_input_tokens : 0);
+        if (typeof u?.cache_read_input_tokens === 'number') this.carried = u.cache_read_input_tokens;
         return null;
       }
       case 'content_block_start':

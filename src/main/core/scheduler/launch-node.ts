@@ -99,21 +99,27 @@ export class NodeLauncher {
     const keeping = this.keeping.get(p.id);
     this.keeping.delete(p.id);
     if (!p.node?.alive) return false;
-    const reply = await p.node.command({ type: 'stop-replica', replica: p.id }, STOP_REPLICA_WAIT_MS).catch(() => null);
-    const saved = savedSlots(reply?.data?.slots);
-    if (!keeping || saved.length === 0) return false;
-    const files: KeptFile[] = [];
-    try {
-      for (const s of saved) {
-        const file = `${p.id}-${s.slot}.bin`;
-        await fetchSlot(p.node, p.id, s, this.deps.slots.path(file));
-        files.push({ slot: s.slot, file, bytes: s.bytes, sha256: s.sha256 });
+    const node = p.node;
+    const stopped = node.command({ type: 'stop-replica', replica: p.id }, STOP_REPLICA_WAIT_MS).catch(() => null);
+    if (!keeping) return stopped.then(() => false);
+    const kept = (async (): Promise<boolean> => {
+      const saved = savedSlots((await stopped)?.data?.slots);
+      const files: KeptFile[] = [];
+      try {
+        for (const s of saved) {
+          const file = `${p.id}-${s.slot}.bin`;
+          await fetchSlot(node, p.id, s, this.deps.slots.path(file));
+          files.push({ slot: s.slot, file, bytes: s.bytes, sha256: s.sha256 });
+        }
+      } catch (err) {
+        this.deps.log.warn({ placement: p.id, model: keeping.model, message: (err as Error).message }, "could not fetch a stopped node replica's slots: its conversations start cold");
+        this.deps.slots.discardFiles(files);
+        return false;
       }
-    } catch (err) {
-      this.deps.log.warn({ placement: p.id, model: keeping.model, message: (err as Error).message }, "could not fetch a stopped node replica's slots: its conversations start cold");
-      this.deps.slots.discardFiles(files);
-      return false;
-    }
-    return this.deps.slots.adopt(keeping.model, p.id, keeping.layout, files);
+      return files.length > 0 && this.deps.slots.adopt(keeping.model, p.id, keeping.layout, files);
+    })();
+    // The model's next replica may be starting already (an answer moved off this one): its restore waits for these.
+    this.deps.slots.expect(keeping.model, kept);
+    return kept;
   }
 }

@@ -51,6 +51,8 @@ const layoutKey = (l: SlotLayout): string => `${l.sha256}:${l.ctx}x${l.slots}:${
 
 export class SlotKeeper {
   private readonly kept = new Map<string, Kept>();
+  /** Per model, a stopping node replica's state on its way here: a restore waits for it (see `expect`). */
+  private readonly incoming = new Map<string, Promise<void>>();
 
   constructor(private readonly d: { readonly dir: string; readonly budgetBytes: number; readonly log: Logger; now(): number }) {
     rmSync(d.dir, { recursive: true, force: true });
@@ -137,8 +139,25 @@ export class SlotKeeper {
     return this.restoreWith(model, layout, (f) => postJson(`${baseUrl}/slots/${f.slot}?action=restore`, { filename: f.file }));
   }
 
+  /**
+   * A stopping node replica's state for `model` is on its way (the node saves it, the hub fetches it): the model's
+   * next replica, which may be starting already — an answer that moved, a turn that came — waits for it before its
+   * restore. `arriving` settles within the stop's and the fetch's own deadlines.
+   */
+  expect(model: string, arriving: Promise<unknown>): void {
+    const settled = arriving.then(
+      () => undefined,
+      () => undefined,
+    );
+    this.incoming.set(model, settled);
+    void settled.then(() => {
+      if (this.incoming.get(model) === settled) this.incoming.delete(model);
+    });
+  }
+
   /** `restore` by way of `put` (a node replica's: the file sent through the tunnel); each file's hash checked first. */
   async restoreWith(model: string, layout: SlotLayout, put: (f: KeptFile) => Promise<unknown>): Promise<string | null> {
+    await this.incoming.get(model);
     const k = this.kept.get(model);
     if (!k) return null;
     this.kept.delete(model);
