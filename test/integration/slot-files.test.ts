@@ -1,5 +1,6 @@
 import assert from 'node:assert/strict';
-import { mkdirSync, mkdtempSync, readdirSync, rmSync, statSync, watch } from 'node:fs';
+import { createHash } from 'node:crypto';
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, watch } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
@@ -7,6 +8,7 @@ import pino from 'pino';
 import { startLlamaServer, type RunningLlamaServer } from '../../src/main/core/llama/index.js';
 import { describe as describeModel } from '../../src/main/core/models/describe.js';
 import { SlotKeeper, type SlotLayout } from '../../src/main/core/scheduler/slot-keep.js';
+import { NodeSlots } from '../../src/main/core/node/slots.js';
 import { fixture, llama } from '../helpers/llama.js';
 import { complete } from '../helpers/openai.js';
 
@@ -72,5 +74,47 @@ describe('kept slot files', { timeout: 120_000 }, () => {
     keeper.drop('m', 'p4');
     assert.equal(keeper.keptFrom('m'), null);
     assert.equal(readdirSync(dir).filter((f) => f.startsWith('p3-') || f.startsWith('p4-')).length, 0);
+  });
+});
+
+/**
+ * A node's kept conversations (node/slots.ts) with a real llama-server: saved when a replica stops, listed with
+ * their size and sha256, and what waits for the hub stays within the hub's budget, all replicas together.
+ */
+describe("a node's kept slots", { timeout: 120_000 }, () => {
+  let root: string;
+  let slots: NodeSlots;
+  let server: RunningLlamaServer;
+  const log = pino({ level: 'silent' });
+
+  before(async () => {
+    root = mkdtempSync(join(tmpdir(), 'relay-node-slots-'));
+    slots = new NodeSlots({ dir: join(root, 'slots'), log });
+    server = await startLlamaServer(llama(), { model: fixture('dense'), ctx: 512, slots: 1, cacheType: 'f16', threads: 1, slotSavePath: slots.savePath });
+    await complete(server.baseUrl, 'The garden in spring has roses, tulips and a small pond where frogs sing at night', 4);
+  });
+  after(async () => {
+    await server?.child.terminate(5000);
+    rmSync(root, { recursive: true, force: true });
+  });
+
+  it('saves what a slot holds, hashed; the oldest state goes when two exceed the budget; one alone over it is not kept', async () => {
+    assert.equal(statSync(join(root, 'slots')).mode & 0o777, 0o700);
+    const [first] = await slots.save('r1', server.baseUrl, 1 << 20);
+    assert.ok(first && first.bytes > 0);
+    assert.equal(
+      first.sha256,
+      createHash('sha256')
+        .update(readFileSync(join(root, 'slots', 'r1-0.bin')))
+        .digest('hex'),
+    );
+    assert.deepEqual(slots.list('r1'), [first]);
+    // Room for one state, not two: r1's goes when r2's is kept.
+    assert.equal((await slots.save('r2', server.baseUrl, Math.floor(first.bytes * 1.5))).length, 1);
+    assert.deepEqual(slots.list('r1'), []);
+    assert.deepEqual(readdirSync(join(root, 'slots')), ['r2-0.bin']);
+    // Over the budget alone: nothing kept, nothing left on disk.
+    assert.deepEqual(await slots.save('r3', server.baseUrl, 16), []);
+    assert.deepEqual(readdirSync(join(root, 'slots')), ['r2-0.bin']);
   });
 });

@@ -12,12 +12,11 @@ import type { YamuxStream } from '../tunnel/yamux/session.js';
  * llama-server's own `/slots/{id}?action=save`, before its process goes; the stop-replica reply lists them. The hub
  * fetches each over a `slot get` stream (this node forgets it then) and can send one back into a new replica's slot
  * (`slot put`, read back with `action=restore`). Files live in `<home>/slots` (0700, emptied at start: they hold
- * conversations); names are made here, never taken from the hub. Anything that fails means a cold start, never an
- * error for the stop: the save has SAVE_BUDGET_MS in all, so the owner's card is back well inside 30 s.
+ * conversations); names are made here, never taken from the hub. What waits for the hub (a fetch that failed, a
+ * hub gone) stays within the hub's byte budget, oldest dropped first. Anything that fails means a cold start, never
+ * an error for the stop: the save has SAVE_BUDGET_MS in all, so the owner's card is back well inside 30 s.
  */
 const SAVE_BUDGET_MS = 10_000;
-/** How many stopped replicas' states are held for the hub at once (the oldest go). */
-const KEPT_REPLICAS = 8;
 
 interface Kept extends SavedSlot {
   readonly file: string;
@@ -60,7 +59,9 @@ export class NodeSlots {
     }
     if (kept.length === 0) return [];
     this.kept.set(replica, kept);
-    for (const old of [...this.kept.keys()].slice(0, Math.max(0, this.kept.size - KEPT_REPLICAS))) this.forget(old);
+    // What waits for the hub stays within the same budget, all replicas together: the oldest go first.
+    const total = (): number => [...this.kept.values()].flat().reduce((n, k) => n + k.bytes, 0);
+    for (const old of [...this.kept.keys()]) if (old !== replica && total() > maxBytes) this.forget(old);
     this.d.log.info({ replica, slots: kept.length, bytes: kept.reduce((n, k) => n + k.bytes, 0) }, 'kept the slots of a stopping replica for the hub');
     return kept.map(({ slot, bytes, sha256 }) => ({ slot, bytes, sha256 }));
   }
