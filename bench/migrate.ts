@@ -1,15 +1,19 @@
 /**
- * bench/migrate: an answer whose node is paused mid-way moves to the other node (hub/continuation.ts). A hub that
- * runs nothing and two nodes, `wordy` (4 layers) on each; per history length (the words of the user's message), a
- * streamed chat answer of 1,000 tokens whose node is paused after its 8th. Prints, medians over runs: the longest wait
- * between two tokens the client saw at the move, the usual wait between two tokens of the same answer, the prompt
- * tokens of the continuation's prompt (the history and the 8 tokens, evaluated again where the other node's slot did not
- * hold them: the KV does not travel yet), and whether the
- * other node already had the model running (else the wait includes starting it). `npm run bench -- migrate`.
+ * bench/migrate: answers and conversations that move when their node is paused (hub/continuation.ts,
+ * scheduler/slot-carry.ts). A hub that runs nothing and two nodes, `wordy` (4 layers, 1 thread, one slot) on them,
+ * a user message of 500 or 4,000 words. Three measurements, medians over runs, with kept slots on
+ * (RELAY_SLOT_KEEP_MB) and off:
+ * - an answer of 1,000 tokens whose node is paused after its 8th token, the model running nowhere else: the other
+ *   node starts it, with the answer's KV read back when it is carried. The client's longest wait between two tokens,
+ *   the usual wait, and the tokens the continuation evaluated of its prompt (the history and the sent answer);
+ * - the same with the model already running on the other node (no state is taken in by a running placement);
+ * - between turns: a conversation's next turn after its node was paused, its time to first token ÷ the same turn's on
+ *   the placement that never stopped.
+ * `npm run bench -- migrate`.
  */
 import { performance } from 'node:perf_hooks';
 import { ensureFixture } from '../test/fixtures/models.js';
-import { addModel, startHub } from '../test/helpers/hub.js';
+import { addModel, startHub, type HubProcess } from '../test/helpers/hub.js';
 import { llama } from '../test/helpers/llama.js';
 import { startNode, type NodeProcess } from '../test/helpers/node.js';
 import { until } from '../test/helpers/proc.js';
@@ -19,89 +23,128 @@ import { median } from './stats.js';
 const RUNS = Number(process.env.BENCH_ROUNDS ?? 3);
 const ANSWER = 1000;
 const HISTORIES = [500, 4000];
-const ENV = { RELAY_CONTEXT_SIZE: '8192', RELAY_PARALLEL_SLOTS: '1', RELAY_THREADS: '1', RELAY_LOG_LEVEL: 'warn' };
+const ENV = { RELAY_CONTEXT_SIZE: '8192', RELAY_PARALLEL_SLOTS: '1', RELAY_THREADS: '1', RELAY_LOG_LEVEL: 'warn', RELAY_KEEP_ALIVE_MS: '1500' };
 const WORDS = 'the sea rose over the harbour wall while the boats waited for the tide to turn and the light to go'.split(' ');
+const model = ensureFixture('wordy', { vocabDir: llama().vocabDir });
 
-const hub = await startHub({ env: ENV });
-const nodes: NodeProcess[] = [await startNode(hub, { name: 'n1', cpuBudgetMb: 2000, env: ENV }), await startNode(hub, { name: 'n2', cpuBudgetMb: 2000, env: ENV })];
-await addModel(hub, { path: ensureFixture('wordy', { vocabDir: llama().vocabDir }), name: 'm' });
-
-interface Run {
-  readonly moveGapMs: number;
-  readonly tokenGapMs: number;
-  readonly evaluated: number;
-  readonly warm: boolean;
+interface Pool {
+  readonly hub: HubProcess;
+  readonly nodes: NodeProcess[];
 }
 
-/** Two answers at once: with one slot each, the model runs on both nodes (the move's target is then warm). */
-async function warmBoth(): Promise<void> {
-  const ask = (): Promise<unknown> =>
-    fetch(`${hub.url}/v1/chat/completions`, {
-      method: 'POST',
-      headers: { 'content-type': 'application/json' },
-      body: JSON.stringify({ model: 'm', messages: [{ role: 'user', content: 'hi' }], max_tokens: 200 }),
-    }).then((r) => r.text());
-  await Promise.all([ask(), ask()]);
-}
+type Message = { role: string; content: string };
 
-async function run(words: number): Promise<Run> {
-  await warmBoth();
-  const content = Array.from({ length: words }, (_, i) => WORDS[i % WORDS.length]).join(' ');
-  const res = await fetch(`${hub.url}/v1/chat/completions`, {
+/** One streamed chat turn; `onToken(n)` after each content token. Its text, usage, token times. */
+async function turn(p: Pool, messages: Message[], maxTokens: number, onToken?: (n: number) => Promise<void>) {
+  const t0 = performance.now();
+  const res = await fetch(`${p.hub.url}/v1/chat/completions`, {
     method: 'POST',
     headers: { 'content-type': 'application/json' },
-    body: JSON.stringify({ model: 'm', messages: [{ role: 'user', content }], max_tokens: ANSWER, temperature: 0, top_k: 1, stream: true, stream_options: { include_usage: true } }),
+    body: JSON.stringify({ model: 'm', messages, max_tokens: maxTokens, temperature: 0, top_k: 1, stream: true, stream_options: { include_usage: true } }),
   });
   if (!res.ok || !res.body) throw new Error(`${res.status} ${await res.text()}`);
-  const gaps: number[] = [];
-  let last = 0;
-  let n = 0;
-  let warm = false;
-  let paused: NodeProcess | null = null;
+  const times: number[] = [];
+  let text = '';
   for await (const ev of sseData(res)) {
     const c = (ev as { choices?: { delta?: { content?: string } }[] }).choices?.[0]?.delta?.content;
     if (!c) continue;
-    const now = performance.now();
-    if (last > 0) gaps.push(now - last);
-    last = now;
-    if (++n !== 8) continue;
-    const s = await hub.status();
-    const rep = s.replicas.find((r) => r.state === 'ready' && r.model === 'm' && r.in_flight > 0)!;
-    warm = s.replicas.some((r) => r.state === 'ready' && r.model === 'm' && r.node !== rep.node);
-    paused = nodes.find((x) => x.name === rep.node)!;
-    await paused.local('/pause', 'POST');
+    times.push(performance.now());
+    text += c;
+    await onToken?.(times.length);
   }
-  // The move's wait is the answer's longest (tokens the client had not read yet at the pause come at once after it).
-  const moveGap = Math.max(...gaps);
-  gaps.splice(gaps.indexOf(moveGap), 1);
-  if (!paused) throw new Error('the answer ended before the pause');
-  await paused.local('/resume', 'POST');
-  await until(
-    async () => (await hub.status()).nodes,
-    (ns) => ns.every((x) => x.state !== 'paused'),
-  );
-  const move = (await hub.status()).moves[0]!;
-  if (move.outcome !== 'continued') throw new Error(`the answer did not move: ${move.detail ?? ''}`);
-  // The continuation's prompt: the history and what was sent.
-  const recent = (await hub.status()).recent.find((r) => r.moves === 1)!;
-  return { moveGapMs: moveGap, tokenGapMs: median(gaps), evaluated: (recent.prompt_tokens ?? 0) + move.sent_tokens, warm };
+  return { text, ttftMs: times[0]! - t0, times };
 }
 
-try {
-  const rows: string[] = [];
-  for (const words of HISTORIES) {
-    const runs: Run[] = [];
-    for (let i = 0; i < RUNS; i++) runs.push(await run(words));
-    const gap = median(runs.map((r) => r.moveGapMs));
-    const token = median(runs.map((r) => r.tokenGapMs));
-    rows.push(
-      `| ${words} words | ${gap.toFixed(0)} ms | ${token.toFixed(1)} ms | ${(gap / token).toFixed(0)}× | ${median(runs.map((r) => r.evaluated))} | ${runs.filter((r) => r.warm).length} of ${runs.length} |`,
+/** The node serving the model now, paused; resumed by the returned function once the pool settled. */
+async function pauseServing(p: Pool): Promise<() => Promise<void>> {
+  const rep = (await p.hub.status()).replicas.find((r) => r.state === 'ready' && r.model === 'm' && r.in_flight > 0) ?? (await p.hub.status()).replicas.find((r) => r.model === 'm')!;
+  const n = p.nodes.find((x) => x.name === rep.node)!;
+  await n.local('/pause', 'POST');
+  return async () => {
+    await n.local('/resume', 'POST');
+    await until(
+      async () => (await p.hub.status()).nodes,
+      (ns) => ns.every((x) => x.state !== 'paused'),
     );
-  }
-  console.log('\n| history | longest wait at the move (p50) | wait between tokens (p50) | ratio | the continuation’s prompt (tokens) | the other node already running |');
-  console.log('|---|---|---|---|---|---|');
-  for (const r of rows) console.log(r);
-} finally {
-  for (const n of nodes) await n.stop();
-  await hub.stop();
+  };
 }
+
+const idle = (p: Pool): Promise<unknown> =>
+  until(
+    async () => (await p.hub.status()).replicas,
+    (rs) => rs.length === 0,
+    60_000,
+  );
+
+/** Two answers at once: with one slot each, the model runs on both nodes. */
+async function runBoth(p: Pool): Promise<void> {
+  const ask = (): Promise<unknown> => turn(p, [{ role: 'user', content: 'hi' }], 100);
+  await Promise.all([ask(), ask()]);
+}
+
+const history = (words: number): string => Array.from({ length: words }, (_, i) => WORDS[i % WORDS.length]).join(' ');
+
+/** An answer paused after its 8th token: the longest wait, the usual one, and what the continuation evaluated. */
+async function movedAnswer(p: Pool, words: number, warmOther: boolean) {
+  if (warmOther) await runBoth(p);
+  else await idle(p);
+  let resume: (() => Promise<void>) | null = null;
+  const t = await turn(p, [{ role: 'user', content: history(words) }], ANSWER, async (n) => {
+    if (n === 8) resume = await pauseServing(p);
+  });
+  const gaps = t.times.slice(1).map((x, i) => x - t.times[i]!);
+  const moveGap = Math.max(...gaps);
+  gaps.splice(gaps.indexOf(moveGap), 1);
+  await (resume as (() => Promise<void>) | null)?.();
+  const m = (await p.hub.status()).moves[0]!;
+  if (m.outcome !== 'continued') throw new Error(`the answer did not move: ${m.detail ?? ''}`);
+  const prompt = (await p.hub.status()).recent.find((r) => r.moves === 1)!.prompt_tokens! + m.sent_tokens;
+  return { moveGap, tokenGap: median(gaps), evaluated: prompt - (m.cached_tokens ?? 0), prompt };
+}
+
+/** A conversation's second turn on its placement, then its node paused: the third turn's TTFT ÷ the second's. */
+async function movedTurn(p: Pool, words: number): Promise<number> {
+  await idle(p);
+  const messages: Message[] = [{ role: 'user', content: history(words) }];
+  for (const q of ['and then?', 'and after that?']) {
+    messages.push({ role: 'assistant', content: (await turn(p, messages, 16)).text }, { role: 'user', content: q });
+  }
+  const warm = await turn(p, messages, 16); // the placement that never stopped: the history cached
+  const resume = await pauseServing(p);
+  await until(
+    async () => (await p.hub.status()).replicas,
+    (rs) => rs.length === 0,
+  );
+  const moved = await turn(p, messages, 16); // the other node, the same turn
+  await resume();
+  return moved.ttftMs / warm.ttftMs;
+}
+
+const rows: string[] = [];
+for (const keepMb of ['4096', '0']) {
+  const hub = await startHub({ env: { ...ENV, RELAY_SLOT_KEEP_MB: keepMb } });
+  const pool: Pool = { hub, nodes: [await startNode(hub, { name: 'n1', cpuBudgetMb: 2000, env: ENV }), await startNode(hub, { name: 'n2', cpuBudgetMb: 2000, env: ENV })] };
+  const carried = keepMb === '0' ? 'off' : 'on';
+  try {
+    await addModel(hub, { path: model, name: 'm' });
+    for (const words of HISTORIES) {
+      for (const warmOther of keepMb === '0' ? [false] : [false, true]) {
+        const runs = [];
+        for (let i = 0; i < RUNS; i++) runs.push(await movedAnswer(pool, words, warmOther));
+        const gap = median(runs.map((r) => r.moveGap));
+        rows.push(
+          `| ${words} words | answer, to ${warmOther ? 'a running placement' : 'a new placement'} | ${carried} | ${gap.toFixed(0)} ms (${median(runs.map((r) => r.tokenGap)).toFixed(1)} ms between tokens) | ${median(runs.map((r) => r.evaluated))} of ${median(runs.map((r) => r.prompt))} | |`,
+        );
+      }
+      const ratios = [];
+      for (let i = 0; i < RUNS; i++) ratios.push(await movedTurn(pool, words));
+      rows.push(`| ${words} words | next turn, to a new placement | ${carried} | | | ${median(ratios).toFixed(2)} |`);
+    }
+  } finally {
+    for (const n of pool.nodes) await n.stop();
+    await hub.stop();
+  }
+}
+console.log('\n| history | what moved | kept slots | longest wait at the move (p50) | prompt tokens the continuation evaluated (p50) | next turn TTFT ÷ warm (p50) |');
+console.log('|---|---|---|---|---|---|');
+for (const r of rows) console.log(r);
