@@ -86,6 +86,7 @@ const SCHEMAS: Record<string, Check> = {
     device: isId,
     loadTimeoutMs: optional(isInt),
     keepSlotsBytes: optional(isInt),
+    slotBytesPerToken: optional(isInt),
   }),
   'stop-replica': shape({ id: isInt, replica: isId }),
   'start-rpc': shape({

@@ -154,6 +154,8 @@ export interface StartReplica {
    * all) before its process goes, and the stop-replica reply lists them for the hub to fetch (absent: none kept).
    */
   keepSlotsBytes?: number;
+  /** KV bytes a token takes at its cache type (the hub's estimate): a save over the budget is skipped before a byte is written. */
+  slotBytesPerToken?: number;
 }
 
 export interface StopReplica {

@@ -306,7 +306,10 @@ describe("a conversation's history moves with it when its node is paused", { tim
     const turns: ChatTurn[] = [];
     for (let t = 0; t < 3; t++) turns.push(await c.say(QUESTIONS[t]!));
     const first = await pauseServing();
-    assert.equal(kept().length, 1, "the paused node's slot is in the hub's store");
+    await until(
+      async () => kept().length,
+      (n) => n === 1,
+    ); // the paused node's slot, fetched into the hub's store
     turns.push(await c.say(QUESTIONS[3]!));
     const after = (await hub.status()).replicas.find((r) => r.model === 'wordy')!;
     assert.notEqual(after.node, first.name, 'turn 4 ran on the other node');
@@ -318,6 +321,10 @@ describe("a conversation's history moves with it when its node is paused", { tim
     // Turn 5 there, that node paused too: its state is kept, then damaged; turn 6 starts cold on the first node.
     turns.push(await c.say(QUESTIONS[4]!));
     await pauseServing();
+    await until(
+      async () => kept().length,
+      (n) => n === 1,
+    );
     for (const f of kept()) writeFileSync(join(hub.home, 'slots', f), Buffer.alloc(4096, 7));
     turns.push(await c.say(QUESTIONS[5]!));
     assert.ok(turns[5]!.cached <= 2, `a damaged state is not used: ${turns[5]!.cached} cached`);
@@ -349,28 +356,51 @@ describe("a moved answer's KV goes with it to a new placement", { timeout: 300_0
     await hub?.stop();
   });
 
-  it("the continuation's cached tokens are the prompt and the sent answer; the same text", async () => {
-    const openai = new OpenAI({ baseURL: `${hub.url}/v1`, apiKey: 'x', maxRetries: 0 });
-    const body = { model: 'wordy', messages: [{ role: 'user' as const, content: PROMPT }], max_tokens: TOKENS, temperature: 0, ...({ top_k: 1, seed: 42 } as object) };
-    const want = await openai.chat.completions.create(body);
+  /** A streamed answer paused after its 5th token; the move, once the answer is whole and equal to `want`. */
+  async function movedAnswer(openai: OpenAI, body: OpenAI.ChatCompletionCreateParamsNonStreaming, want: OpenAI.ChatCompletion) {
     const stream = await openai.chat.completions.create({ ...body, stream: true, stream_options: { include_usage: true } });
     let text = '';
     let n = 0;
     let usage: OpenAI.CompletionUsage | undefined;
+    let paused: NodeProcess | null = null;
     for await (const c of stream) {
       usage = c.usage ?? usage;
       const piece = c.choices[0]?.delta?.content ?? '';
       text += piece;
       if (piece === '' || ++n !== 5) continue;
-      const rep = (await hub.status()).replicas.find((r) => r.state === 'ready' && r.model === 'wordy')!;
-      await nodes.find((x) => x.name === rep.node)!.local('/pause', 'POST');
+      const rep = (await hub.status()).replicas.find((r) => r.state === 'ready' && r.model === 'wordy' && r.in_flight > 0)!;
+      paused = nodes.find((x) => x.name === rep.node)!;
+      await paused.local('/pause', 'POST');
     }
     assert.equal(text, want.choices[0]!.message.content);
     assert.equal(usage?.completion_tokens, want.usage?.completion_tokens);
+    await paused!.local('/resume', 'POST');
     const m = (await hub.status()).moves[0]!;
     console.log(`moved ${m.from} → ${m.to} after ${m.sent_tokens} tokens: ${m.cached_tokens} of ${want.usage!.prompt_tokens} + ${m.sent_tokens} tokens found cached; the client waited ${m.gap_ms} ms`);
     assert.equal(m.outcome, 'continued');
     assert.ok(m.cached_tokens! >= want.usage!.prompt_tokens + m.sent_tokens - 1, `the continuation found ${m.cached_tokens} tokens cached`);
+    return m;
+  }
+
+  it("the continuation's cached tokens are the prompt and the sent answer; the same text", async () => {
+    const openai = new OpenAI({ baseURL: `${hub.url}/v1`, apiKey: 'x', maxRetries: 0 });
+    const body = { model: 'wordy', messages: [{ role: 'user' as const, content: PROMPT }], max_tokens: TOKENS, temperature: 0, ...({ top_k: 1, seed: 42 } as object) };
+    await movedAnswer(openai, body, await openai.chat.completions.create(body));
     assert.ok(hub.logs.some((l) => l.includes('restored the slots kept from the last replica')));
+  });
+
+  it('to a placement already running the model: its one slot reads the state in', async () => {
+    const openai = new OpenAI({ baseURL: `${hub.url}/v1`, apiKey: 'x', maxRetries: 0 });
+    const body = { model: 'wordy', messages: [{ role: 'user' as const, content: `${PROMPT} Again.` }], max_tokens: TOKENS, temperature: 0, ...({ top_k: 1, seed: 42 } as object) };
+    // Two answers at once with one slot each: the model runs on both nodes.
+    const busy = Promise.all([openai.chat.completions.create(body), openai.chat.completions.create(body)]);
+    await until(
+      async () => (await hub.status()).replicas.filter((r) => r.model === 'wordy' && r.state === 'ready').length,
+      (n) => n === 2,
+    );
+    const [want] = await busy;
+    const running = (await hub.status()).replicas.filter((r) => r.model === 'wordy').map((r) => r.id);
+    const m = await movedAnswer(openai, body, want);
+    assert.ok(running.length === 2 && (await hub.status()).replicas.some((r) => r.node === m.to && running.includes(r.id)), 'the continuation ran on a placement that was running before');
   });
 });

@@ -47,6 +47,8 @@ describe('an answer that moves (continuation.ts)', () => {
     const body = { model: 'm', messages: [{ role: 'user', content: 'hi' }], max_tokens: 10, stream: true };
     assert.deepEqual(continuationBody(body, s), { ...body, max_tokens: 7, messages: [...body.messages, { role: 'assistant', content: ' the sea was' }] });
     assert.equal(continuationBody({ ...body, max_tokens: 3 }, s), 'no tokens left');
+    // -1 is "no limit" (llama.cpp's web UI, /completion's default): it stays.
+    assert.equal((continuationBody({ ...body, max_tokens: -1 }, s) as { max_tokens: number }).max_tokens, -1);
     const completion = readSent('completions', data({ choices: [{ text: ' once', index: 0, finish_reason: null }], id: 'c' }))!;
     assert.deepEqual(continuationBody({ prompt: 'Tell', stream: true, max_tokens: 5 }, completion), { prompt: 'Tell once', stream: true, max_tokens: 4 });
   });
@@ -150,6 +152,10 @@ describe('an answer that moves (continuation.ts)', () => {
     assert.equal(out[1]!.item_id, 'msg_1');
     assert.deepEqual(out[2]!.response, { id: 'resp_1', output: [{ type: 'message', id: 'msg_1' }], usage: { input_tokens: 10, output_tokens: 2, input_tokens_details: { cached_tokens: 10 } } });
     assert.equal(cannotContinue('responses', { input: 'x', stream: true, text: { format: { type: 'json_schema' } } }), 'a response format');
+    // Cut before its message item began: the continuation's own item and part go through, under their own id.
+    const early = readSent('responses', ev('response.created', { response: { id: 'resp_1' } }))!;
+    const opened = sseEvents(new Stitcher(early).push(cont)).events.map((e) => (JSON.parse(e.data) as { type: string }).type);
+    assert.deepEqual(opened.slice(0, 2), ['response.output_item.added', 'response.content_part.added']);
   });
 
   it("continues llama-server's own completion from the token ids it streamed", () => {

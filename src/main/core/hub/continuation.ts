@@ -198,7 +198,7 @@ export function continuationBody(body: Json, sent: Sent): Json | string {
   if (why) return why;
   const next: Json = { ...body };
   for (const k of LIMITS) {
-    if (typeof body[k] !== 'number') continue;
+    if (typeof body[k] !== 'number' || body[k] < 0) continue; // -1: no limit (llama.cpp's own default)
     const left = body[k] - sent.tokens;
     if (left <= 0) return 'no tokens left';
     next[k] = left;

@@ -147,10 +147,13 @@ export async function throughPool(h: HubHttp, req: V1Request, res: ServerRespons
       const lease = await scheduler.acquire(p.model, attempts, gone.signal, prefix);
       if (res.destroyed) {
         lease.release();
+        if (move) done(499); // it went away between the two parts of its answer
         return;
       }
       const m = move;
-      // One translator for the whole answer once it began (a continuation's bytes go on through it).
+      // A running one-slot placement reads in the answer's KV (the stopped placement's kept slot): only the new tokens
+      // are evaluated. A placement the continuation started has read it back already (slot-carry.ts).
+      if (m && lease.takeIn) await lease.takeIn();
       if (!m) translator = p.translate?.({ startedAt: t0, leasedAt: Date.now() });
       const stitch = m ? new Stitcher(m.sent!) : null;
       let noted: MoveDto | null = null;

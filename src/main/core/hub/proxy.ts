@@ -3,9 +3,9 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Logger } from 'pino';
 import { ErrorCode, RelayError } from '../../../shared/errors.js';
 import { errorIn, streamErrorIn, type ErrorShape } from './dialects.js';
-import type { Lease } from '../scheduler/placement.js';
+import { FailedHalt, type Lease } from '../scheduler/placement.js';
 import type { SpareSockets } from '../llama/spare-sockets.js';
-import { openUpstream, postUpstream } from './upstream-http.js';
+import { ChunkedBody, openUpstream, postUpstream } from './upstream-http.js';
 import { sendJson } from './http.js';
 import { llamaRefusal, usageFromTail, type Usage } from './llama-answer.js';
 import { endingError } from './sse-error.js';
@@ -185,7 +185,7 @@ export function proxyToPlacement(opts: {
   // llama-server (which stops generating at SIGTERM but keeps an open connection until it is killed) exits at once.
   const halted = (): void => {
     const why = `stopped: ${String(lease.halted.reason)}`;
-    if (started && opts.continuable && !settled && !res.writableEnded && !errorStatus) {
+    if (started && opts.continuable && !settled && !res.writableEnded && !errorStatus && !(lease.halted.reason instanceof FailedHalt)) {
       // The answer goes on elsewhere (pooled.ts): the client's response stays open.
       settled = true;
       unwatch();
@@ -193,8 +193,8 @@ export function proxyToPlacement(opts: {
       lease.release();
       log.info({ model: lease.model.name, placement: lease.placementId, why }, 'placement stopped mid-response: moving the answer');
       const error = new RelayError(ErrorCode.REPLICA_FAILED, `the ${lease.kind === 'shard' ? 'shard' : 'replica'} of "${lease.model.name}" stopped mid-response (${why})`, { model: lease.model.name });
-      resolveOutcome({ kind: 'moved', error, sent: Buffer.concat(sentChunks), head: Buffer.concat(headChunks) });
-      return;
+      const sent = raw ? Buffer.concat(new ChunkedBody().read(Buffer.concat(sentChunks)).payload) : Buffer.concat(sentChunks);
+      return resolveOutcome({ kind: 'moved', error, sent, head: Buffer.concat(headChunks) });
     }
     brokenUpstream(why);
     up.destroy();
@@ -202,7 +202,6 @@ export function proxyToPlacement(opts: {
   if (lease.halted.aborted) queueMicrotask(halted);
   else lease.halted.addEventListener('abort', halted, { once: true });
   up.once('close', () => lease.halted.removeEventListener('abort', halted));
-
   res.on('close', () => {
     if (!res.writableFinished && !settled) {
       // The client went away: stop the generation upstream so the slot frees now, not at max_tokens.
@@ -292,8 +291,9 @@ export function proxyToPlacement(opts: {
         begin();
         // A continuation's bytes as the rest of the first part's stream.
         if (continuing) payload = [Buffer.from(continuing.stitch.push(Buffer.concat(payload)))];
+        // What the client is given (copied: a transport read is not pinned): in raw passthrough, the whole chunks only.
+        if (opts.continuable) for (const b of raw ? forward : payload) sentChunks.push(Buffer.from(b));
         for (const chunk of payload) {
-          if (opts.continuable) sentChunks.push(chunk);
           if (headBytes < HEAD_BYTES) {
             headChunks.push(chunk.subarray(0, HEAD_BYTES - headBytes));
             headBytes += headChunks.at(-1)!.byteLength;

@@ -86,20 +86,21 @@ export class Stitcher {
     switch (j.type) {
       case 'response.created':
       case 'response.in_progress':
-      case 'response.content_part.added':
         return null;
+      case 'response.content_part.added':
+        return this.sent.item !== null ? null : j; // the first part had opened its message and part, or not yet
       case 'response.output_item.added':
         if (item?.type === 'message' && this.sent.item !== null) return null;
         return j;
       case 'response.output_text.delta':
-        j.item_id = this.sent.item;
+        j.item_id = this.sent.item ?? j.item_id;
         if (typeof j.delta === 'string') j.delta = this.strip('text', j.delta);
         return j.delta === '' ? null : j;
       case 'response.completed': {
         const r = j.response as Json | undefined;
         if (r) {
           r.id = this.sent.id;
-          if (Array.isArray(r.output)) for (const o of r.output as Json[]) if (o.type === 'message') o.id = this.sent.item;
+          if (Array.isArray(r.output)) for (const o of r.output as Json[]) if (o.type === 'message') o.id = this.sent.item ?? o.id;
           const u = r.usage as Json | undefined;
           if (u && typeof u.input_tokens === 'number' && typeof u.output_tokens === 'number') {
             u.input_tokens = Math.max(0, u.input_tokens - this.sent.tokens);
@@ -113,8 +114,8 @@ export class Stitcher {
       }
       default:
         // The done events: their item is the first part's (their text is the whole answer: llama-server's includes the partial).
-        if ('item_id' in j) j.item_id = this.sent.item;
-        if (item && item.type === 'message') item.id = this.sent.item;
+        if ('item_id' in j) j.item_id = this.sent.item ?? j.item_id;
+        if (item && item.type === 'message') item.id = this.sent.item ?? item.id;
         return j;
     }
   }

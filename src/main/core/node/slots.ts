@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import { chmodSync, createReadStream, createWriteStream, mkdirSync, rmSync, statSync } from 'node:fs';
+import { chmodSync, createReadStream, createWriteStream, mkdirSync, readdirSync, rmSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { pipeline } from 'node:stream/promises';
 import type { Logger } from 'pino';
@@ -20,7 +20,12 @@ const SAVE_BUDGET_MS = 10_000;
 
 interface Kept extends SavedSlot {
   readonly file: string;
+  /** When it was saved: what the hub has not fetched within KEEP_TTL_MS goes. */
+  readonly at: number;
 }
+
+/** How long a kept state waits for the hub (one that never asks: restarted, gone) before its file goes. */
+const KEEP_TTL_MS = 10 * 60_000;
 
 export class NodeSlots {
   private readonly kept = new Map<string, Kept[]>();
@@ -36,25 +41,35 @@ export class NodeSlots {
     return `${this.d.dir}/`;
   }
 
-  /** Save what `replica`'s slots hold (its llama-server at `baseUrl`), within `maxBytes` in all; what was kept. */
-  async save(replica: string, baseUrl: string, maxBytes: number): Promise<SavedSlot[]> {
+  /**
+   * Save what `replica`'s slots hold (its llama-server at `baseUrl`), within `maxBytes` in all — estimated first at
+   * `bytesPerToken` a token when the hub gave it, so an oversized state is never written —; what was kept.
+   */
+  async save(replica: string, baseUrl: string, maxBytes: number, bytesPerToken: number | null = null): Promise<SavedSlot[]> {
+    const deadline = Date.now() + SAVE_BUDGET_MS;
     const signal = AbortSignal.timeout(SAVE_BUDGET_MS);
     const kept: Kept[] = [];
+    this.expire();
     try {
       const r = await fetch(`${baseUrl}/slots`, { signal });
-      const slots = ((await r.json()) as { id: number; n_prompt_tokens?: number }[]).filter((s) => (s.n_prompt_tokens ?? 0) > 0);
+      type Slot = { id: number; n_prompt_tokens?: number; next_token?: { n_decoded?: number } };
+      const slots = ((await r.json()) as Slot[]).filter((s) => (s.n_prompt_tokens ?? 0) > 0);
+      const estimate = bytesPerToken === null ? 0 : slots.reduce((n, s) => n + ((s.n_prompt_tokens ?? 0) + (s.next_token?.n_decoded ?? 0)) * (bytesPerToken + 4), 0);
+      if (estimate > maxBytes) throw new Error(`its slots would take about ${estimate} bytes, over ${maxBytes}`);
       let bytes = 0;
       for (const s of slots) {
         const file = `${replica}-${s.id}.bin`;
         const saved = await fetch(`${baseUrl}/slots/${s.id}?action=save`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ filename: file }), signal });
         if (!saved.ok) throw new Error(`slot ${s.id}: ${saved.status} ${await saved.text()}`);
-        kept.push({ slot: s.id, file, bytes: statSync(join(this.d.dir, file)).size, sha256: await sha256Of(join(this.d.dir, file)) });
-        bytes += kept.at(-1)!.bytes;
-        if (bytes > maxBytes) throw new Error(`its slots take over ${maxBytes} bytes`);
+        const size = statSync(join(this.d.dir, file)).size;
+        if ((bytes += size) > maxBytes) throw new Error(`its slots take over ${maxBytes} bytes`);
+        if (Date.now() > deadline) throw new Error(`saving took over ${SAVE_BUDGET_MS} ms`);
+        kept.push({ slot: s.id, file, bytes: size, sha256: await sha256Of(join(this.d.dir, file)), at: Date.now() });
       }
     } catch (err) {
       this.d.log.info({ replica, message: (err as Error).message }, 'slots not kept: its conversations start cold elsewhere');
       this.remove(kept);
+      this.sweep(replica); // the file a failed or oversized save wrote
       return [];
     }
     if (kept.length === 0) return [];
@@ -66,8 +81,20 @@ export class NodeSlots {
     return kept.map(({ slot, bytes, sha256 }) => ({ slot, bytes, sha256 }));
   }
 
+  /** Files of `replica` that are not kept (a save cut short): removed once its process is gone. */
+  sweep(replica: string): void {
+    const keep = new Set((this.kept.get(replica) ?? []).map((k) => k.file));
+    for (const f of readdirSync(this.d.dir)) if (f.startsWith(`${replica}-`) && !keep.has(f)) rmSync(join(this.d.dir, f), { force: true });
+  }
+
+  /** States the hub never fetched within KEEP_TTL_MS. */
+  private expire(): void {
+    for (const [replica, ks] of [...this.kept]) if (ks.every((k) => Date.now() - k.at > KEEP_TTL_MS)) this.forget(replica);
+  }
+
   /** What was kept of `replica` (the stop-replica reply, also when the owner's pause stopped it first). */
   list(replica: string): SavedSlot[] {
+    this.expire();
     return (this.kept.get(replica) ?? []).map(({ slot, bytes, sha256 }) => ({ slot, bytes, sha256 }));
   }
 

@@ -26,8 +26,9 @@ interface LocalReplica {
   stopping: boolean;
   /** Settles once a stop that began has finished (its slots saved, its process gone). */
   stopped: Promise<unknown>;
-  /** The bytes of slots it may keep when it stops (the hub's keepSlotsBytes; 0: none). */
+  /** The bytes of slots it may keep when it stops (the hub's keepSlotsBytes; 0: none), and a token's (its estimate). */
   keepSlotsBytes: number;
+  slotBytesPerToken: number | null;
   /** The hub's requests to it in flight (loopback sockets of http streams): closed first when it stops. */
   readonly requests: Set<Socket>;
   /** Settles once the start has (ready, or failed and the process gone). */
@@ -77,6 +78,7 @@ export class Workloads extends EventEmitter {
       cache.touch(f);
     }
     const keepSlotsBytes = c.keepSlotsBytes ?? 0;
+    const slotBytesPerToken = c.slotBytesPerToken ?? null;
     const rep: LocalReplica = {
       id: c.replica,
       sha256: c.sha256,
@@ -87,6 +89,7 @@ export class Workloads extends EventEmitter {
       stopping: false,
       stopped: Promise.resolve(),
       keepSlotsBytes,
+      slotBytesPerToken,
       requests: new Set(),
       settled: Promise.resolve(),
     };
@@ -175,11 +178,12 @@ export class Workloads extends EventEmitter {
     // Its requests end now: llama-server stops generating at SIGTERM but holds an open connection until it is killed.
     for (const sock of r.requests) sock.destroy();
     // Its conversations, saved before the process goes (the hub fetches them: slots.ts).
-    if (r.server && r.keepSlotsBytes > 0) await this.slots.save(id, r.server.baseUrl, r.keepSlotsBytes);
+    if (r.server && r.keepSlotsBytes > 0) await this.slots.save(id, r.server.baseUrl, r.keepSlotsBytes, r.slotBytesPerToken);
     if (r.child) {
       const exit = await r.child.terminate(CHILD_STOP_GRACE_MS);
       this.deps.log.info({ replica: id, exit: describeExit(exit) }, 'replica stopped');
     }
+    this.slots.sweep(id); // a save cut short by its deadline may have left a file
     await r.settled; // a start still under way ends (its process gone) before this answers
     if (this.replicas.get(id) === r) this.replicas.delete(id);
     this.emit('running');

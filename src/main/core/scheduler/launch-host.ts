@@ -11,6 +11,7 @@ import { poolingFor, settingsFor } from './model-settings.js';
 import type { Placement, Running } from './placement.js';
 import { describeNeed } from './plan.js';
 import { SlotKeeper, type SlotLayout } from './slot-keep.js';
+import { START_RESTORE_WAIT_MS, TAKE_IN_WAIT_MS } from './slot-carry.js';
 import type { KeptSlots } from './launcher.js';
 import { KV_ROW_SCALE } from './fit.js';
 
@@ -137,8 +138,10 @@ export class HostLauncher {
         });
         held.url = server.baseUrl;
         // The conversations the model's last replica held, read back before the first request.
-        const restoredFrom = layout ? await this.slots.restore(model.name, layout, server.baseUrl) : null;
-        return { ...localRunning(server, 'llama-server'), restoredFrom };
+        const restoredFrom = layout ? await this.slots.restore(model.name, layout, server.baseUrl, START_RESTORE_WAIT_MS) : null;
+        // Running, with one slot: an answer that moves here takes its kept state in (its lease holds that slot).
+        const takeIn = layout?.slots === 1 ? async () => (await this.slots.restore(model.name, layout, server.baseUrl, TAKE_IN_WAIT_MS)) !== null : undefined;
+        return { ...localRunning(server, 'llama-server'), restoredFrom, ...(takeIn ? { takeIn } : {}) };
       } catch (err) {
         throw launchError(err, `could not start a replica of "${model.name}"`, { model: model.name });
       }

@@ -12,7 +12,9 @@ import { NODE_REPLY_MARGIN_MS } from './deadline.js';
 import { launchError, slotLayout } from './launch-host.js';
 import { asLiveness, type Liveness } from '../llama/liveness.js';
 import type { KeptFile, SlotKeeper, SlotLayout } from './slot-keep.js';
-import { fetchSlot, putSlot, savedSlots } from './slot-carry.js';
+import { fetchSlot, putSlot, savedSlots, SLOT_CARRY_TIMEOUT_MS, START_RESTORE_WAIT_MS, TAKE_IN_WAIT_MS } from './slot-carry.js';
+import type { NodeConn } from '../pool/conn.js';
+import type { SavedSlot } from '../../../shared/protocol.js';
 
 /** A node's answer to check: its /health probe takes up to 3 s, a busy link a little more. */
 export const CHECK_WAIT_MS = 8000;
@@ -65,15 +67,28 @@ export class NodeLauncher {
           alias: model.name,
           device: p.device,
           loadTimeoutMs: p.deadlineMs,
-          ...(layout ? { keepSlotsBytes: this.deps.config.slotKeepMb * 1048576 } : {}),
+          ...(layout ? { keepSlotsBytes: this.deps.config.slotKeepMb * 1048576, ...(layout.bytesPerToken ? { slotBytesPerToken: Math.ceil(layout.bytesPerToken) } : {}) } : {}),
         },
         p.deadlineMs + NODE_REPLY_MARGIN_MS,
       );
       const pid = typeof reply.data?.pid === 'number' ? reply.data.pid : null;
       if (layout) this.keeping.set(p.id, { model: model.name, layout });
       // The conversations the model's last replica held (here, on the hub or another node), sent into its slots.
-      const restoredFrom = layout ? await this.deps.slots.restoreWith(model.name, layout, (f: KeptFile) => putSlot(conn, p.id, f.slot, this.deps.slots.path(f.file), f.bytes)) : null;
-      return { baseUrl: `http://${conn.name}.node.relay`, connect: () => conn.open({ kind: 'http', replica: p.id }), port: null, pid, buffers: [], exited: null, tail: () => '', restoredFrom };
+      const put = (f: KeptFile): Promise<void> => putSlot(conn, p.id, f.slot, this.deps.slots.path(f.file), f.bytes);
+      const restoredFrom = layout ? await this.deps.slots.restoreWith(model.name, layout, put, START_RESTORE_WAIT_MS) : null;
+      // Running, with one slot: an answer that moves here takes its kept state in (its lease holds that slot).
+      const takeIn = layout?.slots === 1 ? async () => (await this.deps.slots.restoreWith(model.name, layout, put, TAKE_IN_WAIT_MS)) !== null : undefined;
+      return {
+        baseUrl: `http://${conn.name}.node.relay`,
+        connect: () => conn.open({ kind: 'http', replica: p.id }),
+        port: null,
+        pid,
+        buffers: [],
+        exited: null,
+        tail: () => '',
+        restoredFrom,
+        ...(takeIn ? { takeIn } : {}),
+      };
     } catch (err) {
       if (isRelayError(err) && (err.code === ErrorCode.MODEL_UNAVAILABLE || err.code === ErrorCode.NODE_LOST)) throw err;
       throw launchError(err, `could not start a replica of "${model.name}" on node ${conn.name}`, { model: model.name, node: conn.name });
@@ -90,8 +105,8 @@ export class NodeLauncher {
   }
 
   /**
-   * Stops the replica, loading or ready; resolves once the node says its process has exited, and its kept slots
-   * are in the hub's store: true when they are (the model's next replica starts warm).
+   * Stops the replica, loading or ready; resolves once the node says its process has exited: true when the node kept
+   * its slots (they are fetched into the hub's store after, and the model's next replica waits for them).
    */
   async stop(p: Placement): Promise<boolean> {
     const start = this.starting.get(p.id);
@@ -102,24 +117,33 @@ export class NodeLauncher {
     const node = p.node;
     const stopped = node.command({ type: 'stop-replica', replica: p.id }, STOP_REPLICA_WAIT_MS).catch(() => null);
     if (!keeping) return stopped.then(() => false);
-    const kept = (async (): Promise<boolean> => {
-      const saved = savedSlots((await stopped)?.data?.slots);
-      const files: KeptFile[] = [];
-      try {
-        for (const s of saved) {
-          const file = `${p.id}-${s.slot}.bin`;
-          await fetchSlot(node, p.id, s, this.deps.slots.path(file));
-          files.push({ slot: s.slot, file, bytes: s.bytes, sha256: s.sha256 });
-        }
-      } catch (err) {
-        this.deps.log.warn({ placement: p.id, model: keeping.model, message: (err as Error).message }, "could not fetch a stopped node replica's slots: its conversations start cold");
-        this.deps.slots.discardFiles(files);
-        return false;
+    const saved = stopped.then((r) => savedSlots(r?.data?.slots));
+    // Fetched after the stop has ended (its memory is free): the model's next replica, which may be starting
+    // already (an answer moved off this one), waits for them before its restore.
+    this.deps.slots.expect(
+      keeping.model,
+      saved.then((s) => this.fetchKept(node, p.id, keeping, s)),
+    );
+    return (await saved).length > 0;
+  }
+
+  /** The slots a stopped replica's node kept, into the hub's store (all or none, within one deadline). */
+  private async fetchKept(node: NodeConn, replica: string, keeping: { model: string; layout: SlotLayout }, saved: SavedSlot[]): Promise<boolean> {
+    if (saved.length === 0) return false;
+    const files: KeptFile[] = [];
+    const deadline = Date.now() + SLOT_CARRY_TIMEOUT_MS;
+    try {
+      if (!this.deps.slots.fits(saved.reduce((n, s) => n + s.bytes, 0))) throw new Error('they are larger than RELAY_SLOT_KEEP_MB');
+      for (const s of saved) {
+        const file = `${replica}-${s.slot}.bin`;
+        await fetchSlot(node, replica, s, this.deps.slots.path(file), deadline - Date.now());
+        files.push({ slot: s.slot, file, bytes: s.bytes, sha256: s.sha256 });
       }
-      return files.length > 0 && this.deps.slots.adopt(keeping.model, p.id, keeping.layout, files);
-    })();
-    // The model's next replica may be starting already (an answer moved off this one): its restore waits for these.
-    this.deps.slots.expect(keeping.model, kept);
-    return kept;
+    } catch (err) {
+      this.deps.log.warn({ placement: replica, model: keeping.model, message: (err as Error).message }, "could not fetch a stopped node replica's slots: its conversations start cold");
+      this.deps.slots.discardFiles(files);
+      return false;
+    }
+    return this.deps.slots.adopt(keeping.model, replica, keeping.layout, files);
   }
 }

@@ -34,6 +34,11 @@ export interface Running {
   tail(): string;
   /** The stopped placement whose kept slots this one restored before its first request (slot-keep.ts). */
   readonly restoredFrom?: string | null;
+  /**
+   * A running one-slot replica reads the model's kept state — an answer that moved here from a stopped placement —
+   * into its slot, while the caller's lease holds that slot; true when it did (slot-keep.ts, slot-carry.ts).
+   */
+  readonly takeIn?: () => Promise<boolean>;
 }
 
 export interface Placement {
@@ -105,6 +110,8 @@ export interface Lease {
   readonly model: ModelRecord;
   /** Aborted when the scheduler stops its placement; `reason` says why ("node north paused (…)"). */
   readonly halted: AbortSignal;
+  /** Running.takeIn: the kept state of an answer that moved here, read into the slot this lease holds. */
+  readonly takeIn?: () => Promise<boolean>;
   /** What llama-server reported of the request (speeds, for routing by recent time per token and prompt speed). */
   release(report?: LeaseReport | null): void;
   /**
@@ -174,7 +181,19 @@ export function failPlacement(p: Placement, message: string, tail: string, now: 
   p.state = 'failed';
   p.failure = { message, tail, at: new Date(now).toISOString() };
   if (p.idleTimer) clearTimeout(p.idleTimer);
-  p.halt.abort(message);
+  p.halt.abort(new FailedHalt(message));
+}
+
+/**
+ * Why a failed placement's leases were halted (its process hung or died, its node went silent): the answers it was
+ * streaming end with their error, as when its connection breaks — only a placement stopped on purpose (a pause, an
+ * eviction, the keep-alive) hands its answers on to another (hub/continuation.ts).
+ */
+export class FailedHalt {
+  constructor(readonly message: string) {}
+  toString(): string {
+    return this.message;
+  }
 }
 
 /**
@@ -195,6 +214,7 @@ export function openLease(p: Placement, model: ModelRecord, hooks: { now(): numb
       .join('+'),
     baseUrl: running.baseUrl,
     ...(running.connect ? { connect: running.connect } : {}),
+    ...(running.takeIn ? { takeIn: running.takeIn } : {}),
     model,
     halted: p.halt.signal,
     stallMs: () => stallMs(p.msPerToken),

@@ -3,7 +3,7 @@ import { createReadStream, createWriteStream, rmSync } from 'node:fs';
 import { pipeline } from 'node:stream/promises';
 import type { SavedSlot } from '../../../shared/protocol.js';
 import type { NodeConn } from '../pool/conn.js';
-import type { YamuxStream } from '../tunnel/yamux/session.js';
+import type { Duplex } from 'node:stream';
 
 /**
  * A node replica's kept conversations crossing the tunnel (`slot` streams, node/slots.ts): fetched into the hub's
@@ -14,6 +14,15 @@ import type { YamuxStream } from '../tunnel/yamux/session.js';
 /** A whole slot state crossing the tunnel: its own deadline (a GB at a household link's pace is tens of seconds). */
 export const SLOT_CARRY_TIMEOUT_MS = 60_000;
 
+/**
+ * How long an answer that moved to a running placement waits for its stopped placement's state to arrive before it
+ * goes on without it (evaluating its history again): the save, the process's end and the fetch, on a LAN.
+ */
+export const TAKE_IN_WAIT_MS = 3000;
+
+/** How long a new replica waits for a stopped one's state on its way before it starts cold. */
+export const START_RESTORE_WAIT_MS = 10_000;
+
 /** The stop-replica reply's `slots`, checked (a field an older or odd node sends otherwise is ignored). */
 export function savedSlots(v: unknown): SavedSlot[] {
   if (!Array.isArray(v)) return [];
@@ -23,10 +32,11 @@ export function savedSlots(v: unknown): SavedSlot[] {
   );
 }
 
-/** Fetch slot `s` that node `conn` kept of `replica` into `path`. */
-export async function fetchSlot(conn: NodeConn, replica: string, s: SavedSlot, path: string): Promise<void> {
+/** Fetch slot `s` that node `conn` kept of `replica` into `path`, within `timeoutMs`. */
+export async function fetchSlot(conn: NodeConn, replica: string, s: SavedSlot, path: string, timeoutMs = SLOT_CARRY_TIMEOUT_MS): Promise<void> {
   const st = conn.open({ kind: 'slot', op: 'get', replica, slot: s.slot });
-  const timer = setTimeout(() => st.destroy(new Error('the slot state did not arrive in time')), SLOT_CARRY_TIMEOUT_MS);
+  st.on('error', () => undefined); // its failure is the fetch's (below); the session may reset it later too
+  const timer = setTimeout(() => st.destroy(new Error('the slot state did not arrive in time')), Math.max(1, timeoutMs));
   try {
     const { line, rest } = await firstLine(st);
     const head = JSON.parse(line) as { ok?: boolean; bytes?: number; sha256?: string; message?: string };
@@ -40,6 +50,7 @@ export async function fetchSlot(conn: NodeConn, replica: string, s: SavedSlot, p
     };
     const tally = (b: Buffer): Buffer => {
       got += b.byteLength;
+      if (got > s.bytes) throw new Error(`the node sent more than the ${s.bytes} bytes it listed`);
       hash.update(b);
       return b;
     };
@@ -50,6 +61,7 @@ export async function fetchSlot(conn: NodeConn, replica: string, s: SavedSlot, p
     throw err;
   } finally {
     clearTimeout(timer);
+    st.destroy();
   }
 }
 
@@ -57,13 +69,17 @@ export async function fetchSlot(conn: NodeConn, replica: string, s: SavedSlot, p
 export async function putSlot(conn: NodeConn, replica: string, slot: number, path: string, size: number): Promise<void> {
   const sha256 = await sha256Of(path);
   const st = conn.open({ kind: 'slot', op: 'put', replica, slot, size, sha256 });
+  st.on('error', () => undefined);
   const timer = setTimeout(() => st.destroy(new Error('the slot state was not restored in time')), SLOT_CARRY_TIMEOUT_MS);
   try {
-    const answer = firstLine(st);
-    await pipeline(createReadStream(path), st, { end: false });
-    const { line } = await answer;
-    const r = JSON.parse(line) as { ok?: boolean; message?: string };
-    if (!r.ok) throw new Error(r.message ?? 'the node could not restore the slot');
+    // The node may refuse before it has read a byte (the replica is gone): its answer ends the send.
+    const answer = firstLine(st).then((a) => {
+      const r = JSON.parse(a.line) as { ok?: boolean; message?: string };
+      if (!r.ok) throw new Error(r.message ?? 'the node could not restore the slot');
+    });
+    answer.catch(() => undefined);
+    await Promise.race([pipeline(createReadStream(path), st, { end: false }).then(() => answer), answer]);
+    await answer;
   } finally {
     clearTimeout(timer);
     st.destroy();
@@ -77,7 +93,7 @@ export async function sha256Of(path: string): Promise<string> {
 }
 
 /** The stream's first line (a JSON answer) and whatever came after it in the same read. */
-function firstLine(st: YamuxStream): Promise<{ line: string; rest: Buffer }> {
+function firstLine(st: Duplex): Promise<{ line: string; rest: Buffer }> {
   return new Promise((resolve, reject) => {
     let buf = Buffer.alloc(0);
     const onData = (b: Buffer): void => {

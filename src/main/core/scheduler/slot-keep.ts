@@ -135,8 +135,8 @@ export class SlotKeeper {
    * Read the state kept for `model` into a new llama-server of the same layout; the placement it came from (whose
    * prompts the new one now holds), or null: none kept, another layout, or a restore failed (then cold).
    */
-  restore(model: string, layout: SlotLayout, baseUrl: string): Promise<string | null> {
-    return this.restoreWith(model, layout, (f) => postJson(`${baseUrl}/slots/${f.slot}?action=restore`, { filename: f.file }));
+  restore(model: string, layout: SlotLayout, baseUrl: string, waitMs?: number): Promise<string | null> {
+    return this.restoreWith(model, layout, (f) => postJson(`${baseUrl}/slots/${f.slot}?action=restore`, { filename: f.file }), waitMs);
   }
 
   /**
@@ -155,9 +155,17 @@ export class SlotKeeper {
     });
   }
 
-  /** `restore` by way of `put` (a node replica's: the file sent through the tunnel); each file's hash checked first. */
-  async restoreWith(model: string, layout: SlotLayout, put: (f: KeptFile) => Promise<unknown>): Promise<string | null> {
-    await this.incoming.get(model);
+  /**
+   * `restore` by way of `put` (a node replica's: the file sent through the tunnel); each file's hash checked first.
+   * A state on its way is waited for (`expect`), at most `waitMs` when given.
+   */
+  async restoreWith(model: string, layout: SlotLayout, put: (f: KeptFile) => Promise<unknown>, waitMs?: number): Promise<string | null> {
+    const incoming = this.incoming.get(model);
+    if (incoming && waitMs !== undefined) {
+      let timer: NodeJS.Timeout | undefined;
+      await Promise.race([incoming, new Promise((r) => (timer = setTimeout(r, waitMs)))]);
+      clearTimeout(timer);
+    } else await incoming;
     const k = this.kept.get(model);
     if (!k) return null;
     this.kept.delete(model);
@@ -192,6 +200,11 @@ export class SlotKeeper {
   /** The placement whose prompts `model`'s kept state holds (the router keeps its keys until then). */
   keptFrom(model: string): string | null {
     return this.kept.get(model)?.placementId ?? null;
+  }
+
+  /** Whether a state of `bytes` could be kept at all (a node's, before it is fetched). */
+  fits(bytes: number): boolean {
+    return this.enabled && bytes <= this.d.budgetBytes;
   }
 
   /** Files written to the store that will not be kept (a fetch that failed half-way). */
