@@ -222,6 +222,8 @@ export interface MoveDto {
    * cache — the answer's own KV when it was carried there (slot-carry.ts) — once it has ended (null before, or ended).
    */
   cached_tokens: number | null;
+  /** The bytes of the answer's KV read into the continuation's placement (0: it evaluated its history again). */
+  readonly state_bytes: number;
   readonly outcome: 'continued' | 'ended';
   /** Why it ended (no other placement, a tool call had begun…). */
   readonly detail?: string;

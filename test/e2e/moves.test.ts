@@ -26,21 +26,29 @@ const GREEDY = { temperature: 0, top_k: 1, seed: 42, cache_prompt: false };
 const TOKENS = 300;
 const PROMPT = 'Tell me a long story about the sea.';
 
+/** A household: a hub that runs nothing and two nodes, kitchen and attic, `wordy` registered. */
+async function household(): Promise<{ hub: HubProcess; nodes: NodeProcess[] }> {
+  const hub = await startHub({ env: ENV });
+  const nodes = [await startNode(hub, { name: 'kitchen', cpuBudgetMb: 1000, env: ENV }), await startNode(hub, { name: 'attic', cpuBudgetMb: 1000, env: ENV })];
+  await addModel(hub, { path: fixture('wordy'), name: 'wordy' });
+  return { hub, nodes };
+}
+
+async function leave(hub: HubProcess | undefined, nodes: NodeProcess[] | undefined): Promise<void> {
+  for (const n of nodes ?? []) await n.stop();
+  await hub?.stop();
+}
+
 describe('an answer in flight moves when its node is paused', { timeout: 600_000 }, () => {
   let hub: HubProcess;
   let nodes: NodeProcess[];
   let openai: OpenAI;
 
   before(async () => {
-    hub = await startHub({ env: ENV });
+    ({ hub, nodes } = await household());
     openai = new OpenAI({ baseURL: `${hub.url}/v1`, apiKey: 'x', maxRetries: 0 });
-    nodes = [await startNode(hub, { name: 'kitchen', cpuBudgetMb: 1000, env: ENV }), await startNode(hub, { name: 'attic', cpuBudgetMb: 1000, env: ENV })];
-    await addModel(hub, { path: fixture('wordy'), name: 'wordy' });
   });
-  after(async () => {
-    for (const n of nodes ?? []) await n.stop();
-    await hub?.stop();
-  });
+  after(() => leave(hub, nodes));
 
   /**
    * Reads `chunks` (text pieces as the SDK gives them) and pauses the node serving the answer after the fifth; resumes
@@ -249,7 +257,7 @@ describe('an answer in flight moves when its node is paused', { timeout: 600_000
       await rows.nth(6).waitFor();
       const texts = await rows.allInnerTexts();
       assert.equal(texts.length, 7);
-      for (const t of texts) assert.match(t, /wordy\s+(kitchen → attic|attic → kitchen)\s+\d+\s+\d+ ms\s+continued/);
+      for (const t of texts) assert.match(t, /wordy\s+(kitchen → attic|attic → kitchen)\s+\d+\s+(—|[\d.]+ MB)\s+\d+ ms\s+continued/);
       assert.equal(await page.locator('#recent tr', { hasText: 'moved' }).count(), 7);
     } finally {
       await browser.close();
@@ -279,14 +287,9 @@ describe("a conversation's history moves with it when its node is paused", { tim
     } finally {
       await direct.child.terminate(5000);
     }
-    hub = await startHub({ env: ENV });
-    nodes = [await startNode(hub, { name: 'kitchen', cpuBudgetMb: 1000, env: ENV }), await startNode(hub, { name: 'attic', cpuBudgetMb: 1000, env: ENV })];
-    await addModel(hub, { path: fixture('wordy'), name: 'wordy' });
+    ({ hub, nodes } = await household());
   });
-  after(async () => {
-    for (const n of nodes ?? []) await n.stop();
-    await hub?.stop();
-  });
+  after(() => leave(hub, nodes));
 
   /** Pause the node running the model; resolves once its replica is gone and the other node may take the next turn. */
   async function pauseServing(): Promise<NodeProcess> {
@@ -347,14 +350,9 @@ describe("a moved answer's KV goes with it to a new placement", { timeout: 300_0
   let nodes: NodeProcess[];
 
   before(async () => {
-    hub = await startHub({ env: ENV });
-    nodes = [await startNode(hub, { name: 'kitchen', cpuBudgetMb: 1000, env: ENV }), await startNode(hub, { name: 'attic', cpuBudgetMb: 1000, env: ENV })];
-    await addModel(hub, { path: fixture('wordy'), name: 'wordy' });
+    ({ hub, nodes } = await household());
   });
-  after(async () => {
-    for (const n of nodes ?? []) await n.stop();
-    await hub?.stop();
-  });
+  after(() => leave(hub, nodes));
 
   /** A streamed answer paused after its 5th token; the move, once the answer is whole and equal to `want`. */
   async function movedAnswer(openai: OpenAI, body: OpenAI.ChatCompletionCreateParamsNonStreaming, want: OpenAI.ChatCompletion) {
@@ -376,9 +374,12 @@ describe("a moved answer's KV goes with it to a new placement", { timeout: 300_0
     assert.equal(usage?.completion_tokens, want.usage?.completion_tokens);
     await paused!.local('/resume', 'POST');
     const m = (await hub.status()).moves[0]!;
-    console.log(`moved ${m.from} → ${m.to} after ${m.sent_tokens} tokens: ${m.cached_tokens} of ${want.usage!.prompt_tokens} + ${m.sent_tokens} tokens found cached; the client waited ${m.gap_ms} ms`);
+    console.log(
+      `moved ${m.from} → ${m.to} after ${m.sent_tokens} tokens: ${m.cached_tokens} of ${want.usage!.prompt_tokens} + ${m.sent_tokens} tokens found cached, ${m.state_bytes} bytes of KV carried; the client waited ${m.gap_ms} ms`,
+    );
     assert.equal(m.outcome, 'continued');
     assert.ok(m.cached_tokens! >= want.usage!.prompt_tokens + m.sent_tokens - 1, `the continuation found ${m.cached_tokens} tokens cached`);
+    assert.ok(m.state_bytes > 0, 'the move says how much KV went with it');
     return m;
   }
 

@@ -27,6 +27,8 @@ interface Move {
   /** The stop, as the client's error would say it. */
   readonly error: RelayError;
   readonly from: string;
+  /** The placement that stopped (whose kept state the continuation's may read back). */
+  readonly fromPlacement: string;
   readonly at: number;
 }
 
@@ -92,7 +94,7 @@ export async function throughPool(h: HubHttp, req: V1Request, res: ServerRespons
       }
     }
   };
-  const noteMove = (m: Move, to: string | null, detail?: string): MoveDto => {
+  const noteMove = (m: Move, to: string | null, stateBytes = 0, detail?: string): MoveDto => {
     const outcome = to === null ? 'ended' : 'continued';
     const dto: MoveDto = {
       at: new Date(m.at).toISOString(),
@@ -104,6 +106,7 @@ export async function throughPool(h: HubHttp, req: V1Request, res: ServerRespons
       sent_tokens: m.sent?.tokens ?? 0,
       gap_ms: to === null ? null : Date.now() - m.at,
       cached_tokens: null,
+      state_bytes: stateBytes,
       outcome,
       ...(detail ? { detail } : {}),
     };
@@ -114,7 +117,7 @@ export async function throughPool(h: HubHttp, req: V1Request, res: ServerRespons
   };
   /** A moved answer that cannot go on: its stream ends with the stop's error, saying why it did not continue. */
   const endMoved = (m: Move, detail: string): void => {
-    noteMove(m, null, detail);
+    noteMove(m, null, 0, detail);
     const err = new RelayError(m.error.code, `${m.error.message}; it could not continue elsewhere: ${detail}`, m.error.details);
     done(errorIn(shape, err).status);
     if (res.writableEnded || res.destroyed) return;
@@ -153,7 +156,7 @@ export async function throughPool(h: HubHttp, req: V1Request, res: ServerRespons
       const m = move;
       // A running one-slot placement reads in the answer's KV (the stopped placement's kept slot): only the new tokens
       // are evaluated. A placement the continuation started has read it back already (slot-carry.ts).
-      if (m && lease.takeIn) await lease.takeIn();
+      const carried = m ? ((await lease.takeIn?.()) ?? 0) || (lease.restored?.from === m.fromPlacement ? lease.restored.bytes : 0) : 0;
       if (!m) translator = p.translate?.({ startedAt: t0, leasedAt: Date.now() });
       const stitch = m ? new Stitcher(m.sent!) : null;
       let noted: MoveDto | null = null;
@@ -168,7 +171,7 @@ export async function throughPool(h: HubHttp, req: V1Request, res: ServerRespons
         spares,
         translate: translator,
         continuable,
-        ...(m && stitch ? { continuing: { stitch, sent: m.bytes, head: m.head }, onStart: () => (noted = noteMove(m, lease.where)) } : {}),
+        ...(m && stitch ? { continuing: { stitch, sent: m.bytes, head: m.head }, onStart: () => (noted = noteMove(m, lease.where, carried)) } : {}),
         onDone: (status, usage) => {
           if (noted && stitch) noted.cached_tokens = stitch.carried;
           done(status, usage);
@@ -180,7 +183,16 @@ export async function throughPool(h: HubHttp, req: V1Request, res: ServerRespons
         attempts.exclude.add(lease.placementId);
         const sent = readSent(format!, outcome.sent.toString('utf8'));
         const next = sent ? continuationBody(p.json, sent) : 'half an event had gone out';
-        move = { sent, bytes: outcome.sent, head: outcome.head, body: Buffer.from(typeof next === 'string' ? '' : JSON.stringify(next)), error: outcome.error, from: lease.where, at: Date.now() };
+        move = {
+          sent,
+          bytes: outcome.sent,
+          head: outcome.head,
+          body: Buffer.from(typeof next === 'string' ? '' : JSON.stringify(next)),
+          error: outcome.error,
+          from: lease.where,
+          fromPlacement: lease.placementId,
+          at: Date.now(),
+        };
         if (typeof next === 'string') return endMoved(move, next);
         if (++moves > MAX_MOVES) return endMoved(move, `it moved ${MAX_MOVES} times`);
         continue;

@@ -75,9 +75,9 @@ export class NodeLauncher {
       if (layout) this.keeping.set(p.id, { model: model.name, layout });
       // The conversations the model's last replica held (here, on the hub or another node), sent into its slots.
       const put = (f: KeptFile): Promise<void> => putSlot(conn, p.id, f.slot, this.deps.slots.path(f.file), f.bytes);
-      const restoredFrom = layout ? await this.deps.slots.restoreWith(model.name, layout, put, START_RESTORE_WAIT_MS) : null;
+      const restored = layout ? await this.deps.slots.restoreWith(model.name, layout, put, START_RESTORE_WAIT_MS) : null;
       // Running, with one slot: an answer that moves here takes its kept state in (its lease holds that slot).
-      const takeIn = layout?.slots === 1 ? async () => (await this.deps.slots.restoreWith(model.name, layout, put, TAKE_IN_WAIT_MS)) !== null : undefined;
+      const takeIn = layout?.slots === 1 ? async () => (await this.deps.slots.restoreWith(model.name, layout, put, TAKE_IN_WAIT_MS))?.bytes ?? 0 : undefined;
       return {
         baseUrl: `http://${conn.name}.node.relay`,
         connect: () => conn.open({ kind: 'http', replica: p.id }),
@@ -86,7 +86,8 @@ export class NodeLauncher {
         buffers: [],
         exited: null,
         tail: () => '',
-        restoredFrom,
+        restoredFrom: restored?.from ?? null,
+        restoredBytes: restored?.bytes ?? 0,
         ...(takeIn ? { takeIn } : {}),
       };
     } catch (err) {

@@ -32,13 +32,14 @@ export interface Running {
   readonly exited: Promise<string> | null;
   /** The last lines of its output, for a failure report. */
   tail(): string;
-  /** The stopped placement whose kept slots this one restored before its first request (slot-keep.ts). */
+  /** The stopped placement whose kept slots this one restored before its first request (slot-keep.ts), and their bytes. */
   readonly restoredFrom?: string | null;
+  readonly restoredBytes?: number;
   /**
    * A running one-slot replica reads the model's kept state — an answer that moved here from a stopped placement —
-   * into its slot, while the caller's lease holds that slot; true when it did (slot-keep.ts, slot-carry.ts).
+   * into its slot, while the caller's lease holds that slot; the bytes it read (0: none) (slot-keep.ts, slot-carry.ts).
    */
-  readonly takeIn?: () => Promise<boolean>;
+  readonly takeIn?: () => Promise<number>;
 }
 
 export interface Placement {
@@ -110,8 +111,10 @@ export interface Lease {
   readonly model: ModelRecord;
   /** Aborted when the scheduler stops its placement; `reason` says why ("node north paused (…)"). */
   readonly halted: AbortSignal;
-  /** Running.takeIn: the kept state of an answer that moved here, read into the slot this lease holds. */
-  readonly takeIn?: () => Promise<boolean>;
+  /** Running.takeIn: the kept state of an answer that moved here, read into the slot this lease holds (its bytes). */
+  readonly takeIn?: () => Promise<number>;
+  /** The stopped placement whose state this one read back at its start, and the bytes (Running.restoredFrom). */
+  readonly restored?: { readonly from: string; readonly bytes: number };
   /** What llama-server reported of the request (speeds, for routing by recent time per token and prompt speed). */
   release(report?: LeaseReport | null): void;
   /**
@@ -215,6 +218,7 @@ export function openLease(p: Placement, model: ModelRecord, hooks: { now(): numb
     baseUrl: running.baseUrl,
     ...(running.connect ? { connect: running.connect } : {}),
     ...(running.takeIn ? { takeIn: running.takeIn } : {}),
+    ...(running.restoredFrom ? { restored: { from: running.restoredFrom, bytes: running.restoredBytes ?? 0 } } : {}),
     model,
     halted: p.halt.signal,
     stallMs: () => stallMs(p.msPerToken),

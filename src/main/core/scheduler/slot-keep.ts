@@ -28,6 +28,12 @@ export interface SlotLayout {
   readonly stateBytes?: number;
 }
 
+/** A kept state read back: the placement it was kept from, and its bytes. */
+export interface Restored {
+  readonly from: string;
+  readonly bytes: number;
+}
+
 /** One kept slot: its file in the store, its size and sha256. */
 export interface KeptFile {
   readonly slot: number;
@@ -133,9 +139,9 @@ export class SlotKeeper {
 
   /**
    * Read the state kept for `model` into a new llama-server of the same layout; the placement it came from (whose
-   * prompts the new one now holds), or null: none kept, another layout, or a restore failed (then cold).
+   * prompts the new one now holds) and its size, or null: none kept, another layout, or a restore failed (then cold).
    */
-  restore(model: string, layout: SlotLayout, baseUrl: string, waitMs?: number): Promise<string | null> {
+  restore(model: string, layout: SlotLayout, baseUrl: string, waitMs?: number): Promise<Restored | null> {
     return this.restoreWith(model, layout, (f) => postJson(`${baseUrl}/slots/${f.slot}?action=restore`, { filename: f.file }), waitMs);
   }
 
@@ -159,7 +165,7 @@ export class SlotKeeper {
    * `restore` by way of `put` (a node replica's: the file sent through the tunnel); each file's hash checked first.
    * A state on its way is waited for (`expect`), at most `waitMs` when given.
    */
-  async restoreWith(model: string, layout: SlotLayout, put: (f: KeptFile) => Promise<unknown>, waitMs?: number): Promise<string | null> {
+  async restoreWith(model: string, layout: SlotLayout, put: (f: KeptFile) => Promise<unknown>, waitMs?: number): Promise<Restored | null> {
     const incoming = this.incoming.get(model);
     if (incoming && waitMs !== undefined) {
       let timer: NodeJS.Timeout | undefined;
@@ -176,7 +182,7 @@ export class SlotKeeper {
         await put(f);
       }
       this.d.log.info({ model, from: k.placementId, slots: k.files.length, bytes: k.bytes }, 'restored the slots kept from the last replica');
-      return k.placementId;
+      return { from: k.placementId, bytes: k.bytes };
     } catch (err) {
       this.d.log.warn({ model, message: (err as Error).message }, 'could not restore kept slots: the conversations start cold');
       // A partly restored server holds some prompts the routing does not know of: harmless (it only misses).
