@@ -9,7 +9,7 @@ if (major < 20 || (major === 20 && minor < 12)) {
   process.exit(1);
 }
 
-const entry = new URL('../dist/src/main/cli.js', import.meta.url);
+const entry = new URL('../dist/src/main/cli/index.js', import.meta.url);
 if (!existsSync(entry)) {
   console.error('relay: dist/ is missing: run `npm run build` (npm ci does it for you).');
   process.exit(1);

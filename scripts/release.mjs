@@ -176,7 +176,7 @@ function pack(dir, out) {
 export async function release({ only = ['linux', 'win', 'npm'], cuda = '13', out: outArg = join(root, 'out', 'release'), log = (l) => console.error(`release: ${l}`) } = {}) {
   if (process.platform !== 'linux' || process.arch !== 'x64') throw new Error('releases are built on Linux x64');
   const out = resolve(outArg); // tar, zip and npm pack run in other folders
-  if (!existsSync(join(root, 'dist', 'src', 'main', 'cli.js'))) throw new Error('dist/ is missing: npm run build');
+  if (!existsSync(join(root, 'dist', 'src', 'main', 'cli', 'index.js'))) throw new Error('dist/ is missing: npm run build');
   cudaIds(cuda);
   mkdirSync(out, { recursive: true });
   const work = join(out, '.work');

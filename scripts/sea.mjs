@@ -71,7 +71,7 @@ export async function bundle(out) {
   const external = ['koffi', 'bufferutil', 'utf-8-validate', 'electron'];
   await esbuild.build({
     ...common,
-    entryPoints: [join(root, 'dist', 'src', 'main', 'cli.js')],
+    entryPoints: [join(root, 'dist', 'src', 'main', 'cli', 'index.js')],
     outfile: join(out, 'app.cjs'),
     external,
     banner: { js: "require = require('node:module').createRequire(__filename);" },

@@ -44,7 +44,7 @@ describe('the npm package, installed globally from its packed tarballs', { timeo
 
   it('the package holds what runs (compiled code, the command, the dashboard) and no tests, sources or maps; its optional dependencies are the binary packages of its version', () => {
     const files = listed(build.npm.main);
-    for (const f of ['package/bin/relay.js', 'package/dist/src/main/cli.js', 'package/dist/src/main/core/gguf/worker.js', 'package/src/renderer/index.html', 'package/package.json', 'package/LICENSE']) assert.ok(files.includes(f), f);
+    for (const f of ['package/bin/relay.js', 'package/dist/src/main/cli/index.js', 'package/dist/src/main/core/gguf/worker.js', 'package/src/renderer/index.html', 'package/package.json', 'package/LICENSE']) assert.ok(files.includes(f), f);
     assert.deepEqual(
       files.filter((f) => /\.map$|\.ts$|^package\/(test|bench|scripts|docs)\//.test(f)),
       [],

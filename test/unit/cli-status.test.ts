@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { statusLines, table } from '../../src/main/cli-status.js';
+import { statusLines, table } from '../../src/main/cli/status.js';
 
 describe('relay status (pure formatting)', () => {
   it('pads columns to the widest cell and never leaves trailing spaces', () => {

@@ -10,7 +10,7 @@ import { parseHubMessage, parseNodeMessage, parseStreamHeader, PROTOCOL_VERSION 
 import { checkJoinToken, mintJoinToken } from '../../src/main/core/pairing/tokens.js';
 import { AutoPause, availabilityOf, inPauseWindow, parseSchedule } from '../../src/main/core/availability.js';
 import { ModelCache } from '../../src/main/core/node/cache.js';
-import { cacheBudgetFlag } from '../../src/main/cli-cache.js';
+import { cacheBudgetFlag } from '../../src/main/cli/cache.js';
 
 const sha = (b: Buffer) => createHash('sha256').update(b).digest('hex');
 const tmp = () => mkdtempSync(join(tmpdir(), 'relay-cache-'));

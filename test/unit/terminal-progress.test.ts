@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { EventEmitter } from 'node:events';
 import { describe, it, mock } from 'node:test';
-import { formatBar, llamaBuildProgress, showHubPushes, showNodePushes, TerminalProgress } from '../../src/main/terminal-progress.js';
+import { formatBar, llamaBuildProgress, showHubPushes, showNodePushes, TerminalProgress } from '../../src/main/cli/progress.js';
 
 class FakeStream {
   out = '';

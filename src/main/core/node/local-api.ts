@@ -7,7 +7,7 @@ import { join } from 'node:path';
 /**
  * The running agent's local control API on 127.0.0.1 (a random port and a random token in NODE_DIR/agent.json,
  * 0600): what `relay pause`/`resume`/`status`/`cache` and the tray reach the agent through. Its client is
- * cli-api.ts's agentRequest.
+ * cli/api.ts's agentRequest.
  */
 export interface LocalApiHandlers {
   setPaused(paused: boolean): Promise<void>;

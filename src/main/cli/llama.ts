@@ -1,6 +1,6 @@
 import { parseArgs } from 'node:util';
-import { autoPauseSupport } from './core/gpu/nvml.js';
-import { packageVersion } from './core/hub/index.js';
+import { autoPauseSupport } from '../core/gpu/nvml.js';
+import { packageVersion } from '../core/hub/index.js';
 import {
   BACKEND_CHOICES,
   GPU_BACKENDS,
@@ -13,13 +13,13 @@ import {
   type BackendChoice,
   type GpuBackend,
   type LlamaInstall,
-} from './core/llama/index.js';
-import type { Logger } from './core/log.js';
-import { readSettings } from './core/node/settings.js';
-import { nodeHomeDir } from './core/config.js';
-import { buildWindows } from './core/llama/build-windows.js';
-import { doctorLines } from './core/llama/doctor.js';
-import { llamaBuildProgress, TerminalProgress } from './terminal-progress.js';
+} from '../core/llama/index.js';
+import type { Logger } from '../core/log.js';
+import { readSettings } from '../core/node/settings.js';
+import { nodeHomeDir } from '../core/config.js';
+import { buildWindows } from '../core/llama/build-windows.js';
+import { doctorLines } from '../core/llama/doctor.js';
+import { llamaBuildProgress, TerminalProgress } from './progress.js';
 
 /** `relay llama build` and `relay doctor`: the binaries, the GPU backend and what the machine has. */
 

@@ -4,7 +4,7 @@
  * requests and backoffs. `statusLines` is pure: it takes the /status JSON and returns the lines.
  */
 
-import type { DeviceStatus, HubAvailabilityStatus, ModelStatus, NodeStatus, PushStatus, ReplicaStatus, StageStatus, StatusDto } from '../shared/status.js';
+import type { DeviceStatus, HubAvailabilityStatus, ModelStatus, NodeStatus, PushStatus, ReplicaStatus, StageStatus, StatusDto } from '../../shared/status.js';
 
 /**
  * What `relay status` reads of /status, picked from the DTO (a field renamed there fails to compile here). Every

@@ -1,7 +1,7 @@
 import { resolve } from 'node:path';
 import { parseArgs } from 'node:util';
-import { api, apiFailure, hubUrl, intFlag } from './cli-api.js';
-import { cmdPull } from './cli-pull.js';
+import { api, apiFailure, hubUrl, intFlag } from './api.js';
+import { cmdPull } from './pull.js';
 
 /** `relay models add|pull|set|import|ls|rm`: the running hub's registry through its admin API. */
 

@@ -1,6 +1,6 @@
-import type { PullView } from '../shared/status.js';
-import { api, apiFailure } from './cli-api.js';
-import { TerminalProgress } from './terminal-progress.js';
+import type { PullView } from '../../shared/status.js';
+import { api, apiFailure } from './api.js';
+import { TerminalProgress } from './progress.js';
 
 /**
  * `relay models pull REPO[:QUANT|/FILE] [--name N]`: the hub downloads from Hugging Face (it is the one machine

@@ -1,4 +1,4 @@
-import { cliConfigFromEnv } from './core/config.js';
+import { cliConfigFromEnv } from '../core/config.js';
 
 /** What the CLI's commands share: flags and the hub's admin API. */
 

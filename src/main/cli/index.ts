@@ -1,22 +1,22 @@
 import { resolve } from 'node:path';
 import { parseArgs } from 'node:util';
-import { isRelayError } from '../shared/errors.js';
-import type { StatusDto } from '../shared/status.js';
-import { hubConfigFromEnv, processEnv, type HubConfig } from './core/config.js';
-import { packageVersion, startHub } from './core/hub/index.js';
-import { hubJoinToken } from './core/pairing/tokens.js';
-import { joinCommands, type JoinCommand } from './core/pairing/join-commands.js';
-import { packageName } from './core/app-files.js';
-import { ensureLlama, terminateAll } from './core/llama/index.js';
-import { backendOf, cmdDoctor, cmdLlamaBuild, logInstall } from './cli-llama.js';
-import { cmdCache } from './cli-cache.js';
-import { api, apiFailure, hubUrl, intFlag } from './cli-api.js';
-import { cmdModels } from './cli-models.js';
-import { statusLines } from './cli-status.js';
-import { cmdPause, cmdUp, nodeHome } from './cli-node.js';
-import { parseSchedule } from './core/availability.js';
-import { llamaBuildProgress, showHubPushes, TerminalProgress } from './terminal-progress.js';
-import { createLogger, logStrayRejections } from './core/log.js';
+import { isRelayError } from '../../shared/errors.js';
+import type { StatusDto } from '../../shared/status.js';
+import { hubConfigFromEnv, processEnv, type HubConfig } from '../core/config.js';
+import { packageVersion, startHub } from '../core/hub/index.js';
+import { hubJoinToken } from '../core/pairing/tokens.js';
+import { joinCommands, type JoinCommand } from '../core/pairing/join-commands.js';
+import { packageName } from '../core/app-files.js';
+import { ensureLlama, terminateAll } from '../core/llama/index.js';
+import { backendOf, cmdDoctor, cmdLlamaBuild, logInstall } from './llama.js';
+import { cmdCache } from './cache.js';
+import { api, apiFailure, hubUrl, intFlag } from './api.js';
+import { cmdModels } from './models.js';
+import { statusLines } from './status.js';
+import { cmdPause, cmdUp, nodeHome } from './node.js';
+import { parseSchedule } from '../core/availability.js';
+import { llamaBuildProgress, showHubPushes, TerminalProgress } from './progress.js';
+import { createLogger, logStrayRejections } from '../core/log.js';
 
 const USAGE = `relay — pool a household's GPUs for llama.cpp inference
 

@@ -2,19 +2,19 @@ import { existsSync, readFileSync } from 'node:fs';
 import { hostname } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
-import { nodeConfigFromEnv, nodeHomeDir } from './core/config.js';
-import { tokenHubUrl } from './core/pairing/tokens.js';
-import { ensureLlama, terminateAll } from './core/llama/index.js';
-import { backendOf, logInstall } from './cli-llama.js';
-import { lendsLine } from './core/llama/doctor.js';
-import { cacheBudgetFlag } from './cli-cache.js';
-import { api, apiFailure, hubUrl, intFlag } from './cli-api.js';
-import { llamaBuildProgress, showNodePushes, TerminalProgress } from './terminal-progress.js';
-import { createLogger, logStrayRejections } from './core/log.js';
-import { NodeAgent } from './core/node/agent.js';
-import { readSettings, writeSettings, type NodeSettings } from './core/node/settings.js';
-import { joinHub } from './core/node/hub-client.js';
-import { parseSchedule } from './core/availability.js';
+import { nodeConfigFromEnv, nodeHomeDir } from '../core/config.js';
+import { tokenHubUrl } from '../core/pairing/tokens.js';
+import { ensureLlama, terminateAll } from '../core/llama/index.js';
+import { backendOf, logInstall } from './llama.js';
+import { lendsLine } from '../core/llama/doctor.js';
+import { cacheBudgetFlag } from './cache.js';
+import { api, apiFailure, hubUrl, intFlag } from './api.js';
+import { llamaBuildProgress, showNodePushes, TerminalProgress } from './progress.js';
+import { createLogger, logStrayRejections } from '../core/log.js';
+import { NodeAgent } from '../core/node/agent.js';
+import { readSettings, writeSettings, type NodeSettings } from '../core/node/settings.js';
+import { joinHub } from '../core/node/hub-client.js';
+import { parseSchedule } from '../core/availability.js';
 
 /** `relay up` (run a node) and `relay pause|resume` (a node's, or with --hub the hub's own devices). */
 
