@@ -1,4 +1,5 @@
 import { createHash } from 'node:crypto';
+import { sha256File } from '../models/describe.js';
 import { chmodSync, createReadStream, createWriteStream, mkdirSync, readdirSync, rmSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { pipeline } from 'node:stream/promises';
@@ -64,7 +65,7 @@ export class NodeSlots {
         const size = statSync(join(this.d.dir, file)).size;
         if ((bytes += size) > maxBytes) throw new Error(`its slots take over ${maxBytes} bytes`);
         if (Date.now() > deadline) throw new Error(`saving took over ${SAVE_BUDGET_MS} ms`);
-        kept.push({ slot: s.id, file, bytes: size, sha256: await sha256Of(join(this.d.dir, file)), at: Date.now() });
+        kept.push({ slot: s.id, file, bytes: size, sha256: await sha256File(join(this.d.dir, file)), at: Date.now() });
       }
     } catch (err) {
       this.d.log.info({ replica, message: (err as Error).message }, 'slots not kept: its conversations start cold elsewhere');
@@ -184,10 +185,4 @@ function receive(st: YamuxStream, path: string, size: number): Promise<string> {
     if (size === 0) fail(new Error('an empty state'));
     else st.resume();
   });
-}
-
-async function sha256Of(path: string): Promise<string> {
-  const hash = createHash('sha256');
-  for await (const b of createReadStream(path)) hash.update(b as Buffer);
-  return hash.digest('hex');
 }

@@ -1,4 +1,5 @@
 import { createHash } from 'node:crypto';
+import { sha256File } from '../models/describe.js';
 import { createReadStream, createWriteStream, rmSync } from 'node:fs';
 import { pipeline } from 'node:stream/promises';
 import type { SavedSlot } from '../../../shared/protocol.js';
@@ -67,7 +68,7 @@ export async function fetchSlot(conn: NodeConn, replica: string, s: SavedSlot, p
 
 /** Send the state at `path` into slot `slot` of node `conn`'s running `replica`; resolves once it was read back. */
 export async function putSlot(conn: NodeConn, replica: string, slot: number, path: string, size: number): Promise<void> {
-  const sha256 = await sha256Of(path);
+  const sha256 = await sha256File(path);
   const st = conn.open({ kind: 'slot', op: 'put', replica, slot, size, sha256 });
   st.on('error', () => undefined);
   const timer = setTimeout(() => st.destroy(new Error('the slot state was not restored in time')), SLOT_CARRY_TIMEOUT_MS);
@@ -84,12 +85,6 @@ export async function putSlot(conn: NodeConn, replica: string, slot: number, pat
     clearTimeout(timer);
     st.destroy();
   }
-}
-
-export async function sha256Of(path: string): Promise<string> {
-  const hash = createHash('sha256');
-  for await (const b of createReadStream(path)) hash.update(b as Buffer);
-  return hash.digest('hex');
 }
 
 /** The stream's first line (a JSON answer) and whatever came after it in the same read. */

@@ -1,7 +1,7 @@
 import { chmodSync, mkdirSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Logger } from 'pino';
-import { sha256Of } from './slot-carry.js';
+import { sha256File } from '../models/describe.js';
 
 /**
  * Conversations kept across a keep-alive stop (issue #26, item 2): before an idle host replica stops, each of its
@@ -103,7 +103,7 @@ export class SlotKeeper {
       for (const s of slots) {
         const file = `${placementId}-${s.id}.bin`;
         const r = (await postJson(`${baseUrl}/slots/${s.id}?action=save`, { filename: file })) as { n_written?: number };
-        files.push({ slot: s.id, file, bytes: r.n_written ?? 0, sha256: await sha256Of(this.path(file)) });
+        files.push({ slot: s.id, file, bytes: r.n_written ?? 0, sha256: await sha256File(this.path(file)) });
       }
     } catch (err) {
       this.d.log.warn({ model, placement: placementId, message: (err as Error).message }, 'could not save the slots of a stopping replica: its conversations start cold');
@@ -178,7 +178,7 @@ export class SlotKeeper {
     try {
       if (k.layout !== layoutKey(layout)) return null;
       for (const f of k.files) {
-        if ((await sha256Of(this.path(f.file))) !== f.sha256) throw new Error(`${f.file} does not hash to what was kept (damaged)`);
+        if ((await sha256File(this.path(f.file))) !== f.sha256) throw new Error(`${f.file} does not hash to what was kept (damaged)`);
         await put(f);
       }
       this.d.log.info({ model, from: k.placementId, slots: k.files.length, bytes: k.bytes }, 'restored the slots kept from the last replica');
