@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto';
 import { sha256File } from '../models/describe.js';
-import { createReadStream, createWriteStream, rmSync } from 'node:fs';
+import { createReadStream, createWriteStream, renameSync, rmSync } from 'node:fs';
 import { pipeline } from 'node:stream/promises';
 import type { SavedSlot } from '../../../shared/protocol.js';
 import type { NodeConn } from '../pool/conn.js';
@@ -44,7 +44,8 @@ export async function fetchSlot(conn: NodeConn, replica: string, s: SavedSlot, p
     if (!head.ok) throw new Error(head.message ?? 'the node kept no such slot');
     const hash = createHash('sha256');
     let got = 0;
-    const out = createWriteStream(path, { mode: 0o600 });
+    const part = `${path}.part`; // under its name only once whole and checked
+    const out = createWriteStream(part, { mode: 0o600 });
     const count = async function* (): AsyncGenerator<Buffer> {
       if (rest.byteLength > 0) yield tally(rest);
       for await (const b of st) yield tally(b as Buffer);
@@ -57,8 +58,9 @@ export async function fetchSlot(conn: NodeConn, replica: string, s: SavedSlot, p
     };
     await pipeline(count(), out);
     if (got !== s.bytes || hash.digest('hex') !== s.sha256) throw new Error(`the slot state arrived damaged (${got} of ${s.bytes} bytes, or another sha256)`);
+    renameSync(part, path);
   } catch (err) {
-    rmSync(path, { force: true });
+    rmSync(`${path}.part`, { force: true });
     throw err;
   } finally {
     clearTimeout(timer);
