@@ -267,4 +267,3 @@ export type NodeToHub = Hello | Heartbeat | AvailabilityMsg | Reply | ErrorMsg;
 export type HubToNode = Welcome | Command | ErrorMsg;
 
 // The validators of every message and stream header: protocol-validate.ts.
-export { parseHubMessage, parseNodeMessage, parseStreamHeader, type Parsed } from './protocol-validate.js';

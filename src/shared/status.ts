@@ -1,6 +1,6 @@
 /**
  * The hub's /status (and /events, /api/nodes) as it goes over the wire: one set of shapes for the hub that
- * builds it (hub/status.ts is typed against StatusDto), `relay status`, the tray and the tests. snake_case
+ * builds it (hub/observe/status.ts is typed against StatusDto), `relay status`, the tray and the tests. snake_case
  * throughout (the hub ↔ node protocol's camelCase DeviceInfo is mapped at the hub).
  */
 import type { Availability, RunningReplica, RunningRpc } from './protocol.js';

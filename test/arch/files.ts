@@ -1,4 +1,4 @@
-import { readdirSync } from 'node:fs';
+import { readdirSync, readFileSync } from 'node:fs';
 import { join, relative } from 'node:path';
 
 /** The repository's root (the tests run from dist/test/arch). */
@@ -16,4 +16,10 @@ export function repoFiles(dir = root): string[] {
     const p = join(dir, e.name);
     return e.isDirectory() ? repoFiles(p) : [relative(root, p).replace(/\\/g, '/')];
   });
+}
+
+/** What a source file imports (value and type imports, re-exports, dynamic imports), as written. */
+export function imports(file: string): string[] {
+  const text = readFileSync(file, 'utf8');
+  return [...text.matchAll(/(?:import|export)\s[^'"]*?from\s+['"]([^'"]+)['"]|import\(\s*['"]([^'"]+)['"]\s*\)/g)].map((m) => m[1] ?? m[2]!);
 }

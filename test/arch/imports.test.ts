@@ -2,14 +2,9 @@ import assert from 'node:assert/strict';
 import { readdirSync, readFileSync } from 'node:fs';
 import { join, relative } from 'node:path';
 import { describe, it } from 'node:test';
-import { repoFiles, root, sources } from './files.js';
+import { imports, repoFiles, root, sources } from './files.js';
 
 /** The import direction the architecture promises: the headless core never reaches for Electron. */
-
-function imports(file: string): string[] {
-  const text = readFileSync(file, 'utf8');
-  return [...text.matchAll(/(?:import|export)\s[^'"]*?from\s+['"]([^'"]+)['"]|import\(\s*['"]([^'"]+)['"]\s*\)/g)].map((m) => m[1] ?? m[2]!);
-}
 
 describe('architecture', () => {
   it('nothing outside src/main/electron imports electron', () => {

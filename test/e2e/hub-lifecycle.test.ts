@@ -4,7 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
 import OpenAI from 'openai';
-import { adminAllowed } from '../../src/main/core/hub/auth.js';
+import { adminAllowed } from '../../src/main/core/hub/http/auth.js';
 import { fixture } from '../helpers/llama.js';
 import { addModel, startHub, type HubProcess } from '../helpers/hub.js';
 import { GREEDY_EXTRA } from '../helpers/openai.js';

@@ -1,5 +1,5 @@
 import type { StatusDto } from '../../src/shared/status.js';
-import type { ModelView } from '../../src/main/core/hub/http.js';
+import type { ModelView } from '../../src/main/core/hub/observe/model-view.js';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';

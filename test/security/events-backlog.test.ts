@@ -3,7 +3,7 @@ import { once } from 'node:events';
 import { createServer, type ServerResponse } from 'node:http';
 import { connect, type AddressInfo } from 'node:net';
 import { describe, it } from 'node:test';
-import { serveEvents } from '../../src/main/core/hub/events.js';
+import { serveEvents } from '../../src/main/core/hub/observe/events.js';
 
 /**
  * The hub's /events stream (serveEvents) against a reader that stops reading: dropped once its unsent backlog

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { cannotContinue, continuationBody, readSent, sseEvents } from '../../src/main/core/hub/continuation.js';
-import { Stitcher } from '../../src/main/core/hub/stitch.js';
+import { cannotContinue, continuationBody, readSent, sseEvents } from '../../src/main/core/hub/proxy/continuation.js';
+import { Stitcher } from '../../src/main/core/hub/proxy/stitch.js';
 
 /**
  * An answer that moves (continuation.ts) on llama-server's streams as the pinned build writes them: what the client

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { hostAllowed, hostOf, ownHostNames, pageCsp, sameOrigin } from '../../src/main/core/hub/guard.js';
-import { isClientRoute, originMatcher } from '../../src/main/core/hub/origins.js';
+import { hostAllowed, hostOf, ownHostNames, pageCsp, sameOrigin } from '../../src/main/core/hub/http/guard.js';
+import { isClientRoute, originMatcher } from '../../src/main/core/hub/http/origins.js';
 
 describe('browser guard (pure)', () => {
   const names = ownHostNames('0.0.0.0', ['relay.example'], 'Desktop', { eth0: [{ address: '192.168.1.20', netmask: '', family: 'IPv4', mac: '', internal: false, cidr: null }] });

@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { History, samples } from '../../src/main/core/hub/history.js';
+import { History, samples } from '../../src/main/core/hub/state/history.js';
 
 describe("chart history (the hub keeps the dashboard's last minutes)", () => {
   it('keeps each series for the window, skips missing values, drops a series no longer sampled', () => {

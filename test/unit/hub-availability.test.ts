@@ -4,7 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
 import pino from 'pino';
-import { HubAvailability } from '../../src/main/core/hub/availability.js';
+import { HubAvailability } from '../../src/main/core/hub/state/availability.js';
 import { Store } from '../../src/main/core/store/store.js';
 
 /** The hub's own devices: pause toggle, schedule and their persistence, with a clock the test sets. */

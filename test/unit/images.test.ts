@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { checkImages, imageSources, isLocalAddress } from '../../src/main/core/hub/images.js';
+import { checkImages, imageSources, isLocalAddress } from '../../src/main/core/hub/proxy/images.js';
 import { isRelayError } from '../../src/shared/errors.js';
 
 const data = 'data:image/png;base64,iVBORw0KGgo=';

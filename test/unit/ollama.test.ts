@@ -1,16 +1,16 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { humanCount, readGgufFile, readModelCard } from '../../src/main/core/gguf/index.js';
-import { chatUpstream, embedUpstream, generateUpstream, isLoadOnly, ollamaName, registeredName, samplers, unloadsNow, wantsStream } from '../../src/main/core/hub/ollama/request.js';
-import { ollamaEmbedding, ollamaGeneration, type AnswerShape } from '../../src/main/core/hub/ollama/response.js';
-import { capabilities, listed, psEntries, showBody } from '../../src/main/core/hub/ollama/models.js';
+import { chatUpstream, embedUpstream, generateUpstream, isLoadOnly, ollamaName, registeredName, samplers, unloadsNow, wantsStream } from '../../src/main/core/hub/api/ollama/request.js';
+import { ollamaEmbedding, ollamaGeneration, type AnswerShape } from '../../src/main/core/hub/api/ollama/response.js';
+import { capabilities, listed, psEntries, showBody } from '../../src/main/core/hub/api/ollama/models.js';
 import type { ModelRecord } from '../../src/main/core/store/store.js';
 import { isRelayError, RelayError, ErrorCode } from '../../src/shared/errors.js';
 import { FIXTURES } from '../fixtures/models.js';
 import { unitFixture as fixture } from '../fixtures/synthetic-vocab.js';
 
 /**
- * Ollama's API as llama-server requests and answers (the pure half of hub/ollama): what each request becomes, the
+ * Ollama's API as llama-server requests and answers (the pure half of hub/api/ollama): what each request becomes, the
  * NDJSON a streamed answer becomes however its bytes are split, tool calls gathered whole, the model cards read
  * from the suite's own GGUFs against what their specs say.
  */

@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { promptPrefix } from '../../src/main/core/hub/prompt-prefix.js';
+import { promptPrefix } from '../../src/main/core/hub/proxy/prompt-prefix.js';
 import type { Placement } from '../../src/main/core/scheduler/placement.js';
 import { PrefixIndex } from '../../src/main/core/scheduler/prefix.js';
 import { Router } from '../../src/main/core/scheduler/router.js';
@@ -9,7 +9,7 @@ import { fakeNode, model, setup, tick, where } from '../helpers/scheduler-double
 
 /**
  * Prefix-aware routing: a conversation's turns go back to the placement whose KV cache holds its start. The keys
- * (hub/prompt-prefix.ts), the memory of them (scheduler/prefix.ts), the rule (routing.ts's routeRequest) and the
+ * (hub/proxy/prompt-prefix.ts), the memory of them (scheduler/prefix.ts), the rule (routing.ts's routeRequest) and the
  * scheduler acting on it. (test/e2e/conversations.test.ts runs it on llama-server and reads `cached_tokens`.)
  */
 

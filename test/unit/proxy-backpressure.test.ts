@@ -2,6 +2,7 @@ import assert from 'node:assert/strict';
 import type { IncomingMessage } from 'node:http';
 import { describe, it } from 'node:test';
 import { throughProxy } from '../helpers/proxy-harness.js';
+import { OPENAI_ERRORS } from '../../src/main/core/hub/http/errors.js';
 
 /**
  * A long answer to a slow client: llama-server waits (the proxy pauses it) each time the client's socket is full.
@@ -34,7 +35,7 @@ describe('backpressure on a long answer to a slow client', () => {
           };
           more();
         },
-        'openai',
+        OPENAI_ERRORS,
         (res: IncomingMessage) =>
           new Promise((resolve) => {
             // A client slower than the hub: after each piece it takes, it waits a millisecond.

@@ -3,6 +3,8 @@ import type { RequestListener } from 'node:http';
 import { describe, it } from 'node:test';
 import { readAll, throughProxy } from '../helpers/proxy-harness.js';
 import { model, setup, tick } from '../helpers/scheduler-doubles.js';
+import { OPENAI_ERRORS } from '../../src/main/core/hub/http/errors.js';
+import { ANTHROPIC_ERRORS } from '../../src/main/core/hub/api/anthropic.js';
 
 /**
  * A placement the scheduler stops while it streams (its node's owner pauses, an eviction): llama-server stops
@@ -25,7 +27,7 @@ describe('a placement stopped mid-stream (the lease is halted)', () => {
     };
     const text = await throughProxy(
       upstream,
-      'openai',
+      OPENAI_ERRORS,
       async (res) => {
         res.once('data', () => halt.abort('node north paused (paused by the owner)'));
         return readAll(res);
@@ -45,7 +47,7 @@ describe('a placement stopped mid-stream (the lease is halted)', () => {
     };
     const text = await throughProxy(
       upstream,
-      'anthropic',
+      ANTHROPIC_ERRORS,
       async (res) => {
         res.once('data', () => halt.abort('evicted (least recently used) to make room for "big"'));
         return readAll(res);
@@ -61,7 +63,7 @@ describe('a placement stopped or failed before it answered', () => {
     const halt = new AbortController();
     // A llama-server still evaluating the prompt when its placement is stopped.
     const upstream: RequestListener = () => halt.abort('node north paused (paused by the owner)');
-    const text = await throughProxy(upstream, 'openai', readAll, halt.signal);
+    const text = await throughProxy(upstream, OPENAI_ERRORS, readAll, halt.signal);
     assert.deepEqual(JSON.parse(text), { retry: true, halted: true });
   });
 

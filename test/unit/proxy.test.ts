@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { httpError } from '../../src/shared/errors.js';
-import { llamaRefusal } from '../../src/main/core/hub/llama-answer.js';
+import { llamaRefusal } from '../../src/main/core/hub/proxy/llama-answer.js';
 
 /**
  * Whose fault an error answer is: llama-server's own refusal of a request (bad parameters, a prompt over the

@@ -3,8 +3,8 @@ import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
-import { ApiKeys, beyondLoopback } from '../../src/main/core/hub/keys.js';
-import { cookieValue, DashboardSessions, SESSION_TTL_MS } from '../../src/main/core/hub/sessions.js';
+import { ApiKeys, beyondLoopback } from '../../src/main/core/hub/http/keys.js';
+import { cookieValue, DashboardSessions, SESSION_TTL_MS } from '../../src/main/core/hub/http/sessions.js';
 import { Store } from '../../src/main/core/store/store.js';
 
 describe('dashboard login links (pure, with a clock the test sets)', () => {

@@ -8,8 +8,8 @@ import { cliConfigFromEnv, hubConfigFromEnv, nodeConfigFromEnv } from '../../src
 import { mergeDevices } from '../../src/main/core/gpu/inventory.js';
 import { parseNvidiaSmi } from '../../src/main/core/gpu/smi.js';
 import { readNvml } from '../../src/main/core/gpu/nvml.js';
-import { usageFromTail } from '../../src/main/core/hub/llama-answer.js';
-import { HubMetrics } from '../../src/main/core/hub/metrics.js';
+import { usageFromTail } from '../../src/main/core/hub/proxy/llama-answer.js';
+import { HubMetrics } from '../../src/main/core/hub/state/metrics.js';
 import { SCHEMA_VERSION, Store } from '../../src/main/core/store/store.js';
 import { createLogger } from '../../src/main/core/log.js';
 

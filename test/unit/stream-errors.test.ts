@@ -1,9 +1,11 @@
 import assert from 'node:assert/strict';
 import type { RequestListener } from 'node:http';
 import { describe, it } from 'node:test';
-import { endingError } from '../../src/main/core/hub/sse-error.js';
-import { ollamaGeneration } from '../../src/main/core/hub/ollama/response.js';
-import type { ErrorShape } from '../../src/main/core/hub/dialects.js';
+import { endingError } from '../../src/main/core/hub/proxy/sse-error.js';
+import { ollamaGeneration } from '../../src/main/core/hub/api/ollama/response.js';
+import type { ErrorShape } from '../../src/main/core/hub/http/errors.js';
+import { OPENAI_ERRORS } from '../../src/main/core/hub/http/errors.js';
+import { ANTHROPIC_ERRORS } from '../../src/main/core/hub/api/anthropic.js';
 import { readAll, throughProxy } from '../helpers/proxy-harness.js';
 
 /**
@@ -33,13 +35,13 @@ describe("llama-server's error mid-stream, in the form a newer llama-server send
   });
 
   it('OpenAI chat and completions, and Responses: the text so far, then an error event the SDKs raise', async () => {
-    const text = await through('openai');
+    const text = await through(OPENAI_ERRORS);
     assert.ok(text.startsWith(TOKEN), text);
     assert.match(text, /\ndata: \{"error":\{[^\n]*"message":"the model produced output that does not match the expected format"/);
   });
 
   it('Anthropic Messages: the text so far, then its `event: error`', async () => {
-    const text = await through('anthropic');
+    const text = await through(ANTHROPIC_ERRORS);
     assert.ok(text.startsWith(TOKEN), text);
     assert.match(text, /event: error\ndata: \{"type":"error","error":\{"type":"api_error","message":"the model produced output that does not match the expected format"\}\}\n\n$/);
   });

@@ -1,13 +1,13 @@
 import assert from 'node:assert/strict';
 import type { IncomingMessage } from 'node:http';
 import { describe, it } from 'node:test';
-import { DIALECT_ROUTES } from '../../src/main/core/hub/dialects.js';
-import { declaresJson, guardRefusal, ownHostNames } from '../../src/main/core/hub/guard.js';
-import { dialectTarget, targetPath } from '../../src/main/core/hub/v1-door.js';
+import { DIALECT_ROUTES } from '../../src/main/core/hub/api/dialects.js';
+import { declaresJson, guardRefusal, ownHostNames } from '../../src/main/core/hub/http/guard.js';
+import { dialectTarget, targetPath } from '../../src/main/core/hub/api/v1-door.js';
 import { ErrorCode } from '../../src/shared/errors.js';
 
 /**
- * The generation routes answered ahead of express (hub/v1-door.ts): the request must reach the same route, with
+ * The generation routes answered ahead of express (hub/api/v1-door.ts): the request must reach the same route, with
  * the same checks, as express's router gave it (case-insensitive, a trailing slash allowed, the query ignored,
  * /model/NAME decoded); anything else is left to express.
  */

@@ -1,7 +1,7 @@
 import { networkInterfaces } from 'node:os';
 import type { Logger } from 'pino';
-import { lanAddresses } from '../core/hub/guard.js';
-import { beyondLoopback } from '../core/hub/keys.js';
+import { lanAddresses } from '../core/hub/http/guard.js';
+import { beyondLoopback } from '../core/hub/http/keys.js';
 import type { NodeSettings } from '../core/node/settings.js';
 import { requestDashboardLink } from '../core/node/hub-client.js';
 

@@ -67,7 +67,7 @@ export interface HubConfig {
    * RELAY_ALLOWED_HOSTS and `relay hub --allowed-hosts`, comma-separated (e.g. `desktop.lan,desktop.fritz.box`).
    */
   readonly allowedHosts: readonly string[];
-  /** Browser origins allowed on the client routes (RELAY_ORIGINS, comma-separated, `*` wildcards; hub/origins.ts). */
+  /** Browser origins allowed on the client routes (RELAY_ORIGINS, comma-separated, `*` wildcards; hub/http/origins.ts). */
   readonly allowedOrigins: readonly string[];
   /** Loopback clients are admins without a login (RELAY_LOOPBACK_ADMIN=0: they need one too, for a machine shared with other users). */
   readonly loopbackAdmin: boolean;

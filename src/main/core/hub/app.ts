@@ -1,28 +1,32 @@
 import type { RequestListener } from 'node:http';
-import { originMatcher } from './origins.js';
 import express, { type NextFunction, type Request, type Response } from 'express';
 import { ErrorCode, RelayError } from '../../../shared/errors.js';
 import { fmtMb } from '../scheduler/fit.js';
-import { browserGuard, ownHostNames, requireJson } from './guard.js';
-import { readBody } from './body.js';
-import { hubAuth, mountLogins } from './auth.js';
-import { sendError, type AppDeps, type HubHttp } from './http.js';
-import { mountV1, Recent } from './routes-v1.js';
-import { modelViewer, mountModels } from './routes-models.js';
-import { mountAdmin } from './routes-admin.js';
-import { mountPulls } from './routes-pulls.js';
-import { mountNodes } from './routes-nodes.js';
-import { mountStatus } from './status.js';
-import { mountOllama } from './ollama/routes.js';
-import { v1Door } from './v1-door.js';
+import { mountAdmin } from './admin/hub-settings.js';
+import { mountLogins } from './admin/logins.js';
+import { mountModels } from './admin/models.js';
+import { mountNodes } from './admin/nodes.js';
+import { mountPulls } from './admin/pulls.js';
+import { mountV1 } from './api/models.js';
+import { mountOllama } from './api/ollama/routes.js';
+import { v1Door } from './api/v1-door.js';
+import { sendError } from './http/answer.js';
+import { hubAuth } from './http/auth.js';
+import { readBody } from './http/body.js';
+import type { AppDeps, HubHttp } from './http/context.js';
+import { browserGuard, ownHostNames, requireJson } from './http/guard.js';
+import { originMatcher } from './http/origins.js';
+import { Recent } from './http/recent.js';
+import { mountStatus } from './observe/status.js';
 
-export type { AppDeps } from './http.js';
+export type { AppDeps } from './http/context.js';
 
 /**
- * The hub's HTTP surface, assembled: the generation routes first, ahead of express (v1-door.ts); then express
- * with the browser guard first, each group of routes (one file each: auth.ts, routes-v1.ts, ollama/routes.ts,
- * routes-pulls.ts, routes-models.ts, routes-admin.ts, routes-nodes.ts, status.ts), the 404 and the error handler
- * that turns every failure into a coded OpenAI-shaped body.
+ * The hub's HTTP surface, assembled from its rooms: the dialect routes first, ahead of express (api/v1-door.ts);
+ * then express with the browser guard first and each group of routes in the order of the list below — the owner's
+ * login links, the client APIs (api/), the owner's API (admin/), what the pool shows (observe/) — the 404 and the
+ * error handler that turns every failure into a coded OpenAI-shaped body. A new group of routes is a Mount in its
+ * room and a name in that list.
  */
 export function createApp(d: AppDeps): RequestListener {
   const { config, log } = d;
@@ -40,7 +44,6 @@ export function createApp(d: AppDeps): RequestListener {
     auth: hubAuth(config, d.keys),
     recent: new Recent(),
     moves: new Recent(),
-    modelView: modelViewer(d),
   };
   for (const mount of [mountLogins, mountV1, mountOllama, mountPulls, mountModels, mountAdmin, mountNodes, mountStatus]) mount(app, h);
 

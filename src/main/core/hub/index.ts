@@ -19,14 +19,14 @@ import { Scheduler } from '../scheduler/scheduler.js';
 import { Store } from '../store/store.js';
 import { createApp } from './app.js';
 import { SpareSockets } from '../llama/spare-sockets.js';
-import { HubAvailability } from './availability.js';
-import { ApiKeys, beyondLoopback } from './keys.js';
-import { HubMetrics } from './metrics.js';
-import { startHistory } from './history.js';
+import { HubAvailability } from './state/availability.js';
+import { ApiKeys, beyondLoopback } from './http/keys.js';
+import { HubMetrics } from './state/metrics.js';
+import { startHistory } from './state/history.js';
 import { NodeManager } from '../pool/manager.js';
 import { joinSecret } from '../pairing/tokens.js';
 import { certFingerprint, ensureHubCert } from '../pairing/hub-cert.js';
-import { listenOllama, type OllamaListener } from './ollama/listener.js';
+import { listenOllama, type OllamaListener } from './api/ollama/listener.js';
 
 /**
  * The hub's composition root: store, registry, inventory, scheduler and the HTTP surface, wired once.

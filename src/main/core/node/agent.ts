@@ -3,7 +3,8 @@ import type { Server } from 'node:http';
 import { join } from 'node:path';
 import type { Logger } from 'pino';
 import { ErrorCode, RelayError, fromWireCode, isRelayError, wireCode } from '../../../shared/errors.js';
-import { parseHubMessage, type Availability, type Command, type DeviceInfo, type HubToNode, type NodeToHub, type RunningReplica, type StageInfo } from '../../../shared/protocol.js';
+import { parseHubMessage } from '../../../shared/protocol-validate.js';
+import type { Availability, Command, DeviceInfo, HubToNode, NodeToHub, RunningReplica, StageInfo } from '../../../shared/protocol.js';
 import { HostInventory } from '../gpu/inventory.js';
 import type { LlamaInstall } from '../llama/install.js';
 import { ControlChannel, openStream, replyErr, replyOk } from '../tunnel/channel.js';
@@ -88,9 +89,8 @@ export class NodeAgent extends EventEmitter {
   }
 
   /**
-   * Change what the owner chose while the agent runs (the tray's settings page): the schedule and auto-pause
-   * take effect at once (a window that covers now pauses the node), the CPU budget is what the next report
-   * tells the hub, the cache budget holds from the next push. Saved to node.json.
+   * Change what the owner chose while the agent runs (the tray's settings, saved to node.json): the schedule and
+   * auto-pause at once (a window over now pauses the node), the CPU and cache budgets from the next report and push.
    */
   async configure(change: NodeSettingsChange): Promise<void> {
     const { next, schedule } = applyChange(this.settings, change); // a bad change changes nothing

@@ -4,18 +4,8 @@ import type { Duplex } from 'node:stream';
 import type { Logger } from 'pino';
 import { WebSocketServer, type WebSocket } from 'ws';
 import { ErrorCode, RelayError, wireCode } from '../../../shared/errors.js';
-import {
-  PROTOCOL_VERSION,
-  TUNNEL_PATH,
-  TUNNEL_STREAM_WINDOW,
-  WS_SUBPROTOCOL,
-  parseNodeMessage,
-  type Availability,
-  type CachedFile,
-  type Hello,
-  type HubToNode,
-  type NodeToHub,
-} from '../../../shared/protocol.js';
+import { PROTOCOL_VERSION, TUNNEL_PATH, TUNNEL_STREAM_WINDOW, WS_SUBPROTOCOL, type Availability, type CachedFile, type Hello, type HubToNode, type NodeToHub } from '../../../shared/protocol.js';
+import { parseNodeMessage } from '../../../shared/protocol-validate.js';
 import { ControlChannel, TUNNEL_KEEPALIVE, TUNNEL_PRIORITY_LEVELS, acceptStream } from '../tunnel/channel.js';
 import { webSocketDuplex } from '../tunnel/transport.js';
 import { Session, type YamuxStream } from '../tunnel/yamux/session.js';

@@ -12,7 +12,7 @@ import type { Placement, Running } from './placement.js';
 import { describeNeed } from './plan.js';
 import { SlotKeeper, type SlotLayout } from './slot-keep.js';
 import { START_RESTORE_WAIT_MS, TAKE_IN_WAIT_MS } from './slot-carry.js';
-import type { KeptSlots } from './launcher.js';
+import type { KeptSlots } from './slot-keep.js';
 import { KV_ROW_SCALE } from './fit.js';
 
 /** How long a host replica's llama-server gets to exit before it is killed. */

@@ -6,7 +6,7 @@ import type { NodeManager } from '../pool/manager.js';
 import type { ModelRecord } from '../store/store.js';
 import { join } from 'node:path';
 import { HostLauncher } from './launch-host.js';
-import { SlotKeeper } from './slot-keep.js';
+import { SlotKeeper, type KeptSlots } from './slot-keep.js';
 import { NodeLauncher } from './launch-node.js';
 import { ShardLauncher, type ShardInfo } from './launch-shard.js';
 import type { Placement, Running } from './placement.js';
@@ -21,12 +21,6 @@ export type { ShardInfo } from './launch-shard.js';
  * lacks the file and started by command (launch-node.ts); a shard is ggml-rpc-servers on its member nodes,
  * bridged to local ports, driven by a head llama-server on the hub (launch-shard.ts).
  */
-/** Slots saved for a model's next replica (slot-keep.ts). */
-export interface KeptSlots {
-  /** The replica was used after all: the saved state is stale, and goes. */
-  discard(): void;
-}
-
 export interface Launcher {
   /** Resolves when the placement answers; rejects with a RelayError (REPLICA_FAILED, NODE_LOST, MODEL_UNAVAILABLE). */
   start(p: Placement, model: ModelRecord): Promise<Running>;

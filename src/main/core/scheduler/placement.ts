@@ -5,9 +5,14 @@ import type { NodeConn } from '../pool/manager.js';
 import type { ModelRecord } from '../store/store.js';
 import type { FitBreakdown } from './fit.js';
 import type { ShardPlan } from './shard.js';
-import type { NewPlacement } from './placer.js';
 import type { PlacementFailure, PlacementStateName } from '../../../shared/status.js';
 import { nextMsPerToken, nextPromptMsPerToken, stallMs } from './routing.js';
+
+/** Where a new placement goes, as the placer planned it (placer.ts), with the placements it stops to make room. */
+export type NewPlacement =
+  | { readonly kind: 'host'; readonly device: string; readonly evict: readonly string[] }
+  | { readonly kind: 'node'; readonly conn: NodeConn; readonly device: string; readonly evict: readonly string[] }
+  | { readonly kind: 'shard'; readonly plan: Extract<ShardPlan, { kind: 'shard' }>; readonly evict: readonly string[] };
 
 /**
  * A placement is one running copy of a model that can answer requests: a replica on the hub's own device
@@ -90,7 +95,7 @@ export interface Placement {
   unresponsive: number;
 }
 
-/** What a request's answer said of its placement's speed (hub/proxy.ts's Usage is one). */
+/** What a request's answer said of its placement's speed (hub/proxy/proxy.ts's Usage is one). */
 export interface LeaseReport {
   readonly tokensPerSecond?: number | null;
   readonly promptMs?: number | null;
@@ -190,7 +195,7 @@ export function failPlacement(p: Placement, message: string, tail: string, now: 
 /**
  * Why a failed placement's leases were halted (its process hung or died, its node went silent): the answers it was
  * streaming end with their error, as when its connection breaks — only a placement stopped on purpose (a pause, an
- * eviction, the keep-alive) hands its answers on to another (hub/continuation.ts).
+ * eviction, the keep-alive) hands its answers on to another (hub/proxy/continuation.ts).
  */
 export class FailedHalt {
   constructor(readonly message: string) {}

@@ -7,27 +7,12 @@ import type { NodeConn, NodeManager } from '../pool/manager.js';
 import type { ModelRecord } from '../store/store.js';
 import { HUB, type FailureMemory } from './backoff.js';
 import { fitNeed, fmtMb, type FitBreakdown } from './fit.js';
-import type { Placement } from './placement.js';
+import type { NewPlacement, Placement } from './placement.js';
 import { chooseEvictions, freeAfterReservations, planHostReplica, shortfallMessage, type HostPlan, type Reservation } from './plan.js';
 import { planShard, shardModel, type ShardDevice, type ShardPlan } from './shard.js';
 import { settingsFor } from './model-settings.js';
 import { cachedIn } from '../models/files.js';
 import { whyNotLine } from './why-not.js';
-
-/**
- * Where a new placement of a model goes, in the spec's order, as a plan the scheduler then carries out:
- *   1. a replica on the hub's own device;
- *   2. a replica on a node that fits (a node that already holds the file first);
- *   3. a pipeline shard across hub + nodes (only as a model's first placement);
- *   4. with the room of the fewest least-recently-used idle placements counted free — only when that plan
- *      succeeds, so a request that cannot be placed stops nobody's model.
- * And when nothing fits: whether the pool as configured could never hold it (model_unavailable) or could once
- * busy placements finish, paused machines return or backoffs expire (pool_busy).
- */
-export type NewPlacement =
-  | { readonly kind: 'host'; readonly device: string; readonly evict: readonly string[] }
-  | { readonly kind: 'node'; readonly conn: NodeConn; readonly device: string; readonly evict: readonly string[] }
-  | { readonly kind: 'shard'; readonly plan: Extract<ShardPlan, { kind: 'shard' }>; readonly evict: readonly string[] };
 
 export interface PlacerDeps {
   readonly config: HubConfig;
@@ -61,6 +46,16 @@ function nodeDevices(conn: NodeConn) {
 /** llama-server's word that `--flash-attn auto` resolved to off where the model loaded (launch-host.ts loadReport). */
 const FLASH_ATTN_OFF = /Flash Attention not supported/;
 
+/**
+ * Where a new placement of a model goes, in the spec's order, as a plan the scheduler then carries out:
+ *   1. a replica on the hub's own device;
+ *   2. a replica on a node that fits (a node that already holds the file first);
+ *   3. a pipeline shard across hub + nodes (only as a model's first placement);
+ *   4. with the room of the fewest least-recently-used idle placements counted free — only when that plan
+ *      succeeds, so a request that cannot be placed stops nobody's model.
+ * And when nothing fits: whether the pool as configured could never hold it (model_unavailable) or could once
+ * busy placements finish, paused machines return or backoffs expire (pool_busy).
+ */
 export class Placer {
   /** Models whose `auto` flash attention a load resolved to off: their fit counts the attention scores from then on. */
   private readonly noFlashAttn = new Set<string>();

@@ -1,6 +1,6 @@
 /**
  * Prefix-aware routing's memory, pure: which placement recently served which prompt prefixes. A request's prompt
- * comes as a chain of keys (hub/prompt-prefix.ts: keys[i] stands for its first i+1 blocks — the system prompt and
+ * comes as a chain of keys (hub/proxy/prompt-prefix.ts: keys[i] stands for its first i+1 blocks — the system prompt and
  * tools, then each message — and chars[i] for how many characters they hold), so the longest prefix a placement
  * holds is the last of the request's keys it has seen. Nothing is tokenized: characters stand in for tokens.
  */

@@ -3,6 +3,12 @@ import { join } from 'node:path';
 import type { Logger } from 'pino';
 import { sha256File } from '../models/describe.js';
 
+/** Slots saved for a model's next replica. */
+export interface KeptSlots {
+  /** The replica was used after all: the saved state is stale, and goes. */
+  discard(): void;
+}
+
 /**
  * Conversations kept across a keep-alive stop (issue #26, item 2): before an idle host replica stops, each of its
  * slots that holds a prompt is saved with llama-server's `/slots/{id}?action=save` into one folder under the hub's

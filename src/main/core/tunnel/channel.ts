@@ -6,12 +6,11 @@ import {
   MAX_CONTROL_LINE_BYTES,
   MAX_CONTROL_QUEUE_BYTES,
   MAX_HEADER_LINE_BYTES,
-  parseStreamHeader,
-  type Parsed,
   type Reply,
   type StreamHeader,
   type StreamKind,
 } from '../../../shared/protocol.js';
+import { parseStreamHeader, type Parsed } from '../../../shared/protocol-validate.js';
 import type { Session, YamuxStream } from './yamux/session.js';
 
 /**

@@ -2,7 +2,6 @@ import type { Duplex } from 'node:stream';
 import { encodeHeader, Flag, FrameType } from './frame.js';
 import { BulkPacer, STREAM_FLOOR } from './pacer.js';
 import { stateOf, type StreamState, type YamuxStream } from './stream.js';
-import type { ResolvedSessionOptions } from './session.js';
 
 type Frame = Buffer[];
 
@@ -27,7 +26,7 @@ export class FrameWriter {
 
   constructor(
     private readonly transport: Duplex,
-    private readonly opts: ResolvedSessionOptions,
+    private readonly opts: { readonly [K in 'priorityLevels' | 'maxControlFrames' | 'maxFrameBytes' | 'maxQueuedBytes' | 'maxBatchBytes']: number },
     private readonly stats: { framesOut: number; bytesOut: number },
     private readonly deps: { onFinished(s: YamuxStream): void; onFlushed(): void },
   ) {
