@@ -2,7 +2,7 @@ import { StringDecoder } from 'node:string_decoder';
 import { ErrorCode, RelayError } from '../../../../../shared/errors.js';
 import { OLLAMA_ERRORS } from './errors.js';
 import { parseSseError } from '../../proxy/sse-error.js';
-import type { Translator } from '../../proxy/proxy.js';
+import type { Translator } from '../../proxy/proxy-types.js';
 import type { UpstreamFormat } from './request.js';
 
 /**
