@@ -4,6 +4,8 @@
  * requests and backoffs. `statusLines` is pure: it takes the /status JSON and returns the lines.
  */
 
+import { parseArgs } from 'node:util';
+import { api, apiFailure, hubUrl } from './api.js';
 import type { DeviceStatus, HubAvailabilityStatus, ModelStatus, NodeStatus, PushStatus, ReplicaStatus, StageStatus, StatusDto } from '../../shared/status.js';
 
 /**
@@ -138,4 +140,14 @@ export function statusLines(s: StatusView): string[] {
     );
   }
   return out;
+}
+
+export async function cmdStatus(args: string[]): Promise<number> {
+  const { values } = parseArgs({ args, options: { hub: { type: 'string' }, json: { type: 'boolean' } } });
+  const res = await api(hubUrl(values.hub), '/status');
+  const j = (await res.json()) as StatusDto & { error?: { code?: string; message?: string } };
+  if (!res.ok) return apiFailure(j);
+  if (values.json) console.log(JSON.stringify(j, null, 2));
+  else for (const l of statusLines(j)) console.log(l);
+  return 0;
 }
