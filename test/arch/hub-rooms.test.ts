@@ -1,5 +1,5 @@
 import assert from 'node:assert/strict';
-import { readdirSync } from 'node:fs';
+import { existsSync, readdirSync } from 'node:fs';
 import { join, relative } from 'node:path';
 import { describe, it } from 'node:test';
 import { imports, root, sources } from './files.js';
@@ -10,9 +10,9 @@ import { imports, root, sources } from './files.js';
  * directly in hub/ are the composition root (index.ts, app.ts), which wires every room.
  */
 const ROOMS: Record<string, readonly string[]> = {
-  /** What the hub keeps while it runs: its metrics, the charts' history, its own availability. */
+  /** What the hub keeps while it runs: its metrics, the charts' history, the recent requests and moves, its own availability. */
   state: ['state'],
-  /** What every room's HTTP stands on: the context, reading a body, answering, errors' shapes, keys and the auth checks. */
+  /** What every room's HTTP stands on: the context, reading a body, answering, errors' shapes, the guard, keys and auth. */
   http: ['state', 'http'],
   /** Carrying a request to llama-server: leasing through the pool, retries, stalls, moving an answer. */
   proxy: ['state', 'http', 'proxy'],
@@ -72,6 +72,12 @@ export function firstCircle(edges: ReadonlyMap<string, readonly string[]>): stri
   return null;
 }
 
+/** The source file an import names (`./x.js` is `x.ts`, `x.tsx` or `x.cts`'s `.cjs`), or the path as named. */
+function sourceOf(path: string): string {
+  const stem = path.replace(/\.[cm]?js$/, '');
+  return [`${stem}.ts`, `${stem}.tsx`, `${stem}.cts`, `${stem}.mts`].find((p) => existsSync(p)) ?? path;
+}
+
 const rel = (f: string): string => relative(root, f).replace(/\\/g, '/');
 const hubFiles = (): { file: string; imports: string[] }[] => sources(join(root, HUB)).map((f) => ({ file: rel(f), imports: imports(f) }));
 
@@ -112,7 +118,7 @@ describe('hub rooms', () => {
     for (const f of sources(join(root, 'src'))) {
       const targets = imports(f)
         .filter((i) => i.startsWith('.'))
-        .map((i) => rel(join(f, '..', i.replace(/\.js$/, '.ts'))));
+        .map((i) => rel(sourceOf(join(f, '..', i))));
       edges.set(rel(f), targets);
     }
     assert.ok(edges.size > 150, `${edges.size} files`);

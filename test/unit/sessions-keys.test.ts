@@ -3,7 +3,8 @@ import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
-import { ApiKeys, beyondLoopback } from '../../src/main/core/hub/http/keys.js';
+import { ApiKeys } from '../../src/main/core/hub/http/keys.js';
+import { beyondLoopback } from '../../src/main/core/hub/http/guard.js';
 import { cookieValue, DashboardSessions, SESSION_TTL_MS } from '../../src/main/core/hub/http/sessions.js';
 import { Store } from '../../src/main/core/store/store.js';
 

@@ -1,6 +1,6 @@
 import type { AppState, SettingsView } from '../../shared/ipc.js';
 import type { Hub } from '../core/hub/index.js';
-import { beyondLoopback } from '../core/hub/http/keys.js';
+import { beyondLoopback } from '../core/hub/http/guard.js';
 import { autoPauseSupport } from '../core/gpu/nvml.js';
 import { inPauseWindow, parseSchedule } from '../core/availability.js';
 import type { NodeAgent } from '../core/node/agent.js';

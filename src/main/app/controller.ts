@@ -18,7 +18,7 @@ import { joinHub } from '../core/node/hub-client.js';
 import { ipcSenderAllowed, navigationAllowed } from './navigation.js';
 import { gateIpc } from './ipc-gate.js';
 import { dashboardOpenUrl, loopbackUrl } from './hub-urls.js';
-import { beyondLoopback } from '../core/hub/http/keys.js';
+import { beyondLoopback } from '../core/hub/http/guard.js';
 import type { TrayAction } from './tray-menu.js';
 import { appState, settingsView } from './app-state.js';
 import { DEFAULT_SETTINGS, readAppSettings, writeAppSettings, type AppPage, type AppSettings } from './app-settings.js';

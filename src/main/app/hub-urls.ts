@@ -1,7 +1,6 @@
 import { networkInterfaces } from 'node:os';
 import type { Logger } from 'pino';
-import { lanAddresses } from '../core/hub/http/guard.js';
-import { beyondLoopback } from '../core/hub/http/keys.js';
+import { beyondLoopback, lanAddresses } from '../core/hub/http/guard.js';
 import type { NodeSettings } from '../core/node/settings.js';
 import { requestDashboardLink } from '../core/node/hub-client.js';
 

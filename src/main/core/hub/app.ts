@@ -2,12 +2,12 @@ import type { RequestListener } from 'node:http';
 import express, { type NextFunction, type Request, type Response } from 'express';
 import { ErrorCode, RelayError } from '../../../shared/errors.js';
 import { fmtMb } from '../scheduler/fit.js';
-import { mountAdmin } from './admin/hub-settings.js';
+import { mountHubSettings } from './admin/hub-settings.js';
 import { mountLogins } from './admin/logins.js';
 import { mountModels } from './admin/models.js';
 import { mountNodes } from './admin/nodes.js';
 import { mountPulls } from './admin/pulls.js';
-import { mountV1 } from './api/models.js';
+import { mountV1Models } from './api/models.js';
 import { mountOllama } from './api/ollama/routes.js';
 import { v1Door } from './api/v1-door.js';
 import { sendError } from './http/answer.js';
@@ -16,7 +16,7 @@ import { readBody } from './http/body.js';
 import type { AppDeps, HubHttp } from './http/context.js';
 import { browserGuard, ownHostNames, requireJson } from './http/guard.js';
 import { originMatcher } from './http/origins.js';
-import { Recent } from './http/recent.js';
+import { Recent } from './state/recent.js';
 import { mountStatus } from './observe/status.js';
 
 export type { AppDeps } from './http/context.js';
@@ -45,7 +45,7 @@ export function createApp(d: AppDeps): RequestListener {
     recent: new Recent(),
     moves: new Recent(),
   };
-  for (const mount of [mountLogins, mountV1, mountOllama, mountPulls, mountModels, mountAdmin, mountNodes, mountStatus]) mount(app, h);
+  for (const mount of [mountLogins, mountV1Models, mountOllama, mountPulls, mountModels, mountHubSettings, mountNodes, mountStatus]) mount(app, h);
 
   app.use((_req, _res, next) => next(new RelayError(ErrorCode.NOT_FOUND, 'no such endpoint')));
 

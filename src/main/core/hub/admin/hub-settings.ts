@@ -4,7 +4,7 @@ import type { Mount } from '../http/context.js';
 import { hubView } from '../observe/status.js';
 
 /** /v1 API keys (the key is in the 201 answer only) and the hub's own availability. */
-export const mountAdmin: Mount = (app, { deps: d, raw, auth }) => {
+export const mountHubSettings: Mount = (app, { deps: d, raw, auth }) => {
   app.get('/api/keys', auth.requireAdmin(true), (_req, res) => {
     res.json({ keys: d.keys.list(), required: auth.keyRequired() });
   });

@@ -1,21 +1,11 @@
 import type { Mount } from '../http/context.js';
 import type { V1ModelDto } from '../../../../shared/status.js';
 
-/** The last few of something (requests through /v1, moved answers), newest first, for the dashboard. */
-export class Recent<T> {
-  readonly list: T[] = [];
-  constructor(private readonly max = 20) {}
-  add(r: T): void {
-    this.list.unshift(r);
-    if (this.list.length > this.max) this.list.pop();
-  }
-}
-
 /**
- * GET /v1/models: the registered models and whether each can run now. The routes that generate (dialects.ts) are
+ * GET /v1/models: the registered models and whether each can run now. The routes that generate (the dialects of dialects.ts) are
  * answered ahead of express, in v1-door.ts.
  */
-export const mountV1: Mount = (app, h) => {
+export const mountV1Models: Mount = (app, h) => {
   const { registry, scheduler } = h.deps;
   const { auth } = h;
   app.get('/v1/models', auth.requireApiKey, (_req, res) => {

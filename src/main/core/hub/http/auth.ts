@@ -2,8 +2,8 @@ import type { IncomingMessage } from 'node:http';
 import type { NextFunction, Request, Response } from 'express';
 import { ErrorCode, RelayError } from '../../../../shared/errors.js';
 import type { HubConfig } from '../../config.js';
-import { header, isLoopback } from './guard.js';
-import { beyondLoopback, type ApiKeys } from './keys.js';
+import { beyondLoopback, header, isLoopback } from './guard.js';
+import type { ApiKeys } from './keys.js';
 import { cookieValue, DashboardSessions, SESSION_COOKIE } from './sessions.js';
 import { bearer, safeEqual } from './request.js';
 

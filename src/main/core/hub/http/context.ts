@@ -12,7 +12,7 @@ import type { HubAvailability } from '../state/availability.js';
 import type { History } from '../state/history.js';
 import type { ApiKeys } from './keys.js';
 import type { HubAuth } from './auth.js';
-import type { Recent } from './recent.js';
+import type { Recent } from '../state/recent.js';
 
 /** What the hub's HTTP surface is built from (hub/index.ts assembles it). */
 export interface AppDeps {

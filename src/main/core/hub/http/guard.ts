@@ -147,3 +147,8 @@ export function pageCsp(html: string): string {
     "frame-ancestors 'none'",
   ].join('; ');
 }
+
+/** Whether a listen address reaches beyond this machine. */
+export function beyondLoopback(host: string): boolean {
+  return host !== 'localhost' && !isLoopback(host);
+}

@@ -1,7 +1,6 @@
 import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
 import { ErrorCode, RelayError } from '../../../../shared/errors.js';
 import type { Store } from '../../store/store.js';
-import { isLoopback } from './guard.js';
 
 /**
  * API keys for /v1, with names so a household can tell them apart and revoke one. Only a key's SHA-256 is
@@ -87,9 +86,4 @@ export class ApiKeys {
       })
       .catch(() => undefined);
   }
-}
-
-/** Whether a listen address reaches beyond this machine. */
-export function beyondLoopback(host: string): boolean {
-  return host !== 'localhost' && !isLoopback(host);
 }

@@ -11,6 +11,9 @@ import { StallWatch } from './stall-watch.js';
 import { endingError } from './sse-error.js';
 import type { ProxyOptions, ProxyOutcome } from './proxy-types.js';
 
+/** The most of an error body kept (llama-server's are a line of JSON). */
+const MAX_ERROR_BODY = 64 * 1024;
+
 /**
  * proxyToPlacement: forward one /v1 request to a placement's llama-server and stream the answer back byte for byte.
  * Nothing reaches the client before the upstream's first body byte: until then a failure of the placement
@@ -23,21 +26,16 @@ import type { ProxyOptions, ProxyOutcome } from './proxy-types.js';
  * that dies mid-response ends an SSE stream with an OpenAI-shaped error event, any other response with a reset;
  * one whose placement is stopped gives a continuable request back to move (`moved`, continuation.ts).
  */
-
-/** The most of an error body kept (llama-server's are a line of JSON). */
-const MAX_ERROR_BODY = 64 * 1024;
-
 export function proxyToPlacement(opts: ProxyOptions): Promise<ProxyOutcome> {
   return new Exchange(opts).run();
 }
 
 /**
  * One request's trip to a placement and back, in its steps: `open` the upstream, `listen` for what ends it from
- * outside, `post` the request; `readHead`;
- * `forward` each piece of the body (the hot path: keep, write, backpressure); `end`; and the ways out — `finish`
- * (answered), `retry` (nothing sent yet), `broken` (the upstream failed), `halt` (the placement was stopped: `move`
- * when it may continue elsewhere). The stall watch (stall-watch.ts) and what is kept of the answer (kept-answer.ts)
- * are their own.
+ * outside, `post` the request; then, as llama-server answers, `readHead`, `forward` each piece of the body (the hot
+ * path: keep, write, backpressure) and `end`; and the ways out — `finish` (answered), `retry` (nothing sent yet),
+ * `broken` (the upstream failed), `halt` (the placement was stopped: `move` when it may continue elsewhere). The
+ * stall watch (stall-watch.ts) and what is kept of the answer (kept-answer.ts) are their own.
  */
 class Exchange {
   private readonly lease: Lease;
