@@ -1,3 +1,4 @@
+import { spawnSync } from 'node:child_process';
 import assert from 'node:assert/strict';
 import { once } from 'node:events';
 import { existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, statSync, utimesSync, writeFileSync } from 'node:fs';
@@ -95,13 +96,16 @@ describe('FNV-1a 64 and the rpc cache files', () => {
     assert.deepEqual(readdirSync(dir), []);
   });
 
-  it("pruning keeps the weights the indexes name (and a fill's temporary file); what ggml-rpc-server saved besides goes", () => {
+  it("pruning keeps the weights the indexes name (and a live fill's temporary file); what ggml-rpc-server saved besides, and a dead fill's, goes", () => {
     const dir = mkdtempSync(join(tmpdir(), 'relay-rpc-'));
     const idx = fillRpcCache(fixture('large'), 'd'.repeat(64), dir, [1, 2]);
     // What this rpc-server saves of a long prompt: files named like weights, that no index names.
     for (const junk of ['05d6d197d9332325', '135f4ffc47132325']) writeFileSync(join(dir, junk), Buffer.alloc(12 << 20));
     writeFileSync(join(dir, `.relay-${process.pid}-1.tmp`), 'a fill under way');
-    assert.equal(pruneRpcCache(dir), 24 << 20);
+    // A fill cut short by a crash: its process is gone, its temporary files (a tensor's, an index's) never renamed.
+    const dead = spawnSync(process.execPath, ['-e', '']).pid!;
+    for (const f of [`.relay-${dead}-3.tmp`, `.relay-index-${dead}-3.tmp`]) writeFileSync(join(dir, f), Buffer.alloc(1 << 20));
+    assert.equal(pruneRpcCache(dir), (24 << 20) + (2 << 20));
     assert.deepEqual(readdirSync(dir).sort(), [`.relay-${process.pid}-1.tmp`, ...idx.files.map((f) => f.name), `relay-index-${'d'.repeat(64)}.json`].sort());
     assert.equal(pruneRpcCache(dir), 0);
     // A stage loaded from a head that sent its weights in full: the files saved so far become that model's.

@@ -173,12 +173,28 @@ export async function fillRpcCacheOffThread(
 const MTIME_SLACK_MS = 1000;
 
 /**
+ * A fill's temporary file (`.relay-PID-THREAD.tmp`, `.relay-index-PID-THREAD.tmp`) whose process is gone: a fill cut
+ * short by a crash or a kill, never to be renamed. One whose process lives (this node's own fill, in a worker; the
+ * node's while `relay cache prune` runs beside it) is kept.
+ */
+export function abandonedTemp(name: string): boolean {
+  const m = /^\.relay-(?:index-)?(\d+)-\d+\.tmp$/.exec(name);
+  if (!m) return false;
+  try {
+    process.kill(Number(m[1]), 0);
+    return false;
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === 'ESRCH'; // EPERM: alive, another user's
+  }
+}
+
+/**
  * Keep only weights: remove every file of the cache that no index names. This ggml-rpc-server (RPC protocol 6)
  * saves every SET_TENSOR over 10 MiB there, a long prompt's activations and attention masks included (upstream
  * llama.cpp keeps weights only since protocol 7, PR #28789): left alone, each long prompt through a shard adds
  * hundreds of MB, and a file cut short by a full disk would later be served as a whole tensor. The weights are the
- * files relay filled itself, each named by its tensor's FNV hash in an index. Indexes and a fill's temporary files
- * stay, and so does any file written since `keepFrom` (a fill under way: its files are indexed when all are
+ * files relay filled itself, each named by its tensor's FNV hash in an index. Indexes and a live fill's temporary
+ * files stay (a dead process's go: abandonedTemp), and so does any file written since `keepFrom` (a fill under way: its files are indexed when all are
  * written). Returns the bytes removed. A file the server is about to read only means it is sent again in full.
  */
 export function pruneRpcCache(dir: string, keepFrom: number | null = null): number {
@@ -191,7 +207,7 @@ export function pruneRpcCache(dir: string, keepFrom: number | null = null): numb
   }
   let removed = 0;
   for (const f of names) {
-    if (weights.has(f) || f.startsWith('relay-index-') || f.startsWith('.relay-')) continue;
+    if (weights.has(f) || f.startsWith('relay-index-') || (f.startsWith('.relay-') && !abandonedTemp(f))) continue;
     try {
       const st = statSync(join(dir, f));
       if (keepFrom !== null && st.mtimeMs >= keepFrom - MTIME_SLACK_MS) continue;
