@@ -103,7 +103,7 @@ describe('FNV-1a 64 and the rpc cache files', () => {
     for (const junk of ['05d6d197d9332325', '135f4ffc47132325']) writeFileSync(join(dir, junk), Buffer.alloc(12 << 20));
     writeFileSync(join(dir, `.relay-${process.pid}-1.tmp`), 'a fill under way');
     // A fill cut short by a crash: its process is gone, its temporary files (a tensor's, an index's) never renamed.
-    const dead = spawnSync(process.execPath, ['-e', '']).pid!;
+    const dead = spawnSync(process.execPath, ['-e', '']).pid;
     for (const f of [`.relay-${dead}-3.tmp`, `.relay-index-${dead}-3.tmp`]) writeFileSync(join(dir, f), Buffer.alloc(1 << 20));
     assert.equal(pruneRpcCache(dir), (24 << 20) + (2 << 20));
     assert.deepEqual(readdirSync(dir).sort(), [`.relay-${process.pid}-1.tmp`, ...idx.files.map((f) => f.name), `relay-index-${'d'.repeat(64)}.json`].sort());
