@@ -405,3 +405,41 @@ describe("a moved answer's KV goes with it to a new placement", { timeout: 300_0
     assert.ok(running.length === 2 && (await hub.status()).replicas.some((r) => r.node === m.to && running.includes(r.id)), 'the continuation ran on a placement that was running before');
   });
 });
+
+describe('a continuation llama-server refuses', { timeout: 300_000 }, () => {
+  let hub: HubProcess | undefined;
+  after(() => hub?.stop());
+
+  it("ends the client's stream with llama-server's error; /status lists the move as ended, and why", async () => {
+    // One hub serving from its CPU: the owner shrinks the model's context while an answer streams. The placement
+    // stops for its new settings, and the answer so far (prompt and sent tokens) no longer fits the new one's.
+    hub = await startHub({ env: ENV, args: ['--cpu-budget-mb', '1000'] });
+    await addModel(hub, { path: fixture('wordy'), name: 'wordy' });
+    const prompt = `${PROMPT} `.repeat(40);
+    const tokens = (await hub.api('/tokenize', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: 'wordy', content: prompt }) })).body as {
+      tokens: number[];
+    };
+    assert.ok(tokens.tokens.length > 256 && tokens.tokens.length < 600, `${tokens.tokens.length} prompt tokens: more than the smallest context, less than the first`);
+    const openai = new OpenAI({ baseURL: `${hub.url}/v1`, apiKey: 'x', maxRetries: 0 });
+    const stream = await openai.completions.create({ model: 'wordy', prompt, max_tokens: 200, stream: true, ...GREEDY } as unknown as OpenAI.CompletionCreateParamsStreaming);
+    let chunks = 0;
+    let error: Error | null = null;
+    try {
+      for await (const _ of stream) {
+        if (++chunks !== 5) continue;
+        const r: { status: number } = await hub.api('/api/models/wordy', { method: 'PATCH', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ context_size: 256 }) });
+        assert.equal(r.status, 200);
+      }
+    } catch (err) {
+      error = err as Error;
+    }
+    assert.ok(error, 'the stream ended with an error');
+    assert.match(error.message, /context/i, "llama-server's reason reaches the client");
+    const m = (await hub.status()).moves[0]!;
+    assert.equal(m.outcome, 'ended');
+    assert.equal(m.to, null);
+    assert.match(m.detail ?? '', /refused the continuation \(400\)/);
+    assert.ok(m.sent_tokens >= 5, `${m.sent_tokens} tokens sent before the stop`);
+    assert.match(m.why, /settings changed/);
+  });
+});

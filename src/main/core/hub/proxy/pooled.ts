@@ -180,6 +180,8 @@ export async function throughPool(h: HubHttp, req: V1Request, res: ServerRespons
         ...(m && stitch ? { continuing: { stitch, sent: m.bytes, head: m.head }, onStart: () => (noted = noteMove(m, lease.where, carried)) } : {}),
         onDone: (status, usage) => {
           if (noted && stitch) noted.cached_tokens = stitch.carried;
+          // A continuation that ended before its first byte: refused by llama-server there, or its client left.
+          else if (m) noteMove(m, null, 0, status === 499 ? 'the client left before it continued' : `llama-server on ${lease.where} refused the continuation (${status})`);
           done(status, usage);
         },
       });
