@@ -9,6 +9,7 @@ import { cacheRoot, packFromRegistry, run, type Progress } from './fetch.js';
 import { chooseBackend, findLlama, installDir, isShippedFile, LAYOUT, LLAMA_SOURCE, readVersion, SERVER_BIN, type InstallManifest, type LlamaInstall } from './install.js';
 import { processEnv } from '../config.js';
 import { binaryPackageName } from '../app-files.js';
+import { processExists } from './supervisor.js';
 
 /** Building the shared llama.cpp (and GPU modules with a local toolkit) into the cache; install.ts finds it. */
 
@@ -85,16 +86,8 @@ export async function withLock<T>(lockDir: string, progress: Progress, fn: () =>
       } catch {
         /* being written */
       }
-      let alive = false;
-      try {
-        if (owner > 0) {
-          process.kill(owner, 0);
-          alive = true;
-        }
-      } catch {
-        /* gone */
-      }
-      if (!alive && Number.isFinite(owner)) {
+      // No pid yet (0 or unreadable: the owner is writing it) counts as alive.
+      if (owner > 0 && !processExists(owner)) {
         rmSync(lockDir, { recursive: true, force: true });
         continue;
       }

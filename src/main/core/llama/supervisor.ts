@@ -86,6 +86,16 @@ function withDeathSignal(command: string, args: readonly string[]): [string, str
   return [command, [...args]];
 }
 
+/** Whether a process with this pid exists (any platform; one of another user's counts: EPERM). */
+export function processExists(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code !== 'ESRCH';
+  }
+}
+
 /** The process's state letter from /proc (Linux; `T` stopped, `Z` a zombie, `X` gone), or null where it cannot be read. */
 export function processState(pid: number): string | null {
   if (process.platform !== 'linux') return null;

@@ -7,6 +7,7 @@ import { readGgufFile } from '../gguf/index.js';
 import { runInWorker } from '../worker.js';
 import { workerUrl } from '../app-files.js';
 import { WasmFnv } from './fnv.js';
+import { processExists } from '../llama/supervisor.js';
 
 /**
  * ggml-rpc-server's tensor cache, filled by the node from its own copy of a GGUF. With `-c`, for any tensor
@@ -179,13 +180,7 @@ const MTIME_SLACK_MS = 1000;
  */
 export function abandonedTemp(name: string): boolean {
   const m = /^\.relay-(?:index-)?(\d+)-\d+\.tmp$/.exec(name);
-  if (!m) return false;
-  try {
-    process.kill(Number(m[1]), 0);
-    return false;
-  } catch (err) {
-    return (err as NodeJS.ErrnoException).code === 'ESRCH'; // EPERM: alive, another user's
-  }
+  return m !== null && !processExists(Number(m[1]));
 }
 
 /**
