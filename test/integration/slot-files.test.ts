@@ -75,6 +75,18 @@ describe('kept slot files', { timeout: 120_000 }, () => {
     assert.equal(keeper.keptFrom('m'), null);
     assert.equal(readdirSync(dir).filter((f) => f.startsWith('p3-') || f.startsWith('p4-')).length, 0);
   });
+
+  it("a moved answer's take-in reads only the state its own placement kept; another stays for the next replica", async () => {
+    const keeper = new SlotKeeper({ dir, budgetBytes: 1 << 20, log, now: Date.now });
+    assert.equal(await keeper.save('m', 'p5', layout, server.baseUrl), true); // an idle conversation kept at its keep-alive
+    assert.equal(await keeper.restore('m', layout, server.baseUrl, 0, 'p9'), null, "the answer came from p9: not p5's state");
+    assert.equal(await keeper.restore('m', { ...layout, ctx: 1024 }, server.baseUrl, 0, 'p5'), null, 'nor into another layout');
+    assert.equal(keeper.keptFrom('m'), 'p5', 'left for the model');
+    const restored = await keeper.restore('m', layout, server.baseUrl, 0, 'p5');
+    assert.equal(restored?.from, 'p5');
+    assert.ok(restored.bytes > 0);
+    assert.equal(keeper.keptFrom('m'), null);
+  });
 });
 
 /**

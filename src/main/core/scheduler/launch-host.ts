@@ -140,8 +140,8 @@ export class HostLauncher {
         // The conversations the model's last replica held, read back before the first request.
         const restored = layout ? await this.slots.restore(model.name, layout, server.baseUrl, START_RESTORE_WAIT_MS) : null;
         // Running, with one slot: an answer that moves here takes its kept state in (its lease holds that slot).
-        const takeIn = layout?.slots === 1 ? async () => (await this.slots.restore(model.name, layout, server.baseUrl, TAKE_IN_WAIT_MS))?.bytes ?? 0 : undefined;
-        return { ...localRunning(server, 'llama-server'), restoredFrom: restored?.from ?? null, restoredBytes: restored?.bytes ?? 0, ...(takeIn ? { takeIn } : {}) };
+        const takeIn = layout?.slots === 1 ? (from: string) => this.slots.restore(model.name, layout, server.baseUrl, TAKE_IN_WAIT_MS, from) : undefined;
+        return { ...localRunning(server, 'llama-server'), restored, ...(takeIn ? { takeIn } : {}) };
       } catch (err) {
         throw launchError(err, `could not start a replica of "${model.name}"`, { model: model.name });
       }

@@ -74,10 +74,10 @@ export class NodeLauncher {
       const pid = typeof reply.data?.pid === 'number' ? reply.data.pid : null;
       if (layout) this.keeping.set(p.id, { model: model.name, layout });
       // The conversations the model's last replica held (here, on the hub or another node), sent into its slots.
-      const put = (f: KeptFile): Promise<void> => putSlot(conn, p.id, f.slot, this.deps.slots.path(f.file), f.bytes);
+      const put = (f: KeptFile): Promise<void> => putSlot(conn, p.id, f.slot, this.deps.slots.path(f.file), f.bytes, f.sha256);
       const restored = layout ? await this.deps.slots.restoreWith(model.name, layout, put, START_RESTORE_WAIT_MS) : null;
       // Running, with one slot: an answer that moves here takes its kept state in (its lease holds that slot).
-      const takeIn = layout?.slots === 1 ? async () => (await this.deps.slots.restoreWith(model.name, layout, put, TAKE_IN_WAIT_MS))?.bytes ?? 0 : undefined;
+      const takeIn = layout?.slots === 1 ? (from: string) => this.deps.slots.restoreWith(model.name, layout, put, TAKE_IN_WAIT_MS, from) : undefined;
       return {
         baseUrl: `http://${conn.name}.node.relay`,
         connect: () => conn.open({ kind: 'http', replica: p.id }),
@@ -86,8 +86,7 @@ export class NodeLauncher {
         buffers: [],
         exited: null,
         tail: () => '',
-        restoredFrom: restored?.from ?? null,
-        restoredBytes: restored?.bytes ?? 0,
+        restored,
         ...(takeIn ? { takeIn } : {}),
       };
     } catch (err) {

@@ -3,6 +3,7 @@ import { setMaxListeners } from 'node:events';
 import type { Duplex } from 'node:stream';
 import type { NodeConn } from '../pool/manager.js';
 import type { ModelRecord } from '../store/store.js';
+import type { Restored } from './slot-keep.js';
 import type { FitBreakdown } from './fit.js';
 import type { ShardPlan } from './shard.js';
 import type { PlacementFailure, PlacementStateName } from '../../../shared/status.js';
@@ -38,13 +39,12 @@ export interface Running {
   /** The last lines of its output, for a failure report. */
   tail(): string;
   /** The stopped placement whose kept slots this one restored before its first request (slot-keep.ts), and their bytes. */
-  readonly restoredFrom?: string | null;
-  readonly restoredBytes?: number;
+  readonly restored?: Restored | null;
   /**
-   * A running one-slot replica reads the model's kept state — an answer that moved here from a stopped placement —
-   * into its slot, while the caller's lease holds that slot; the bytes it read (0: none) (slot-keep.ts, slot-carry.ts).
+   * A running one-slot replica reads the state placement `from` kept — an answer that moved here from it — into its
+   * slot, while the caller's lease holds that slot; what it read, or null (slot-keep.ts, slot-carry.ts).
    */
-  readonly takeIn?: () => Promise<number>;
+  readonly takeIn?: (from: string) => Promise<Restored | null>;
 }
 
 export interface Placement {
@@ -116,10 +116,10 @@ export interface Lease {
   readonly model: ModelRecord;
   /** Aborted when the scheduler stops its placement; `reason` says why ("node north paused (…)"). */
   readonly halted: AbortSignal;
-  /** Running.takeIn: the kept state of an answer that moved here, read into the slot this lease holds (its bytes). */
-  readonly takeIn?: () => Promise<number>;
-  /** The stopped placement whose state this one read back at its start, and the bytes (Running.restoredFrom). */
-  readonly restored?: { readonly from: string; readonly bytes: number };
+  /** Running.takeIn: the state `from` kept of an answer that moved here, read into the slot this lease holds (its bytes). */
+  readonly takeIn?: (from: string) => Promise<number>;
+  /** The stopped placement whose state this one read back at its start, and the bytes (Running.restored). */
+  readonly restored?: Restored;
   /** What llama-server reported of the request (speeds, for routing by recent time per token and prompt speed). */
   release(report?: LeaseReport | null): void;
   /**
@@ -209,8 +209,9 @@ export class FailedHalt {
  * and folds the speed llama-server reported into the placement's recent time per token (routing by speed, the
  * stall limit) before telling the scheduler (`released`).
  */
-export function openLease(p: Placement, model: ModelRecord, hooks: { now(): number; probe(): Promise<void>; released(): void }): Lease {
+export function openLease(p: Placement, model: ModelRecord, hooks: { now(): number; probe(): Promise<void>; released(): void; adopted(from: string): void }): Lease {
   const running = p.running!;
+  const { takeIn } = running;
   p.inFlight++;
   p.lastUsedAt = hooks.now();
   let released = false;
@@ -222,8 +223,16 @@ export function openLease(p: Placement, model: ModelRecord, hooks: { now(): numb
       .join('+'),
     baseUrl: running.baseUrl,
     ...(running.connect ? { connect: running.connect } : {}),
-    ...(running.takeIn ? { takeIn: running.takeIn } : {}),
-    ...(running.restoredFrom ? { restored: { from: running.restoredFrom, bytes: running.restoredBytes ?? 0 } } : {}),
+    ...(takeIn
+      ? {
+          takeIn: async (from: string) => {
+            const r = await takeIn(from);
+            if (r) hooks.adopted(r.from); // it holds what `from` held: the router's keys for it follow
+            return r?.bytes ?? 0;
+          },
+        }
+      : {}),
+    ...(running.restored ? { restored: running.restored } : {}),
     model,
     halted: p.halt.signal,
     stallMs: () => stallMs(p.msPerToken),

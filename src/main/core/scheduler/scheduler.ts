@@ -192,6 +192,7 @@ export class Scheduler {
     return openLease(p, model, {
       now: () => this.now(),
       probe: () => this.watch.probe(p),
+      adopted: (from) => this.router.adopt(p.model, from, p.id),
       released: () => {
         if (p.state !== 'ready') return;
         this.pump(p.model);
@@ -228,7 +229,7 @@ export class Scheduler {
         return;
       }
       p.running = running;
-      if (running.restoredFrom) this.router.adopt(model.name, running.restoredFrom, p.id);
+      if (running.restored) this.router.adopt(model.name, running.restored.from, p.id);
       p.state = 'ready';
       p.readyAt = this.now();
       this.failed.delete(model.name);

@@ -1,5 +1,4 @@
 import { createHash } from 'node:crypto';
-import { sha256File } from '../models/describe.js';
 import { createReadStream, createWriteStream, renameSync, rmSync } from 'node:fs';
 import { pipeline } from 'node:stream/promises';
 import type { SavedSlot } from '../../../shared/protocol.js';
@@ -68,9 +67,8 @@ export async function fetchSlot(conn: NodeConn, replica: string, s: SavedSlot, p
   }
 }
 
-/** Send the state at `path` into slot `slot` of node `conn`'s running `replica`; resolves once it was read back. */
-export async function putSlot(conn: NodeConn, replica: string, slot: number, path: string, size: number): Promise<void> {
-  const sha256 = await sha256File(path);
+/** Send the state at `path` (checked to hash to `sha256` just before) into slot `slot` of node `conn`'s running `replica`; resolves once it was read back. */
+export async function putSlot(conn: NodeConn, replica: string, slot: number, path: string, size: number, sha256: string): Promise<void> {
   const st = conn.open({ kind: 'slot', op: 'put', replica, slot, size, sha256 });
   st.on('error', () => undefined);
   const timer = setTimeout(() => st.destroy(new Error('the slot state was not restored in time')), SLOT_CARRY_TIMEOUT_MS);

@@ -147,8 +147,8 @@ export class SlotKeeper {
    * Read the state kept for `model` into a new llama-server of the same layout; the placement it came from (whose
    * prompts the new one now holds) and its size, or null: none kept, another layout, or a restore failed (then cold).
    */
-  restore(model: string, layout: SlotLayout, baseUrl: string, waitMs?: number): Promise<Restored | null> {
-    return this.restoreWith(model, layout, (f) => postJson(`${baseUrl}/slots/${f.slot}?action=restore`, { filename: f.file }), waitMs);
+  restore(model: string, layout: SlotLayout, baseUrl: string, waitMs?: number, from?: string): Promise<Restored | null> {
+    return this.restoreWith(model, layout, (f) => postJson(`${baseUrl}/slots/${f.slot}?action=restore`, { filename: f.file }), waitMs, from);
   }
 
   /**
@@ -169,9 +169,11 @@ export class SlotKeeper {
 
   /**
    * `restore` by way of `put` (a node replica's: the file sent through the tunnel); each file's hash checked first.
-   * A state on its way is waited for (`expect`), at most `waitMs` when given.
+   * A state on its way is waited for (`expect`), at most `waitMs` when given. `from`: only the state that placement
+   * kept, and only into this layout (a running placement taking in a moved answer's); another is left for the
+   * model's next replica.
    */
-  async restoreWith(model: string, layout: SlotLayout, put: (f: KeptFile) => Promise<unknown>, waitMs?: number): Promise<Restored | null> {
+  async restoreWith(model: string, layout: SlotLayout, put: (f: KeptFile) => Promise<unknown>, waitMs?: number, from?: string): Promise<Restored | null> {
     const incoming = this.incoming.get(model);
     if (incoming && waitMs !== undefined) {
       let timer: NodeJS.Timeout | undefined;
@@ -179,7 +181,7 @@ export class SlotKeeper {
       clearTimeout(timer);
     } else await incoming;
     const k = this.kept.get(model);
-    if (!k) return null;
+    if (!k || (from !== undefined && (k.placementId !== from || k.layout !== layoutKey(layout)))) return null;
     this.kept.delete(model);
     try {
       if (k.layout !== layoutKey(layout)) return null;

@@ -162,7 +162,12 @@ export async function throughPool(h: HubHttp, req: V1Request, res: ServerRespons
       const m = move;
       // A running one-slot placement reads in the answer's KV (the stopped placement's kept slot): only the new tokens
       // are evaluated. A placement the continuation started has read it back already (slot-carry.ts).
-      const carried = m ? ((await lease.takeIn?.()) ?? 0) || (lease.restored?.from === m.fromPlacement ? lease.restored.bytes : 0) : 0;
+      const carried = m ? (lease.restored?.from === m.fromPlacement ? lease.restored.bytes : ((await lease.takeIn?.(m.fromPlacement)) ?? 0)) : 0;
+      if (m && res.destroyed) {
+        lease.release(); // it went away while the state was read in
+        done(499);
+        return;
+      }
       if (!m) translator = p.translate?.({ startedAt: t0, leasedAt: Date.now() });
       const stitch = m ? new Stitcher(m.sent!) : null;
       let noted: MoveDto | null = null;
