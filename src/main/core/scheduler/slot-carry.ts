@@ -16,7 +16,8 @@ export const SLOT_CARRY_TIMEOUT_MS = 60_000;
 
 /**
  * How long an answer that moved to a running placement waits for its stopped placement's state to arrive before it
- * goes on without it (evaluating its history again): the save, the process's end and the fetch, on a LAN.
+ * goes on without it (evaluating its history again): the save, the process's end and the fetch, on a LAN. Reading it in
+ * once here is bounded apart: a local restore by llama-server, a node's by SLOT_CARRY_TIMEOUT_MS.
  */
 export const TAKE_IN_WAIT_MS = 3000;
 
