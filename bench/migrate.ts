@@ -1,6 +1,6 @@
 /**
  * bench/migrate: answers and conversations that move when their node is paused (hub/proxy/continuation.ts,
- * scheduler/slot-carry.ts). A hub that runs nothing and two nodes, `wordy` (4 layers, 1 thread, one slot) on them,
+ * scheduler/slots/slot-carry.ts). A hub that runs nothing and two nodes, `wordy` (4 layers, 1 thread, one slot) on them,
  * a user message of 500 or 4,000 words. Three measurements, medians over runs, with kept slots on
  * (RELAY_SLOT_KEEP_MB) and off:
  * - an answer of 1,000 tokens whose node is paused after its 8th token, the model running nowhere else: the other

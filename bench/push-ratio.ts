@@ -19,7 +19,7 @@ import { hubConfigFromEnv } from '../src/main/core/config.js';
 import { startHub, type Hub } from '../src/main/core/hub/index.js';
 import type { Logger } from '../src/main/core/log.js';
 import { NodeAgent } from '../src/main/core/node/agent.js';
-import { joinHub } from '../src/main/core/node/hub-client.js';
+import { joinHub } from '../src/main/core/node/link/hub-client.js';
 import { selfSignedCert } from '../src/main/core/pairing/hub-cert.js';
 import { hubJoinToken } from '../src/main/core/pairing/tokens.js';
 import { llama } from '../test/helpers/llama.js';

@@ -3,7 +3,7 @@ import type { AddressInfo } from 'node:net';
 import pino from 'pino';
 import { proxyToPlacement } from '../../src/main/core/hub/proxy/proxy.js';
 import type { ErrorShape } from '../../src/main/core/hub/http/errors.js';
-import type { Lease } from '../../src/main/core/scheduler/placement.js';
+import type { Lease } from '../../src/main/core/scheduler/placements/placement.js';
 import type { ModelRecord } from '../../src/main/core/store/store.js';
 
 /**

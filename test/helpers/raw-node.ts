@@ -3,7 +3,7 @@ import { once } from 'node:events';
 import { WebSocket } from 'ws';
 import { PROTOCOL_VERSION, WS_SUBPROTOCOL } from '../../src/shared/protocol.js';
 import { hubJoinToken } from '../../src/main/core/pairing/tokens.js';
-import { joinHub, pinnedTls, tlsUrl } from '../../src/main/core/node/hub-client.js';
+import { joinHub, pinnedTls, tlsUrl } from '../../src/main/core/node/link/hub-client.js';
 import { openStream } from '../../src/main/core/tunnel/channel.js';
 import { webSocketDuplex } from '../../src/main/core/tunnel/transport.js';
 import { Session } from '../../src/main/core/tunnel/yamux/session.js';

@@ -5,10 +5,10 @@ import { hubConfigFromEnv, type HubConfig } from '../../src/main/core/config.js'
 import type { Device } from '../../src/main/core/gpu/inventory.js';
 import type { ModelRegistry } from '../../src/main/core/models/registry.js';
 import type { NodeConn, NodeManager } from '../../src/main/core/pool/manager.js';
-import type { KeptSlots } from '../../src/main/core/scheduler/slot-keep.js';
-import type { Launcher } from '../../src/main/core/scheduler/launcher.js';
+import type { KeptSlots } from '../../src/main/core/scheduler/slots/slot-keep.js';
+import type { Launcher } from '../../src/main/core/scheduler/launch/launcher.js';
 import type { Liveness } from '../../src/main/core/llama/liveness.js';
-import type { Lease, Placement, Running } from '../../src/main/core/scheduler/placement.js';
+import type { Lease, Placement, Running } from '../../src/main/core/scheduler/placements/placement.js';
 import { Scheduler } from '../../src/main/core/scheduler/scheduler.js';
 import type { ModelRecord } from '../../src/main/core/store/store.js';
 

@@ -3,7 +3,7 @@ import { after, describe, it } from 'node:test';
 import { readModelInfo } from '../../src/main/core/gguf/index.js';
 import type { FlashAttn, KvCacheType } from '../../src/main/core/llama/argv.js';
 import { startLlamaServer, type RunningLlamaServer } from '../../src/main/core/llama/index.js';
-import { fitNeed } from '../../src/main/core/scheduler/fit.js';
+import { fitNeed } from '../../src/main/core/scheduler/decide/fit.js';
 import { ensureArchFixture, type ArchFixtureName } from '../fixtures/arch-fixtures.js';
 import { llama } from '../helpers/llama.js';
 

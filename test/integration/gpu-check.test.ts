@@ -5,7 +5,7 @@ import { mkdtempSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
-import { fitNeed } from '../../src/main/core/scheduler/fit.js';
+import { fitNeed } from '../../src/main/core/scheduler/decide/fit.js';
 import { lavapipeEnv, llama, vulkanModule } from '../helpers/llama.js';
 
 /**

@@ -7,8 +7,8 @@ import { after, before, describe, it } from 'node:test';
 import pino from 'pino';
 import { startLlamaServer, type RunningLlamaServer } from '../../src/main/core/llama/index.js';
 import { describe as describeModel } from '../../src/main/core/models/describe.js';
-import { SlotKeeper, type SlotLayout } from '../../src/main/core/scheduler/slot-keep.js';
-import { NodeSlots } from '../../src/main/core/node/slots.js';
+import { SlotKeeper, type SlotLayout } from '../../src/main/core/scheduler/slots/slot-keep.js';
+import { NodeSlots } from '../../src/main/core/node/work/slots.js';
 import { fixture, llama } from '../helpers/llama.js';
 import { complete } from '../helpers/openai.js';
 
@@ -90,7 +90,7 @@ describe('kept slot files', { timeout: 120_000 }, () => {
 });
 
 /**
- * A node's kept conversations (node/slots.ts) with a real llama-server: saved when a replica stops, listed with
+ * A node's kept conversations (node/work/slots.ts) with a real llama-server: saved when a replica stops, listed with
  * their size and sha256, and what waits for the hub stays within the hub's budget, all replicas together.
  */
 describe("a node's kept slots", { timeout: 120_000 }, () => {

@@ -12,7 +12,7 @@ import { readGgufFile } from '../../src/main/core/gguf/index.js';
 import { startLlamaServer } from '../../src/main/core/llama/index.js';
 import { createLogger } from '../../src/main/core/log.js';
 import { NodeAgent } from '../../src/main/core/node/agent.js';
-import { joinHub } from '../../src/main/core/node/hub-client.js';
+import { joinHub } from '../../src/main/core/node/link/hub-client.js';
 import { fixture, llama } from '../helpers/llama.js';
 import { listeningSockets } from '../helpers/node.js';
 import { complete } from '../helpers/openai.js';

@@ -6,7 +6,7 @@ import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { promisify } from 'node:util';
 import { chromium, type Browser } from 'playwright-core';
-import { joinHub, requestDashboardLink } from '../../src/main/core/node/hub-client.js';
+import { joinHub, requestDashboardLink } from '../../src/main/core/node/link/hub-client.js';
 import { startHub, type HubProcess } from '../helpers/hub.js';
 import { mintToken } from '../helpers/node.js';
 

@@ -10,8 +10,8 @@ import { PROTOCOL_VERSION, TUNNEL_PATH, TUNNEL_STREAM_WINDOW, WS_SUBPROTOCOL } f
 import { ControlChannel, openStream } from '../../src/main/core/tunnel/channel.js';
 import { webSocketDuplex } from '../../src/main/core/tunnel/transport.js';
 import { Session } from '../../src/main/core/tunnel/yamux/session.js';
-import { writeSettings } from '../../src/main/core/node/settings.js';
-import { joinHub, pinnedTls, tlsUrl } from '../../src/main/core/node/hub-client.js';
+import { writeSettings } from '../../src/main/core/node/link/settings.js';
+import { joinHub, pinnedTls, tlsUrl } from '../../src/main/core/node/link/hub-client.js';
 import { selfSignedCert } from '../../src/main/core/pairing/hub-cert.js';
 import { createServer as createTlsServer } from 'node:tls';
 import { createServer as createNetServer, type AddressInfo } from 'node:net';

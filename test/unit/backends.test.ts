@@ -8,7 +8,7 @@ import { backendEnv, resolveBackend } from '../../src/main/core/llama/backends.j
 import { mkdtempSync, readdirSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { freeAfterReservations, type Reservation } from '../../src/main/core/scheduler/plan.js';
+import { freeAfterReservations, type Reservation } from '../../src/main/core/scheduler/decide/plan.js';
 import { machineProbe } from '../helpers/probe.js';
 
 const linux = (over: Partial<MachineProbe> = {}): MachineProbe => machineProbe('linux', over);

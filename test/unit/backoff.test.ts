@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { FailureMemory } from '../../src/main/core/scheduler/backoff.js';
+import { FailureMemory } from '../../src/main/core/scheduler/decide/backoff.js';
 
 describe('failure memory (pure)', () => {
   it('skips a (node, model) for 30 s, doubling to 10 min, per pair, and forgets on success', () => {

@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { chooseEvictions, freeAfterReservations, type Reservation } from '../../src/main/core/scheduler/plan.js';
+import { chooseEvictions, freeAfterReservations, type Reservation } from '../../src/main/core/scheduler/decide/plan.js';
 
 /** Pure eviction planning: a request that cannot be placed stops nobody; one that can stops only what it needs. */
 const idle = (id: string, lastUsedAt: number) => ({ id, lastUsedAt });

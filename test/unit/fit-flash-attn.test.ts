@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { describeNeed } from '../../src/main/core/scheduler/plan.js';
+import { describeNeed } from '../../src/main/core/scheduler/decide/plan.js';
 import { model, setup } from '../helpers/scheduler-doubles.js';
 
 /**

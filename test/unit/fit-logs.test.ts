@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { describe, it } from 'node:test';
 import { memoryLayout } from '../../src/main/core/gguf/memory.js';
-import { partNeed, type FitSettings } from '../../src/main/core/scheduler/fit.js';
+import { partNeed, type FitSettings } from '../../src/main/core/scheduler/decide/fit.js';
 
 /**
  * The fit against llama.cpp itself: published load logs on real GPUs (test/fixtures/fit-logs.json, each row cited),

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { fitNeed, contextPerSlot, KV_ROW_SCALE, KV_SCALE } from '../../src/main/core/scheduler/fit.js';
-import { describeNeed, freeAfterReservations, planHostReplica, shortfallMessage, type Reservation } from '../../src/main/core/scheduler/plan.js';
+import { fitNeed, contextPerSlot, KV_ROW_SCALE, KV_SCALE } from '../../src/main/core/scheduler/decide/fit.js';
+import { describeNeed, freeAfterReservations, planHostReplica, shortfallMessage, type Reservation } from '../../src/main/core/scheduler/decide/plan.js';
 
 const MIB = 1024 * 1024;
 const settings = { contextSize: 4096, replicaCtx: 0, parallelSlots: 2, kvCacheType: 'f16' as const };

@@ -7,7 +7,7 @@ import pino from 'pino';
 import { fullContextBytesPerToken } from '../../src/main/core/gguf/derive.js';
 import { memoryLayout, memorySummary, type MemoryLayout } from '../../src/main/core/gguf/memory.js';
 import { ModelRegistry } from '../../src/main/core/models/registry.js';
-import { fitNeed } from '../../src/main/core/scheduler/fit.js';
+import { fitNeed } from '../../src/main/core/scheduler/decide/fit.js';
 import { Store } from '../../src/main/core/store/store.js';
 import { unitFixture } from '../fixtures/synthetic-vocab.js';
 

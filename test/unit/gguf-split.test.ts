@@ -10,7 +10,7 @@ import { readModelFiles, readModelInfo, splitName, splitPartName, GGML_TYPE_F32 
 import { ModelRegistry } from '../../src/main/core/models/registry.js';
 import { discoverFolder } from '../../src/main/core/models/import.js';
 import { modelFiles, splitId } from '../../src/main/core/models/files.js';
-import { ModelCache } from '../../src/main/core/node/cache.js';
+import { ModelCache } from '../../src/main/core/node/cache/cache.js';
 import { Store } from '../../src/main/core/store/store.js';
 import { i32, str, u16, u32, writeGguf, writeSplitGguf, type MetaEntry, type TensorSpec } from '../fixtures/gguf-writer.js';
 

@@ -3,10 +3,10 @@ import { describe, it } from 'node:test';
 import type { CommandBody } from '../../src/shared/protocol.js';
 import type { LlamaInstall } from '../../src/main/core/llama/install.js';
 import type { NodeManager } from '../../src/main/core/pool/manager.js';
-import { fitNeed } from '../../src/main/core/scheduler/fit.js';
-import { ShardLauncher } from '../../src/main/core/scheduler/launch-shard.js';
-import { newPlacement } from '../../src/main/core/scheduler/placement.js';
-import type { Stage } from '../../src/main/core/scheduler/shard.js';
+import { fitNeed } from '../../src/main/core/scheduler/decide/fit.js';
+import { ShardLauncher } from '../../src/main/core/scheduler/launch/launch-shard.js';
+import { newPlacement } from '../../src/main/core/scheduler/placements/placement.js';
+import type { Stage } from '../../src/main/core/scheduler/decide/shard.js';
 import { fakeNode, log, model, rejected, setup } from '../helpers/scheduler-doubles.js';
 
 /**

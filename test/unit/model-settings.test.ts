@@ -2,8 +2,8 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { isRelayError } from '../../src/shared/errors.js';
 import { hubConfigFromEnv } from '../../src/main/core/config.js';
-import { fitNeed } from '../../src/main/core/scheduler/fit.js';
-import { applySettings, settingsFor } from '../../src/main/core/scheduler/model-settings.js';
+import { fitNeed } from '../../src/main/core/scheduler/decide/fit.js';
+import { applySettings, settingsFor } from '../../src/main/core/scheduler/decide/model-settings.js';
 
 describe('per-model settings', () => {
   const pool = hubConfigFromEnv({ HOME: '/tmp', RELAY_CONTEXT_SIZE: '4096', RELAY_REPLICA_CTX: '2048', RELAY_PARALLEL_SLOTS: '2', RELAY_KV_CACHE_TYPE: 'f16' }, { port: 0 });

@@ -10,7 +10,7 @@ import { parseHubMessage, parseNodeMessage, parseStreamHeader } from '../../src/
 import { PROTOCOL_VERSION } from '../../src/shared/protocol.js';
 import { checkJoinToken, mintJoinToken } from '../../src/main/core/pairing/tokens.js';
 import { AutoPause, availabilityOf, inPauseWindow, parseSchedule } from '../../src/main/core/availability.js';
-import { ModelCache } from '../../src/main/core/node/cache.js';
+import { ModelCache } from '../../src/main/core/node/cache/cache.js';
 import { cacheBudgetFlag } from '../../src/main/cli/cache.js';
 
 const sha = (b: Buffer) => createHash('sha256').update(b).digest('hex');

@@ -3,12 +3,12 @@ import { describe, it } from 'node:test';
 import { rates } from '../../src/main/core/hub/state/history.js';
 import { HubMetrics } from '../../src/main/core/hub/state/metrics.js';
 import { poolPicture } from '../../src/main/core/hub/observe/picture.js';
-import { whyNotLine } from '../../src/main/core/scheduler/why-not.js';
+import { whyNotLine } from '../../src/main/core/scheduler/decide/why-not.js';
 import type { NodeStatus, ReplicaStatus, ShardStatus, StageStatus } from '../../src/shared/status.js';
 import { fakeNode, model, rejected, setup } from '../helpers/scheduler-doubles.js';
 
 /**
- * The dashboard's picture of the pool (hub/observe/picture.ts), its "why not" line (scheduler/why-not.ts and the
+ * The dashboard's picture of the pool (hub/observe/picture.ts), its "why not" line (scheduler/decide/why-not.ts and the
  * placer's what-ifs behind it) and the charts' rates (hub/state/history.ts). The e2e test draws them in chromium.
  */
 const placement = {

@@ -1,15 +1,15 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { promptPrefix } from '../../src/main/core/hub/proxy/prompt-prefix.js';
-import type { Placement } from '../../src/main/core/scheduler/placement.js';
-import { PrefixIndex } from '../../src/main/core/scheduler/prefix.js';
-import { Router } from '../../src/main/core/scheduler/router.js';
-import { routeRequest, type RouteView } from '../../src/main/core/scheduler/routing.js';
+import type { Placement } from '../../src/main/core/scheduler/placements/placement.js';
+import { PrefixIndex } from '../../src/main/core/scheduler/decide/prefix.js';
+import { Router } from '../../src/main/core/scheduler/placements/router.js';
+import { routeRequest, type RouteView } from '../../src/main/core/scheduler/decide/routing.js';
 import { fakeNode, model, setup, tick, where } from '../helpers/scheduler-doubles.js';
 
 /**
  * Prefix-aware routing: a conversation's turns go back to the placement whose KV cache holds its start. The keys
- * (hub/proxy/prompt-prefix.ts), the memory of them (scheduler/prefix.ts), the rule (routing.ts's routeRequest) and the
+ * (hub/proxy/prompt-prefix.ts), the memory of them (scheduler/decide/prefix.ts), the rule (routing.ts's routeRequest) and the
  * scheduler acting on it. (test/e2e/conversations.test.ts runs it on llama-server and reads `cached_tokens`.)
  */
 

@@ -2,10 +2,10 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import type { CommandBody } from '../../src/shared/protocol.js';
 import { fakeNode, model, rejected, setup, tick } from '../helpers/scheduler-doubles.js';
-import { loadDeadlineMs } from '../../src/main/core/scheduler/deadline.js';
-import { stallMs } from '../../src/main/core/scheduler/routing.js';
+import { loadDeadlineMs } from '../../src/main/core/scheduler/decide/deadline.js';
+import { stallMs } from '../../src/main/core/scheduler/decide/routing.js';
 import { HUB_DEFAULTS } from '../../src/main/core/config.js';
-import { newAttempts, STRANDED_GRACE_MS, strandedNow, type Waiter } from '../../src/main/core/scheduler/queue.js';
+import { newAttempts, STRANDED_GRACE_MS, strandedNow, type Waiter } from '../../src/main/core/scheduler/placements/queue.js';
 import { ErrorCode, RelayError } from '../../src/shared/errors.js';
 
 /**

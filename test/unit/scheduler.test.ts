@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { ErrorCode, RelayError, httpError } from '../../src/shared/errors.js';
-import { pickPlacement, wantsAnother, type RouteView } from '../../src/main/core/scheduler/routing.js';
+import { pickPlacement, wantsAnother, type RouteView } from '../../src/main/core/scheduler/decide/routing.js';
 import { newAttempts } from '../../src/main/core/scheduler/scheduler.js';
 
 /**

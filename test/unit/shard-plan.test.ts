@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { readGgufFile } from '../../src/main/core/gguf/index.js';
 import { llamaServerArgv, type TensorOverride } from '../../src/main/core/llama/argv.js';
-import { hostStageLast, planShard, shardFlags, splitLayers, stageNeedMb, type ShardDevice, type ShardModel } from '../../src/main/core/scheduler/shard.js';
+import { hostStageLast, planShard, shardFlags, splitLayers, stageNeedMb, type ShardDevice, type ShardModel } from '../../src/main/core/scheduler/decide/shard.js';
 import { unitFixture as fixture } from '../fixtures/synthetic-vocab.js';
 
 const settings = { contextSize: 512, replicaCtx: 0, parallelSlots: 1, kvCacheType: 'f16' as const };

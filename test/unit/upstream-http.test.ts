@@ -4,7 +4,7 @@ import { connect, createServer, type AddressInfo, type Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
 import { describe, it } from 'node:test';
 import { ChunkedBody, openUpstream, parseHead, postUpstream, type UpstreamHead } from '../../src/main/core/hub/proxy/upstream-http.js';
-import type { Lease } from '../../src/main/core/scheduler/placement.js';
+import type { Lease } from '../../src/main/core/scheduler/placements/placement.js';
 
 /** A chunked body as cpp-httplib writes one: a chunk per SSE event, hex sizes, the last chunk, no trailer. */
 function chunkedOf(parts: string[], trailer = ''): Buffer {

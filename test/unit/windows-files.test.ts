@@ -7,9 +7,9 @@ import { Readable } from 'node:stream';
 import { describe, it } from 'node:test';
 import { isRelayError } from '../../src/shared/errors.js';
 import { defaultHomeFor } from '../../src/main/core/config.js';
-import { ModelCache } from '../../src/main/core/node/cache.js';
-import { linkPart } from '../../src/main/core/node/split-view.js';
-import { isBusy, longestNodePath, pathLengthProblem, removeUnlessBusy, renameIntoPlace, WINDOWS_MAX_PATH } from '../../src/main/core/node/windows-files.js';
+import { ModelCache } from '../../src/main/core/node/cache/cache.js';
+import { linkPart } from '../../src/main/core/node/cache/split-view.js';
+import { isBusy, longestNodePath, pathLengthProblem, removeUnlessBusy, renameIntoPlace, WINDOWS_MAX_PATH } from '../../src/main/core/node/cache/windows-files.js';
 
 const tmp = () => mkdtempSync(join(tmpdir(), 'relay-winfiles-'));
 const sha = (b: Buffer) => createHash('sha256').update(b).digest('hex');

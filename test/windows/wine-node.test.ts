@@ -4,7 +4,7 @@ import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { buildWindows } from '../../src/main/core/llama/build-windows.js';
-import { pathLengthProblem } from '../../src/main/core/node/windows-files.js';
+import { pathLengthProblem } from '../../src/main/core/node/cache/windows-files.js';
 import { addModel, startHub, type HubProcess } from '../helpers/hub.js';
 import { directTexts, fixture } from '../helpers/llama.js';
 import { mintToken } from '../helpers/node.js';

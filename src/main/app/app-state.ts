@@ -4,7 +4,7 @@ import { beyondLoopback } from '../core/hub/http/guard.js';
 import { autoPauseSupport } from '../core/gpu/nvml.js';
 import { inPauseWindow, parseSchedule } from '../core/availability.js';
 import type { NodeAgent } from '../core/node/agent.js';
-import { readSettings, type NodeSettings } from '../core/node/settings.js';
+import { readSettings, type NodeSettings } from '../core/node/link/settings.js';
 import { scheduleWindows, type AppSettings } from './app-settings.js';
 import { lanUrl, loopbackUrl } from './hub-urls.js';
 

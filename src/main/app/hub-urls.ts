@@ -1,8 +1,8 @@
 import { networkInterfaces } from 'node:os';
 import type { Logger } from 'pino';
 import { beyondLoopback, lanAddresses } from '../core/hub/http/guard.js';
-import type { NodeSettings } from '../core/node/settings.js';
-import { requestDashboardLink } from '../core/node/hub-client.js';
+import type { NodeSettings } from '../core/node/link/settings.js';
+import { requestDashboardLink } from '../core/node/link/hub-client.js';
 
 /** The addresses the tray app shows and opens for a hub. */
 

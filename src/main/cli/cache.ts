@@ -1,9 +1,9 @@
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
-import { ModelCache, type CacheBudget } from '../core/node/cache.js';
-import { cacheReport, type CacheReport } from '../core/node/cache-report.js';
-import { readSettings } from '../core/node/settings.js';
+import { ModelCache, type CacheBudget } from '../core/node/cache/cache.js';
+import { cacheReport, type CacheReport } from '../core/node/cache/cache-report.js';
+import { readSettings } from '../core/node/link/settings.js';
 
 /**
  * `relay cache ls|prune` on a node: what the weights cache holds and freeing it. With the node running the

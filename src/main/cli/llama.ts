@@ -15,7 +15,7 @@ import {
   type LlamaInstall,
 } from '../core/llama/index.js';
 import type { Logger } from '../core/log.js';
-import { readSettings } from '../core/node/settings.js';
+import { readSettings } from '../core/node/link/settings.js';
 import { nodeHomeDir } from '../core/config.js';
 import { buildWindows } from '../core/llama/build-windows.js';
 import { doctorLines } from '../core/llama/doctor.js';

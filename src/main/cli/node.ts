@@ -12,8 +12,8 @@ import { api, apiFailure, hubUrl, intFlag } from './api.js';
 import { llamaBuildProgress, showNodePushes, TerminalProgress } from './progress.js';
 import { createLogger, logStrayRejections } from '../core/log.js';
 import { NodeAgent } from '../core/node/agent.js';
-import { readSettings, writeSettings, type NodeSettings } from '../core/node/settings.js';
-import { joinHub } from '../core/node/hub-client.js';
+import { readSettings, writeSettings, type NodeSettings } from '../core/node/link/settings.js';
+import { joinHub } from '../core/node/link/hub-client.js';
 import { parseSchedule } from '../core/availability.js';
 
 /** `relay up` (run a node) and `relay pause|resume` (a node's, or with --hub the hub's own devices). */

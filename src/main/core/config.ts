@@ -83,7 +83,7 @@ export interface HubConfig {
   /** Open connections the hub accepts at once, nodes included (RELAY_MAX_CONNECTIONS). */
   readonly maxConnections: number;
   /**
-   * A load's deadline is this base plus `loadMsPerGib` per GiB of the model's weights (scheduler/deadline.ts), for
+   * A load's deadline is this base plus `loadMsPerGib` per GiB of the model's weights (scheduler/decide/deadline.ts), for
    * every placement kind, on the hub and on nodes alike (RELAY_LOAD_TIMEOUT_MS, RELAY_LOAD_MS_PER_GIB): a 40 GB
    * model from a spinning disk is given the time it needs, a 500 MB one is not waited on for half an hour.
    */

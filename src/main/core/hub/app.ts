@@ -1,7 +1,7 @@
 import type { RequestListener } from 'node:http';
 import express, { type NextFunction, type Request, type Response } from 'express';
 import { ErrorCode, RelayError } from '../../../shared/errors.js';
-import { fmtMb } from '../scheduler/fit.js';
+import { fmtMb } from '../scheduler/decide/fit.js';
 import { mountHubSettings } from './admin/hub-settings.js';
 import { mountLogins } from './admin/logins.js';
 import { mountModels } from './admin/models.js';

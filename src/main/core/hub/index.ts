@@ -14,7 +14,7 @@ import { ownChildPids } from '../llama/supervisor.js';
 import type { LlamaInstall } from '../llama/install.js';
 import { Pulls } from '../models/hf/pulls.js';
 import { ModelRegistry } from '../models/registry.js';
-import { LlamaLauncher } from '../scheduler/launcher.js';
+import { LlamaLauncher } from '../scheduler/launch/launcher.js';
 import { Scheduler } from '../scheduler/scheduler.js';
 import { Store } from '../store/store.js';
 import { createApp } from './app.js';

@@ -13,16 +13,16 @@ import { runCommand } from './commands.js';
 import type { Session, YamuxStream } from '../tunnel/yamux/session.js';
 import { autoPauseSupport, otherProcessesGpuMb } from '../gpu/nvml.js';
 import { AutoPause, availabilityOf, inPauseWindow, parseSchedule, type PauseWindow } from '../availability.js';
-import { pathLengthProblem } from './windows-files.js';
-import { ModelCache } from './cache.js';
-import { cacheReport } from './cache-report.js';
+import { pathLengthProblem } from './cache/windows-files.js';
+import { ModelCache } from './cache/cache.js';
+import { cacheReport } from './cache/cache-report.js';
 import { SpareSockets } from '../llama/spare-sockets.js';
 import { ownChildPids } from '../llama/supervisor.js';
-import { openTunnel } from './link.js';
-import { applyChange, cacheBudgetBytes, writeSettings, type NodeSettings, type NodeSettingsChange } from './settings.js';
-import { Workloads } from './workloads.js';
+import { openTunnel } from './link/link.js';
+import { applyChange, cacheBudgetBytes, writeSettings, type NodeSettings, type NodeSettingsChange } from './link/settings.js';
+import { Workloads } from './work/workloads.js';
 import { heartbeatOf, helloOf, type ReportSource } from './reports.js';
-import { startLocalApi } from './local-api.js';
+import { startLocalApi } from './link/local-api.js';
 import { nodeConfigFromEnv, type NodeConfig } from '../config.js';
 
 /** Auto-pause's detector: over 1 GiB of other programs' GPU memory for 30 s pauses, under it for 2 min resumes. */

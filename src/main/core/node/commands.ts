@@ -1,7 +1,7 @@
 import { ErrorCode, RelayError } from '../../../shared/errors.js';
 import type { Availability, Command } from '../../../shared/protocol.js';
-import type { ModelCache } from './cache.js';
-import type { Workloads } from './workloads.js';
+import type { ModelCache } from './cache/cache.js';
+import type { Workloads } from './work/workloads.js';
 
 /** What the hub's commands act on. */
 export interface CommandTarget {

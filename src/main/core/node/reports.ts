@@ -1,7 +1,7 @@
 import { PROTOCOL_VERSION, type Availability, type DeviceInfo, type Heartbeat, type Hello } from '../../../shared/protocol.js';
 import { packageVersion } from '../app-files.js';
-import type { ModelCache } from './cache.js';
-import type { Workloads } from './workloads.js';
+import type { ModelCache } from './cache/cache.js';
+import type { Workloads } from './work/workloads.js';
 
 /**
  * What a node tells the hub about itself: the hello that opens a session and the heartbeat every few seconds

@@ -4,8 +4,8 @@ import { ErrorCode, isRelayError, wireCode } from '../../../shared/errors.js';
 import type { SpareSockets } from '../llama/spare-sockets.js';
 import { acceptStream } from '../tunnel/channel.js';
 import type { YamuxStream } from '../tunnel/yamux/session.js';
-import type { ModelCache } from './cache.js';
-import type { Workloads } from './workloads.js';
+import type { ModelCache } from './cache/cache.js';
+import type { Workloads } from './work/workloads.js';
 
 /** What serving the hub's streams needs from the agent. */
 export interface StreamContext {

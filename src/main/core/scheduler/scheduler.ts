@@ -1,24 +1,24 @@
 import type { Logger } from 'pino';
-import { expireIdle } from './keep-alive.js';
+import { expireIdle } from './run/keep-alive.js';
 import { ErrorCode, RelayError, isRelayError } from '../../../shared/errors.js';
-export { newAttempts, type Attempts } from './queue.js';
+export { newAttempts, type Attempts } from './placements/queue.js';
 import type { HubConfig } from '../config.js';
 import type { Device } from '../gpu/inventory.js';
 import type { NodeConn, NodeManager } from '../pool/manager.js';
 import type { ModelRegistry } from '../models/registry.js';
 import type { ModelRecord } from '../store/store.js';
-import { blamedMachine, FailureMemory } from './backoff.js';
-import type { FitBreakdown } from './fit.js';
-import type { Launcher } from './launcher.js';
-import { armIdle, failPlacement, isLive, machinesOf, newPlacement, openLease, type Lease, type NewPlacement, type Placement } from './placement.js';
-import { HUB, Placer } from './placer.js';
-import { newAttempts, strandedNow, WaitQueue, type Attempts, type Waiter } from './queue.js';
-import { wantsAnother } from './routing.js';
-import { Router } from './router.js';
-import type { PromptPrefix } from './prefix.js';
-import { PoolView } from './view.js';
-import { PlacementWatch } from './watch.js';
-import { loadDeadlineMs } from './deadline.js';
+import { blamedMachine, FailureMemory } from './decide/backoff.js';
+import type { FitBreakdown } from './decide/fit.js';
+import type { Launcher } from './launch/launcher.js';
+import { armIdle, failPlacement, isLive, machinesOf, newPlacement, openLease, type Lease, type NewPlacement, type Placement } from './placements/placement.js';
+import { HUB, Placer } from './run/placer.js';
+import { newAttempts, strandedNow, WaitQueue, type Attempts, type Waiter } from './placements/queue.js';
+import { wantsAnother } from './decide/routing.js';
+import { Router } from './placements/router.js';
+import type { PromptPrefix } from './decide/prefix.js';
+import { PoolView } from './run/view.js';
+import { PlacementWatch } from './run/watch.js';
+import { loadDeadlineMs } from './decide/deadline.js';
 
 /**
  * The scheduler: for a request naming model M, lease a slot of a placement of M — the ready one with the

@@ -6,7 +6,7 @@ import { readDurable, writeDurable } from '../durable.js';
 import { ErrorCode, RelayError } from '../../../shared/errors.js';
 import type { FlashAttn, KvCacheType } from '../llama/argv.js';
 
-/** A model's own llama-server settings over the pool-wide ones; how they apply is scheduler/model-settings.ts. */
+/** A model's own llama-server settings over the pool-wide ones; how they apply is scheduler/decide/model-settings.ts. */
 export interface ModelSettings {
   /** Context per slot (tokens). */
   ctx?: number;

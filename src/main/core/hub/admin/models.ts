@@ -2,7 +2,7 @@ import { existsSync } from 'node:fs';
 import { isAbsolute } from 'node:path';
 import { ErrorCode, httpError, isRelayError, RelayError } from '../../../../shared/errors.js';
 import { discover } from '../../models/import.js';
-import { applySettings, sameSettings } from '../../scheduler/model-settings.js';
+import { applySettings, sameSettings } from '../../scheduler/decide/model-settings.js';
 import { parseJson, textField } from '../http/request.js';
 import type { AppDeps, Mount } from '../http/context.js';
 import { modelViewer } from '../observe/model-view.js';

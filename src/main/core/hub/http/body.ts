@@ -1,6 +1,6 @@
 import type { ServerResponse } from 'node:http';
 import { ErrorCode, RelayError } from '../../../../shared/errors.js';
-import { fmtMb } from '../../scheduler/fit.js';
+import { fmtMb } from '../../scheduler/decide/fit.js';
 import type { V1Request } from './request.js';
 
 /**

@@ -2,7 +2,7 @@ import { existsSync } from 'node:fs';
 import type { MemorySummary } from '../../gguf/memory.js';
 import { memorySummary } from '../../gguf/memory.js';
 import { modelFiles } from '../../models/files.js';
-import { largestPart } from '../../scheduler/fit.js';
+import { largestPart } from '../../scheduler/decide/fit.js';
 import type { ModelRecord } from '../../store/store.js';
 import type { ModelStatus } from '../../../../shared/status.js';
 import type { AppDeps } from '../http/context.js';

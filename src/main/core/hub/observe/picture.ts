@@ -1,5 +1,5 @@
 import type { PictureDevice, PictureMachine, PictureSegment, PlacementStatus, StatusDto } from '../../../../shared/status.js';
-import { HUB } from '../../scheduler/backoff.js';
+import { HUB } from '../../scheduler/decide/backoff.js';
 
 type Parts = Pick<StatusDto, 'hub' | 'devices' | 'nodes' | 'replicas' | 'shards' | 'backoffs' | 'pushes'>;
 

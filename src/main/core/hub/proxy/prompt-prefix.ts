@@ -1,8 +1,8 @@
 import { createHash } from 'node:crypto';
-import type { PromptPrefix } from '../../scheduler/prefix.js';
+import type { PromptPrefix } from '../../scheduler/decide/prefix.js';
 
 /**
- * A generation request's prompt as prefix-routing keys (scheduler/prefix.ts), from the body the hub parsed
+ * A generation request's prompt as prefix-routing keys (scheduler/decide/prefix.ts), from the body the hub parsed
  * already, whatever its dialect: the blocks llama-server's template renders first — the system prompt or
  * instructions and the tools — then each message (OpenAI's and Anthropic's `messages`, the Responses API's
  * `input` items, Ollama's turned into OpenAI's), or a plain prompt in blocks of 1 KiB. Each key hashes every

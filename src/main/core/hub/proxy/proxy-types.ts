@@ -2,7 +2,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Logger } from 'pino';
 import type { RelayError } from '../../../../shared/errors.js';
 import type { ErrorShape } from '../http/errors.js';
-import type { Lease } from '../../scheduler/placement.js';
+import type { Lease } from '../../scheduler/placements/placement.js';
 import type { SpareSockets } from '../../llama/spare-sockets.js';
 import type { Usage } from './llama-answer.js';
 import type { Stitcher } from './stitch.js';

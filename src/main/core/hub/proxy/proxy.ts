@@ -2,7 +2,7 @@ import type { Duplex } from 'node:stream';
 import type { ServerResponse } from 'node:http';
 import { ErrorCode, RelayError } from '../../../../shared/errors.js';
 import { OPENAI_ERRORS, type ErrorShape } from '../http/errors.js';
-import { FailedHalt, type Lease } from '../../scheduler/placement.js';
+import { FailedHalt, type Lease } from '../../scheduler/placements/placement.js';
 import { openUpstream, postUpstream, type UpstreamHead } from './upstream-http.js';
 import { sendJson } from '../http/answer.js';
 import { llamaRefusal } from './llama-answer.js';

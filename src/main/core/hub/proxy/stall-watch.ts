@@ -1,4 +1,4 @@
-import type { Lease } from '../../scheduler/placement.js';
+import type { Lease } from '../../scheduler/placements/placement.js';
 
 /**
  * The stall watch of one request: one that hears nothing for `lease.stallMs()` (model-aware, a few seconds at most)

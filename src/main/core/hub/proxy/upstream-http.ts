@@ -1,7 +1,7 @@
 import { connect } from 'node:net';
 import { Duplex } from 'node:stream';
 import type { SpareSockets } from '../../llama/spare-sockets.js';
-import type { Lease } from '../../scheduler/placement.js';
+import type { Lease } from '../../scheduler/placements/placement.js';
 
 /**
  * The hub's HTTP/1.1 client for llama-server: one POST per connection (`Connection: close`), its response

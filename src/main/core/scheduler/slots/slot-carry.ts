@@ -1,0 +1,123 @@
+import { createHash } from 'node:crypto';
+import { createReadStream, createWriteStream, renameSync, rmSync } from 'node:fs';
+import { pipeline } from 'node:stream/promises';
+import type { SavedSlot } from '../../../../shared/protocol.js';
+import type { NodeConn } from '../../pool/conn.js';
+import type { Duplex } from 'node:stream';
+
+/**
+ * A node replica's kept conversations crossing the tunnel (`slot` streams, node/work/slots.ts): fetched into the hub's
+ * slot store when the replica stops, sent into a new node replica's slot when it starts. Every byte is counted and
+ * hashed against what the sender said; a short, damaged or late transfer throws, and the caller starts cold.
+ */
+
+/** A whole slot state crossing the tunnel: its own deadline (a GB at a household link's pace is tens of seconds). */
+export const SLOT_CARRY_TIMEOUT_MS = 60_000;
+
+/**
+ * How long an answer that moved to a running placement waits for its stopped placement's state to arrive before it
+ * goes on without it (evaluating its history again): the save, the process's end and the fetch, on a LAN. Reading it in
+ * once here is bounded apart: a local restore by llama-server, a node's by SLOT_CARRY_TIMEOUT_MS.
+ */
+export const TAKE_IN_WAIT_MS = 3000;
+
+/** How long a new replica waits for a stopped one's state on its way before it starts cold. */
+export const START_RESTORE_WAIT_MS = 10_000;
+
+/** The stop-replica reply's `slots`, checked (a field an older or odd node sends otherwise is ignored). */
+export function savedSlots(v: unknown): SavedSlot[] {
+  if (!Array.isArray(v)) return [];
+  return v.filter(
+    (s): s is SavedSlot =>
+      typeof s === 'object' && s !== null && Number.isInteger((s as SavedSlot).slot) && Number.isInteger((s as SavedSlot).bytes) && /^[0-9a-f]{64}$/.test(String((s as SavedSlot).sha256)),
+  );
+}
+
+/** Fetch slot `s` that node `conn` kept of `replica` into `path`, within `timeoutMs`. */
+export async function fetchSlot(conn: NodeConn, replica: string, s: SavedSlot, path: string, timeoutMs = SLOT_CARRY_TIMEOUT_MS): Promise<void> {
+  const st = conn.open({ kind: 'slot', op: 'get', replica, slot: s.slot });
+  st.on('error', () => undefined); // its failure is the fetch's (below); the session may reset it later too
+  const timer = setTimeout(() => st.destroy(new Error('the slot state did not arrive in time')), Math.max(1, timeoutMs));
+  try {
+    const { line, rest } = await firstLine(st);
+    const head = JSON.parse(line) as { ok?: boolean; bytes?: number; sha256?: string; message?: string };
+    if (!head.ok) throw new Error(head.message ?? 'the node kept no such slot');
+    const hash = createHash('sha256');
+    let got = 0;
+    const part = `${path}.part`; // under its name only once whole and checked
+    const out = createWriteStream(part, { mode: 0o600 });
+    const count = async function* (): AsyncGenerator<Buffer> {
+      if (rest.byteLength > 0) yield tally(rest);
+      for await (const b of st) yield tally(b as Buffer);
+    };
+    const tally = (b: Buffer): Buffer => {
+      got += b.byteLength;
+      if (got > s.bytes) throw new Error(`the node sent more than the ${s.bytes} bytes it listed`);
+      hash.update(b);
+      return b;
+    };
+    await pipeline(count(), out);
+    if (got !== s.bytes || hash.digest('hex') !== s.sha256) throw new Error(`the slot state arrived damaged (${got} of ${s.bytes} bytes, or another sha256)`);
+    renameSync(part, path);
+  } catch (err) {
+    rmSync(`${path}.part`, { force: true });
+    throw err;
+  } finally {
+    clearTimeout(timer);
+    st.destroy();
+  }
+}
+
+/** Send the state at `path` (checked to hash to `sha256` just before) into slot `slot` of node `conn`'s running `replica`; resolves once it was read back. */
+export async function putSlot(conn: NodeConn, replica: string, slot: number, path: string, size: number, sha256: string): Promise<void> {
+  const st = conn.open({ kind: 'slot', op: 'put', replica, slot, size, sha256 });
+  st.on('error', () => undefined);
+  const timer = setTimeout(() => st.destroy(new Error('the slot state was not restored in time')), SLOT_CARRY_TIMEOUT_MS);
+  try {
+    // The node may refuse before it has read a byte (the replica is gone): its answer ends the send.
+    const answer = firstLine(st).then((a) => {
+      const r = JSON.parse(a.line) as { ok?: boolean; message?: string };
+      if (!r.ok) throw new Error(r.message ?? 'the node could not restore the slot');
+    });
+    answer.catch(() => undefined);
+    await Promise.race([pipeline(createReadStream(path), st, { end: false }).then(() => answer), answer]);
+    await answer;
+  } finally {
+    clearTimeout(timer);
+    st.destroy();
+  }
+}
+
+/** The stream's first line (a JSON answer) and whatever came after it in the same read. */
+function firstLine(st: Duplex): Promise<{ line: string; rest: Buffer }> {
+  return new Promise((resolve, reject) => {
+    let buf = Buffer.alloc(0);
+    const onData = (b: Buffer): void => {
+      buf = Buffer.concat([buf, b]);
+      const nl = buf.indexOf(0x0a);
+      if (nl < 0) {
+        if (buf.byteLength > 4096) done(new Error('no answer line from the node'));
+        return;
+      }
+      st.off('data', onData);
+      st.pause();
+      cleanup();
+      resolve({ line: buf.subarray(0, nl).toString('utf8'), rest: buf.subarray(nl + 1) });
+    };
+    const done = (err: Error): void => {
+      st.off('data', onData);
+      cleanup();
+      reject(err);
+    };
+    const onEnd = (): void => done(new Error('the node closed the slot stream without an answer'));
+    const cleanup = (): void => {
+      st.off('end', onEnd);
+      st.off('error', done);
+      st.off('close', onEnd);
+    };
+    st.on('data', onData);
+    st.once('end', onEnd);
+    st.once('error', done);
+    st.once('close', onEnd);
+  });
+}
