@@ -211,8 +211,7 @@ export interface MoveDto {
   /** The machines of the placement that stopped, and of the one that continued ("hub", "kitchen", "hub+attic"). */
   readonly from: string;
   readonly to: string | null;
-  /** Why its placement stopped ("node kitchen paused (paused by the owner)"). */
-  readonly why: string;
+  readonly why: string; // why its placement stopped ("node kitchen paused (paused by the owner)")
   /** Tokens the client had been sent before the stop. */
   readonly sent_tokens: number;
   /** From the stop to the continuation's first byte: the client's longest wait between two tokens (null: ended). */
@@ -225,6 +224,8 @@ export interface MoveDto {
   /** The bytes of the answer's KV read into the continuation's placement (0: it evaluated its history again). */
   readonly state_bytes: number;
   readonly outcome: 'continued' | 'ended';
+  /** It went on from its first placement's own tokens, not from the sent text tokenized again (absent: it ended). */
+  readonly exact?: boolean;
   /** Why it ended (no other placement, a tool call had begun…). */
   readonly detail?: string;
 }

@@ -1,7 +1,19 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { cannotContinue, continuationBody, readSent, sseEvents } from '../../src/main/core/hub/proxy/continuation.js';
+import { cannotContinue, continuationBody } from '../../src/main/core/hub/proxy/continuation.js';
+import { SentReader, type Sent, type WireFormat } from '../../src/main/core/hub/proxy/sent.js';
+import { sseEvents as splitEvents } from '../../src/main/core/hub/proxy/sse.js';
 import { Stitcher } from '../../src/main/core/hub/proxy/stitch.js';
+
+/** What a client given `text` (whole events) has. */
+function readSent(format: WireFormat, text: string): Sent {
+  const r = new SentReader(format);
+  r.push(text);
+  return r.sent;
+}
+
+/** The events of `text`, each with its data (the tests only write events with one). */
+const sseEvents = (text: string): { events: { event: string | null; data: string }[] } => ({ events: splitEvents(text).events.map((e) => ({ event: e.event, data: e.data ?? '' })) });
 
 /**
  * An answer that moves (continuation.ts) on llama-server's streams as the pinned build writes them: what the client
@@ -32,24 +44,28 @@ const CONT_CHAT =
   'data: [DONE]\n\n';
 
 describe('an answer that moves (continuation.ts)', () => {
-  it('reads what the client was sent: text, tokens, ids; nothing when a half event went out', () => {
-    const s = readSent('chat', FIRST_CHAT)!;
+  it('reads what the client was sent: text, tokens, ids; a half event only once whole', () => {
+    const s = readSent('chat', FIRST_CHAT);
     assert.equal(s.text, ' the sea was');
     assert.equal(s.tokens, 3);
     assert.equal(s.id, 'first');
     assert.equal(s.stuck, null);
-    assert.equal(readSent('chat', `${FIRST_CHAT}data: {"choi`), null);
-    assert.equal(readSent('chat', FIRST_CHAT + chunk('first', { tool_calls: [{ index: 0 }] }))!.stuck, 'a tool call had begun');
+    const r = new SentReader('chat');
+    r.push(`${FIRST_CHAT}data: {"choi`);
+    assert.equal(r.sent.text, ' the sea was');
+    r.push(`ces":[{"index":0,"delta":{"content":" calm"}}]}\n\n`);
+    assert.equal(r.sent.text, ' the sea was calm');
+    assert.equal(readSent('chat', FIRST_CHAT + chunk('first', { tool_calls: [{ index: 0 }] })).stuck, 'a tool call had begun');
   });
 
   it('continues a chat from its partial answer, the token limit less what was sent', () => {
-    const s = readSent('chat', FIRST_CHAT)!;
+    const s = readSent('chat', FIRST_CHAT);
     const body = { model: 'm', messages: [{ role: 'user', content: 'hi' }], max_tokens: 10, stream: true };
     assert.deepEqual(continuationBody(body, s), { ...body, max_tokens: 7, messages: [...body.messages, { role: 'assistant', content: ' the sea was' }] });
     assert.equal(continuationBody({ ...body, max_tokens: 3 }, s), 'no tokens left');
     // -1 is "no limit" (llama.cpp's web UI, /completion's default): it stays.
     assert.equal((continuationBody({ ...body, max_tokens: -1 }, s) as { max_tokens: number }).max_tokens, -1);
-    const completion = readSent('completions', data({ choices: [{ text: ' once', index: 0, finish_reason: null }], id: 'c' }))!;
+    const completion = readSent('completions', data({ choices: [{ text: ' once', index: 0, finish_reason: null }], id: 'c' }));
     assert.deepEqual(continuationBody({ prompt: 'Tell', stream: true, max_tokens: 5 }, completion), { prompt: 'Tell once', stream: true, max_tokens: 4 });
   });
 
@@ -68,7 +84,7 @@ describe('an answer that moves (continuation.ts)', () => {
   });
 
   it('stitches a chat: the first id, no second role chunk, the repeated partial taken off, usage once over both parts', () => {
-    const s = readSent('chat', FIRST_CHAT)!;
+    const s = readSent('chat', FIRST_CHAT);
     const st = new Stitcher(s);
     // Cut anywhere on the way in: whole events out.
     const bytes = Buffer.from(CONT_CHAT);
@@ -99,7 +115,7 @@ describe('an answer that moves (continuation.ts)', () => {
       ev('content_block_start', { index: 0, content_block: { type: 'text', text: '' } }) +
       ev('content_block_delta', { index: 0, delta: { type: 'text_delta', text: ' the' } }) +
       ev('content_block_delta', { index: 0, delta: { type: 'text_delta', text: ' sea' } });
-    const s = readSent('messages', first)!;
+    const s = readSent('messages', first);
     assert.deepEqual([s.text, s.tokens, s.promptTokens, s.openBlock], [' the sea', 2, 19, { index: 0, type: 'text' }]);
     const cont =
       ev('message_start', { message: { id: 'msg_cont', usage: { input_tokens: 2, cache_read_input_tokens: 19, output_tokens: 0 } } }) +
@@ -115,7 +131,7 @@ describe('an answer that moves (continuation.ts)', () => {
     );
     assert.deepEqual(out[0]![1].delta, { type: 'text_delta', text: ' rose' });
     assert.deepEqual(out[2]![1].usage, { output_tokens: 3 });
-    assert.equal(readSent('messages', first + ev('content_block_start', { index: 1, content_block: { type: 'tool_use' } }))!.stuck, 'a tool_use block had begun');
+    assert.equal(readSent('messages', first + ev('content_block_start', { index: 1, content_block: { type: 'tool_use' } })).stuck, 'a tool_use block had begun');
   });
 
   it('stitches a Responses stream: the first response and message ids, no second item, usage once', () => {
@@ -124,7 +140,7 @@ describe('an answer that moves (continuation.ts)', () => {
       ev('response.output_item.added', { item: { id: 'msg_1', type: 'message', content: [] } }) +
       ev('response.content_part.added', { item_id: 'msg_1', part: { type: 'output_text', text: '' } }) +
       ev('response.output_text.delta', { item_id: 'msg_1', delta: ' the' });
-    const s = readSent('responses', first)!;
+    const s = readSent('responses', first);
     assert.deepEqual([s.text, s.tokens, s.id, s.item], [' the', 1, 'resp_1', 'msg_1']);
     const body = continuationBody({ input: 'hi', stream: true, max_output_tokens: 4 }, s);
     assert.deepEqual(body, {
@@ -153,13 +169,13 @@ describe('an answer that moves (continuation.ts)', () => {
     assert.deepEqual(out[2]!.response, { id: 'resp_1', output: [{ type: 'message', id: 'msg_1' }], usage: { input_tokens: 10, output_tokens: 2, input_tokens_details: { cached_tokens: 10 } } });
     assert.equal(cannotContinue('responses', { input: 'x', stream: true, text: { format: { type: 'json_schema' } } }), 'a response format');
     // Cut before its message item began: the continuation's own item and part go through, under their own id.
-    const early = readSent('responses', ev('response.created', { response: { id: 'resp_1' } }))!;
+    const early = readSent('responses', ev('response.created', { response: { id: 'resp_1' } }));
     const opened = sseEvents(new Stitcher(early).push(cont)).events.map((e) => (JSON.parse(e.data) as { type: string }).type);
     assert.deepEqual(opened.slice(0, 2), ['response.output_item.added', 'response.content_part.added']);
   });
 
   it("continues llama-server's own completion from the token ids it streamed", () => {
-    const s = readSent('native', data({ content: ' the', tokens: [7], stop: false }) + data({ content: ' sea', tokens: [9], stop: false }))!;
+    const s = readSent('native', data({ content: ' the', tokens: [7], stop: false }) + data({ content: ' sea', tokens: [9], stop: false }));
     assert.deepEqual(continuationBody({ prompt: 'Tell', n_predict: 5, stream: true }, s), { prompt: ['Tell', 7, 9], n_predict: 3, stream: true });
     const out = new Stitcher(s).push(data({ content: '', tokens: [], stop: true, tokens_predicted: 1, tokens_evaluated: 4, timings: { prompt_n: 4, cache_n: 0, predicted_n: 1 } }));
     assert.deepEqual(JSON.parse(sseEvents(out).events[0]!.data), {
@@ -173,7 +189,7 @@ describe('an answer that moves (continuation.ts)', () => {
   });
 
   it("passes a continuation that does not repeat the partial as it comes (a completion's prompt is never echoed)", () => {
-    const s = readSent('completions', data({ choices: [{ text: ' the', index: 0, finish_reason: null }], id: 'c1', created: 1 }))!;
+    const s = readSent('completions', data({ choices: [{ text: ' the', index: 0, finish_reason: null }], id: 'c1', created: 1 }));
     const out = new Stitcher(s).push(data({ choices: [{ text: ' theatre', index: 0, finish_reason: null }], id: 'c2', created: 2 }));
     assert.deepEqual(JSON.parse(sseEvents(out).events[0]!.data), { choices: [{ text: ' theatre', index: 0, finish_reason: null }], id: 'c1', created: 1 });
   });

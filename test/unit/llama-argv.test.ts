@@ -45,7 +45,7 @@ describe('llamaServerArgv', () => {
 
   it("a draft's vocabulary against the target's, by llama.cpp's rule", () => {
     const tokens = Array.from({ length: 300 }, (_, i) => `t${i}`);
-    const v: Vocab = { model: 'llama', tokens, bos: 1, eos: 2, addBos: true, addEos: undefined };
+    const v: Vocab = { model: 'llama', tokens, bos: 1, eos: 2, addBos: true, addEos: undefined, types: [], pre: undefined };
     assert.equal(vocabMismatch(v, { ...v }), null);
     assert.equal(vocabMismatch(v, { ...v, tokens: tokens.slice(0, 200) }), null, 'sizes within 128');
     assert.equal(vocabMismatch(v, { ...v, tokens: ['x', 'y', 'z', ...tokens.slice(3)] }), null, 'the first 5 ids are not compared');

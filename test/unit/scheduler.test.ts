@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { ErrorCode, RelayError, httpError } from '../../src/shared/errors.js';
 import { pickPlacement, wantsAnother, type RouteView } from '../../src/main/core/scheduler/decide/routing.js';
-import { newAttempts } from '../../src/main/core/scheduler/scheduler.js';
+import { failedOn, newAttempts } from '../../src/main/core/scheduler/scheduler.js';
 
 /**
  * The scheduler's rules — routing, scale-out, the wait queue, failover, failure memory, evictions, the hub's
@@ -173,7 +173,7 @@ describe('scheduler with a manual launcher', () => {
     const first = scheduler.acquire('m', attempts);
     (await launcher.nth(0)).ok();
     const l1 = await first;
-    scheduler.failedBefore(l1, attempts, new RelayError(ErrorCode.UPSTREAM_ERROR, 'reset'));
+    failedOn(attempts, l1.placementId, new RelayError(ErrorCode.UPSTREAM_ERROR, 'reset'));
     l1.release();
     const again = scheduler.acquire('m', attempts);
     const fresh = await launcher.nth(1);

@@ -24,6 +24,7 @@ import { ApiKeys } from './http/keys.js';
 import { beyondLoopback } from './http/guard.js';
 import { HubMetrics } from './state/metrics.js';
 import { startHistory } from './state/history.js';
+import { PieceCache } from '../gguf/piece-cache.js';
 import { NodeManager } from '../pool/manager.js';
 import { joinSecret } from '../pairing/tokens.js';
 import { certFingerprint, ensureHubCert } from '../pairing/hub-cert.js';
@@ -119,6 +120,7 @@ export async function startHub(config: HubConfig, deps: { log: Logger; install?:
     log.warn(`the hub listens on ${config.host}: /v1 answers only requests with an API key; make one with \`relay keys create NAME\``);
   }
   const spares = new SpareSockets();
+  const pieces = new PieceCache();
   const charts = startHistory({
     counters: () => metrics.totals(),
     placements: () => [...scheduler.view.status(), ...scheduler.view.shardStatus()],
@@ -140,6 +142,7 @@ export async function startHub(config: HubConfig, deps: { log: Logger; install?:
     spares,
     cpuBudgetMb: () => inventory.cpuBudget,
     history: charts.history,
+    pieces: (m) => pieces.get(m),
     llama: { tag: install.tag, version: install.version, backend: install.backend, backend_reason: install.backendReason },
   });
 

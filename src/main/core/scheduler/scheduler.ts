@@ -1,7 +1,7 @@
 import type { Logger } from 'pino';
 import { expireIdle } from './run/keep-alive.js';
 import { ErrorCode, RelayError, isRelayError } from '../../../shared/errors.js';
-export { newAttempts, type Attempts } from './placements/queue.js';
+export { failedOn, newAttempts, type Attempts } from './placements/queue.js';
 import type { HubConfig } from '../config.js';
 import type { Device } from '../gpu/inventory.js';
 import type { NodeConn, NodeManager } from '../pool/manager.js';
@@ -10,6 +10,7 @@ import type { ModelRecord } from '../store/store.js';
 import { blamedMachine, FailureMemory } from './decide/backoff.js';
 import type { FitBreakdown } from './decide/fit.js';
 import type { Launcher } from './launch/launcher.js';
+import type { SlotTokens } from './slots/answer-records.js';
 import { armIdle, failPlacement, isLive, machinesOf, newPlacement, openLease, type Lease, type NewPlacement, type Placement } from './placements/placement.js';
 import { HUB, Placer } from './run/placer.js';
 import { newAttempts, strandedNow, WaitQueue, type Attempts, type Waiter } from './placements/queue.js';
@@ -38,8 +39,7 @@ export interface SchedulerDeps {
   readonly devices: () => Device[];
   readonly nodes?: NodeManager;
   readonly log: Logger;
-  /** Whether the hub's own devices are paused right now. */
-  readonly hubPaused?: () => boolean;
+  readonly hubPaused?: () => boolean; // the hub's own devices, now
   readonly onLoad?: (model: string, seconds: number) => void;
   readonly now?: () => number;
 }
@@ -106,7 +106,6 @@ export class Scheduler {
   }
 
   private readonly now = (): number => this.deps.now?.() ?? Date.now();
-
   need(model: ModelRecord): FitBreakdown {
     return this.placer.need(model);
   }
@@ -201,13 +200,6 @@ export class Scheduler {
     });
   }
 
-  /** A request's placement failed before its first byte: it is not offered that placement again. */
-  failedBefore(lease: Lease, attempts: Attempts, err: RelayError): void {
-    attempts.exclude.add(lease.placementId);
-    attempts.errors.push(err);
-    attempts.last = err;
-  }
-
   private armIdleTimer(p: Placement, ms = this.deps.config.keepAliveMs): void {
     armIdle(p, ms, () => void expireIdle(p, this.deps.launcher, (parked) => this.stop(p, `idle for ${ms} ms`, parked)));
   }
@@ -291,13 +283,21 @@ export class Scheduler {
   private async stop(p: Placement, reason: string, parked = false): Promise<void> {
     if (p.state === 'stopping' || p.state === 'failed') return;
     p.state = 'stopping';
+    const answering = p.inFlight > 0;
     p.halt.abort(reason); // its requests in flight end now (proxy.ts), not when its process is killed
     if (p.idleTimer) clearTimeout(p.idleTimer);
     this.deps.log.info({ placement: p.id, model: p.model, node: p.node?.name, reason }, 'stopping placement');
-    const kept = await this.deps.launcher.stop(p);
+    const stopped = await this.deps.launcher.stop(p, answering);
     this.placements.delete(p.id);
-    this.router.stopped(p.model, p.id, parked || kept === true);
     this.pumpAll();
+    // What it held is remembered for the model's next replica once its slots are in the hub's store.
+    if (parked || !stopped) this.router.stopped(p.model, p.id, parked);
+    else void stopped.kept.then((kept) => this.router.stopped(p.model, p.id, kept));
+  }
+
+  /** A stopped placement's slots as token lists, the record its moved answers continue from (answer-records.ts). */
+  answerRecord(placementId: string, waitMs: number): Promise<SlotTokens[]> {
+    return this.deps.launcher.answerRecord?.(placementId, waitMs) ?? Promise.resolve([]);
   }
 
   /** Room came free somewhere: every model with waiting requests may now be placed. */

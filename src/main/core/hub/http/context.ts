@@ -13,6 +13,8 @@ import type { History } from '../state/history.js';
 import type { ApiKeys } from './keys.js';
 import type { HubAuth } from './auth.js';
 import type { Recent } from '../state/recent.js';
+import type { ModelRecord } from '../../store/store.js';
+import type { Pieces } from '../../gguf/pieces.js';
 
 /** What the hub's HTTP surface is built from (hub/index.ts assembles it). */
 export interface AppDeps {
@@ -36,6 +38,8 @@ export interface AppDeps {
   readonly cpuBudgetMb?: () => number;
   /** The charts' last minutes (history.ts), for a dashboard opened now. */
   readonly history?: History;
+  /** A model's tokens as llama-server streams them (gguf/pieces.ts), read once: a moved answer's exact continuation needs them. */
+  readonly pieces?: (m: ModelRecord) => Promise<Pieces | null>;
 }
 
 /** What every room's routes share: the deps, the JSON body reader, the auth checks, the request log and the moves. */

@@ -1,22 +1,25 @@
 /**
- * An answer that moves: what the client was sent before its placement stopped, and the request that continues it
- * on another placement — pure (stitch.ts rewrites the continuation's stream as the rest of the first).
+ * An answer that moves: the request that continues it on another placement — pure (stitch.ts and retell.ts make the
+ * continuation's stream the rest of the first).
  *
- * The continuation is llama-server's own: a chat's messages with the partial answer as a final assistant message
- * (llama-server continues that message: its template renders it without the end of the turn), a Messages or
- * Responses request the same way, a completion's prompt with the partial text after it. Its prompt is then the
- * original prompt and the tokens already sent, re-tokenized from their text: where those come back as the same
- * tokens, a greedy continuation gives the text the placement that never stopped would have given (measured: the
- * `wordy` fixture, every cut; docs/how-it-works.md "A pause during an answer"). llama-server's own /completion
- * streams its token ids: its continuation's prompt carries them as they are, exact whatever the tokenizer.
+ * Where the first placement's record of its tokens is at hand (exact.ts), the continuation is llama-server's own
+ * /completion with those tokens as its prompt — the prompt as that placement tokenized it and the answer as it
+ * generated it, cut where the client's text ends —, so at temperature 0 it goes on exactly as the answer would have,
+ * whatever the tokenizer makes of the text (`exactBody`). That needs no parser of llama-server's: a request that
+ * offers tools (a tool call the continuation began would need its grammar and parser) or asks for log-probabilities
+ * continues the other way.
+ *
+ * The other way (`continuationBody`) is llama-server's route of the client's dialect: a chat's messages with the
+ * partial answer as a final assistant message (its template renders it without the end of the turn), a Messages or
+ * Responses request the same way, a completion's prompt with the partial text after it. The partial is then
+ * tokenized again from its text, which gives the same tokens only where the model chose the tokenizer's own split.
  *
  * What cannot continue mid-way ends with the error as before: more than one choice, a grammar or a JSON format
  * (its constraint would start over), a tool call or a reasoning item begun, a Messages answer that had begun
  * thinking, a client's own assistant prefill, a prompt given as tokens, `echo`.
  */
 
-/** llama-server's streams a move can continue (by upstream path); `native` is its own /completion. */
-export type WireFormat = 'chat' | 'completions' | 'messages' | 'responses' | 'native';
+import type { Json, Sent, WireFormat } from './sent.js';
 
 const FORMATS: Readonly<Record<string, WireFormat>> = {
   '/v1/chat/completions': 'chat',
@@ -28,141 +31,6 @@ const FORMATS: Readonly<Record<string, WireFormat>> = {
 
 export function wireFormat(path: string): WireFormat | null {
   return FORMATS[path] ?? null;
-}
-
-export type Json = Record<string, unknown>;
-
-/** What the first placement streamed to the client, read from its SSE bytes (whole events only). */
-export interface Sent {
-  readonly format: WireFormat;
-  /** The answer's text so far, and its reasoning (chat's reasoning_content). */
-  text: string;
-  reasoning: string;
-  /** Generated tokens sent: one event each (llama-server streams each token as it is decoded). */
-  tokens: number;
-  /** The native stream's token ids, as decoded (its continuation's prompt takes them as they are). */
-  ids: number[];
-  id: unknown;
-  created: unknown;
-  /** A Responses stream's message item. */
-  item: unknown;
-  /** A Messages stream's prompt (its input and cache-read tokens). */
-  promptTokens: number | null;
-  /** Messages: the block still open at the cut (the continuation's first block joins it), and how many began. */
-  openBlock: { index: number; type: string } | null;
-  blocks: number;
-  /** Why it cannot continue (a tool call begun, thinking, the answer already finished), null when it can. */
-  stuck: string | null;
-}
-
-/** The SSE events in `text`: each event's `event:` name and `data:` line; `rest` is an unfinished event. */
-export function sseEvents(text: string): { events: { event: string | null; data: string }[]; rest: string } {
-  const parts = text.split('\n\n');
-  const rest = parts.pop() ?? '';
-  const events = parts
-    .filter((p) => p.trim() !== '')
-    .map((p) => {
-      let event: string | null = null;
-      const data: string[] = [];
-      for (const line of p.split('\n')) {
-        if (line.startsWith('event:')) event = line.slice(6).trim();
-        else if (line.startsWith('data:')) data.push(line.slice(5).replace(/^ /, ''));
-      }
-      return { event, data: data.join('\n') };
-    });
-  return { events, rest };
-}
-
-export function parse(data: string): Json | null {
-  try {
-    const j: unknown = JSON.parse(data);
-    return typeof j === 'object' && j !== null ? (j as Json) : null;
-  } catch {
-    return null;
-  }
-}
-
-export const firstChoice = (j: Json): Json | null => (Array.isArray(j.choices) && typeof j.choices[0] === 'object' ? (j.choices[0] as Json) : null);
-
-/** Reads what the client got; null when the bytes do not end on an event boundary (a half event went out). */
-export function readSent(format: WireFormat, sse: string): Sent | null {
-  const { events, rest } = sseEvents(sse);
-  if (rest.trim() !== '') return null;
-  const s: Sent = { format, text: '', reasoning: '', tokens: 0, ids: [], id: null, created: null, item: null, promptTokens: null, openBlock: null, blocks: 0, stuck: null };
-  for (const ev of events) {
-    const j = parse(ev.data);
-    if (!j) continue;
-    if (format === 'messages') readMessagesEvent(s, j);
-    else if (format === 'responses') readResponsesEvent(s, j);
-    else if (format === 'native') {
-      if (typeof j.content === 'string' && j.content !== '') s.text += j.content;
-      if (Array.isArray(j.tokens) && j.tokens.length > 0) {
-        s.ids.push(...j.tokens.map(Number));
-        s.tokens += j.tokens.length;
-      }
-      if (j.stop === true) s.stuck = 'the answer had finished';
-    } else {
-      s.id ??= j.id;
-      s.created ??= j.created;
-      const c = firstChoice(j);
-      if (!c) continue;
-      const d = (format === 'chat' ? c.delta : { content: c.text }) as Json | undefined;
-      if (typeof d?.content === 'string' && d.content !== '') s.text += d.content;
-      if (typeof d?.reasoning_content === 'string' && d.reasoning_content !== '') s.reasoning += d.reasoning_content;
-      if (Array.isArray(d?.tool_calls)) s.stuck = 'a tool call had begun';
-      if ((typeof d?.content === 'string' && d.content !== '') || typeof d?.reasoning_content === 'string' || d?.tool_calls) s.tokens++;
-      if (c.finish_reason !== null && c.finish_reason !== undefined) s.stuck = 'the answer had finished';
-    }
-  }
-  return s;
-}
-
-function readMessagesEvent(s: Sent, j: Json): void {
-  const block = j.content_block as Json | undefined;
-  const delta = j.delta as Json | undefined;
-  switch (j.type) {
-    case 'message_start': {
-      const m = j.message as Json | undefined;
-      const u = m?.usage as Json | undefined;
-      s.id = m?.id;
-      if (typeof u?.input_tokens === 'number') s.promptTokens = u.input_tokens + (typeof u.cache_read_input_tokens === 'number' ? u.cache_read_input_tokens : 0);
-      return;
-    }
-    case 'content_block_start':
-      s.blocks++;
-      s.openBlock = { index: Number(j.index), type: String(block?.type) };
-      if (block?.type !== 'text') s.stuck = `a ${String(block?.type)} block had begun`;
-      return;
-    case 'content_block_stop':
-      s.openBlock = null;
-      return;
-    case 'content_block_delta':
-      s.tokens++;
-      if (delta?.type === 'text_delta' && typeof delta.text === 'string') s.text += delta.text;
-      return;
-    case 'message_delta':
-      s.stuck = 'the answer had finished';
-  }
-}
-
-function readResponsesEvent(s: Sent, j: Json): void {
-  const item = j.item as Json | undefined;
-  switch (j.type) {
-    case 'response.created':
-      s.id = (j.response as Json | undefined)?.id;
-      return;
-    case 'response.output_item.added':
-      if (item?.type === 'message' && s.item === null) s.item = item.id;
-      else s.stuck = `a ${String(item?.type)} item had begun`;
-      return;
-    case 'response.output_text.delta':
-      s.tokens++;
-      if (typeof j.delta === 'string') s.text += j.delta;
-      return;
-    case 'response.output_text.done':
-    case 'response.completed':
-      s.stuck = 'the answer had finished';
-  }
 }
 
 /** Why a request cannot be continued mid-way whatever it streamed (checked before it starts); null: it can. */
@@ -191,6 +59,69 @@ export function cannotContinue(format: WireFormat, body: Json): string | null {
 }
 
 const LIMITS = ['max_tokens', 'max_completion_tokens', 'max_output_tokens', 'n_predict'] as const;
+
+/** The token limit left after `generated` were sent: null when none was set (-1: llama.cpp's "no limit"), 0: none left. */
+function limitLeft(body: Json, generated: number): number | null {
+  let left: number | null = null;
+  for (const k of LIMITS) {
+    const v = body[k];
+    if (typeof v !== 'number' || v < 0) continue;
+    left = Math.min(left ?? Infinity, Math.max(0, v - generated));
+  }
+  return left;
+}
+
+/** Whether the exact continuation (llama-server's /completion, no parser of its) can carry this request's rest. */
+export function exactPossible(body: Json): boolean {
+  const tools = body.tools;
+  if (Array.isArray(tools) ? tools.length > 0 : tools !== undefined && tools !== null) return false;
+  return body.logprobs === undefined || body.logprobs === false || body.logprobs === null;
+}
+
+/** The dialect's fields that are its own structure, not sampling: none of them goes to /completion. */
+const STRUCTURE = new Set([
+  'model',
+  'messages',
+  'prompt',
+  'input',
+  'instructions',
+  'system',
+  'tools',
+  'tool_choice',
+  'parallel_tool_calls',
+  'stream',
+  'stream_options',
+  'response_format',
+  'text',
+  'thinking',
+  'reasoning',
+  'metadata',
+  'store',
+  'previous_response_id',
+  'user',
+  'n',
+  'echo',
+  'suffix',
+  'logprobs',
+  'top_logprobs',
+  'chat_template_kwargs',
+  'reasoning_format',
+  'stop_sequences',
+  ...LIMITS,
+]);
+
+/**
+ * llama-server's /completion request that goes on from `ids` (the prompt's tokens and the answer's so far, exact.ts)
+ * with the request's own sampling; a string when no tokens are left to generate.
+ */
+export function exactBody(body: Json, ids: readonly number[], generated: number): Json | string {
+  const next: Json = {};
+  for (const [k, v] of Object.entries(body)) if (!STRUCTURE.has(k)) next[k] = v;
+  const left = limitLeft(body, generated);
+  if (left === 0) return 'no tokens left';
+  const stop = body.stop ?? body.stop_sequences;
+  return { ...next, ...(stop !== undefined ? { stop: typeof stop === 'string' ? [stop] : stop } : {}), prompt: [...ids], n_predict: left ?? -1, stream: true };
+}
 
 /** The request that continues `body` after `sent`: the partial answer added, the token limit less what was sent. */
 export function continuationBody(body: Json, sent: Sent): Json | string {

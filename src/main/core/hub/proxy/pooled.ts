@@ -2,38 +2,25 @@ import type { ServerResponse } from 'node:http';
 import { checkImages, inlineRemoteImages } from './images.js';
 import { promptPrefix } from './prompt-prefix.js';
 import { ErrorCode, isRelayError, RelayError } from '../../../../shared/errors.js';
-import { MAX_ATTEMPTS, newAttempts } from '../../scheduler/scheduler.js';
+import { failedOn, MAX_ATTEMPTS, newAttempts } from '../../scheduler/scheduler.js';
+import type { Attempts } from '../../scheduler/placements/queue.js';
+import type { Lease } from '../../scheduler/placements/placement.js';
 import type { ModelRecord } from '../../store/store.js';
+import type { PromptPrefix } from '../../scheduler/decide/prefix.js';
 import { proxyToPlacement } from './proxy.js';
-import type { Translator } from './proxy-types.js';
+import type { ProxyOutcome, Translator } from './proxy-types.js';
 import type { Usage } from './llama-answer.js';
 import type { ErrorShape } from '../http/errors.js';
 import { sendIn } from '../http/answer.js';
 import type { HubHttp } from '../http/context.js';
 import type { V1Request } from '../http/request.js';
-import { cannotContinue, continuationBody, readSent, wireFormat, type Sent } from './continuation.js';
-import { Stitcher } from './stitch.js';
+import { cannotContinue, wireFormat } from './continuation.js';
+import { SentReader, type WireFormat } from './sent.js';
+import { cannotGoOn, continuationFor, type Continuation, type Move } from './moved.js';
 import type { MoveDto } from '../../../../shared/status.js';
 
 /** How many times one answer may move before it ends with its error (each move: a placement stopped under it). */
 const MAX_MOVES = 3;
-
-/** An answer whose placement stopped mid-stream, on its way to another (continuation.ts). */
-interface Move {
-  /** What the client was given (null: not whole events, it cannot continue). */
-  readonly sent: Sent | null;
-  /** llama-server's bytes the client was given, and the stream's start (its usage). */
-  readonly bytes: Buffer;
-  readonly head: Buffer;
-  /** The continuation's body. */
-  readonly body: Buffer;
-  /** The stop, as the client's error would say it. */
-  readonly error: RelayError;
-  readonly from: string;
-  /** The placement that stopped (whose kept state the continuation's may read back). */
-  readonly fromPlacement: string;
-  readonly at: number;
-}
 
 /** What a route needs of a model: a generating model, an embedding model, a reranker. */
 export type ModelUse = 'generate' | 'embed' | 'rerank';
@@ -68,28 +55,180 @@ export function checkUse(use: ModelUse, record: ModelRecord, name: string): void
  * to llama-server (what it throws is the answer); then a slot of a placement of the model is leased and the
  * request relayed to it, failing over before the first byte — a placement that fails before answering is
  * excluded and the request goes to another or a fresh one, at most MAX_ATTEMPTS tries in all (loads that failed
- * under it count too); after the first byte the client gets the dialect's error event. Every request lands in
- * the request log and /metrics under `endpoint`, errors in the dialect's shape.
+ * under it count too); after the first byte the client gets the dialect's error event, unless the placement was
+ * stopped under a streamed answer that can continue: then it moves (continuation.ts). Every request lands in the
+ * request log and /metrics under `endpoint`, errors in the dialect's shape.
  */
-export async function throughPool(h: HubHttp, req: V1Request, res: ServerResponse, endpoint: string, shape: ErrorShape, prepare: () => Pooled): Promise<void> {
-  const { registry, scheduler, metrics, log, spares } = h.deps;
-  const t0 = Date.now();
-  let model = '';
-  let moves = 0;
-  let move: Move | null = null;
-  let translator: Translator | undefined;
-  const done = (status: number, usage: Usage | null = null): void => {
-    metrics.requests.add({ endpoint, status: String(status) });
-    h.recent.add({
-      at: new Date(t0).toISOString(),
+export function throughPool(h: HubHttp, req: V1Request, res: ServerResponse, endpoint: string, shape: ErrorShape, prepare: () => Pooled): Promise<void> {
+  return new PooledRequest(h, req, res, endpoint, shape).run(prepare);
+}
+
+/** The request made ready: its model, its prompt's prefix key, its stream's format when it may move. */
+interface Ready {
+  readonly p: Pooled;
+  readonly prefix: PromptPrefix | null;
+  readonly format: WireFormat | null;
+  /** What the client was given, read as it goes: set when the answer can continue elsewhere. */
+  readonly reader: SentReader | null;
+}
+
+/**
+ * One request's way through the pool, in its steps: `ready` (checked, images inlined, its prefix and format),
+ * then per placement `lease` → `trip` (the first part, or a continuation: `continuation` picks how) → what came of
+ * it: `done`, `moved` (the answer goes on elsewhere), a retry before the first byte; and the ways out — `answered`
+ * (the request log and metrics), `endMoved` (a moved answer that cannot go on), `fail`.
+ */
+class PooledRequest {
+  private readonly t0 = Date.now();
+  private model = '';
+  private moves = 0;
+  private move: Move | null = null;
+  private translator: Translator | undefined;
+  private readonly attempts: Attempts = newAttempts();
+  private readonly gone = new AbortController();
+
+  constructor(
+    private readonly h: HubHttp,
+    private readonly req: V1Request,
+    private readonly res: ServerResponse,
+    private readonly endpoint: string,
+    private readonly shape: ErrorShape,
+  ) {
+    res.on('close', () => {
+      if (!res.writableFinished) this.gone.abort();
+    });
+  }
+
+  async run(prepare: () => Pooled): Promise<void> {
+    try {
+      const r = await this.ready(prepare);
+      for (;;) {
+        const lease = await this.lease(r);
+        if (!lease) return;
+        const outcome = await this.trip(r, lease);
+        if (outcome === 'over') return;
+      }
+    } catch (err) {
+      this.fail(err);
+    }
+  }
+
+  /** The request checked against its model; images inlined where the owner allows fetching them. */
+  private async ready(prepare: () => Pooled): Promise<Ready> {
+    const { registry, config } = this.h.deps;
+    let p = prepare();
+    this.model = p.model;
+    const record = registry.require(p.model);
+    checkUse(p.use, record, p.model);
+    if (p.use === 'generate') {
+      checkImages(p.json, record, config.fetchImages);
+      // The owner let the hub fetch image links (RELAY_FETCH_IMAGES): they go on inline.
+      const inlined = config.fetchImages ? await inlineRemoteImages(p.json, config.maxBodyBytes) : null;
+      if (inlined) p = { ...p, json: inlined, body: Buffer.from(JSON.stringify(inlined)) };
+    }
+    // The prompt's prefix keys: its placement is the one holding most of it (prefix-aware routing).
+    const prefix = p.use === 'generate' && config.prefixRouting ? promptPrefix(p.json) : null;
+    const format = p.use === 'generate' ? wireFormat(p.path) : null;
+    // Streamed answers continue on another placement when theirs stops mid-way (continuation.ts says which can).
+    const reader = format !== null && cannotContinue(format, p.json) === null ? new SentReader(format) : null;
+    return { p, prefix, format, reader };
+  }
+
+  /** A slot of a placement of the model; null when the client went away meanwhile. */
+  private async lease(r: Ready): Promise<Lease | null> {
+    const lease = await this.h.deps.scheduler.acquire(r.p.model, this.attempts, this.gone.signal, r.prefix);
+    if (!this.res.destroyed) return lease;
+    lease.release();
+    if (this.move) this.answered(499); // it went away between the two parts of its answer
+    return null;
+  }
+
+  /** One trip to a placement: the answer's first part, or its continuation after a move. */
+  private async trip(r: Ready, lease: Lease): Promise<'over' | 'again'> {
+    const m = this.move;
+    if (!m) this.translator = r.p.translate?.({ startedAt: this.t0, leasedAt: Date.now() });
+    // A running one-slot placement reads in the answer's KV (the stopped placement's kept slot): only the new tokens
+    // are evaluated. A placement the continuation started has read it back already (slot-carry.ts).
+    const carried = m ? (lease.restored?.from === m.fromPlacement ? lease.restored.bytes : ((await lease.takeIn?.(m.fromPlacement)) ?? 0)) : 0;
+    const cont = m ? await continuationFor(this.h.deps, r.p, m) : null;
+    if (m && this.res.destroyed) {
+      lease.release(); // it went away while the state was read in
+      this.answered(499);
+      return 'over';
+    }
+    if (m && typeof cont === 'string') {
+      lease.release();
+      this.endMoved(m, cont);
+      return 'over';
+    }
+    const c = cont as Continuation | null;
+    let noted: MoveDto | null = null;
+    const outcome = await proxyToPlacement({
+      lease,
+      path: c?.path ?? r.p.path,
+      body: c?.body ?? r.p.body,
+      req: this.req,
+      res: this.res,
+      log: this.h.deps.log,
+      errors: this.shape,
+      spares: this.h.deps.spares,
+      translate: this.translator,
+      ...(r.reader ? { reader: r.reader } : {}),
+      ...(m && c ? { continuing: { stream: c.stream, head: m.head }, onStart: () => (noted = this.noteMove(m, lease.where, carried, c.exact)) } : {}),
+      onDone: (status, usage) => {
+        if (noted && c) noted.cached_tokens = c.stream.carried;
+        // A continuation that ended before its first byte: refused by llama-server there, or its client left.
+        else if (m) this.noteMove(m, null, 0, false, status === 499 ? 'the client left before it continued' : `llama-server on ${lease.where} refused the continuation (${status})`);
+        this.answered(status, usage);
+      },
+    });
+    return this.after(r, lease, outcome);
+  }
+
+  /** What a trip came to: answered, moved (the answer goes on elsewhere), or another placement before the first byte. */
+  private after(r: Ready, lease: Lease, outcome: ProxyOutcome): 'over' | 'again' {
+    if (outcome.kind === 'done') return 'over';
+    if (outcome.kind === 'moved') {
+      // Its placement stopped mid-answer: what the client has is the start of the answer another one continues.
+      this.attempts.exclude.add(lease.placementId);
+      this.move = {
+        sent: structuredClone(r.reader!.sent),
+        head: outcome.head,
+        error: outcome.error,
+        from: lease.where,
+        fromPlacement: lease.placementId,
+        at: Date.now(),
+      };
+      const why = ++this.moves > MAX_MOVES ? `it moved ${MAX_MOVES} times` : cannotGoOn(r.p.json, this.move.sent);
+      if (why === null) return 'again';
+      this.endMoved(this.move, why);
+      return 'over';
+    }
+    // Its placement was stopped before it answered (a pause, an eviction): another one takes it, no attempt spent.
+    if (outcome.halted) {
+      this.attempts.exclude.add(lease.placementId);
+      return 'again';
+    }
+    failedOn(this.attempts, lease.placementId, outcome.error);
+    if (this.attempts.errors.length >= MAX_ATTEMPTS) throw outcome.error;
+    return 'again';
+  }
+
+  /** The request log and /metrics, once per request. */
+  private answered(status: number, usage: Usage | null = null): void {
+    const { metrics } = this.h.deps;
+    const model = this.model;
+    metrics.requests.add({ endpoint: this.endpoint, status: String(status) });
+    this.h.recent.add({
+      at: new Date(this.t0).toISOString(),
       model,
-      endpoint,
+      endpoint: this.endpoint,
       status,
-      ms: Date.now() - t0,
+      ms: Date.now() - this.t0,
       prompt_tokens: usage?.promptTokens ?? null,
       completion_tokens: usage?.completionTokens ?? null,
       tokens_per_second: usage?.tokensPerSecond ?? null,
-      ...(moves > 0 ? { moves } : {}),
+      ...(this.moves > 0 ? { moves: this.moves } : {}),
     });
     if (usage) {
       metrics.tokens.add({ model, kind: 'prompt' }, usage.promptTokens);
@@ -99,130 +238,48 @@ export async function throughPool(h: HubHttp, req: V1Request, res: ServerRespons
         metrics.promptTokens.add({ model, cache: 'evaluated' }, Math.max(0, usage.promptTokens - usage.cachedTokens));
       }
     }
-  };
-  const noteMove = (m: Move, to: string | null, stateBytes = 0, detail?: string): MoveDto => {
+  }
+
+  private noteMove(m: Move, to: string | null, stateBytes: number, exact: boolean, detail?: string): MoveDto {
     const outcome = to === null ? 'ended' : 'continued';
     const dto: MoveDto = {
       at: new Date(m.at).toISOString(),
-      model,
-      endpoint,
+      model: this.model,
+      endpoint: this.endpoint,
       from: m.from,
       to,
       why: m.error.message,
-      sent_tokens: m.sent?.tokens ?? 0,
+      sent_tokens: m.sent.tokens,
       gap_ms: to === null ? null : Date.now() - m.at,
       cached_tokens: null,
       state_bytes: stateBytes,
       outcome,
+      ...(to !== null ? { exact } : {}),
       ...(detail ? { detail } : {}),
     };
-    h.moves.add(dto);
-    metrics.moves.add({ model, outcome });
-    log.info({ model, from: dto.from, to, sent_tokens: dto.sent_tokens, gap_ms: dto.gap_ms, detail }, to === null ? 'answer could not move: ended' : 'answer moved');
+    this.h.moves.add(dto);
+    this.h.deps.metrics.moves.add({ model: this.model, outcome });
+    this.h.deps.log.info({ model: this.model, from: dto.from, to, sent_tokens: dto.sent_tokens, gap_ms: dto.gap_ms, exact, detail }, to === null ? 'answer could not move: ended' : 'answer moved');
     return dto;
-  };
+  }
+
   /** A moved answer that cannot go on: its stream ends with the stop's error, saying why it did not continue. */
-  const endMoved = (m: Move, detail: string): void => {
-    noteMove(m, null, 0, detail);
+  private endMoved(m: Move, detail: string): void {
+    const { res, shape } = this;
+    this.noteMove(m, null, 0, false, detail);
     const err = new RelayError(m.error.code, `${m.error.message}; it could not continue elsewhere: ${detail}`, m.error.details);
-    done(shape.answer(err).status);
+    this.answered(shape.answer(err).status);
     if (res.writableEnded || res.destroyed) return;
-    if (translator?.streams) res.end(translator.broken(err));
+    if (this.translator?.streams) res.end(this.translator.broken(err));
     else if (!res.headersSent) sendIn(shape, res, err);
     else res.end(shape.event(err));
-  };
-  try {
-    let p = prepare();
-    model = p.model;
-    const record = registry.require(p.model);
-    checkUse(p.use, record, p.model);
-    if (p.use === 'generate') {
-      checkImages(p.json, record, h.deps.config.fetchImages);
-      // The owner let the hub fetch image links (RELAY_FETCH_IMAGES): they go on inline.
-      const inlined = h.deps.config.fetchImages ? await inlineRemoteImages(p.json, h.deps.config.maxBodyBytes) : null;
-      if (inlined) p = { ...p, json: inlined, body: Buffer.from(JSON.stringify(inlined)) };
-    }
-    // The prompt's prefix keys: its placement is the one holding most of it (prefix-aware routing).
-    const prefix = p.use === 'generate' && h.deps.config.prefixRouting ? promptPrefix(p.json) : null;
-    const format = p.use === 'generate' ? wireFormat(p.path) : null;
-    // Streamed answers continue on another placement when theirs stops mid-way (continuation.ts says which can).
-    const continuable = format !== null && cannotContinue(format, p.json) === null;
-    const attempts = newAttempts();
-    const gone = new AbortController();
-    res.on('close', () => {
-      if (!res.writableFinished) gone.abort();
-    });
-    for (;;) {
-      const lease = await scheduler.acquire(p.model, attempts, gone.signal, prefix);
-      if (res.destroyed) {
-        lease.release();
-        if (move) done(499); // it went away between the two parts of its answer
-        return;
-      }
-      const m = move;
-      // A running one-slot placement reads in the answer's KV (the stopped placement's kept slot): only the new tokens
-      // are evaluated. A placement the continuation started has read it back already (slot-carry.ts).
-      const carried = m ? (lease.restored?.from === m.fromPlacement ? lease.restored.bytes : ((await lease.takeIn?.(m.fromPlacement)) ?? 0)) : 0;
-      if (m && res.destroyed) {
-        lease.release(); // it went away while the state was read in
-        done(499);
-        return;
-      }
-      if (!m) translator = p.translate?.({ startedAt: t0, leasedAt: Date.now() });
-      const stitch = m ? new Stitcher(m.sent!) : null;
-      let noted: MoveDto | null = null;
-      const outcome = await proxyToPlacement({
-        lease,
-        path: p.path,
-        body: m?.body ?? p.body,
-        req,
-        res,
-        log,
-        errors: shape,
-        spares,
-        translate: translator,
-        continuable,
-        ...(m && stitch ? { continuing: { stitch, sent: m.bytes, head: m.head }, onStart: () => (noted = noteMove(m, lease.where, carried)) } : {}),
-        onDone: (status, usage) => {
-          if (noted && stitch) noted.cached_tokens = stitch.carried;
-          // A continuation that ended before its first byte: refused by llama-server there, or its client left.
-          else if (m) noteMove(m, null, 0, status === 499 ? 'the client left before it continued' : `llama-server on ${lease.where} refused the continuation (${status})`);
-          done(status, usage);
-        },
-      });
-      if (outcome.kind === 'done') return;
-      if (outcome.kind === 'moved') {
-        // Its placement stopped mid-answer: what the client has is the start of the answer another one continues.
-        attempts.exclude.add(lease.placementId);
-        const sent = readSent(format!, outcome.sent.toString('utf8'));
-        const next = sent ? continuationBody(p.json, sent) : 'half an event had gone out';
-        move = {
-          sent,
-          bytes: outcome.sent,
-          head: outcome.head,
-          body: Buffer.from(typeof next === 'string' ? '' : JSON.stringify(next)),
-          error: outcome.error,
-          from: lease.where,
-          fromPlacement: lease.placementId,
-          at: Date.now(),
-        };
-        if (typeof next === 'string') return endMoved(move, next);
-        if (++moves > MAX_MOVES) return endMoved(move, `it moved ${MAX_MOVES} times`);
-        continue;
-      }
-      // Its placement was stopped before it answered (a pause, an eviction): another one takes it, no attempt spent.
-      if (outcome.halted) {
-        attempts.exclude.add(lease.placementId);
-        continue;
-      }
-      scheduler.failedBefore(lease, attempts, outcome.error);
-      if (attempts.errors.length >= MAX_ATTEMPTS) throw outcome.error;
-    }
-  } catch (err) {
+  }
+
+  private fail(err: unknown): void {
     const e = isRelayError(err) ? err : new RelayError(ErrorCode.INTERNAL, 'internal error');
-    if (!isRelayError(err)) log.error({ err }, 'unhandled error');
-    if (move) return endMoved(move, e.message); // no placement could take the rest (none fits, the pool paused…)
-    done(shape.answer(e).status);
-    sendIn(shape, res, e);
+    if (!isRelayError(err)) this.h.deps.log.error({ err }, 'unhandled error');
+    if (this.move) return this.endMoved(this.move, e.message); // no placement could take the rest (none fits, the pool paused…)
+    this.answered(this.shape.answer(e).status);
+    sendIn(this.shape, this.res, e);
   }
 }

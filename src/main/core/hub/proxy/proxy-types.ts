@@ -5,7 +5,7 @@ import type { ErrorShape } from '../http/errors.js';
 import type { Lease } from '../../scheduler/placements/placement.js';
 import type { SpareSockets } from '../../llama/spare-sockets.js';
 import type { Usage } from './llama-answer.js';
-import type { Stitcher } from './stitch.js';
+import type { SentReader } from './sent.js';
 
 /** What proxyToPlacement (proxy.ts) is given and gives back. */
 
@@ -26,13 +26,25 @@ export interface Translator {
 
 /**
  * `retry`: nothing was sent, another placement may take it; `halted`: because its placement was stopped, not failed.
- * `moved`: its placement was stopped mid-answer and the request said it can continue elsewhere (`continuable`): the
- * client's response is still open, `sent` is every byte of llama-server's stream it was given (whole events).
+ * `moved`: its placement was stopped mid-answer and the request said it can continue elsewhere (`reader`): the
+ * client's response is still open, the reader holds what it was given, `head` is the stream's start (its usage).
  */
 export type ProxyOutcome =
-  | { readonly kind: 'done' }
-  | { readonly kind: 'retry'; readonly error: RelayError; readonly halted?: boolean }
-  | { readonly kind: 'moved'; readonly error: RelayError; readonly sent: Buffer; readonly head: Buffer };
+  { readonly kind: 'done' } | { readonly kind: 'retry'; readonly error: RelayError; readonly halted?: boolean } | { readonly kind: 'moved'; readonly error: RelayError; readonly head: Buffer };
+
+/**
+ * A continuation's stream made the rest of the first part's (stitch.ts: through the dialect's route; retell.ts: from
+ * llama-server's own /completion): llama-server's bytes in, whole events in the first part's dialect out.
+ */
+export interface Continuing {
+  push(chunk: Buffer | string): string;
+  /** llama-server's answer is complete: anything left. */
+  end(): string;
+  /** A failure llama-server reported mid-stream: nothing more comes, the client's stream ends with its error. */
+  readonly failed: RelayError | null;
+  /** Of the continuation's prompt, the tokens llama-server found in its cache, as it said (null: not yet). */
+  readonly carried: number | null;
+}
 
 export interface ProxyOptions {
   lease: Lease;
@@ -47,13 +59,16 @@ export interface ProxyOptions {
   errors?: ErrorShape;
   /** The answer rewritten for a dialect llama-server does not speak (see Translator). */
   translate?: Translator;
-  /** A stop mid-answer gives the request back (`moved`) instead of ending the client's stream with an error. */
-  continuable?: boolean;
   /**
-   * A continuation: the response is already under way (`sent`: what it was given, `head`: its start); llama-server's
-   * bytes pass through the stitcher on their way (continuation.ts).
+   * A continuable answer: whole events only go to the client, each read into what it was given, and a stop
+   * mid-answer gives the request back (`moved`) instead of ending the client's stream with an error.
    */
-  continuing?: { readonly stitch: Stitcher; readonly sent: Buffer; readonly head: Buffer };
+  reader?: SentReader;
+  /**
+   * A continuation: the response is already under way (`head`: its start); llama-server's bytes pass through
+   * `stream` on their way (stitch.ts, retell.ts).
+   */
+  continuing?: { readonly stream: Continuing; readonly head: Buffer };
   onDone: (status: number, usage: Usage | null) => void;
   /** llama-server's first byte of the answer arrived. */
   onStart?: () => void;

@@ -9,6 +9,7 @@ import { llamaRefusal } from './llama-answer.js';
 import { KeptAnswer } from './kept-answer.js';
 import { StallWatch } from './stall-watch.js';
 import { endingError } from './sse-error.js';
+import { ClientEvents } from './client-events.js';
 import type { ProxyOptions, ProxyOutcome } from './proxy-types.js';
 
 /** The most of an error body kept (llama-server's are a line of JSON). */
@@ -43,6 +44,7 @@ class Exchange {
   private readonly shape: ErrorShape;
   private readonly url: URL;
   private readonly kept: KeptAnswer;
+  private readonly events: ClientEvents;
   private readonly watch: StallWatch;
   private up!: Duplex;
   private settled = false;
@@ -68,7 +70,8 @@ class Exchange {
     this.res = opts.res;
     this.shape = opts.errors ?? OPENAI_ERRORS;
     this.url = new URL(opts.path, opts.lease.baseUrl);
-    this.kept = new KeptAnswer(opts.continuing);
+    this.kept = new KeptAnswer(opts.continuing?.head);
+    this.events = new ClientEvents({ reader: opts.reader, continuing: opts.continuing?.stream });
     this.watch = new StallWatch(opts.lease);
   }
 
@@ -112,7 +115,7 @@ class Exchange {
       { path: url.pathname + url.search, host: url.host, accept: opts.req.headers.accept ?? '*/*', body: opts.body },
       {
         head: (h) => this.readHead(h),
-        body: (forward, received) => this.forward(forward, received),
+        body: (forward, received, whole) => this.forward(forward, received, whole),
         end: () => this.end(),
         broken: (why) => this.broken(why),
       },
@@ -127,8 +130,8 @@ class Exchange {
     this.passRaw = h.chunked && !this.opts.translate && !this.opts.continuing;
   }
 
-  /** A piece of the body: kept, written to the client (as it came when raw), llama-server paused while the client is full. */
-  private forward(forward: Buffer[], received: Buffer[]): void {
+  /** A piece of the body: kept, written to the client (client-events.ts: what goes on), llama-server paused while it is full. */
+  private forward(forward: Buffer[], received: Buffer[], whole: Buffer[]): void {
     if (this.settled) return;
     if (this.errorStatus) {
       for (const p of received) if ((this.errorBytes += p.byteLength) <= MAX_ERROR_BODY) this.errorParts.push(p);
@@ -140,13 +143,16 @@ class Exchange {
     const corked = !this.started && this.passRaw ? res.socket : null;
     corked?.cork();
     this.begin();
-    // A continuation's bytes as the rest of the first part's stream.
-    const payload = opts.continuing ? [Buffer.from(opts.continuing.stitch.push(Buffer.concat(received)))] : received;
-    if (opts.continuable) this.kept.keepSent(this.raw ? forward : payload);
-    this.kept.keep(payload);
     let full = false;
-    if (this.raw) for (const b of forward) full = !this.raw.write(b) || full;
-    else {
+    if (this.raw) {
+      this.kept.keep(received);
+      this.events.given(whole);
+      for (const b of forward) full = !this.raw.write(b) || full;
+    } else {
+      const text = this.events.take(received);
+      if (this.events.failed) return this.failMidStream(this.events.failed);
+      const payload = typeof text === 'string' ? [Buffer.from(text)] : text;
+      this.kept.keep(payload);
       const { translate } = opts;
       for (const chunk of payload) {
         const out = translate ? translate.chunk(chunk) : chunk;
@@ -160,6 +166,14 @@ class Exchange {
       this.up.pause();
       this.draining.once('drain', this.resume);
     }
+  }
+
+  /** A continuation's llama-server reported a failure mid-stream: the client's stream ends with the dialect's error. */
+  private failMidStream(err: RelayError): void {
+    this.opts.log.warn({ model: this.lease.model.name, placement: this.lease.placementId, message: err.message }, 'llama-server ended its stream with an error');
+    this.up.destroy();
+    this.endStream(err);
+    this.finish(500);
   }
 
   private readonly resume = (): void => {
@@ -198,7 +212,7 @@ class Exchange {
     const { res, opts, shape } = this;
     let rest: string;
     try {
-      const stitched = opts.continuing?.stitch.end() ?? '';
+      const stitched = opts.continuing?.stream.end() ?? '';
       rest = opts.translate ? opts.translate.chunk(Buffer.from(stitched)) + opts.translate.end() : stitched;
     } catch (err) {
       // llama-server's answer made no sense in the other dialect (a tool call's arguments that are not JSON).
@@ -304,7 +318,7 @@ class Exchange {
    */
   private halt(): void {
     const why = `stopped: ${String(this.lease.halted.reason)}`;
-    if (this.started && this.opts.continuable && !this.settled && !this.res.writableEnded && !this.errorStatus && !(this.lease.halted.reason instanceof FailedHalt)) return this.move(why);
+    if (this.started && this.opts.reader && !this.settled && !this.res.writableEnded && !this.errorStatus && !(this.lease.halted.reason instanceof FailedHalt)) return this.move(why);
     this.broken(why);
     this.up.destroy();
   }
@@ -317,7 +331,7 @@ class Exchange {
     this.up.destroy();
     lease.release();
     this.opts.log.info({ model: lease.model.name, placement: lease.placementId, why }, 'placement stopped mid-response: moving the answer');
-    this.resolveOutcome({ kind: 'moved', error: this.stoppedMidResponse(why), ...this.kept.forMove(this.raw !== null) });
+    this.resolveOutcome({ kind: 'moved', error: this.stoppedMidResponse(why), head: this.kept.start() });
   }
 
   private stoppedMidResponse(why: string): RelayError {

@@ -1,12 +1,19 @@
-import { firstChoice, parse, sseEvents, type Json, type Sent } from './continuation.js';
+import type { RelayError } from '../../../../shared/errors.js';
+import { firstChoice, parseJson, type Json, type Sent } from './sent.js';
+import { parseSseError } from './sse-error.js';
+import { KEEP_ALIVE, SseSplitter, writeEvent } from './sse.js';
+import type { Continuing } from './proxy-types.js';
 
 /**
- * The continuation's stream as the rest of the first: its ids, no second start (a chat's role chunk, a Messages
+ * A continuation through llama-server's route of the client's own dialect (where the tokens could not be had:
+ * exact.ts) as the rest of the first part's stream: its ids, no second start (a chat's role chunk, a Messages
  * stream's message_start and the text block it reopens), the partial answer llama-server repeats at the start of a
- * continued message taken off, and usage counted once over both parts.
+ * continued message taken off, and usage counted once over both parts. Bytes are decoded across reads, a
+ * keep-alive goes on as one, and a failure llama-server reports ends it (`failed`).
  */
-export class Stitcher {
-  private buf = '';
+export class Stitcher implements Continuing {
+  private readonly sse = new SseSplitter();
+  failed: RelayError | null = null;
   /** The repeated partial answer still to take off (llama-server sends it with the first new token), per field. */
   private echo: Record<string, string | null>;
   private contPrompt: number | null = null;
@@ -26,23 +33,37 @@ export class Stitcher {
 
   /** The continuation's bytes in; the client's (whole events) out. */
   push(chunk: Buffer | string): string {
-    const { events, rest } = sseEvents(this.buf + chunk.toString());
-    this.buf = rest;
     let out = '';
-    for (const ev of events) {
-      const j = ev.data === '[DONE]' ? null : parse(ev.data);
-      const r = j ? this.event(j) : ev.data;
-      if (r === null) continue;
-      out += `${ev.event ? `event: ${ev.event}\n` : ''}data: ${typeof r === 'string' ? r : JSON.stringify(r)}\n\n`;
+    for (const ev of this.sse.push(chunk)) {
+      if (this.failed) break;
+      if (ev.comment) {
+        out += KEEP_ALIVE;
+        continue;
+      }
+      if (ev.error !== null) {
+        this.failed = parseSseError(ev.error);
+        break;
+      }
+      if (ev.data === null) continue;
+      if (ev.data === '[DONE]') {
+        out += writeEvent(ev.event, ev.data);
+        continue;
+      }
+      const j = parseJson(ev.data);
+      if (j?.error !== undefined || ev.event === 'error') {
+        this.failed = parseSseError(ev.data);
+        break;
+      }
+      const r = j ? this.event(j) : null;
+      if (r !== null) out += writeEvent(ev.event, r);
     }
     return out;
   }
 
-  /** What was left of an unfinished last event (none from llama-server). */
+  /** llama-server ends every event it sends: an unfinished last one is not passed on. */
   end(): string {
-    const rest = this.buf;
-    this.buf = '';
-    return rest;
+    this.sse.end();
+    return '';
   }
 
   private strip(field: string, s: string): string {

@@ -48,7 +48,10 @@ export function parseHead(buf: Buffer): { head: UpstreamHead; rest: Buffer } | n
 export interface ChunkedRead {
   /** Whole chunks with their framing (those this read completed), never the last chunk (`0\r\n\r\n`) or a trailer. */
   readonly forward: Buffer[];
+  /** The payload this read brought, as it came. */
   readonly payload: Buffer[];
+  /** The payload of the chunks in `forward`: what a client given `forward` has (llama-server writes whole events per chunk). */
+  readonly whole: Buffer[];
   readonly done: boolean;
 }
 
@@ -61,8 +64,9 @@ export interface ChunkedRead {
  */
 export class ChunkedBody {
   private state: 'size' | 'data' | 'crlf' | 'trailer' | 'done' = 'size';
-  /** Bytes of the chunk under way, from earlier reads (not copied: a read's buffer is never reused). */
+  /** Bytes of the chunk under way, from earlier reads (not copied: a read's buffer is never reused), and its payload. */
   private pending: Buffer[] = [];
+  private pendingPayload: Buffer[] = [];
   /** The text of a size or trailer line cut by a read. */
   private line = '';
   private left = 0;
@@ -74,18 +78,22 @@ export class ChunkedBody {
   read(buf: Buffer): ChunkedRead {
     const forward: Buffer[] = [];
     const payload: Buffer[] = [];
+    const whole: Buffer[] = [];
     let seg = 0; // the first byte of buf not yet forwarded or pending
     let i = 0;
     const chunkEnded = (): void => {
       forward.push(...this.pending);
       if (i > seg) forward.push(buf.subarray(seg, i));
+      whole.push(...this.pendingPayload);
       this.pending = [];
+      this.pendingPayload = [];
       seg = i;
     };
     while (i < buf.byteLength && this.state !== 'done') {
       if (this.state === 'data') {
         const n = Math.min(this.left, buf.byteLength - i);
         payload.push(buf.subarray(i, i + n));
+        this.pendingPayload.push(buf.subarray(i, i + n));
         this.left -= n;
         i += n;
         if (this.left === 0) this.state = 'crlf';
@@ -120,6 +128,7 @@ export class ChunkedBody {
       if (size === 0) {
         // The last chunk (and any trailer): none of it goes on.
         this.pending = [];
+        this.pendingPayload = [];
         seg = buf.byteLength;
         this.state = 'trailer';
       } else {
@@ -128,14 +137,14 @@ export class ChunkedBody {
       }
     }
     if (this.state !== 'trailer' && this.state !== 'done' && i > seg) this.pending.push(buf.subarray(seg, i));
-    return { forward, payload, done: this.state === 'done' };
+    return { forward, payload, whole, done: this.state === 'done' };
   }
 }
 
 export interface UpstreamHandlers {
   head(head: UpstreamHead): void;
-  /** Body bytes: as received (framing included, see ChunkedRead) and their payload. */
-  body(forward: Buffer[], payload: Buffer[]): void;
+  /** Body bytes: as received (framing included, see ChunkedRead), their payload, and the payload of the whole chunks. */
+  body(forward: Buffer[], payload: Buffer[], whole: Buffer[]): void;
   /** The whole body arrived. */
   end(): void;
   /** The connection failed or closed before the body was whole (the reason: an errno code or a phrase). */
@@ -164,13 +173,13 @@ export function postUpstream(socket: Duplex, req: { path: string; host: string; 
     if (buf.byteLength === 0) return;
     if (chunked) {
       const r = chunked.read(buf);
-      if (r.forward.length || r.payload.length) h.body(r.forward, r.payload);
+      if (r.forward.length || r.payload.length) h.body(r.forward, r.payload, r.whole);
       if (r.done) finish(null);
       return;
     }
     const part = length === null ? buf : buf.subarray(0, length);
     if (length !== null) length -= part.byteLength;
-    h.body([part], [part]);
+    h.body([part], [part], [part]);
     if (length === 0) finish(null);
   };
   socket.on('data', (buf: Buffer) => {

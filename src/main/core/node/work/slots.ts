@@ -6,6 +6,7 @@ import { pipeline } from 'node:stream/promises';
 import type { Logger } from 'pino';
 import type { SavedSlot, SlotStreamHeader } from '../../../../shared/protocol.js';
 import type { YamuxStream } from '../../tunnel/yamux/session.js';
+import { slotStateBytes } from '../../llama/slot-state.js';
 
 /**
  * A node's kept conversations (issue #44, item 3). A replica the hub started with `keepSlotsBytes` saves, when it
@@ -53,9 +54,10 @@ export class NodeSlots {
     this.expire();
     try {
       const r = await fetch(`${baseUrl}/slots`, { signal });
-      type Slot = { id: number; n_prompt_tokens?: number; next_token?: { n_decoded?: number } };
+      // n_prompt_tokens: every token the slot's cache holds (its prompts and what it generated).
+      type Slot = { id: number; n_prompt_tokens?: number };
       const slots = ((await r.json()) as Slot[]).filter((s) => (s.n_prompt_tokens ?? 0) > 0);
-      const estimate = bytesPerToken === null ? 0 : slots.reduce((n, s) => n + ((s.n_prompt_tokens ?? 0) + (s.next_token?.n_decoded ?? 0)) * (bytesPerToken + 4), 0);
+      const estimate = bytesPerToken === null ? 0 : slots.reduce((n, s) => n + slotStateBytes(s.n_prompt_tokens ?? 0, bytesPerToken), 0);
       if (estimate > maxBytes) throw new Error(`its slots would take about ${estimate} bytes, over ${maxBytes}`);
       let bytes = 0;
       for (const s of slots) {

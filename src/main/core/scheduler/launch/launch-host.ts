@@ -11,6 +11,7 @@ import { poolingFor, settingsFor } from '../decide/model-settings.js';
 import type { Placement, Running } from '../placements/placement.js';
 import { describeNeed } from '../decide/plan.js';
 import { SlotKeeper, type SlotLayout } from '../slots/slot-keep.js';
+import { slotTokens, type AnswerRecords, type SlotTokens } from '../slots/answer-records.js';
 import { START_RESTORE_WAIT_MS, TAKE_IN_WAIT_MS } from '../slots/slot-carry.js';
 import type { KeptSlots } from '../slots/slot-keep.js';
 import { KV_ROW_SCALE } from '../decide/fit.js';
@@ -101,7 +102,7 @@ export class HostLauncher {
   /** The slots of idle replicas, kept for the next start of their model. */
   readonly slots: SlotKeeper;
 
-  constructor(private readonly deps: { config: HubConfig; install: LlamaInstall; log: Logger; slots: SlotKeeper }) {
+  constructor(private readonly deps: { config: HubConfig; install: LlamaInstall; log: Logger; slots: SlotKeeper; records: AnswerRecords }) {
     this.slots = deps.slots;
   }
 
@@ -164,11 +165,27 @@ export class HostLauncher {
     return (await this.slots.save(name, p.id, layout, held.url)) ? { discard: () => this.slots.drop(name, p.id) } : null;
   }
 
-  /** Stops the replica, loading or ready; resolves once its process has exited. */
-  async stop(p: Placement): Promise<void> {
+  /**
+   * Stops the replica, loading or ready; resolves once its process has exited. With `answering`, its slots are saved
+   * first: their token lists are the record the answers that moved off it continue from (answer-records.ts), and
+   * their KV is kept for the model's next replica, as an idle stop's would be.
+   */
+  async stop(p: Placement, answering = false): Promise<void> {
     const held = this.servers.get(p.id);
     if (!held) return;
     this.servers.delete(p.id);
+    const layout = answering && held.url ? this.layout(held.model, p) : null;
+    if (layout && held.url) {
+      const tokens: SlotTokens[] = [];
+      const saved = this.slots.save(held.model.name, p.id, layout, held.url, async (files) => void tokens.push(...(await slotTokens(this.slots, files))));
+      // A placement the answers moved to may be taking them in already: it waits for this state.
+      this.slots.expect(held.model.name, saved);
+      this.deps.records.expect(
+        p.id,
+        saved.then(() => tokens),
+      );
+      await saved;
+    }
     held.stopped = true;
     if (held.child) this.deps.log.info({ placement: p.id, exit: describeExit(await held.child.terminate(HOST_STOP_GRACE_MS)) }, 'host replica stopped');
     else await held.settled; // not spawned yet: onSpawn kills it, and a failed start settles once it has exited

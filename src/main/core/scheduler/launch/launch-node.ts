@@ -12,7 +12,8 @@ import { NODE_REPLY_MARGIN_MS } from '../decide/deadline.js';
 import { launchError, slotLayout } from './launch-host.js';
 import { asLiveness, type Liveness } from '../../llama/liveness.js';
 import type { KeptFile, SlotKeeper, SlotLayout } from '../slots/slot-keep.js';
-import { fetchSlot, putSlot, savedSlots, SLOT_CARRY_TIMEOUT_MS, START_RESTORE_WAIT_MS, TAKE_IN_WAIT_MS } from '../slots/slot-carry.js';
+import { slotTokens, type AnswerRecords, type SlotTokens } from '../slots/answer-records.js';
+import { fetchSlot, putSlot, savedSlots, slotsTooLarge, SLOT_CARRY_TIMEOUT_MS, START_RESTORE_WAIT_MS, TAKE_IN_WAIT_MS } from '../slots/slot-carry.js';
 import type { NodeConn } from '../../pool/conn.js';
 import type { SavedSlot } from '../../../../shared/protocol.js';
 
@@ -34,7 +35,7 @@ export class NodeLauncher {
   /** Running replicas whose slots are kept when they stop: the model and the layout its state fits. */
   private readonly keeping = new Map<string, { model: string; layout: SlotLayout }>();
 
-  constructor(private readonly deps: { config: HubConfig; nodes: NodeManager; log: Logger; slots: SlotKeeper }) {}
+  constructor(private readonly deps: { config: HubConfig; nodes: NodeManager; log: Logger; slots: SlotKeeper; records: AnswerRecords }) {}
 
   async start(p: Placement, model: ModelRecord): Promise<Running> {
     const conn = p.node!;
@@ -75,9 +76,9 @@ export class NodeLauncher {
       if (layout) this.keeping.set(p.id, { model: model.name, layout });
       // The conversations the model's last replica held (here, on the hub or another node), sent into its slots.
       const put = (f: KeptFile): Promise<void> => putSlot(conn, p.id, f.slot, this.deps.slots.path(f.file), f.bytes, f.sha256);
-      const restored = layout ? await this.deps.slots.restoreWith(model.name, layout, put, START_RESTORE_WAIT_MS) : null;
+      const restored = layout ? await this.deps.slots.restoreWith(model.name, layout, conn.name, put, START_RESTORE_WAIT_MS) : null;
       // Running, with one slot: an answer that moves here takes its kept state in (its lease holds that slot).
-      const takeIn = layout?.slots === 1 ? (from: string) => this.deps.slots.restoreWith(model.name, layout, put, TAKE_IN_WAIT_MS, from) : undefined;
+      const takeIn = layout?.slots === 1 ? (from: string) => this.deps.slots.restoreWith(model.name, layout, conn.name, put, TAKE_IN_WAIT_MS, from) : undefined;
       return {
         baseUrl: `http://${conn.name}.node.relay`,
         connect: () => conn.open({ kind: 'http', replica: p.id }),
@@ -105,45 +106,56 @@ export class NodeLauncher {
   }
 
   /**
-   * Stops the replica, loading or ready; resolves once the node says its process has exited: true when the node kept
-   * its slots (they are fetched into the hub's store after, and the model's next replica waits for them).
+   * Stops the replica, loading or ready; resolves once the node says its process has exited. The slots the node kept
+   * as it stopped are fetched into the hub's store after (`kept` settles true once they are held there); the model's
+   * next replica on that node waits for them before its restore, and the answers that moved off it for their record.
    */
-  async stop(p: Placement): Promise<boolean> {
+  async stop(p: Placement): Promise<{ readonly kept: Promise<boolean> } | void> {
     const start = this.starting.get(p.id);
     if (start) start.stopped = true;
     const keeping = this.keeping.get(p.id);
     this.keeping.delete(p.id);
-    if (!p.node?.alive) return false;
+    if (!p.node?.alive) return;
     const node = p.node;
     const stopped = node.command({ type: 'stop-replica', replica: p.id }, STOP_REPLICA_WAIT_MS).catch(() => null);
-    if (!keeping) return stopped.then(() => false);
+    if (!keeping) return void (await stopped);
     const saved = stopped.then((r) => savedSlots(r?.data?.slots));
-    // Fetched after the stop has ended (its memory is free): the model's next replica, which may be starting
-    // already (an answer moved off this one), waits for them before its restore.
-    this.deps.slots.expect(
-      keeping.model,
-      saved.then((s) => this.fetchKept(node, p.id, keeping, s)),
+    // Fetched after the stop has ended (its memory is free).
+    const tokens: SlotTokens[] = [];
+    const kept = saved.then((s) => this.fetchKept(node, p.id, keeping, s, tokens));
+    this.deps.slots.expect(keeping.model, kept);
+    this.deps.records.expect(
+      p.id,
+      kept.then(() => tokens),
     );
-    return (await saved).length > 0;
+    await saved;
+    return { kept };
   }
 
-  /** The slots a stopped replica's node kept, into the hub's store (all or none, within one deadline). */
-  private async fetchKept(node: NodeConn, replica: string, keeping: { model: string; layout: SlotLayout }, saved: SavedSlot[]): Promise<boolean> {
+  /**
+   * The slots a stopped replica's node kept, into the hub's store (all or none, within one deadline), their token
+   * lists read into `tokens`. Each size the node gave is checked before a byte is fetched, and room is made for
+   * them all first: the store never holds more than RELAY_SLOT_KEEP_MB, fetches under way included.
+   */
+  private async fetchKept(node: NodeConn, replica: string, keeping: { model: string; layout: SlotLayout }, saved: SavedSlot[], tokens: SlotTokens[]): Promise<boolean> {
     if (saved.length === 0) return false;
     const files: KeptFile[] = [];
     const deadline = Date.now() + SLOT_CARRY_TIMEOUT_MS;
     try {
-      if (!this.deps.slots.fits(saved.reduce((n, s) => n + s.bytes, 0))) throw new Error('they are larger than RELAY_SLOT_KEEP_MB');
+      const why = slotsTooLarge(saved, keeping.layout, this.deps.slots.budgetBytes);
+      if (why) throw new Error(why);
+      this.deps.slots.makeRoom(saved.reduce((n, s) => n + s.bytes, 0));
       for (const s of saved) {
         const file = `${replica}-${s.slot}.bin`;
         await fetchSlot(node, replica, s, this.deps.slots.path(file), deadline - Date.now());
         files.push({ slot: s.slot, file, bytes: s.bytes, sha256: s.sha256 });
       }
+      tokens.push(...(await slotTokens(this.deps.slots, files)));
     } catch (err) {
       this.deps.log.warn({ placement: replica, model: keeping.model, message: (err as Error).message }, "could not fetch a stopped node replica's slots: its conversations start cold");
       this.deps.slots.discardFiles(files);
       return false;
     }
-    return this.deps.slots.adopt(keeping.model, replica, keeping.layout, files);
+    return this.deps.slots.adopt(keeping.model, replica, keeping.layout, files, node.name);
   }
 }

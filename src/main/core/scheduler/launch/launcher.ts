@@ -7,6 +7,7 @@ import type { ModelRecord } from '../../store/store.js';
 import { join } from 'node:path';
 import { HostLauncher } from './launch-host.js';
 import { SlotKeeper, type KeptSlots } from '../slots/slot-keep.js';
+import { AnswerRecords, type SlotTokens } from '../slots/answer-records.js';
 import { NodeLauncher } from './launch-node.js';
 import { ShardLauncher, type ShardInfo } from './launch-shard.js';
 import type { Placement, Running } from '../placements/placement.js';
@@ -25,10 +26,14 @@ export interface Launcher {
   /** Resolves when the placement answers; rejects with a RelayError (REPLICA_FAILED, NODE_LOST, MODEL_UNAVAILABLE). */
   start(p: Placement, model: ModelRecord): Promise<Running>;
   /**
-   * Stops whatever the placement holds (also while it is still starting); never rejects. True when its slots were
-   * kept for the model's next replica as it stopped (a node replica's: slot-carry.ts).
+   * Stops whatever the placement holds (also while it is still starting); never rejects; resolves once its memory is
+   * free. `answering`: answers were in flight when it was halted, and their record is made first (answer-records.ts).
+   * `kept`, when given, settles true once its slots are in the hub's store for the model's next replica (a node
+   * replica's are fetched after its process is gone: slot-carry.ts).
    */
-  stop(p: Placement): Promise<boolean | void>;
+  stop(p: Placement, answering?: boolean): Promise<{ readonly kept: Promise<boolean> } | void>;
+  /** The token lists of a stopped placement's slots (its answers' record), waited for at most `waitMs`. */
+  answerRecord?(placementId: string, waitMs: number): Promise<SlotTokens[]>;
   /**
    * Before an idle stop: a host replica saves its slots for the model's next one (slot-keep.ts) while it still
    * serves; what was kept (`discard` it when the replica is used meanwhile), or null. Never rejects.
@@ -50,12 +55,13 @@ export class LlamaLauncher implements Launcher {
   private readonly host: HostLauncher;
   private readonly node: NodeLauncher | null;
   private readonly shard: ShardLauncher;
+  private readonly records = new AnswerRecords();
 
   constructor(deps: { config: HubConfig; install: LlamaInstall; nodes?: NodeManager; log: Logger }) {
-    // One store of kept conversations: a host replica's may go on in a node replica, and back (slot-keep.ts).
+    // One store of kept conversations: a host replica's may go on in a node replica (slot-keep.ts).
     const slots = new SlotKeeper({ dir: join(deps.config.home, 'slots'), budgetBytes: deps.config.slotKeepMb * 1048576, log: deps.log, now: Date.now });
-    this.host = new HostLauncher({ ...deps, slots });
-    this.node = deps.nodes ? new NodeLauncher({ config: deps.config, nodes: deps.nodes, log: deps.log, slots }) : null;
+    this.host = new HostLauncher({ ...deps, slots, records: this.records });
+    this.node = deps.nodes ? new NodeLauncher({ config: deps.config, nodes: deps.nodes, log: deps.log, slots, records: this.records }) : null;
     this.shard = new ShardLauncher({ ...deps, nodes: deps.nodes });
   }
 
@@ -68,10 +74,14 @@ export class LlamaLauncher implements Launcher {
     return this.host.start(p, model);
   }
 
-  stop(p: Placement): Promise<boolean | void> {
-    if (p.kind === 'node') return this.node?.stop(p) ?? Promise.resolve(false);
+  stop(p: Placement, answering = false): Promise<{ readonly kept: Promise<boolean> } | void> {
+    if (p.kind === 'node') return this.node?.stop(p) ?? Promise.resolve();
     if (p.kind === 'shard') return this.shard.stop(p);
-    return this.host.stop(p);
+    return this.host.stop(p, answering);
+  }
+
+  answerRecord(placementId: string, waitMs: number): Promise<SlotTokens[]> {
+    return this.records.wait(placementId, waitMs);
   }
 
   keep(p: Placement): Promise<KeptSlots | null> {

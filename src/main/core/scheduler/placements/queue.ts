@@ -144,3 +144,10 @@ export class WaitQueue {
     for (const q of [...this.byModel.values()]) for (const w of [...q]) w.reject(err);
   }
 }
+
+/** A request's placement failed it before the first byte: counted, and that placement not offered again. */
+export function failedOn(attempts: Attempts, placementId: string, err: RelayError): void {
+  attempts.exclude.add(placementId);
+  attempts.errors.push(err);
+  attempts.last = err;
+}

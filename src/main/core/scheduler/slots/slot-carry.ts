@@ -4,6 +4,8 @@ import { pipeline } from 'node:stream/promises';
 import type { SavedSlot } from '../../../../shared/protocol.js';
 import type { NodeConn } from '../../pool/conn.js';
 import type { Duplex } from 'node:stream';
+import { slotStateBytes } from '../../llama/slot-state.js';
+import type { SlotLayout } from './slot-keep.js';
 
 /**
  * A node replica's kept conversations crossing the tunnel (`slot` streams, node/work/slots.ts): fetched into the hub's
@@ -29,8 +31,33 @@ export function savedSlots(v: unknown): SavedSlot[] {
   if (!Array.isArray(v)) return [];
   return v.filter(
     (s): s is SavedSlot =>
-      typeof s === 'object' && s !== null && Number.isInteger((s as SavedSlot).slot) && Number.isInteger((s as SavedSlot).bytes) && /^[0-9a-f]{64}$/.test(String((s as SavedSlot).sha256)),
+      typeof s === 'object' &&
+      s !== null &&
+      Number.isInteger((s as SavedSlot).slot) &&
+      (s as SavedSlot).slot >= 0 &&
+      Number.isSafeInteger((s as SavedSlot).bytes) &&
+      (s as SavedSlot).bytes > 0 &&
+      /^[0-9a-f]{64}$/.test(String((s as SavedSlot).sha256)),
   );
+}
+
+/**
+ * Why the states a node lists cannot be fetched, or null (pure): each within the budget and within what a slot of
+ * the model's context can hold (slot-state.ts), all together within the budget, one per slot of the replica. A
+ * node's word is all these sizes are: they are checked before a byte is fetched, and the fetch stops at them.
+ */
+export function slotsTooLarge(saved: readonly SavedSlot[], layout: SlotLayout, budgetBytes: number): string | null {
+  const most = layout.bytesPerToken != null ? slotStateBytes(layout.ctx, layout.bytesPerToken, layout.stateBytes) : Infinity;
+  let sum = 0;
+  const seen = new Set<number>();
+  for (const s of saved) {
+    if (s.slot >= layout.slots || seen.has(s.slot)) return `slot ${s.slot} is not one of the replica's ${layout.slots}`;
+    seen.add(s.slot);
+    if (s.bytes > budgetBytes) return `slot ${s.slot}'s ${s.bytes} bytes are over RELAY_SLOT_KEEP_MB`;
+    if (s.bytes > most) return `slot ${s.slot}'s ${s.bytes} bytes are more than a slot of ${layout.ctx} tokens can hold (${most})`;
+    sum += s.bytes;
+  }
+  return sum > budgetBytes ? `their ${sum} bytes are over RELAY_SLOT_KEEP_MB` : null;
 }
 
 /** Fetch slot `s` that node `conn` kept of `replica` into `path`, within `timeoutMs`. */

@@ -2,6 +2,7 @@ import { chmodSync, mkdirSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Logger } from 'pino';
 import { sha256File } from '../../models/describe.js';
+import { slotStateBytes } from '../../llama/slot-state.js';
 
 /** Slots saved for a model's next replica. */
 export interface KeptSlots {
@@ -50,6 +51,8 @@ export interface KeptFile {
 
 interface Kept {
   readonly placementId: string;
+  /** The node whose replica saved it (null: the hub's own). A node's state is read back on that node only. */
+  readonly origin: string | null;
   readonly layout: string;
   readonly files: readonly KeptFile[];
   readonly bytes: number;
@@ -93,15 +96,16 @@ export class SlotKeeper {
 
   /**
    * Save the slots of `placementId`'s llama-server that hold a prompt; true when they are kept for `model`'s next
-   * replica (false: nothing to keep, over the budget, or a save failed — nothing is left on disk then).
+   * replica (false: nothing to keep, over the budget, or a save failed — nothing is left on disk then). `onSaved`
+   * reads the files once all are written, before they are kept or removed (a stop's record of its answers).
    */
-  async save(model: string, placementId: string, layout: SlotLayout, baseUrl: string): Promise<boolean> {
+  async save(model: string, placementId: string, layout: SlotLayout, baseUrl: string, onSaved?: (files: readonly KeptFile[]) => Promise<void>): Promise<boolean> {
     if (!this.enabled) return false;
     const files: KeptFile[] = [];
     try {
       const slots = ((await getJson(`${baseUrl}/slots`)) as { id: number; n_prompt_tokens?: number }[]).filter((x) => (x.n_prompt_tokens ?? 0) > 0);
-      // What the files would take, before a byte is written: each slot's tokens × a token's KV (and its id), its state.
-      const estimate = layout.bytesPerToken != null ? slots.reduce((n, x) => n + x.n_prompt_tokens! * (layout.bytesPerToken! + 4) + (layout.stateBytes ?? 0), 0) : 0;
+      // What the files would take, before a byte is written.
+      const estimate = layout.bytesPerToken != null ? slots.reduce((n, x) => n + slotStateBytes(x.n_prompt_tokens!, layout.bytesPerToken!, layout.stateBytes), 0) : 0;
       if (estimate > this.d.budgetBytes) {
         this.d.log.info({ model, estimate_bytes: estimate, budget_bytes: this.d.budgetBytes }, 'slots larger than RELAY_SLOT_KEEP_MB: not saved');
         return false;
@@ -111,12 +115,13 @@ export class SlotKeeper {
         const r = (await postJson(`${baseUrl}/slots/${s.id}?action=save`, { filename: file })) as { n_written?: number };
         files.push({ slot: s.id, file, bytes: r.n_written ?? 0, sha256: await sha256File(this.path(file)) });
       }
+      await onSaved?.(files);
     } catch (err) {
       this.d.log.warn({ model, placement: placementId, message: (err as Error).message }, 'could not save the slots of a stopping replica: its conversations start cold');
       this.remove(files);
       return false;
     }
-    return this.adopt(model, placementId, layout, files);
+    return this.adopt(model, placementId, layout, files, null);
   }
 
   /** Where a kept file lives (a node's fetched state is written here before `adopt`). */
@@ -124,8 +129,11 @@ export class SlotKeeper {
     return join(this.d.dir, file);
   }
 
-  /** Keep `files` (already in the store: saved here, or fetched from a node) for `model`'s next replica, within the budget. */
-  adopt(model: string, placementId: string, layout: SlotLayout, files: KeptFile[]): boolean {
+  /**
+   * Keep `files` (already in the store: saved here, or fetched from node `origin`) for `model`'s next replica, within
+   * the budget.
+   */
+  adopt(model: string, placementId: string, layout: SlotLayout, files: KeptFile[], origin: string | null): boolean {
     const bytes = files.reduce((n, f) => n + f.bytes, 0);
     if (!this.enabled || files.length === 0 || bytes > this.d.budgetBytes) {
       if (files.length > 0) this.d.log.info({ model, bytes, budget_bytes: this.d.budgetBytes }, 'slots larger than RELAY_SLOT_KEEP_MB: not kept');
@@ -133,7 +141,7 @@ export class SlotKeeper {
       return false;
     }
     this.drop(model);
-    this.kept.set(model, { placementId, layout: layoutKey(layout), files, bytes, at: this.d.now() });
+    this.kept.set(model, { placementId, origin, layout: layoutKey(layout), files, bytes, at: this.d.now() });
     // Within the budget: the oldest states go first.
     for (const [m] of [...this.kept].sort((a, b) => a[1].at - b[1].at)) {
       if (this.bytes <= this.d.budgetBytes || m === model) break;
@@ -144,11 +152,12 @@ export class SlotKeeper {
   }
 
   /**
-   * Read the state kept for `model` into a new llama-server of the same layout; the placement it came from (whose
-   * prompts the new one now holds) and its size, or null: none kept, another layout, or a restore failed (then cold).
+   * Read the state kept for `model` into a new llama-server of the hub's of the same layout; the placement it came
+   * from (whose prompts the new one now holds) and its size, or null: none kept, another layout, a node's, or a
+   * restore failed (then cold).
    */
   restore(model: string, layout: SlotLayout, baseUrl: string, waitMs?: number, from?: string): Promise<Restored | null> {
-    return this.restoreWith(model, layout, (f) => postJson(`${baseUrl}/slots/${f.slot}?action=restore`, { filename: f.file }), waitMs, from);
+    return this.restoreWith(model, layout, null, (f) => postJson(`${baseUrl}/slots/${f.slot}?action=restore`, { filename: f.file }), waitMs, from);
   }
 
   /**
@@ -168,12 +177,14 @@ export class SlotKeeper {
   }
 
   /**
-   * `restore` by way of `put` (a node replica's: the file sent through the tunnel); each file's hash checked first.
-   * A state on its way is waited for (`expect`), at most `waitMs` when given. `from`: only the state that placement
-   * kept, and only into this layout (a running placement taking in a moved answer's); another is left for the
-   * model's next replica.
+   * `restore` by way of `put` into a llama-server on `target` (a node's name; null: the hub's), a node replica's file
+   * sent through the tunnel; each file's hash checked first. A state on its way is waited for (`expect`), at most
+   * `waitMs` when given. `from`: only the state that placement kept, and only into this layout (a running placement
+   * taking in a moved answer's); another is left for the model's next replica. A state a node saved is read back on
+   * that node only: its KV is the node's word (nothing can check it short of evaluating it again), so it never
+   * reaches the hub's llama-servers or another node's, where it would answer prompts that node never served.
    */
-  async restoreWith(model: string, layout: SlotLayout, put: (f: KeptFile) => Promise<unknown>, waitMs?: number, from?: string): Promise<Restored | null> {
+  async restoreWith(model: string, layout: SlotLayout, target: string | null, put: (f: KeptFile) => Promise<unknown>, waitMs?: number, from?: string): Promise<Restored | null> {
     const incoming = this.incoming.get(model);
     if (incoming && waitMs !== undefined) {
       let timer: NodeJS.Timeout | undefined;
@@ -182,6 +193,7 @@ export class SlotKeeper {
     } else await incoming;
     const k = this.kept.get(model);
     if (!k || (from !== undefined && (k.placementId !== from || k.layout !== layoutKey(layout)))) return null;
+    if (k.origin !== null && k.origin !== target) return null; // left for the next replica on its own node
     this.kept.delete(model);
     try {
       if (k.layout !== layoutKey(layout)) return null;
@@ -216,9 +228,16 @@ export class SlotKeeper {
     return this.kept.get(model)?.placementId ?? null;
   }
 
-  /** Whether a state of `bytes` could be kept at all (a node's, before it is fetched). */
-  fits(bytes: number): boolean {
-    return this.enabled && bytes <= this.d.budgetBytes;
+  get budgetBytes(): number {
+    return this.d.budgetBytes;
+  }
+
+  /** Room for `bytes` more within the budget (a node's state about to be fetched): the oldest kept states go first. */
+  makeRoom(bytes: number): void {
+    for (const [m] of [...this.kept].sort((a, b) => a[1].at - b[1].at)) {
+      if (this.bytes + bytes <= this.d.budgetBytes) break;
+      this.drop(m);
+    }
   }
 
   /** Files written to the store that will not be kept (a fetch that failed half-way). */
