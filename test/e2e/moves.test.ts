@@ -81,7 +81,7 @@ describe('an answer in flight moves when its node is paused', { timeout: 600_000
     return { text, paused: paused.name };
   }
 
-  async function lastMove(): Promise<{ from: string; to: string | null; outcome: string; sent_tokens: number; endpoint: string; cached_tokens: number | null }> {
+  async function lastMove(): Promise<{ from: string; to: string | null; outcome: string; sent_tokens: number; endpoint: string; cached_tokens: number | null; exact?: boolean }> {
     const m = (await hub.status()).moves[0]!;
     console.log(
       `${m.endpoint}: moved ${m.from} → ${m.to} after ${m.sent_tokens} tokens; the client waited ${m.gap_ms} ms between two tokens; ${m.cached_tokens} of the continuation's prompt cached there`,
