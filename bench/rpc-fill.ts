@@ -12,7 +12,7 @@ import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { Worker } from 'node:worker_threads';
 import { GGML_TYPE_F32 } from '../src/main/core/gguf/index.js';
-import { FNV_OFFSET, FNV_WASM_BUFFER, WasmFnv, fnv1a64Update } from '../src/main/core/node/cache/fnv.js';
+import { FNV_OFFSET, FNV_WASM_BUFFER, WasmFnv, fnv1a64Update } from '../src/main/core/llama/fnv.js';
 import { fillRpcCacheOffThread } from '../src/main/core/node/cache/rpc-cache.js';
 import { str, u32, writeSparseGguf } from '../test/fixtures/gguf-writer.js';
 import { reportTarget } from './targets.js';

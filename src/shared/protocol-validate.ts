@@ -105,7 +105,7 @@ const SCHEMAS: Record<string, Check> = {
     layers: optional((v) => Array.isArray(v) && v.length === 2 && v.every(isInt)),
     siblings: optional((v) => Array.isArray(v) && v.length <= 256 && v.every(isSha)),
   }),
-  'rpc-loaded': shape({ id: isInt, rpc: isId, sha256: isSha }),
+  'rpc-loaded': shape({ id: isInt, rpc: isId, sha256: isSha, weights: optional(arrayOf(shape({ name: (v) => typeof v === 'string' && /^[0-9a-f]{16}$/.test(v), size: isInt }), 100_000)) }),
   'set-paused': shape({ id: isInt, paused: isBool }),
   check: shape({ id: isInt, replica: optional(isId), rpc: optional(isId) }),
 };

@@ -218,6 +218,11 @@ export interface RpcLoaded {
   id: number;
   rpc: string;
   sha256: string;
+  /**
+   * The stage's weight files as the hub named them from its own copy (each tensor over 10 MiB of the stage's layers:
+   * its FNV-1a 64 and size): the only files of its load the node may record as weights, and only whole.
+   */
+  weights?: { name: string; size: number }[];
 }
 
 /** The hub's admin pauses or resumes a node's sharing (the dashboard's per-node control). */

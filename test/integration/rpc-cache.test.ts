@@ -12,8 +12,11 @@ import { createLogger } from '../../src/main/core/log.js';
 import { NodeAgent } from '../../src/main/core/node/agent.js';
 import { joinHub } from '../../src/main/core/node/link/hub-client.js';
 import fc from 'fast-check';
-import { FNV_OFFSET, FNV_WASM_BUFFER, WasmFnv, fnv1a64Update, fnvHex } from '../../src/main/core/node/cache/fnv.js';
-import { RPC_HASH_THRESHOLD, evictRpcCache, fillRpcCache, fillRpcCacheOffThread, rpcFillBytes, shareOut, pruneRpcCache, recordLoadedFiles } from '../../src/main/core/node/cache/rpc-cache.js';
+import { FNV_OFFSET, FNV_WASM_BUFFER, WasmFnv, fnv1a64Update, fnvHex } from '../../src/main/core/llama/fnv.js';
+import { evictRpcCache, fillRpcCache, fillRpcCacheOffThread, rpcFillBytes, pruneRpcCache, recordLoadedFiles } from '../../src/main/core/node/cache/rpc-cache.js';
+import { RPC_HASH_THRESHOLD, shareOut } from '../../src/main/core/llama/rpc-tensors.js';
+import { StageWeights } from '../../src/main/core/llama/rpc-weights.js';
+import { ModelCache } from '../../src/main/core/node/cache/cache.js';
 import { hubJoinToken } from '../../src/main/core/pairing/tokens.js';
 import { fixture, llama } from '../helpers/llama.js';
 import { ensureSplitFixture } from '../fixtures/models.js';
@@ -108,10 +111,45 @@ describe('FNV-1a 64 and the rpc cache files', () => {
     assert.equal(pruneRpcCache(dir), (24 << 20) + (2 << 20));
     assert.deepEqual(readdirSync(dir).sort(), [`.relay-${process.pid}-1.tmp`, ...idx.files.map((f) => f.name), `relay-index-${'d'.repeat(64)}.json`].sort());
     assert.equal(pruneRpcCache(dir), 0);
-    // A stage loaded from a head that sent its weights in full: the files saved so far become that model's.
-    writeFileSync(join(dir, '7d8936eef5a62325'), Buffer.alloc(11 << 20));
-    assert.deepEqual(recordLoadedFiles(dir, 'e'.repeat(64)), [{ name: '7d8936eef5a62325', size: 11 << 20 }]);
-    assert.equal(pruneRpcCache(dir), 0, 'named now: kept');
+  });
+
+  it("a stage's load: only the files the hub named, whole, become its weights; a file a full disk cut short goes", async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'relay-rpc-'));
+    const path = fixture('large');
+    // What the load leaves when the head sent the stage's tensors in full: the server names each by its bytes' hash.
+    const named = await new StageWeights().of([{ path, sha256: 'e'.repeat(64) }], [1, 2]);
+    const written = fillRpcCache(path, 'x'.repeat(64), mkdtempSync(join(tmpdir(), 'relay-rpc-')), [1, 2]).files;
+    assert.deepEqual(named.map((f) => f.name).sort(), written.map((f) => f.name).sort(), "the hub's names are the server's");
+    assert.ok(named.length >= 2);
+    const [whole, cut] = named;
+    fillRpcCache(path, 'e'.repeat(64), dir, [1, 2]);
+    rmSync(join(dir, `relay-index-${'e'.repeat(64)}.json`)); // as the load left them: unnamed
+    // One of them cut short, as an unchecked write on a full disk leaves it; one more that is no weight of this stage.
+    writeFileSync(join(dir, cut!.name), Buffer.alloc(cut!.size >> 1, 1));
+    writeFileSync(join(dir, '05d6d197d9332325'), Buffer.alloc(12 << 20));
+    const recorded = await recordLoadedFiles(dir, 'e'.repeat(64), named);
+    assert.ok(recorded.some((f) => f.name === whole!.name));
+    assert.ok(!recorded.some((f) => f.name === cut!.name), 'a short file is no weight');
+    assert.ok(!existsSync(join(dir, cut!.name)), 'and it is gone');
+    assert.equal(pruneRpcCache(dir), 12 << 20, 'what the hub did not name goes at the next prune');
+    assert.ok(
+      recorded.every((f) => existsSync(join(dir, f.name))),
+      'the whole weights stay',
+    );
+  });
+
+  it("weights a stage's load left for a model the node holds no copy of are room the budget can free, like a model file", () => {
+    const root = mkdtempSync(join(tmpdir(), 'relay-cache-'));
+    const cache = new ModelCache(root, 60 << 20, () => 1 << 40);
+    const sha = '9'.repeat(64);
+    const idx = fillRpcCache(fixture('large'), sha, cache.rpcCacheDir, [1, 2]);
+    const held = idx.files.reduce((n, f) => n + f.size, 0);
+    assert.ok(held > 30 << 20 && cache.usedBytes() >= held);
+    cache.rpcLoading.add('a stage loads');
+    assert.equal(cache.makeRoom(40 << 20), false, 'not during a load: its server may be reading them');
+    cache.rpcLoading.delete('a stage loads');
+    assert.equal(cache.makeRoom(40 << 20), true);
+    assert.ok(!existsSync(join(cache.rpcCacheDir, `relay-index-${sha}.json`)) && idx.files.every((f) => !existsSync(join(cache.rpcCacheDir, f.name))));
   });
 
   it('pruning during fills keeps what was written since the first began; a damaged index names nothing and breaks nothing', () => {

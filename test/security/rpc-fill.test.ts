@@ -7,7 +7,7 @@ import { hubConfigFromEnv } from '../../src/main/core/config.js';
 import { GGML_TYPE_F32 } from '../../src/main/core/gguf/index.js';
 import { startHub, type Hub } from '../../src/main/core/hub/index.js';
 import { createLogger } from '../../src/main/core/log.js';
-import { RPC_HASH_THRESHOLD } from '../../src/main/core/node/cache/rpc-cache.js';
+import { RPC_HASH_THRESHOLD } from '../../src/main/core/llama/rpc-tensors.js';
 import { str, u32, writeSparseGguf } from '../fixtures/gguf-writer.js';
 import { llama } from '../helpers/llama.js';
 import { startNode, type NodeProcess } from '../helpers/node.js';

@@ -18,7 +18,7 @@ export type AppLayout = { readonly kind: 'package' | 'release'; readonly root: s
 /** The worker threads, by name: their compiled file under dist/src/main/core/, and in a release app/workers/<name>.cjs. */
 export const WORKERS = {
   gguf: 'gguf/worker',
-  'rpc-cache': 'node/cache/rpc-cache-worker',
+  'rpc-tensors': 'llama/rpc-tensors-worker',
   'growing-hash': 'node/cache/growing-hash-worker',
 } as const;
 export type WorkerName = keyof typeof WORKERS;

@@ -290,7 +290,7 @@ export class NodeAgent extends EventEmitter {
     const control = this.control;
     if (!control) return;
     try {
-      const target = { name: this.settings.name, cache: this.cache, work: this.work, availability: () => this.availability(), setHubPaused: (p: boolean) => this.setHubPaused(p) };
+      const target = { name: this.settings.name, cache: this.cache, work: this.work, log: this.deps.log, availability: () => this.availability(), setHubPaused: (p: boolean) => this.setHubPaused(p) };
       control.send(replyOk(c.id, await runCommand(c, target)));
     } catch (err) {
       const code = wireCode(isRelayError(err) ? err.code : ErrorCode.INTERNAL);

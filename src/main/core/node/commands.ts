@@ -2,6 +2,7 @@ import { ErrorCode, RelayError } from '../../../shared/errors.js';
 import type { Availability, Command } from '../../../shared/protocol.js';
 import type { ModelCache } from './cache/cache.js';
 import type { Workloads } from './work/workloads.js';
+import type { Logger } from 'pino';
 
 /** What the hub's commands act on. */
 export interface CommandTarget {
@@ -11,6 +12,7 @@ export interface CommandTarget {
   availability(): { state: Availability; reason: string | null };
   /** The hub's own pause of this node (never the owner's: a node its owner paused stays paused). */
   setHubPaused(paused: boolean): Promise<void>;
+  readonly log?: Logger;
 }
 
 /**
@@ -53,12 +55,16 @@ export async function runCommand(c: Command, t: CommandTarget): Promise<Record<s
     case 'check':
       return { liveness: await t.work.check({ replica: c.replica, rpc: c.rpc }) };
     case 'rpc-loaded': {
-      try {
-        const files = t.cache.recordRpcLoad(c.sha256);
-        return { files: files.length, bytes: files.reduce((a, f) => a + f.size, 0) };
-      } finally {
-        t.cache.rpcLoading.delete(c.rpc); // recorded or not, the load is over
-      }
+      // The load is over: its weight files are checked (hashed) off the event loop; nothing is pruned until then.
+      void t.cache.recordRpcLoad(c.rpc, c.sha256, c.weights ?? []).then(
+        (files) =>
+          t.log?.info(
+            { rpc: c.rpc, weights: (c.weights ?? []).length, recorded: files.length, bytes: files.reduce((a, f) => a + f.size, 0) },
+            "recorded the weights a shard stage's load left in the rpc cache",
+          ),
+        (err: Error) => t.log?.warn({ rpc: c.rpc, message: err.message }, "could not check the weights a shard stage's load left: they are pruned and sent again next time"),
+      );
+      return { weights: (c.weights ?? []).length };
     }
     case 'fill-rpc-cache': {
       if (!t.cache.has(c.sha256)) throw new RelayError(ErrorCode.MODEL_FILE_MISSING, `node ${t.name} does not hold ${c.sha256.slice(0, 12)}…`);

@@ -3,7 +3,8 @@ import { join } from 'node:path';
 import { Transform, type Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { ErrorCode, RelayError } from '../../../../shared/errors.js';
-import { evictRpcCache, fillRpcCacheOffThread, pruneRpcCache, recordLoadedFiles, rpcCacheBytes, type CacheIndex } from './rpc-cache.js';
+import { evictRpcCache, fillRpcCacheOffThread, indexedModels, pruneRpcCache, recordLoadedFiles, rpcCacheBytes, type CacheIndex } from './rpc-cache.js';
+import type { WeightFile } from '../../llama/rpc-tensors.js';
 import { appendWriter, GrowingFileHash } from './growing-hash.js';
 import type { CachedFile } from '../../../../shared/protocol.js';
 import { dropSplitViews, makeSplitView } from './split-view.js';
@@ -129,8 +130,17 @@ export class ModelCache {
   /** Shard stages loading (start-rpc until rpc-loaded or the rpc-server's end): their weights are saved, unnamed yet. */
   readonly rpcLoading = new Set<string>();
 
-  /** A shard stage loaded: what its rpc-server saved so far are `sha256`'s weights (rpc-cache.ts recordLoadedFiles). */
-  recordRpcLoad = (sha256: string): CacheIndex['files'] => recordLoadedFiles(this.rpcCacheDir, sha256);
+  /**
+   * A shard stage loaded: the files its rpc-server saved that the hub named as the stage's weights, and are whole,
+   * go into `sha256`'s index (rpc-cache.ts recordLoadedFiles); then the load is over and pruning may go on.
+   */
+  async recordRpcLoad(rpc: string, sha256: string, weights: readonly WeightFile[]): Promise<CacheIndex['files']> {
+    try {
+      return await recordLoadedFiles(this.rpcCacheDir, sha256, weights);
+    } finally {
+      this.rpcLoading.delete(rpc);
+    }
+  }
 
   /**
    * Remove what ggml-rpc-server saved beyond the weights (rpc-cache.ts pruneRpcCache); bytes freed. Not during a
@@ -187,7 +197,16 @@ export class ModelCache {
     const partials = this.partials()
       .filter((f) => !this.receiving.has(f.sha256) && !kept.has(f.sha256))
       .map((f) => ({ ...f, partial: true, mtime: mtime(this.partialOf(f.sha256)) }));
-    const candidates = [...models, ...partials].sort((a, b) => a.mtime - b.mtime);
+    // Weights a stage's load left for a model this node holds no copy of: room like that model's file would be
+    // (never during a load: its server may be reading them).
+    const held = new Set(this.inventory().map((f) => f.sha256));
+    const rpcOnly =
+      this.rpcLoading.size > 0
+        ? []
+        : indexedModels(this.rpcCacheDir)
+            .filter((m) => !held.has(m.sha256) && !kept.has(m.sha256) && m.bytes > 0)
+            .map((m) => ({ sha256: m.sha256, size: m.bytes, partial: false, rpcOnly: true, mtime: m.mtimeMs }));
+    const candidates = [...models, ...partials, ...rpcOnly].sort((a, b) => a.mtime - b.mtime);
     // Evict nothing when even evicting everything would not make room: a refused push should cost nothing.
     if (used - candidates.reduce((s, f) => s + f.size, 0) + bytes > budget) return false;
     for (const f of candidates) {
@@ -195,6 +214,12 @@ export class ModelCache {
       // A file Windows will not delete (open elsewhere) stays, counted; the next candidate is tried instead.
       if (f.partial) {
         if (removeUnlessBusy(this.partialOf(f.sha256))) used -= f.size;
+        continue;
+      }
+      if ('rpcOnly' in f) {
+        const before = rpcCacheBytes(this.rpcCacheDir);
+        evictRpcCache(this.rpcCacheDir, f.sha256);
+        used -= before - rpcCacheBytes(this.rpcCacheDir);
         continue;
       }
       const before = rpcCacheBytes(this.rpcCacheDir);

@@ -1,43 +1,26 @@
-import { closeSync, existsSync, mkdirSync, openSync, readdirSync, readFileSync, readSync, renameSync, rmSync, statSync, writeFileSync, writeSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { availableParallelism } from 'node:os';
 import { threadId } from 'node:worker_threads';
 import { ErrorCode, RelayError } from '../../../../shared/errors.js';
-import { readGgufFile } from '../../gguf/index.js';
 import { runInWorker } from '../../worker.js';
 import { workerUrl } from '../../app-files.js';
-import { WasmFnv } from './fnv.js';
 import { processExists } from '../../llama/supervisor.js';
+import { shareOut, tensorSpans, writeTensorFiles, type TensorSpan, type WeightFile } from '../../llama/rpc-tensors.js';
 
 /**
- * ggml-rpc-server's tensor cache, filled by the node from its own copy of a GGUF. With `-c`, for any tensor
- * over 10 MiB the head first sends only the 64-bit FNV-1a hash of its bytes, and the server loads
- * `<cache dir>/<16 hex digits>` when present (ggml-rpc.cpp). A node that already holds the weights can write
- * those files itself, so a shard's cold load moves no large tensor over the network.
+ * ggml-rpc-server's tensor cache on a node (llama/rpc-tensors.ts says what it holds): filled by the node from its own
+ * copy of a GGUF, so a shard's cold load moves no large tensor over the network, or by a stage's load itself when it
+ * holds none. Each model's weight files are named in an index (`relay-index-<sha256>.json`); anything else is not a
+ * weight and goes.
  */
-export const RPC_HASH_THRESHOLD = 10 * 1024 * 1024;
-
 export interface CacheIndex {
   sha256: string;
   /** One file per cached tensor: its name in the cache (the FNV hash) and the GGUF tensor it holds. */
-  files: { name: string; size: number; tensor?: string }[];
+  files: WeightFile[];
 }
 
 const indexPath = (dir: string, sha256: string): string => join(dir, `relay-index-${sha256}.json`);
-
-/** Whether a tensor belongs to the layers [first, end) (`blk.N.…`); with no range, every tensor does. */
-export function inLayers(name: string, layers: readonly [number, number] | null): boolean {
-  if (!layers) return true;
-  const m = /^blk\.(\d+)\./.exec(name);
-  return m !== null && Number(m[1]) >= layers[0] && Number(m[1]) < layers[1];
-}
-
-/** A tensor to cache: its name and where its bytes lie in the GGUF file (absolute offset). */
-export interface TensorSpan {
-  tensor: string;
-  start: number;
-  bytes: number;
-}
 
 /** What a fill of `layers` has to do: files already cached (kept), tensors still to write, and their bytes. */
 export interface FillPlan {
@@ -56,50 +39,13 @@ const readIndex = (dir: string, sha256: string): CacheIndex | null => {
   }
 };
 
-/** Parse the GGUF and compare with the index: what `fillRpcCache` would write. Reads only the header. */
-export function planRpcFill(ggufPath: string, sha256: string, dir: string, layers: readonly [number, number] | null = null): FillPlan {
-  const g = readGgufFile(ggufPath);
+/** The stage's tensors (llama/rpc-tensors.ts tensorSpans) against the index: what `fillRpcCache` would write. */
+export function planRpcFill(spans: readonly TensorSpan[], sha256: string, dir: string): FillPlan {
   // Files of an earlier fill (another stage's, or this one's) that are still there are kept and not redone.
   const kept = (readIndex(dir, sha256)?.files ?? []).filter((f) => existsSync(join(dir, f.name)));
   const done = new Set(kept.map((f) => f.tensor));
-  const todo = g.tensors.filter((t) => t.bytes > RPC_HASH_THRESHOLD && inLayers(t.name, layers) && !done.has(t.name)).map((t) => ({ tensor: t.name, start: g.dataOffset + t.offset, bytes: t.bytes }));
+  const todo = spans.filter((t) => !done.has(t.tensor));
   return { kept, todo, need: todo.reduce((sum, t) => sum + t.bytes, 0) };
-}
-
-/**
- * Copy each tensor into the cache dir under its FNV-1a 64 name, reading straight into the WASM hasher's buffer
- * (one read, one hash, one write per 4 MiB). Synchronous: run from a worker thread (rpc-cache-worker.ts).
- */
-export function writeTensorFiles(ggufPath: string, spans: readonly TensorSpan[], dir: string): CacheIndex['files'] {
-  mkdirSync(dir, { recursive: true });
-  const fnv = new WasmFnv();
-  const buf = fnv.buffer;
-  const files: CacheIndex['files'] = [];
-  const fd = openSync(ggufPath, 'r');
-  try {
-    for (const t of spans) {
-      const tmp = join(dir, `.relay-${process.pid}-${threadId}.tmp`);
-      const out = openSync(tmp, 'w');
-      fnv.reset();
-      try {
-        for (let done = 0; done < t.bytes;) {
-          const n = readSync(fd, buf, 0, Math.min(buf.length, t.bytes - done), t.start + done);
-          if (n <= 0) throw new RelayError(ErrorCode.IO_ERROR, `${ggufPath} ends inside tensor ${t.tensor}`);
-          fnv.update(n);
-          for (let w = 0; w < n;) w += writeSync(out, buf, w, n - w);
-          done += n;
-        }
-      } finally {
-        closeSync(out);
-      }
-      const name = fnv.hex();
-      renameSync(tmp, join(dir, name));
-      files.push({ name, size: t.bytes, tensor: t.tensor });
-    }
-  } finally {
-    closeSync(fd);
-  }
-  return files;
 }
 
 /**
@@ -123,7 +69,7 @@ export function recordFiles(dir: string, sha256: string, files: CacheIndex['file
  * `fillRpcCacheOffThread`.
  */
 export function fillRpcCache(ggufPath: string, sha256: string, dir: string, layers: readonly [number, number] | null = null, room: (bytes: number) => boolean = () => true): CacheIndex {
-  const plan = planRpcFill(ggufPath, sha256, dir, layers);
+  const plan = planRpcFill(tensorSpans(ggufPath, layers), sha256, dir);
   if (plan.todo.length === 0) return { sha256, files: plan.kept };
   if (!room(plan.need)) throw cacheFull(plan.need, sha256);
   return recordFiles(dir, sha256, writeTensorFiles(ggufPath, plan.todo, dir));
@@ -134,21 +80,10 @@ const cacheFull = (need: number, sha256: string): RelayError =>
 
 /** Bytes a fill of `layers` would add (tensors not cached yet). */
 export function rpcFillBytes(ggufPath: string, sha256: string, dir: string, layers: readonly [number, number] | null): number {
-  return planRpcFill(ggufPath, sha256, dir, layers).need;
+  return planRpcFill(tensorSpans(ggufPath, layers), sha256, dir).need;
 }
 
-/** Split spans into `n` groups of near-equal bytes (largest first, each to the lightest group). */
-export function shareOut(spans: readonly TensorSpan[], n: number): TensorSpan[][] {
-  const groups = Array.from({ length: Math.max(1, Math.min(n, spans.length)) }, () => ({ bytes: 0, spans: [] as TensorSpan[] }));
-  for (const s of [...spans].sort((a, b) => b.bytes - a.bytes)) {
-    const g = groups.reduce((min, x) => (x.bytes < min.bytes ? x : min));
-    g.spans.push(s);
-    g.bytes += s.bytes;
-  }
-  return groups.map((g) => g.spans);
-}
-
-const WORKER = workerUrl('rpc-cache');
+const WORKER = workerUrl('rpc-tensors');
 
 /**
  * The node's fill: the GGUF is parsed in a worker, `room(need)` is asked on the caller's thread (the budget
@@ -163,7 +98,7 @@ export async function fillRpcCacheOffThread(
   room: (bytes: number) => boolean = () => true,
   threads = Math.min(availableParallelism(), 4),
 ): Promise<CacheIndex> {
-  const plan = await runInWorker<FillPlan>(WORKER, { op: 'plan', ggufPath, sha256, dir, layers });
+  const plan = planRpcFill(await runInWorker<TensorSpan[]>(WORKER, { op: 'spans', ggufPath, layers }), sha256, dir);
   if (plan.todo.length === 0) return { sha256, files: plan.kept };
   if (!room(plan.need)) throw cacheFull(plan.need, sha256);
   const parts = await Promise.all(shareOut(plan.todo, threads).map((spans) => runInWorker<CacheIndex['files']>(WORKER, { op: 'write', ggufPath, spans, dir })));
@@ -216,17 +151,21 @@ export function pruneRpcCache(dir: string, keepFrom: number | null = null): numb
 }
 
 /**
- * After a shard stage's load: the files ggml-rpc-server saved that no index names are `sha256`'s weights (the head
- * sent them in full: the node held no copy to fill from), recorded in its index so pruning keeps them.
+ * After a shard stage's load, the files ggml-rpc-server saved that are `sha256`'s weights (the head sent them in full:
+ * the node held no copy to fill from): the stage's weight files the hub named (`weights`: it hashed the stage's
+ * tensors from its own copy, llama/rpc-tensors.ts), each only when it is there whole — of its size, its bytes
+ * hashing to its name (checked in a worker). A file a full disk cut short, or anything another stage or shard saved
+ * meanwhile, is no weight of this stage: a short one is removed now, the rest is pruned. Recorded in the index.
  */
-export function recordLoadedFiles(dir: string, sha256: string): CacheIndex['files'] {
-  if (!existsSync(dir)) return [];
+export async function recordLoadedFiles(dir: string, sha256: string, weights: readonly WeightFile[]): Promise<CacheIndex['files']> {
+  if (!existsSync(dir) || weights.length === 0) return [];
   const named = indexedNames(dir);
-  const files = readdirSync(dir)
-    .filter((f) => /^[0-9a-f]{16}$/.test(f) && !named.has(f))
-    .map((name) => ({ name, size: statSync(join(dir, name)).size }));
-  if (files.length > 0) recordFiles(dir, sha256, files);
-  return files;
+  const candidates = weights.filter((w) => !named.has(w.name) && existsSync(join(dir, w.name)));
+  const whole = candidates.length > 0 ? await runInWorker<WeightFile[]>(WORKER, { op: 'whole', dir, files: candidates }) : [];
+  const good = new Set(whole.map((w) => w.name));
+  for (const w of candidates) if (!good.has(w.name)) rmSync(join(dir, w.name), { force: true });
+  if (whole.length > 0) recordFiles(dir, sha256, whole);
+  return whole;
 }
 
 /** Every cache file some index names (the weights). */
@@ -251,6 +190,23 @@ export function rpcCacheBytes(dir: string): number {
     }
   }
   return total;
+}
+
+/** The models whose weights the cache holds an index of, and their bytes (the node's budget may evict them). */
+export function indexedModels(dir: string): { sha256: string; bytes: number; mtimeMs: number }[] {
+  if (!existsSync(dir)) return [];
+  return readdirSync(dir).flatMap((f) => {
+    const m = /^relay-index-([0-9a-f]{64})\.json$/.exec(f);
+    const index = m ? readIndex(dir, m[1]!) : null;
+    if (!index) return [];
+    let mtimeMs = 0;
+    try {
+      mtimeMs = statSync(join(dir, f)).mtimeMs;
+    } catch {
+      return [];
+    }
+    return [{ sha256: index.sha256, bytes: index.files.reduce((n, x) => n + (existsSync(join(dir, x.name)) ? x.size : 0), 0), mtimeMs }];
+  });
 }
 
 /**

@@ -11,6 +11,7 @@ import { CHECK_WAIT_MS } from './launch-node.js';
 import type { NodeConn, NodeManager } from '../../pool/manager.js';
 import { openRpcBridge, type RpcBridge } from '../../pool/rpc-bridge.js';
 import { modelFiles } from '../../models/files.js';
+import { StageWeights } from '../../llama/rpc-weights.js';
 import type { ModelRecord } from '../../store/store.js';
 import { loadReport, localRunning, serverOptions } from './launch-host.js';
 import type { Placement, Running } from '../placements/placement.js';
@@ -58,6 +59,9 @@ export class ShardLauncher {
   /** rpc-server ids the hub expects on each node, from before their start-rpc is sent until their stage is stopped. */
   private readonly expected = new Map<string, Set<string>>();
 
+  /** The weight files each remote stage's load leaves, named from the hub's copy (llama/rpc-weights.ts). */
+  private readonly weights = new StageWeights();
+
   constructor(private readonly deps: { config: HubConfig; install: LlamaInstall; nodes: NodeManager | undefined; log: Logger }) {}
 
   async start(p: Placement, model: ModelRecord): Promise<Running> {
@@ -73,6 +77,9 @@ export class ShardLauncher {
     };
     try {
       log.info({ stages: plan.stages.map((st) => `${st.node ?? 'hub'}:${st.device} [${st.layers[0]},${st.layers[1]})${st.output ? ' +output' : ''}`) }, 'starting shard');
+      // Each remote stage's weight files, named from the hub's copy while the stages start and the head loads.
+      const weights = new Map(plan.stages.filter((st) => st.node !== null).map((st) => [st, this.weights.of(modelFiles(model), st.layers)] as const));
+      for (const w of weights.values()) w.catch(() => undefined);
       let i = 0;
       for (const stage of plan.stages) {
         if (stage.node === null) continue;
@@ -135,7 +142,15 @@ export class ShardLauncher {
       h.buffers = loadReport(head).filter((l) => /model buffer size|Flash Attention/.test(l));
       // Loaded: what each stage's rpc-server saved to its cache so far are weights; later saves are not (rpc-cache.ts).
       // Told before the first request, whose activations would otherwise be named weights too.
-      await Promise.all(h.members.map((m) => m.conn.command({ type: 'rpc-loaded', rpc: m.rpcId, sha256: model.sha256 }, START_RPC_TIMEOUT_MS).catch(() => undefined)));
+      await Promise.all(
+        h.members.map(async (m) => {
+          const named = await weights.get(m.stage)!.catch((err: Error) => {
+            log.warn({ node: m.conn.name, message: err.message }, "could not name the stage's weight files: the node keeps none of what its load saved");
+            return [];
+          });
+          await m.conn.command({ type: 'rpc-loaded', rpc: m.rpcId, sha256: model.sha256, weights: named.map((w) => ({ name: w.name, size: w.size })) }, START_RPC_TIMEOUT_MS).catch(() => undefined);
+        }),
+      );
       // Any RPC failure aborts llama-server (upstream): the shard is failed, the next request re-plans.
       return localRunning(head, 'the shard head');
     } catch (err) {
