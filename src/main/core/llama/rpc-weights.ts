@@ -32,6 +32,6 @@ export class StageWeights {
 
 async function name(path: string, layers: readonly [number, number], threads = Math.min(availableParallelism(), 4)): Promise<WeightFile[]> {
   const spans = await runInWorker<TensorSpan[]>(WORKER, { op: 'spans', ggufPath: path, layers: [layers[0], layers[1]] });
-  const parts = await Promise.all(shareOut(spans, threads).map((part) => (part.length > 0 ? runInWorker<WeightFile[]>(WORKER, { op: 'name', ggufPath: path, spans: part }) : [])));
+  const parts = await Promise.all(shareOut(spans, threads).map((part) => (part.length > 0 ? runInWorker<WeightFile[]>(WORKER, { op: 'name', ggufPath: path, spans: part }) : Promise.resolve([]))));
   return parts.flat();
 }

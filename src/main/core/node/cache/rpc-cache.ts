@@ -199,13 +199,9 @@ export function indexedModels(dir: string): { sha256: string; bytes: number; mti
     const m = /^relay-index-([0-9a-f]{64})\.json$/.exec(f);
     const index = m ? readIndex(dir, m[1]!) : null;
     if (!index) return [];
-    let mtimeMs = 0;
-    try {
-      mtimeMs = statSync(join(dir, f)).mtimeMs;
-    } catch {
-      return [];
-    }
-    return [{ sha256: index.sha256, bytes: index.files.reduce((n, x) => n + (existsSync(join(dir, x.name)) ? x.size : 0), 0), mtimeMs }];
+    const st = statSync(join(dir, f), { throwIfNoEntry: false });
+    if (!st) return [];
+    return [{ sha256: index.sha256, bytes: index.files.reduce((n, x) => n + (existsSync(join(dir, x.name)) ? x.size : 0), 0), mtimeMs: st.mtimeMs }];
   });
 }
 
