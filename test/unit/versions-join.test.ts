@@ -22,6 +22,29 @@ describe('versions: which nodes the hub works with, and who updates', () => {
     );
   });
 
+  it("orders pre-releases by semver's rules: fields numerically, numbers before words, more fields later; build metadata aside", () => {
+    // Each pair as semver.org §11 orders them: the first before the second.
+    const before = [
+      ['0.3.0-rc.9', '0.3.0-rc.10'],
+      ['0.3.0-rc.10', '0.3.0-rc.10.1'],
+      ['0.3.0-alpha', '0.3.0-alpha.1'],
+      ['0.3.0-alpha.1', '0.3.0-alpha.beta'],
+      ['0.3.0-alpha.beta', '0.3.0-beta'],
+      ['0.3.0-beta.2', '0.3.0-beta.11'],
+      ['0.3.0-beta.11', '0.3.0-rc.1'],
+      ['0.3.0-rc.1', '0.3.0'],
+      ['0.3.0', '0.3.1-rc.1'],
+    ];
+    for (const [a, b] of before) {
+      assert.equal(compareVersions(a!, b!), -1, `${a} < ${b}`);
+      assert.equal(compareVersions(b!, a!), 1, `${b} > ${a}`);
+    }
+    assert.equal(compareVersions('0.3.0-rc.1+build.5', '0.3.0-rc.1+build.7'), 0);
+    assert.equal(compareVersions('0.3.0+linux', '0.3.0'), 0);
+    // The side to update, between two release candidates.
+    assert.equal(refusal({ ...HUB, relay: '0.3.0-rc.10' }, { protocol: 2, llama: HUB.llama, relay: '0.3.0-rc.9' })?.update, 'node');
+  });
+
   it('the same protocol and llama.cpp build work together whatever the relay versions (an older hello carries none)', () => {
     for (const relay of [undefined, '0.1.0', '0.2.0', '0.3.1']) assert.equal(refusal(HUB, { protocol: 1, llama: HUB.llama, relay }), null);
   });

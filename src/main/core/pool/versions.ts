@@ -18,21 +18,36 @@ export interface Refusal {
   readonly hubRelay: string;
 }
 
-/** x.y.z in numeric order; of the same x.y.z a pre-release (`-rc.1`) comes first, and pre-releases compare as text. */
+/**
+ * Semantic Versioning's precedence (semver.org §11): x.y.z in numeric order; of the same x.y.z a pre-release
+ * (`-rc.1`) comes first; pre-releases compare field by field (split at dots), numbers as numbers and before any
+ * word, words in ASCII order, and more fields after equal ones come later (`rc.9` < `rc.10` < `rc.10.1`); build
+ * metadata (`+…`) is no part of it.
+ */
 export function compareVersions(a: string, b: string): number {
-  const split = (v: string): { nums: number[]; pre: string | null } => {
-    const [core, ...rest] = v.split('-');
-    return { nums: core!.split('.').map((x) => Number.parseInt(x, 10) || 0), pre: rest.length > 0 ? rest.join('-') : null };
+  const split = (v: string): { nums: number[]; pre: string[] | null } => {
+    const noBuild = v.split('+')[0]!;
+    const dash = noBuild.indexOf('-');
+    const core = dash < 0 ? noBuild : noBuild.slice(0, dash);
+    return { nums: core.split('.').map((x) => Number.parseInt(x, 10) || 0), pre: dash < 0 ? null : noBuild.slice(dash + 1).split('.') };
   };
   const [x, y] = [split(a), split(b)];
   for (let i = 0; i < Math.max(x.nums.length, y.nums.length); i++) {
     const d = (x.nums[i] ?? 0) - (y.nums[i] ?? 0);
     if (d !== 0) return Math.sign(d);
   }
-  if (x.pre === y.pre) return 0;
-  if (x.pre === null) return 1;
-  if (y.pre === null) return -1;
-  return x.pre < y.pre ? -1 : 1;
+  if (x.pre === null || y.pre === null) return x.pre === y.pre ? 0 : x.pre === null ? 1 : -1;
+  for (let i = 0; i < Math.max(x.pre.length, y.pre.length); i++) {
+    const [p, q] = [x.pre[i], y.pre[i]];
+    if (p === undefined || q === undefined) return p === undefined ? -1 : 1;
+    const [pn, qn] = [/^\d+$/.test(p), /^\d+$/.test(q)];
+    if (pn && qn) {
+      const d = Number(p) - Number(q);
+      if (d !== 0) return Math.sign(d);
+    } else if (pn !== qn) return pn ? -1 : 1;
+    else if (p !== q) return p < q ? -1 : 1;
+  }
+  return 0;
 }
 
 export function refusal(hub: { protocol: number; llama: string; relay: string }, hello: Pick<Hello, 'protocol' | 'llama' | 'relay'>): Refusal | null {
