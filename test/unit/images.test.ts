@@ -1,6 +1,10 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { checkImages, imageSources, isLocalAddress } from '../../src/main/core/hub/proxy/images.js';
+import { checkImages, imageSources } from '../../src/main/core/hub/proxy/images.js';
+import { fetchImage, isLocalAddress, SYSTEM_NET, type ImageNet } from '../../src/main/core/hub/proxy/image-fetch.js';
+import { createServer } from 'node:http';
+import { once } from 'node:events';
+import type { AddressInfo } from 'node:net';
 import { isRelayError } from '../../src/shared/errors.js';
 
 const data = 'data:image/png;base64,iVBORw0KGgo=';
@@ -94,5 +98,75 @@ describe('local addresses (a fetched image link may not redirect into them)', ()
       [],
     );
     assert.deepEqual(open.filter(isLocalAddress), []);
+  });
+});
+
+describe('an image link fetched with the address it was checked at (image-fetch.ts)', () => {
+  /** A network of the test's own: names answer in turn (a DNS that changes its answer), GETs are recorded. */
+  function net(answers: Record<string, string[][]>, pages: Record<string, { status: number; headers: Record<string, string>; body?: Buffer }>) {
+    const asked: string[] = [];
+    const got: { url: string; address: string }[] = [];
+    const n: ImageNet = {
+      resolve: async (host) => {
+        asked.push(host);
+        return answers[host]?.shift() ?? [];
+      },
+      get: async (url, address) => {
+        got.push({ url: url.href, address });
+        const p = pages[`${address} ${url.pathname}`] ?? { status: 404, headers: {} };
+        const body = Object.assign(
+          (async function* () {
+            if (p.body) yield new Uint8Array(p.body);
+          })(),
+          { destroy: () => undefined },
+        );
+        return { status: p.status, headers: p.headers, body };
+      },
+    };
+    return { n, asked, got };
+  }
+  const PNG = Buffer.from('89504e470d0a1a0a', 'hex');
+
+  it('a name that answers a public address when checked and a local one after is never reached at the local one', async () => {
+    const { n, asked, got } = net(
+      { 'pics.example': [['93.184.216.34']], 'rebind.example': [['203.0.113.7'], ['127.0.0.1']] },
+      {
+        '93.184.216.34 /cat.png': { status: 302, headers: { location: 'http://rebind.example/cat.png' } },
+        '203.0.113.7 /cat.png': { status: 200, headers: { 'content-type': 'image/png' }, body: PNG },
+        '127.0.0.1 /cat.png': { status: 200, headers: { 'content-type': 'image/png' }, body: Buffer.from('the router') },
+      },
+    );
+    const img = await fetchImage('http://pics.example/cat.png', 1 << 20, n);
+    assert.deepEqual(img, { type: 'image/png', data: PNG });
+    assert.deepEqual(asked, ['pics.example', 'rebind.example'], 'each name looked up once');
+    assert.deepEqual(
+      got.map((g) => g.address),
+      ['93.184.216.34', '203.0.113.7'],
+      'the connection goes to the address that was checked',
+    );
+  });
+
+  it('a redirect to a name with any local address is refused before a byte is sent to it', async () => {
+    const { n, got } = net(
+      { 'pics.example': [['93.184.216.34']], 'mixed.example': [['203.0.113.7', '192.168.1.1']] },
+      { '93.184.216.34 /cat.png': { status: 302, headers: { location: 'http://mixed.example/admin' } } },
+    );
+    await assert.rejects(fetchImage('http://pics.example/cat.png', 1 << 20, n), /redirects to mixed\.example, an address of the local network/);
+    assert.equal(got.length, 1);
+  });
+
+  it('the system network connects to the pinned address whatever the name says (a name nobody resolves here)', async () => {
+    const server = createServer((_req, res) => res.writeHead(200, { 'content-type': 'image/png' }).end(PNG));
+    server.listen(0, '127.0.0.1');
+    await once(server, 'listening');
+    try {
+      const port = (server.address() as AddressInfo).port;
+      const res = await SYSTEM_NET.get(new URL(`http://no-such-host.invalid:${port}/x.png`), '127.0.0.1', AbortSignal.timeout(5000));
+      const chunks: Uint8Array[] = [];
+      for await (const c of res.body) chunks.push(c);
+      assert.deepEqual([res.status, Buffer.concat(chunks)], [200, PNG]);
+    } finally {
+      server.close();
+    }
   });
 });

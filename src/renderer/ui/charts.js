@@ -49,8 +49,10 @@ function spark(key, label, unit) {
   const W = 120;
   const H = 24;
   const xy = pts.map((p) => `${(((p.t - t0) / span) * W).toFixed(1)},${(H - 1 - (peak > 0 ? p.v / peak : 0) * (H - 2)).toFixed(1)}`).join(' ');
-  return `<svg class="spark" width="${W}" height="${H}" viewBox="0 0 ${W} ${H}" role="img" aria-label="${esc(label)}, over the last ${Math.round(span / 60_000)} min: now ${h[h.length - 1].v.toFixed(1)} ${unit}, peak ${peak.toFixed(1)} ${unit}">`
-    + `<polyline fill="none" stroke="currentColor" stroke-width="1.5" points="${xy}"/></svg>`;
+  return (
+    `<svg class="spark" width="${W}" height="${H}" viewBox="0 0 ${W} ${H}" role="img" aria-label="${esc(label)}, over the last ${Math.round(span / 60_000)} min: now ${h[h.length - 1].v.toFixed(1)} ${unit}, peak ${peak.toFixed(1)} ${unit}">` +
+    `<polyline fill="none" stroke="currentColor" stroke-width="1.5" points="${xy}"/></svg>`
+  );
 }
 
 /** Up to 5 round ticks from 0 to at least `peak`. @param {number} peak */
@@ -76,7 +78,12 @@ function lineChart(c) {
   const lines = c.lines.map((l, i) => ({ ...l, color: COLORS[i % COLORS.length], pts: series.get(l.key) ?? [] })).filter((l) => l.pts.length > 0);
   const head = `<figcaption>${esc(c.title)} <span class="muted">(${esc(c.unit)})</span></figcaption>`;
   if (lines.length === 0) return `<figure class="chart" id="${c.id}">${head}<p class="muted">${esc(c.empty)}</p></figure>`;
-  const W = 360, H = 170, L = 44, R = 8, T = 8, B = 26;
+  const W = 360,
+    H = 170,
+    L = 44,
+    R = 8,
+    T = 8,
+    B = 26;
   const first = Math.min(...lines.map((l) => l.pts[0].t));
   const span = Math.min(HISTORY_MS, Math.max(60_000, now - first));
   const ys = ticks(Math.max(...lines.flatMap((l) => l.pts.map((p) => p.v))));
@@ -84,20 +91,26 @@ function lineChart(c) {
   const x = (t) => L + ((t - (now - span)) / span) * (W - L - R);
   const y = (v) => T + (1 - v / top) * (H - T - B);
   const minutes = Math.round(span / 60_000);
-  const grid = ys.map((v) => `<line x1="${L}" x2="${W - R}" y1="${y(v).toFixed(1)}" y2="${y(v).toFixed(1)}" class="grid"/><text x="${L - 4}" y="${(y(v) + 4).toFixed(1)}" text-anchor="end">${fmt(v)}</text>`).join('');
+  const grid = ys
+    .map((v) => `<line x1="${L}" x2="${W - R}" y1="${y(v).toFixed(1)}" y2="${y(v).toFixed(1)}" class="grid"/><text x="${L - 4}" y="${(y(v) + 4).toFixed(1)}" text-anchor="end">${fmt(v)}</text>`)
+    .join('');
   const xt = Array.from({ length: minutes + 1 }, (_, k) => {
     const t = now - (minutes - k) * 60_000;
     if (t < now - span - 1) return '';
     const anchor = k === minutes ? 'end' : k === 0 ? 'start' : 'middle';
     return `<text x="${x(t).toFixed(1)}" y="${H - 8}" text-anchor="${anchor}">${k === minutes ? 'now' : `−${minutes - k} min`}</text>`;
   }).join('');
-  const paths = lines.map((l) => {
-    const pts = [...l.pts, { t: now, v: l.pts[l.pts.length - 1].v }];
-    return `<polyline fill="none" stroke="${l.color}" stroke-width="2" points="${pts.map((p) => `${x(p.t).toFixed(1)},${y(p.v).toFixed(1)}`).join(' ')}"/>`;
-  }).join('');
+  const paths = lines
+    .map((l) => {
+      const pts = [...l.pts, { t: now, v: l.pts[l.pts.length - 1].v }];
+      return `<polyline fill="none" stroke="${l.color}" stroke-width="2" points="${pts.map((p) => `${x(p.t).toFixed(1)},${y(p.v).toFixed(1)}`).join(' ')}"/>`;
+    })
+    .join('');
   const latest = (l) => `${fmt(l.pts[l.pts.length - 1].v)} ${c.unit}`;
   const words = `${c.title} over the last ${minutes} min: ${lines.map((l) => `${l.name} now ${latest(l)}`).join('; ')}`;
-  return `<figure class="chart" id="${c.id}">${head}`
-    + `<svg viewBox="0 0 ${W} ${H}" role="img" aria-label="${esc(words)}"><g class="axis">${grid}<line x1="${L}" x2="${L}" y1="${T}" y2="${H - B}"/><line x1="${L}" x2="${W - R}" y1="${H - B}" y2="${H - B}"/>${xt}</g>${paths}</svg>`
-    + `<ul class="legend">${lines.map((l) => `<li><span class="swatch" style="background:${l.color}"></span>${esc(l.name)} <span class="muted">${latest(l)}</span></li>`).join('')}</ul></figure>`;
+  return (
+    `<figure class="chart" id="${c.id}">${head}` +
+    `<svg viewBox="0 0 ${W} ${H}" role="img" aria-label="${esc(words)}"><g class="axis">${grid}<line x1="${L}" x2="${L}" y1="${T}" y2="${H - B}"/><line x1="${L}" x2="${W - R}" y1="${H - B}" y2="${H - B}"/>${xt}</g>${paths}</svg>` +
+    `<ul class="legend">${lines.map((l) => `<li><span class="swatch" style="background:${l.color}"></span>${esc(l.name)} <span class="muted">${latest(l)}</span></li>`).join('')}</ul></figure>`
+  );
 }

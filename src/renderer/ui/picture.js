@@ -30,12 +30,20 @@ function deviceHtml(machine, d) {
     `<span class="seg other" style="width:${pct(d.other_mb, d.total_mb)}%" title="other programs ${MB(d.other_mb)}"></span>`,
   ].join('');
   const words = `${machine} ${d.id}: ${[...d.segments.map((g) => `${g.model} ${MB(g.mb)}`), `other programs ${MB(d.other_mb)}`, `free ${MB(d.free_mb)}`].join(', ')} of ${MB(d.total_mb)}`;
-  const list = d.segments.map((g) => `<li><button type="button" class="link" data-placement="${esc(g.placement)}" data-model="${esc(g.model)}" data-kind="${g.kind}" aria-label="Details of ${esc(segmentWords(g))}">`
-    + `<span class="dot ${g.kind}"></span>${esc(g.model)}</button> <span class="muted">${esc(segmentWords(g).slice(g.model.length + 2))}</span>`
-    + (g.load ? ` <progress max="${g.load.deadline_ms}" value="${Math.min(g.load.elapsed_ms, g.load.deadline_ms)}" aria-label="loading ${esc(g.model)} against its deadline"></progress>` : '') + '</li>').join('');
-  return `<div class="device" data-device="${esc(d.id)}"><div class="devhead"><b>${esc(d.id)}</b> <span class="muted">${esc(d.description)}</span> <span class="nowrap">${MB(used)} of ${MB(d.total_mb)} used</span></div>`
-    + `<div class="membar" role="img" aria-label="${esc(words)}">${parts}</div>`
-    + `<ul class="segments">${list || '<li class="muted">nothing of relay\'s runs here</li>'}</ul></div>`;
+  const list = d.segments
+    .map(
+      (g) =>
+        `<li><button type="button" class="link" data-placement="${esc(g.placement)}" data-model="${esc(g.model)}" data-kind="${g.kind}" aria-label="Details of ${esc(segmentWords(g))}">` +
+        `<span class="dot ${g.kind}"></span>${esc(g.model)}</button> <span class="muted">${esc(segmentWords(g).slice(g.model.length + 2))}</span>` +
+        (g.load ? ` <progress max="${g.load.deadline_ms}" value="${Math.min(g.load.elapsed_ms, g.load.deadline_ms)}" aria-label="loading ${esc(g.model)} against its deadline"></progress>` : '') +
+        '</li>',
+    )
+    .join('');
+  return (
+    `<div class="device" data-device="${esc(d.id)}"><div class="devhead"><b>${esc(d.id)}</b> <span class="muted">${esc(d.description)}</span> <span class="nowrap">${MB(used)} of ${MB(d.total_mb)} used</span></div>` +
+    `<div class="membar" role="img" aria-label="${esc(words)}">${parts}</div>` +
+    `<ul class="segments">${list || '<li class="muted">nothing of relay\'s runs here</li>'}</ul></div>`
+  );
 }
 
 /** @param {PictureMachine} m */
@@ -43,13 +51,18 @@ function machineHtml(m) {
   const label = `${m.role === 'hub' ? 'the hub' : `node ${m.name}`}: ${m.state}${m.reason ? ` (${m.reason})` : ''}`;
   const marks = [
     ...m.backoffs.map((b) => `<li class="bad">kept off ${esc(b.model)} until ${esc(b.until.slice(11, 16))} UTC: ${esc(b.reason)}</li>`),
-    ...m.pushes.map((p) => `<li>receiving ${esc(p.model)} <progress max="${p.total}" value="${p.done}" aria-label="push of ${esc(p.model)} to ${esc(m.name)}"></progress> ${Math.floor(pct(p.done, p.total))}%</li>`),
+    ...m.pushes.map(
+      (p) => `<li>receiving ${esc(p.model)} <progress max="${p.total}" value="${p.done}" aria-label="push of ${esc(p.model)} to ${esc(m.name)}"></progress> ${Math.floor(pct(p.done, p.total))}%</li>`,
+    ),
   ].join('');
-  return `<article class="machine state-${m.state}" data-machine="${esc(m.name)}" data-state="${m.state}" aria-label="${esc(label)}">`
-    + `<header><button type="button" class="link machine-name" data-machine="${esc(m.name)}" aria-label="Details of ${esc(label)}">${esc(m.role === 'hub' ? 'hub' : m.name)}</button>`
-    + ` <span class="pill ${m.state}">${esc(m.state)}</span>${m.reason ? ` <span class="muted reason">${esc(m.reason)}</span>` : ''}</header>`
-    + (m.devices.map((d) => deviceHtml(m.name, d)).join('') || `<p class="muted">${m.state === 'offline' ? 'not connected' : 'no devices'}</p>`)
-    + (marks ? `<ul class="marks">${marks}</ul>` : '') + '</article>';
+  return (
+    `<article class="machine state-${m.state}" data-machine="${esc(m.name)}" data-state="${m.state}" aria-label="${esc(label)}">` +
+    `<header><button type="button" class="link machine-name" data-machine="${esc(m.name)}" aria-label="Details of ${esc(label)}">${esc(m.role === 'hub' ? 'hub' : m.name)}</button>` +
+    ` <span class="pill ${m.state}">${esc(m.state)}</span>${m.reason ? ` <span class="muted reason">${esc(m.reason)}</span>` : ''}</header>` +
+    (m.devices.map((d) => deviceHtml(m.name, d)).join('') || `<p class="muted">${m.state === 'offline' ? 'not connected' : 'no devices'}</p>`) +
+    (marks ? `<ul class="marks">${marks}</ul>` : '') +
+    '</article>'
+  );
 }
 
 /**
@@ -59,15 +72,24 @@ function machineHtml(m) {
  * @param {PoolStatus} s
  */
 function shardFlows(s) {
-  return s.shards.map((sh) => {
-    const stages = [...sh.stages].sort((a, b) => a.index - b.index);
-    const outputLast = stages.length > 0 && stages[stages.length - 1].output;
-    const out = stages.find((st) => st.output);
-    const tail = !outputLast && out ? `<li class="stage output" data-machine="${esc(out.node ?? 'hub')}">${esc(out.node ?? 'hub')} · ${esc(out.device)} · <b>output layer and sampling</b></li>` : '';
-    return `<li class="flow" data-shard="${esc(sh.id)}"><button type="button" class="link" data-placement="${esc(sh.id)}" aria-label="Details of the shard of ${esc(sh.model)}"><b>${esc(sh.model)}</b></button> <span class="muted">${esc(sh.state)}</span>`
-      + `<ol class="stages" aria-label="stages of ${esc(sh.model)} in execution order">${stages.map((st) => `<li class="stage${st.output && outputLast ? ' output' : ''}" data-machine="${esc(st.node ?? 'hub')}">`
-        + `${esc(st.node ?? 'hub')} · ${esc(st.device)} · layers ${st.layers[0]}–${st.layers[1] - 1}${st.output && outputLast ? ' · <b>last stage, output</b>' : ''}</li>`).join('')}${tail}</ol></li>`;
-  }).join('');
+  return s.shards
+    .map((sh) => {
+      const stages = [...sh.stages].sort((a, b) => a.index - b.index);
+      const outputLast = stages.length > 0 && stages[stages.length - 1].output;
+      const out = stages.find((st) => st.output);
+      const tail = !outputLast && out ? `<li class="stage output" data-machine="${esc(out.node ?? 'hub')}">${esc(out.node ?? 'hub')} · ${esc(out.device)} · <b>output layer and sampling</b></li>` : '';
+      return (
+        `<li class="flow" data-shard="${esc(sh.id)}"><button type="button" class="link" data-placement="${esc(sh.id)}" aria-label="Details of the shard of ${esc(sh.model)}"><b>${esc(sh.model)}</b></button> <span class="muted">${esc(sh.state)}</span>` +
+        `<ol class="stages" aria-label="stages of ${esc(sh.model)} in execution order">${stages
+          .map(
+            (st) =>
+              `<li class="stage${st.output && outputLast ? ' output' : ''}" data-machine="${esc(st.node ?? 'hub')}">` +
+              `${esc(st.node ?? 'hub')} · ${esc(st.device)} · layers ${st.layers[0]}–${st.layers[1] - 1}${st.output && outputLast ? ' · <b>last stage, output</b>' : ''}</li>`,
+          )
+          .join('')}${tail}</ol></li>`
+      );
+    })
+    .join('');
 }
 
 /**
@@ -76,13 +98,21 @@ function shardFlows(s) {
  */
 function drawPool(s) {
   const unavailable = s.models.filter((m) => !m.fits_now && m.why_not);
-  return `<div class="machines">${s.machines.map(machineHtml).join('')}</div>`
-    + (s.shards.length ? `<h3>Shards <span class="muted">(one model split across machines, in execution order)</span></h3><ul class="flows">${shardFlows(s)}</ul>` : '')
-    + (unavailable.length ? `<h3>Cannot run now</h3><ul class="why-nots">${unavailable.map((m) => `<li data-model="${esc(m.name)}"><b>${esc(m.name)}</b>: <span class="why-not">${esc(m.why_not)}</span></li>`).join('')}</ul>` : '');
+  return (
+    `<div class="machines">${s.machines.map(machineHtml).join('')}</div>` +
+    (s.shards.length ? `<h3>Shards <span class="muted">(one model split across machines, in execution order)</span></h3><ul class="flows">${shardFlows(s)}</ul>` : '') +
+    (unavailable.length
+      ? `<h3>Cannot run now</h3><ul class="why-nots">${unavailable.map((m) => `<li data-model="${esc(m.name)}"><b>${esc(m.name)}</b>: <span class="why-not">${esc(m.why_not)}</span></li>`).join('')}</ul>`
+      : '')
+  );
 }
 
 /** A details list. @param {[string, unknown][]} rows */
-const dl = (rows) => `<dl>${rows.filter(([, v]) => v !== null && v !== undefined && v !== '').map(([k, v]) => `<dt>${esc(k)}</dt><dd>${esc(v)}</dd>`).join('')}</dl>`;
+const dl = (rows) =>
+  `<dl>${rows
+    .filter(([, v]) => v !== null && v !== undefined && v !== '')
+    .map(([k, v]) => `<dt>${esc(k)}</dt><dd>${esc(v)}</dd>`)
+    .join('')}</dl>`;
 
 /** The details of a placement (replica or shard) by id, or null. @param {PoolStatus} s @param {string} id */
 function placementDetails(s, id) {
@@ -91,11 +121,32 @@ function placementDetails(s, id) {
   const p = r ?? sh;
   if (!p) return null;
   /** @type {[string, unknown][]} */
-  const common = [['state', p.state + (p.failure ? `: ${p.failure.message}` : '')], ['ctx × slots', `${p.ctx} × ${p.slots}`], ['KV cache', p.kv_cache_type], ['in flight', `${p.in_flight} of ${p.slots}`],
-    ['served', p.served], ['prefix hits', p.prefix_hits], ['ms per token', p.ms_per_token], ['prompt ms per token', p.prompt_ms_per_token],
-    ['draft accepted', p.draft_tokens ? `${p.draft_tokens.accepted} of ${p.draft_tokens.drafted}` : null], ['loading', p.load ? `${dur(p.load.elapsed_ms)} of ${dur(p.load.deadline_ms)}` : null], ['port · pid', `${p.port ?? '–'} · ${p.pid ?? '–'}`]];
-  if (r) return { title: `${r.model}: replica on ${r.node ? `node ${r.node}` : 'the hub'} · ${r.device}`, body: dl([['reserved', MB(r.need_mb)], ['started', r.started_at], ['last used', r.last_used_at], ...common, ['buffers', r.buffers.join('; ')]]) };
-  return { title: `${p.model}: shard of ${sh?.stages.length} stages`, body: dl([...common, ['stages', sh?.stages.map((st) => `${st.node ?? 'hub'} ${st.device} layers ${st.layers[0]}–${st.layers[1] - 1} ${MB(st.need_mb)}`).join(' → ')], ['warnings', sh?.warnings.join('; ')]]) };
+  const common = [
+    ['state', p.state + (p.failure ? `: ${p.failure.message}` : '')],
+    ['ctx × slots', `${p.ctx} × ${p.slots}`],
+    ['KV cache', p.kv_cache_type],
+    ['in flight', `${p.in_flight} of ${p.slots}`],
+    ['served', p.served],
+    ['prefix hits', p.prefix_hits],
+    ['ms per token', p.ms_per_token],
+    ['prompt ms per token', p.prompt_ms_per_token],
+    ['draft accepted', p.draft_tokens ? `${p.draft_tokens.accepted} of ${p.draft_tokens.drafted}` : null],
+    ['loading', p.load ? `${dur(p.load.elapsed_ms)} of ${dur(p.load.deadline_ms)}` : null],
+    ['port · pid', `${p.port ?? '–'} · ${p.pid ?? '–'}`],
+  ];
+  if (r)
+    return {
+      title: `${r.model}: replica on ${r.node ? `node ${r.node}` : 'the hub'} · ${r.device}`,
+      body: dl([['reserved', MB(r.need_mb)], ['started', r.started_at], ['last used', r.last_used_at], ...common, ['buffers', r.buffers.join('; ')]]),
+    };
+  return {
+    title: `${p.model}: shard of ${sh?.stages.length} stages`,
+    body: dl([
+      ...common,
+      ['stages', sh?.stages.map((st) => `${st.node ?? 'hub'} ${st.device} layers ${st.layers[0]}–${st.layers[1] - 1} ${MB(st.need_mb)}`).join(' → ')],
+      ['warnings', sh?.warnings.join('; ')],
+    ]),
+  };
 }
 
 /** The details of a machine by name ("hub" or a node), or null. @param {PoolStatus} s @param {string} name */
@@ -104,9 +155,32 @@ function machineDetails(s, name) {
   if (!m) return null;
   const devices = m.devices.map((d) => `${d.id} (${d.description}): ${MB(d.total_mb - d.free_mb)} of ${MB(d.total_mb)} used, ${MB(d.other_mb)} by other programs`).join('; ');
   if (m.role === 'hub') {
-    return { title: 'The hub', body: dl([['state', m.state + (m.reason ? ` (${m.reason})` : '')], ['paused on schedule', s.hub.schedule], ['auto-pause', s.hub.auto_pause ? 'on' : 'off'], ['devices', devices], ['backend', `${s.llama_cpp.backend} (${s.llama_cpp.backend_reason})`]]) };
+    return {
+      title: 'The hub',
+      body: dl([
+        ['state', m.state + (m.reason ? ` (${m.reason})` : '')],
+        ['paused on schedule', s.hub.schedule],
+        ['auto-pause', s.hub.auto_pause ? 'on' : 'off'],
+        ['devices', devices],
+        ['backend', `${s.llama_cpp.backend} (${s.llama_cpp.backend_reason})`],
+      ]),
+    };
   }
   const n = s.nodes.find((x) => x.name === name);
-  return { title: `Node ${name}`, body: dl([['state', m.state + (m.reason ? ` (${m.reason})` : '')], ['schedule (paused)', n?.schedule ?? 'always sharing'], ['relay', n?.relay_version ?? 'unknown'], ['refused', n?.refused?.message], ['last seen', n?.last_seen], ['joined', n?.created_at], ['devices', devices],
-    ['replicas', n?.replicas.length], ['shard stages (rpc servers)', n?.rpcs.length], ['cached models', n?.cache.length], ['bytes through the tunnel', n?.bytes ? `http ${MB(n.bytes.http / 1048576)}, rpc ${MB(n.bytes.rpc / 1048576)}, file ${MB(n.bytes.file / 1048576)}` : null]]) };
+  return {
+    title: `Node ${name}`,
+    body: dl([
+      ['state', m.state + (m.reason ? ` (${m.reason})` : '')],
+      ['schedule (paused)', n?.schedule ?? 'always sharing'],
+      ['relay', n?.relay_version ?? 'unknown'],
+      ['refused', n?.refused?.message],
+      ['last seen', n?.last_seen],
+      ['joined', n?.created_at],
+      ['devices', devices],
+      ['replicas', n?.replicas.length],
+      ['shard stages (rpc servers)', n?.rpcs.length],
+      ['cached models', n?.cache.length],
+      ['bytes through the tunnel', n?.bytes ? `http ${MB(n.bytes.http / 1048576)}, rpc ${MB(n.bytes.rpc / 1048576)}, file ${MB(n.bytes.file / 1048576)}` : null],
+    ]),
+  };
 }
