@@ -1,3 +1,4 @@
+import { UsageError } from './usage.js';
 import { parseArgs } from 'node:util';
 import { api, apiFailure, hubUrl } from './api.js';
 
@@ -31,8 +32,7 @@ export async function cmdKeys(sub: string | undefined, args: string[]): Promise<
     console.log(`revoked: ${positionals[0]}`);
     return 0;
   }
-  console.error('usage: relay keys create NAME | ls | revoke NAME [--hub URL]');
-  return 2;
+  throw new UsageError(sub === undefined ? 'say what to do with keys' : `"${sub}" needs a NAME, or is no keys command`);
 }
 
 export async function cmdDashboard(args: string[]): Promise<number> {

@@ -1,11 +1,23 @@
+import { UsageError } from './usage.js';
 import { cliConfigFromEnv } from '../core/config.js';
+import { parseSchedule } from '../core/availability.js';
 
 /** What the CLI's commands share: flags and the hub's admin API. */
+
+/** A --schedule flag checked as the hub and node will read it (a bad one is a usage error). */
+export function scheduleFlag(v: string | undefined): void {
+  if (v === undefined) return;
+  try {
+    parseSchedule(v);
+  } catch (err) {
+    throw new UsageError((err as Error).message);
+  }
+}
 
 export function intFlag(v: string | undefined, name: string): number | undefined {
   if (v === undefined) return undefined;
   const n = Number(v);
-  if (!Number.isInteger(n)) throw new Error(`${name} must be an integer, got "${v}"`);
+  if (!Number.isInteger(n)) throw new UsageError(`${name} must be an integer, got "${v}"`);
   return n;
 }
 

@@ -1,3 +1,4 @@
+import { UsageError } from './usage.js';
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
@@ -16,7 +17,7 @@ export function cacheBudgetFlag(v: string | undefined): CacheBudget | undefined 
   if (v === undefined) return undefined;
   if (v === 'auto') return 'auto';
   const n = v.trim() === '' ? NaN : Number(v);
-  if (!Number.isInteger(n) || n < 0) throw new Error(`--cache-budget-mb must be a whole number of MiB (0: no cap) or "auto", got "${v}"`);
+  if (!Number.isInteger(n) || n < 0) throw new UsageError(`--cache-budget-mb must be a whole number of MiB (0: no cap) or "auto", got "${v}"`);
   return n;
 }
 
@@ -79,5 +80,5 @@ export async function cmdCache(sub: string | undefined, args: string[], home: (v
     }
     return 0;
   }
-  throw new Error('usage: relay cache ls|prune [--home NODE_DIR] [--json]');
+  throw new UsageError(sub === undefined ? 'say ls or prune' : `no cache command "${sub}"`);
 }

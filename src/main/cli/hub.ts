@@ -3,10 +3,9 @@ import { parseArgs } from 'node:util';
 import { hubConfigFromEnv, processEnv, type HubConfig } from '../core/config.js';
 import { packageVersion, startHub } from '../core/hub/index.js';
 import { ensureLlama, terminateAll } from '../core/llama/index.js';
-import { parseSchedule } from '../core/availability.js';
 import { createLogger, logStrayRejections } from '../core/log.js';
 import { backendOf, logInstall } from './llama.js';
-import { intFlag } from './api.js';
+import { intFlag, scheduleFlag } from './api.js';
 import { llamaBuildProgress, showHubPushes, TerminalProgress } from './progress.js';
 
 /** `relay hub`: build or find llama.cpp, start the hub, print where it serves, stop on SIGINT / SIGTERM. */
@@ -28,7 +27,8 @@ export async function cmdHub(args: string[]): Promise<number> {
       'ollama-port': { type: 'string' },
     },
   });
-  if (values.schedule !== undefined) parseSchedule(values.schedule); // refuse a bad schedule before anything else
+  scheduleFlag(values.schedule); // a bad schedule is refused before anything else
+  const backend = backendOf(values.backend);
   const env = processEnv();
   const overrides: Partial<HubConfig> = {
     tlsCertPath: values['tls-cert'] ? resolve(values['tls-cert']) : undefined,
@@ -46,7 +46,7 @@ export async function cmdHub(args: string[]): Promise<number> {
   const log = createLogger({ name: 'hub' });
   logStrayRejections(log);
   const terminal = new TerminalProgress(process.stderr, (l) => log.info(l));
-  const install = await ensureLlama({ backend: backendOf(values.backend), progress: llamaBuildProgress(terminal) });
+  const install = await ensureLlama({ backend, progress: llamaBuildProgress(terminal) });
   logInstall(log, install);
   const hub = await startHub(config, { log, install });
   if (terminal.tty) showHubPushes(terminal, () => hub.nodes.pushes.values());

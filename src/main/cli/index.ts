@@ -8,7 +8,7 @@ import { cmdModels } from './models.js';
 import { cmdNodes } from './nodes.js';
 import { cmdPause, cmdUp, nodeHome } from './node.js';
 import { cmdStatus } from './status.js';
-import { USAGE } from './usage.js';
+import { USAGE, usageAnswer } from './usage.js';
 
 /** The `relay` command's entry (bin/relay.js): the command table; each command group is its own file. */
 
@@ -47,7 +47,16 @@ export async function main(argv: string[]): Promise<number> {
     return 0;
   }
   const run = Object.hasOwn(COMMANDS, cmd) ? COMMANDS[cmd] : undefined;
-  return run ? run(sub, rest) : unknown(argv);
+  if (!run) return unknown(argv);
+  try {
+    return await run(sub, rest);
+  } catch (err) {
+    // A bad option or argument: one line, the command's usage, exit 2 (never a stack trace).
+    const answer = usageAnswer(cmd, err);
+    if (answer === null) throw err;
+    process.stderr.write(answer);
+    return 2;
+  }
 }
 
 main(process.argv.slice(2)).then(

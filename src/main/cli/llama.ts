@@ -1,3 +1,4 @@
+import { UsageError } from './usage.js';
 import { parseArgs } from 'node:util';
 import { autoPauseSupport } from '../core/gpu/nvml.js';
 import { packageVersion } from '../core/hub/index.js';
@@ -37,7 +38,7 @@ export function logInstall(log: Logger, install: LlamaInstall): void {
 
 export function backendOf(v: string | undefined): BackendChoice | undefined {
   if (v === undefined) return undefined;
-  if (!(BACKEND_CHOICES as readonly string[]).includes(v)) throw new Error(`unknown backend "${v}" (one of ${BACKEND_CHOICES.join(', ')})`);
+  if (!(BACKEND_CHOICES as readonly string[]).includes(v)) throw new UsageError(`unknown backend "${v}" (one of ${BACKEND_CHOICES.join(', ')})`);
   return v as BackendChoice;
 }
 
@@ -50,7 +51,7 @@ export async function cmdLlamaBuild(args: string[]): Promise<number> {
     return 0;
   }
   const gpu = values.backend === undefined || values.backend === 'cpu' ? null : values.backend;
-  if (gpu !== null && !(GPU_BACKENDS as readonly string[]).includes(gpu)) throw new Error(`unknown backend "${gpu}" (one of cpu, ${GPU_BACKENDS.join(', ')})`);
+  if (gpu !== null && !(GPU_BACKENDS as readonly string[]).includes(gpu)) throw new UsageError(`unknown backend "${gpu}" (one of cpu, ${GPU_BACKENDS.join(', ')})`);
   if (gpu) console.log(`${gpu} module      ${await buildBackendModule(gpu as GpuBackend, { progress })}`);
   const install = await ensureLlama({ backend: 'cpu', progress });
   console.log(`llama-server     ${install.serverPath}`);
@@ -61,6 +62,7 @@ export async function cmdLlamaBuild(args: string[]): Promise<number> {
 
 export async function cmdDoctor(args: string[]): Promise<number> {
   const { values } = parseArgs({ args, options: { backend: { type: 'string' }, home: { type: 'string' } } });
+  const choice = backendOf(values.backend);
   const base = findLlama();
   console.log(`relay            ${packageVersion()} (node ${process.version}, ${process.platform}-${process.arch})`);
   if (!base) {
@@ -69,7 +71,7 @@ export async function cmdDoctor(args: string[]): Promise<number> {
   }
   // Only the cache holds modules built here; a release's or an app's llama/backends/ holds shipped ones (listed below).
   const probe = probeMachine(base.source === 'cache' ? modulesIn(base.modulesDir) : {});
-  const { install, resolution } = await chooseBackend(base, { choice: backendOf(values.backend), progress: (l) => console.error(`[llama] ${l}`) });
+  const { install, resolution } = await chooseBackend(base, { choice, progress: (l) => console.error(`[llama] ${l}`) });
   // A node's budget is what `relay up` saved for it (its --home, else the default node home).
   const cpuBudgetMb = readSettings(nodeHomeDir(values.home))?.cpuBudgetMb ?? 0;
   for (const l of doctorLines(install, resolution, probe, autoPauseSupport(), cpuBudgetMb)) console.log(l);

@@ -1,3 +1,4 @@
+import { UsageError } from './usage.js';
 import { resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { api, apiFailure, hubUrl, intFlag } from './api.js';
@@ -42,7 +43,7 @@ export async function cmdModels(sub: string | undefined, args: string[]): Promis
   if (sub === 'pull') return cmdPull(base, positionals[0], values.name);
   if (sub === 'add') {
     const file = positionals[0];
-    if (!file) throw new Error('usage: relay models add FILE [--name NAME] [--required-vram-mb N] [--embedding | --reranker] [--mmproj FILE]');
+    if (!file) throw new UsageError('add needs the FILE to register');
     const body = JSON.stringify({
       path: resolve(file),
       name: values.name,
@@ -132,9 +133,7 @@ export async function cmdModels(sub: string | undefined, args: string[]): Promis
     const draftMax = values['draft-max'] === undefined ? undefined : intFlag(values['draft-max'], '--draft-max');
     const draftMin = values['draft-min'] === undefined ? undefined : intFlag(values['draft-min'], '--draft-min');
     if (!name || [...Object.values(settings), mmproj, draft, draftMax, draftMin].every((v) => v === undefined))
-      throw new Error(
-        'usage: relay models set NAME [--ctx N] [--slots N] [--kv f16|q8_0|q4_0] [--flash-attn on|off|auto] (a value, or "default") [--mmproj FILE|none] [--draft MODEL|none] [--draft-max N] [--draft-min N]',
-      );
+      throw new UsageError(name ? `set ${name} needs a setting to change` : "set needs the model's NAME and a setting");
     const body = { ...settings, mmproj, draft, draft_max: draftMax, draft_min: draftMin };
     const res = await api(base, `/api/models/${encodeURIComponent(name)}`, { method: 'PATCH', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
     const j = (await res.json()) as {
@@ -151,7 +150,7 @@ export async function cmdModels(sub: string | undefined, args: string[]): Promis
   }
   if (sub === 'import') {
     const from = positionals[0];
-    if (!from) throw new Error('usage: relay models import ollama|lmstudio|DIR');
+    if (!from) throw new UsageError('import needs ollama, lmstudio or a DIR');
     const source = from === 'ollama' || from === 'lmstudio' ? from : resolve(from);
     const res = await api(base, '/api/models/import', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ source, ...settings }) });
     const j = (await res.json()) as {
@@ -172,14 +171,14 @@ export async function cmdModels(sub: string | undefined, args: string[]): Promis
   }
   if (sub === 'rm') {
     const name = positionals[0];
-    if (!name) throw new Error('usage: relay models rm NAME');
+    if (!name) throw new UsageError("rm needs the model's NAME");
     const res = await api(base, `/api/models/${encodeURIComponent(name)}`, { method: 'DELETE' });
     const j = (await res.json()) as { removed?: { name: string }; error?: { code: string; message: string } };
     if (!res.ok || !j.removed) return apiFailure(j);
     console.log(`removed: ${j.removed.name}`);
     return 0;
   }
-  throw new Error('usage: relay models add|pull|set|import|ls|rm');
+  throw new UsageError(sub === undefined ? 'say add, pull, set, import, ls or rm' : `no models command "${sub}"`);
 }
 
 /** "weights 4000 + KV 1024 (sliding layers 174) + overhead 462 + compute 62 MB; largest: the KV cache …" from /api/models' need. */

@@ -1,3 +1,4 @@
+import { UsageError } from './usage.js';
 import { existsSync, readFileSync } from 'node:fs';
 import { hostname } from 'node:os';
 import { join } from 'node:path';
@@ -8,13 +9,12 @@ import { ensureLlama, terminateAll } from '../core/llama/index.js';
 import { backendOf, logInstall } from './llama.js';
 import { lendsLine } from '../core/llama/doctor.js';
 import { cacheBudgetFlag } from './cache.js';
-import { api, apiFailure, hubUrl, intFlag } from './api.js';
+import { api, apiFailure, hubUrl, intFlag, scheduleFlag } from './api.js';
 import { llamaBuildProgress, showNodePushes, TerminalProgress } from './progress.js';
 import { createLogger, logStrayRejections } from '../core/log.js';
 import { NodeAgent } from '../core/node/agent.js';
 import { readSettings, writeSettings, type NodeSettings } from '../core/node/link/settings.js';
 import { joinHub } from '../core/node/link/hub-client.js';
-import { parseSchedule } from '../core/availability.js';
 
 /** `relay up` (run a node) and `relay pause|resume` (a node's, or with --hub the hub's own devices). */
 
@@ -35,19 +35,22 @@ export async function cmdUp(args: string[]): Promise<number> {
       backend: { type: 'string' },
     },
   });
+  // Every flag checked before anything is read or asked.
   const backend = backendOf(values.backend);
+  const cpuBudgetMb = intFlag(values['cpu-budget-mb'], '--cpu-budget-mb');
+  const cacheBudgetMb = cacheBudgetFlag(values['cache-budget-mb']);
+  scheduleFlag(values.schedule);
   const home = nodeHome(values.home);
   const saved = readSettings(home);
   // A token from the dashboard's "Add a node" carries the hub's address: --hub may be left out.
   const hub = (values.hub ?? (values.token ? tokenHubUrl(values.token) : null) ?? saved?.hub)?.replace(/\/+$/, '');
-  if (!hub) throw new Error('usage: relay up --hub URL --token T (the first time; later runs remember both)');
+  if (!hub) throw new UsageError('the first time, relay up needs --hub URL and --token T (later runs remember both)');
   const name =
     values.name ??
     saved?.name ??
     hostname()
       .replace(/[^A-Za-z0-9._-]/g, '-')
       .slice(0, 64);
-  if (values.schedule !== undefined) parseSchedule(values.schedule); // refuse a bad schedule before anything else
   const same = saved && saved.hub === hub && saved.name === name;
   let credential = same ? saved.credential : '';
   let hubCert = same ? (saved.hubCert ?? null) : null;
@@ -64,8 +67,8 @@ export async function cmdUp(args: string[]): Promise<number> {
     // The hub owner's pause (its dashboard) outlives a restart too, as the tray keeps it: for that hub only.
     ...(same && saved.hubPaused !== undefined ? { hubPaused: saved.hubPaused } : {}),
     schedule: values.schedule ?? saved?.schedule ?? '',
-    cpuBudgetMb: intFlag(values['cpu-budget-mb'], '--cpu-budget-mb') ?? saved?.cpuBudgetMb ?? 0,
-    cacheBudgetMb: cacheBudgetFlag(values['cache-budget-mb']) ?? saved?.cacheBudgetMb ?? 'auto',
+    cpuBudgetMb: cpuBudgetMb ?? saved?.cpuBudgetMb ?? 0,
+    cacheBudgetMb: cacheBudgetMb ?? saved?.cacheBudgetMb ?? 'auto',
     autoPause: values['auto-pause'] ?? saved?.autoPause ?? false,
   };
   writeSettings(home, settings);

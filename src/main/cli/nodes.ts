@@ -1,3 +1,4 @@
+import { UsageError } from './usage.js';
 import { resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { packageName } from '../core/app-files.js';
@@ -50,12 +51,12 @@ export async function cmdNodes(sub: string | undefined, args: string[]): Promise
   }
   if (sub === 'revoke') {
     const name = positionals[0];
-    if (!name) throw new Error('usage: relay nodes revoke NAME');
+    if (!name) throw new UsageError("revoke needs the node's NAME");
     const res = await api(base, `/api/nodes/${encodeURIComponent(name)}/revoke`, { method: 'POST' });
     const j = (await res.json()) as { revoked?: string; error?: { code: string; message: string } };
     if (!res.ok) return apiFailure(j);
     console.log(`revoked: ${j.revoked}`);
     return 0;
   }
-  throw new Error('usage: relay nodes token|ls|revoke');
+  throw new UsageError(sub === undefined ? 'say token, ls or revoke' : `no nodes command "${sub}"`);
 }

@@ -1,3 +1,4 @@
+import { UsageError } from './usage.js';
 import type { PullView } from '../../shared/status.js';
 import { api, apiFailure } from './api.js';
 import { TerminalProgress } from './progress.js';
@@ -8,7 +9,7 @@ import { TerminalProgress } from './progress.js';
  * registered. Ctrl-C stops the download and keeps what came: the same command again resumes it.
  */
 export async function cmdPull(base: string, spec: string | undefined, name: string | undefined): Promise<number> {
-  if (!spec) throw new Error('usage: relay models pull OWNER/REPO[:QUANT] | OWNER/REPO/FILE.gguf [--name NAME]   (e.g. bartowski/Qwen2.5-7B-Instruct-GGUF:Q4_K_M)');
+  if (!spec) throw new UsageError('pull needs OWNER/REPO[:QUANT] or OWNER/REPO/FILE.gguf (e.g. bartowski/Qwen2.5-7B-Instruct-GGUF:Q4_K_M)');
   const res = await api(base, '/api/models/pull', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: spec, name }) });
   const j = (await res.json()) as { pull?: PullView; error?: { code: string; message: string } };
   if (!res.ok || !j.pull) return apiFailure(j);

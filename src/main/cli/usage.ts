@@ -60,3 +60,30 @@ Environment (see README for all):
   RELAY_QUEUE_MAX        requests that may wait per model (64; one more: 429 pool_busy), RELAY_QUEUE_TIMEOUT_MS
   RELAY_MAX_PLACEMENTS_PER_MODEL   placements one model may have at once (0 = as many as the devices hold)
 `;
+
+/** A command given a bad option or argument: `relay` prints this line and the command's usage, and exits 2. */
+export class UsageError extends Error {}
+
+/** The lines of USAGE for `cmd` (each line that starts `relay <cmd>` and the lines that explain it). */
+export function usageOf(cmd: string): string {
+  const out: string[] = [];
+  let mine = false;
+  for (const line of USAGE.split('\n')) {
+    if (/^ {2}relay /.test(line)) mine = line.startsWith(`  relay ${cmd}`) || (cmd === 'resume' && line.startsWith('  relay pause'));
+    else if (!line.startsWith('    ')) mine = false;
+    if (mine) out.push(line);
+  }
+  return out.join('\n');
+}
+
+/**
+ * What `relay` says of an error a command threw for its arguments (node:util's parseArgs, or a UsageError): one line
+ * naming the problem and the command's usage; null for any other error.
+ */
+export function usageAnswer(cmd: string, err: unknown): string | null {
+  const parse = err instanceof TypeError && String((err as NodeJS.ErrnoException).code).startsWith('ERR_PARSE_ARGS_');
+  if (!parse && !(err instanceof UsageError)) return null;
+  // parseArgs says more after its first sentence (how to pass a value that starts with a dash): the sentence is enough.
+  const first = (err as Error).message.split(/\.\s/)[0]!.replace(/\.$/, '');
+  return `relay ${cmd}: ${first.charAt(0).toLowerCase()}${first.slice(1)}\nusage:\n${usageOf(cmd) || USAGE}\n`;
+}
