@@ -8,6 +8,7 @@ import { Retell } from '../../src/main/core/hub/proxy/retell.js';
 import { SentReader, type Sent, type WireFormat } from '../../src/main/core/hub/proxy/sent.js';
 import { sseEvents } from '../../src/main/core/hub/proxy/sse.js';
 import { Stitcher } from '../../src/main/core/hub/proxy/stitch.js';
+import { ClientEvents } from '../../src/main/core/hub/proxy/client-events.js';
 
 /**
  * A moved answer continued from its first placement's own tokens (issue #53, item 1): the record read from a slot's
@@ -275,5 +276,39 @@ describe('the stitched continuation (stitch.ts): what a keep-alive, a failure an
   it('never counts a native progress event as a token (its `tokens` holds a placeholder)', () => {
     const s = read('native', data({ content: '', tokens: [0], stop: false, prompt_progress: { total: 9, processed: 4 } }) + data({ content: ' a', tokens: [11], stop: false, tokens_predicted: 1 }));
     assert.deepEqual([s.ids, s.tokens], [[11], 1]);
+  });
+});
+
+describe('what a move keeps of the answer (sent.ts, client-events.ts)', () => {
+  it('is what the continuation needs: the text, not the bytes (log-probabilities and timings are not kept)', () => {
+    const r = new SentReader('chat');
+    const top = Array.from({ length: 20 }, (_, i) => ({ id: i, token: `t${i}`, bytes: [116, 48 + (i % 10)], logprob: -i }));
+    let streamed = 0;
+    for (let i = 0; i < 2000; i++) {
+      const ev = data({
+        choices: [{ index: 0, delta: { content: 'ab' }, logprobs: { content: [{ id: 7, token: 'ab', bytes: [97, 98], logprob: -0.1, top_logprobs: top }] } }],
+        id: 'c',
+        timings: { predicted_n: i },
+      });
+      streamed += ev.length;
+      r.push(ev);
+    }
+    const kept = JSON.stringify(r.sent).length;
+    assert.equal(r.sent.text.length, 4000);
+    assert.ok(kept < 5000 && kept * 100 < streamed, `${kept} bytes kept of ${streamed} streamed`);
+  });
+
+  it('the client is given whole events only, however the reads are cut: what it has is what the move reads', () => {
+    const r = new SentReader('chat');
+    const gate = new ClientEvents({ reader: r });
+    const stream = Buffer.from(data({ choices: [{ index: 0, delta: { content: ' é' } }], id: 'c' }) + data({ choices: [{ index: 0, delta: { content: '海' } }], id: 'c' }));
+    // Cut inside the second event, inside its character.
+    const cut = stream.indexOf(Buffer.from('海')) + 1;
+    const given = String(gate.take([stream.subarray(0, 10), stream.subarray(10, cut)]));
+    assert.equal(given, data({ choices: [{ index: 0, delta: { content: ' é' } }], id: 'c' }), 'only the whole first event went out');
+    assert.equal(r.sent.text, ' é');
+    const rest = String(gate.take([stream.subarray(cut)]));
+    assert.equal(given + rest, stream.toString());
+    assert.equal(r.sent.text, ' é海');
   });
 });
