@@ -1,14 +1,15 @@
 /**
- * bench/migrate: answers and conversations that move when their node is paused (hub/proxy/continuation.ts,
- * scheduler/slots/slot-carry.ts). A hub that runs nothing and two nodes, `wordy` (4 layers, 1 thread, one slot) on them,
- * a user message of 500 or 4,000 words. Three measurements, medians over runs, with kept slots on
- * (RELAY_SLOT_KEEP_MB) and off:
- * - an answer of 1,000 tokens whose node is paused after its 8th token, the model running nowhere else: the other
- *   node starts it, with the answer's KV read back when it is carried. The client's longest wait between two tokens,
- *   the usual wait, and the tokens the continuation evaluated of its prompt (the history and the sent answer);
- * - the same with the model already running on the other node (its one slot reads the state in);
- * - between turns: a conversation's next turn after its node was paused, its time to first token ÷ the same turn's on
- *   the placement that never stopped.
+ * bench/migrate: answers and conversations that move when the machine serving them is paused (hub/proxy/moved.ts,
+ * scheduler/slots/slot-carry.ts). A hub that serves from its own CPU and one node, `wordy` (4 layers, 1 thread, one
+ * slot) on them, a user message of 500 or 4,000 words; the hub's own devices are paused under the answer (a node's
+ * KV goes back to that node only — docs/security.md —, so the hub's is the state that can go with an answer). Three
+ * measurements, medians over runs, with kept slots on (RELAY_SLOT_KEEP_MB) and off:
+ * - an answer of 1,000 tokens whose machine is paused after its 8th token, the model running nowhere else: the node
+ *   starts it, with the answer's KV read back when it is carried. The client's longest wait between two tokens, the
+ *   usual wait, and the tokens the continuation evaluated of its prompt (the history and the sent answer);
+ * - the same with the model already running on the node (its one slot reads the state in);
+ * - between turns: a conversation's next turn after its machine was paused, its time to first token ÷ the same
+ *   turn's on the placement that never stopped.
  * `npm run bench -- migrate`.
  */
 import { performance } from 'node:perf_hooks';
@@ -55,17 +56,14 @@ async function turn(p: Pool, messages: Message[], maxTokens: number, onToken?: (
   return { text, ttftMs: times[0]! - t0, times };
 }
 
-/** The node serving the model now, paused; resumed by the returned function once the pool settled. */
+/** The hub's own devices paused (the answer streams from its replica); resumed by the returned function. */
 async function pauseServing(p: Pool): Promise<() => Promise<void>> {
   const rep = (await p.hub.status()).replicas.find((r) => r.state === 'ready' && r.model === 'm' && r.in_flight > 0) ?? (await p.hub.status()).replicas.find((r) => r.model === 'm')!;
-  const n = p.nodes.find((x) => x.name === rep.node)!;
-  await n.local('/pause', 'POST');
+  if (rep.node !== null) throw new Error(`the answer streams from node ${rep.node}, not from the hub's replica`);
+  const hubPaused = (paused: boolean): Promise<unknown> => p.hub.api('/api/hub/availability', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ paused }) });
+  await hubPaused(true);
   return async () => {
-    await n.local('/resume', 'POST');
-    await until(
-      async () => (await p.hub.status()).nodes,
-      (ns) => ns.every((x) => x.state !== 'paused'),
-    );
+    await hubPaused(false);
   };
 }
 
@@ -76,7 +74,7 @@ const idle = (p: Pool): Promise<unknown> =>
     60_000,
   );
 
-/** Two answers at once: with one slot each, the model runs on both nodes. */
+/** Two answers at once: with one slot each, the model runs on the hub and the node. */
 async function runBoth(p: Pool): Promise<void> {
   const ask = (): Promise<unknown> => turn(p, [{ role: 'user', content: 'hi' }], 100);
   await Promise.all([ask(), ask()]);
@@ -102,7 +100,7 @@ async function movedAnswer(p: Pool, words: number, warmOther: boolean) {
   return { moveGap, tokenGap: median(gaps), evaluated: prompt - (m.cached_tokens ?? 0), prompt };
 }
 
-/** A conversation's second turn on its placement, then its node paused: the third turn's TTFT ÷ the second's. */
+/** A conversation's second turn on the hub's replica, then the hub paused: the third turn's TTFT ÷ the second's. */
 async function movedTurn(p: Pool, words: number): Promise<number> {
   await idle(p);
   const messages: Message[] = [{ role: 'user', content: history(words) }];
@@ -115,15 +113,15 @@ async function movedTurn(p: Pool, words: number): Promise<number> {
     async () => (await p.hub.status()).replicas,
     (rs) => rs.length === 0,
   );
-  const moved = await turn(p, messages, 16); // the other node, the same turn
+  const moved = await turn(p, messages, 16); // the node, the same turn
   await resume();
   return moved.ttftMs / warm.ttftMs;
 }
 
 const rows: string[] = [];
 for (const keepMb of ['4096', '0']) {
-  const hub = await startHub({ env: { ...ENV, RELAY_SLOT_KEEP_MB: keepMb } });
-  const pool: Pool = { hub, nodes: [await startNode(hub, { name: 'n1', cpuBudgetMb: 2000, env: ENV }), await startNode(hub, { name: 'n2', cpuBudgetMb: 2000, env: ENV })] };
+  const hub = await startHub({ env: { ...ENV, RELAY_SLOT_KEEP_MB: keepMb }, args: ['--cpu-budget-mb', '2000'] });
+  const pool: Pool = { hub, nodes: [await startNode(hub, { name: 'n1', cpuBudgetMb: 2000, env: ENV })] };
   const carried = keepMb === '0' ? 'off' : 'on';
   try {
     await addModel(hub, { path: model, name: 'm' });
