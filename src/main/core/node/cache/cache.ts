@@ -1,14 +1,13 @@
 import { existsSync, mkdirSync, readdirSync, rmSync, statfsSync, statSync, utimesSync } from 'node:fs';
 import { join } from 'node:path';
-import { Transform, type Readable } from 'node:stream';
-import { pipeline } from 'node:stream/promises';
+import type { Readable } from 'node:stream';
 import { ErrorCode, RelayError } from '../../../../shared/errors.js';
 import { evictRpcCache, fillRpcCacheOffThread, indexedModels, pruneRpcCache, recordLoadedFiles, rpcCacheBytes, type CacheIndex } from './rpc-cache.js';
 import type { WeightFile } from '../../llama/rpc-tensors.js';
-import { appendWriter, GrowingFileHash } from './growing-hash.js';
+import { receivePush } from './receive.js';
 import type { CachedFile } from '../../../../shared/protocol.js';
 import { dropSplitViews, makeSplitView } from './split-view.js';
-import { removeUnlessBusy, renameIntoPlace } from './windows-files.js';
+import { removeUnlessBusy } from './windows-files.js';
 import { CountedSet } from './counted-set.js';
 
 /**
@@ -307,55 +306,10 @@ export class ModelCache {
     }
     this.receiving.add(sha256);
     try {
-      await this.receiveInto(src, sha256, offset, size, onProgress);
+      await receivePush(src, this.partialOf(sha256), this.pathOf(sha256), sha256, offset, size, onProgress);
     } finally {
       this.receiving.delete(sha256);
       this.pushedWith.delete(sha256); // the next push-begin says it again
     }
-  }
-
-  private async receiveInto(src: Readable, sha256: string, offset: number, size: number, onProgress?: (done: number) => void): Promise<void> {
-    const part = this.partialOf(sha256);
-    let written = offset;
-    const guard = new Transform({
-      transform(chunk: Buffer, _e, cb) {
-        if (written + chunk.byteLength > size) return cb(new RelayError(ErrorCode.INVALID_REQUEST, `push of ${sha256.slice(0, 12)}… sent more than ${size} bytes`));
-        written += chunk.byteLength;
-        onProgress?.(written);
-        cb(null, chunk);
-      },
-    });
-    // Written with backpressure (the event loop keeps serving the tunnel while the disk works) and hashed by a
-    // worker that follows the writer, so the file is verified when its last byte lands.
-    const hash = new GrowingFileHash(part);
-    hash.flushed(offset);
-    let told = offset;
-    const onFlushed = (n: number): void => {
-      if (n - told < 4 * 1024 * 1024) return; // a message per 4 MiB; finish() covers the rest
-      hash.flushed(n);
-      told = n;
-    };
-    try {
-      // (A plain for-await on the stream would destroy it at its end, and the node still answers on it.)
-      await pipeline(src.iterator({ destroyOnReturn: false }), guard, appendWriter(part, offset, onFlushed));
-    } catch (err) {
-      hash.cancel();
-      if ((err as NodeJS.ErrnoException).code === 'ENOSPC') {
-        rmSync(part, { force: true });
-        throw new RelayError(ErrorCode.DISK_FULL, `the node's disk is full while writing ${sha256.slice(0, 12)}…; the partial file was removed`);
-      }
-      throw err;
-    }
-    const onDisk = existsSync(part) ? statSync(part).size : 0;
-    if (onDisk < size) {
-      hash.cancel();
-      throw new RelayError(ErrorCode.PUSH_INCOMPLETE, `push of ${sha256.slice(0, 12)}… stopped at ${onDisk} of ${size} bytes; it resumes from there`);
-    }
-    const got = await hash.finish(size);
-    if (got !== sha256) {
-      rmSync(part, { force: true });
-      throw new RelayError(ErrorCode.HASH_MISMATCH, `pushed bytes hash to ${got.slice(0, 12)}…, not ${sha256.slice(0, 12)}…; the partial file was removed`);
-    }
-    renameIntoPlace(part, this.pathOf(sha256), `push of ${sha256.slice(0, 12)}…`);
   }
 }
