@@ -44,7 +44,7 @@ async function parallelWasmRate(n: number, bytes = 1024 * 1024 * 1024): Promise<
       parentPort.postMessage('ready');
       parentPort.once('message', () => { for (let d = 0; d < workerData.bytes; d += FNV_WASM_BUFFER) h.update(FNV_WASM_BUFFER); parentPort.postMessage(h.hex()); });
     });`;
-  const url = new URL('../src/main/core/node/fnv.js', import.meta.url).href;
+  const url = new URL('../src/main/core/llama/fnv.js', import.meta.url).href;
   const ws = Array.from({ length: n }, () => new Worker(src, { eval: true, workerData: { url, bytes } }));
   await Promise.all(ws.map((w) => new Promise((r) => w.once('message', r))));
   const t0 = performance.now();

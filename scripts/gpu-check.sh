@@ -117,7 +117,7 @@ for kv in f16 q8_0 q4_0; do
   serve "$log" --model "$WORK/big.gguf" --ctx-size $((CTX * SLOTS)) --parallel $SLOTS --cache-type-k $kv --cache-type-v $kv --flash-attn $fa "${ngl[@]}"
   pred=$(python3 - "$OUT/fixture.json" "$kv" "$CTX" "$SLOTS" <<'PY'
 import json, math, sys
-# relay's fit (src/main/core/scheduler/fit.ts), MB = MiB: the spec's formula, then the measured additions.
+# relay's fit (src/main/core/scheduler/decide/fit.ts), MB = MiB: the spec's formula, then the measured additions.
 f = json.load(open(sys.argv[1])); kv_type, ctx, slots = sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 scale = {'f16': 1.0, 'q8_0': 0.5, 'q4_0': 0.28}[kv_type]
 row = {'f16': 1.0, 'q8_0': 34 / 64, 'q4_0': 18 / 64}[kv_type]

@@ -77,9 +77,16 @@ export class ManualLauncher implements Launcher {
     return new Promise((resolve) => this.keeps.push({ p, settle: (kept) => resolve(kept ? { discard: () => void this.discarded.push(p.id) } : null) }));
   }
 
-  async stop(p: Placement): Promise<void> {
+  /** Set: each stop says its slots are on their way to the hub's store, held there once the test settles this. */
+  keptLater: Promise<boolean> | null = null;
+  /** The `answering` flag each stop was given, by placement id. */
+  readonly answering = new Map<string, boolean>();
+
+  async stop(p: Placement, answering = false): Promise<{ readonly kept: Promise<boolean> } | void> {
     this.stopped.push(p.id);
+    this.answering.set(p.id, answering);
     if (this.holdStops) await new Promise<void>((r) => this.held.push(r));
+    return this.keptLater ? { kept: this.keptLater } : undefined;
   }
 
   /** Let every held stop finish. */

@@ -215,8 +215,8 @@ describe('relay CLI', () => {
 
   it('an unknown command or backend is a clear error, not a stack trace', async () => {
     await assert.rejects(run(process.execPath, [relay, 'frobnicate']), (e: { code: number; stderr: string }) => e.code === 2 && /unknown command/.test(e.stderr));
-    await assert.rejects(run(process.execPath, [relay, 'llama', 'build', '--backend', 'tpu']), (e: { code: number; stderr: string }) => e.code === 1 && /unknown backend "tpu"/.test(e.stderr));
-    await assert.rejects(run(process.execPath, [relay, 'doctor', '--backend', 'tpu']), (e: { code: number; stderr: string }) => e.code === 1 && /unknown backend "tpu"/.test(e.stderr));
+    await assert.rejects(run(process.execPath, [relay, 'llama', 'build', '--backend', 'tpu']), (e: { code: number; stderr: string }) => e.code === 2 && /unknown backend "tpu"/.test(e.stderr));
+    await assert.rejects(run(process.execPath, [relay, 'doctor', '--backend', 'tpu']), (e: { code: number; stderr: string }) => e.code === 2 && /unknown backend "tpu"/.test(e.stderr));
   });
 });
 

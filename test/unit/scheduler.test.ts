@@ -206,6 +206,25 @@ describe('scheduler with a manual launcher', () => {
     assert.deepEqual(launcher.stopped, [leaseA.placementId]);
   });
 
+  it("a stop's kept slots count for the router only once the hub holds them; a stop under an answer says so (its record)", async () => {
+    const { scheduler, launcher } = setup({ hubMb: 2000, models: [model('a', 300)] });
+    const router = (scheduler as unknown as { router: { parked: Map<string, string> } }).router; // its state, read
+    const first = scheduler.acquire('a');
+    (await launcher.nth(0)).ok();
+    const lease = await first;
+    let hold!: (kept: boolean) => void;
+    launcher.keptLater = new Promise((r) => (hold = r));
+    const stopping = scheduler.stopModel('a', 'the test stops it'); // with the answer still in flight
+    await reaches(() => launcher.stopped.length, 1);
+    lease.release();
+    await stopping;
+    assert.equal(launcher.answering.get(lease.placementId), true, 'stopped under an answer: its slots are recorded');
+    assert.equal(router.parked.get('a'), undefined, 'not parked while its slots are still on their way');
+    hold(true);
+    await reaches(() => router.parked.size, 1);
+    assert.equal(router.parked.get('a'), lease.placementId);
+  });
+
   /** Model a's replica served once and idle past its 20 ms keep-alive: its slots' save has begun (and waits). */
   async function idleAndSaving() {
     const { scheduler, launcher } = setup({ hubMb: 2000, models: [model('a', 300)], config: { keepAliveMs: 20 } });

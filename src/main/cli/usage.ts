@@ -84,6 +84,6 @@ export function usageAnswer(cmd: string, err: unknown): string | null {
   const parse = err instanceof TypeError && String((err as NodeJS.ErrnoException).code).startsWith('ERR_PARSE_ARGS_');
   if (!parse && !(err instanceof UsageError)) return null;
   // parseArgs says more after its first sentence (how to pass a value that starts with a dash): the sentence is enough.
-  const first = (err).message.split(/\.\s/)[0]!.replace(/\.$/, '');
+  const first = err.message.split(/\.\s/)[0]!.replace(/\.$/, '');
   return `relay ${cmd}: ${first.charAt(0).toLowerCase()}${first.slice(1)}\nusage:\n${usageOf(cmd) || USAGE}\n`;
 }
