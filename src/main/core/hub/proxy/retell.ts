@@ -1,8 +1,8 @@
 import { randomBytes } from 'node:crypto';
 import type { RelayError } from '../../../../shared/errors.js';
-import { parseSseError } from './sse-error.js';
-import { KEEP_ALIVE, SseSplitter, writeEvent } from './sse.js';
-import { parseJson, type Json, type Sent } from './sent.js';
+import { writeEvent } from './sse.js';
+import type { Json, Sent } from './sent.js';
+import { ContinuationEvents } from './continuation-events.js';
 import type { Continuing } from './proxy-types.js';
 
 /**
@@ -13,10 +13,9 @@ import type { Continuing } from './proxy-types.js';
  * ends it (`failed`: the proxy ends the client's stream with the dialect's error).
  */
 export class Retell implements Continuing {
-  private readonly sse = new SseSplitter();
+  private readonly events = new ContinuationEvents();
   private text = '';
   private opened: boolean;
-  failed: RelayError | null = null;
   carried: number | null = null;
 
   /**
@@ -31,30 +30,17 @@ export class Retell implements Continuing {
   }
 
   push(chunk: Buffer | string): string {
-    let out = '';
-    for (const ev of this.sse.push(chunk)) {
-      if (this.failed) break;
-      if (ev.comment) {
-        out += KEEP_ALIVE;
-        continue;
-      }
-      if (ev.error !== null) {
-        this.failed = parseSseError(ev.error);
-        break;
-      }
-      const j = ev.data === null ? null : parseJson(ev.data);
-      if (!j) continue;
-      if (j.error !== undefined) {
-        this.failed = parseSseError(ev.data!);
-        break;
-      }
+    return this.events.push(chunk, (j) => {
+      if (!j) return '';
       const t = j.timings as Json | undefined;
       if (typeof t?.cache_n === 'number') this.carried = t.cache_n;
-      if (j.prompt_progress !== undefined) continue;
-      if (typeof j.content === 'string' && j.content !== '') out += this.delta(j, j.content);
-      if (j.stop === true) out += this.finish(j);
-    }
-    return out;
+      if (j.prompt_progress !== undefined) return '';
+      return (typeof j.content === 'string' && j.content !== '' ? this.delta(j, j.content) : '') + (j.stop === true ? this.finish(j) : '');
+    });
+  }
+
+  get failed(): RelayError | null {
+    return this.events.failed;
   }
 
   end(): string {

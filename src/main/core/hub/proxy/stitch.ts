@@ -1,7 +1,7 @@
 import type { RelayError } from '../../../../shared/errors.js';
-import { firstChoice, parseJson, type Json, type Sent } from './sent.js';
-import { parseSseError } from './sse-error.js';
-import { KEEP_ALIVE, SseSplitter, writeEvent } from './sse.js';
+import { firstChoice, type Json, type Sent } from './sent.js';
+import { writeEvent } from './sse.js';
+import { ContinuationEvents } from './continuation-events.js';
 import type { Continuing } from './proxy-types.js';
 
 /**
@@ -12,8 +12,7 @@ import type { Continuing } from './proxy-types.js';
  * keep-alive goes on as one, and a failure llama-server reports ends it (`failed`).
  */
 export class Stitcher implements Continuing {
-  private readonly sse = new SseSplitter();
-  failed: RelayError | null = null;
+  private readonly events = new ContinuationEvents();
   /** The repeated partial answer still to take off (llama-server sends it with the first new token), per field. */
   private echo: Record<string, string | null>;
   private contPrompt: number | null = null;
@@ -33,37 +32,21 @@ export class Stitcher implements Continuing {
 
   /** The continuation's bytes in; the client's (whole events) out. */
   push(chunk: Buffer | string): string {
-    let out = '';
-    for (const ev of this.sse.push(chunk)) {
-      if (this.failed) break;
-      if (ev.comment) {
-        out += KEEP_ALIVE;
-        continue;
-      }
-      if (ev.error !== null) {
-        this.failed = parseSseError(ev.error);
-        break;
-      }
-      if (ev.data === null) continue;
-      if (ev.data === '[DONE]') {
-        out += writeEvent(ev.event, ev.data);
-        continue;
-      }
-      const j = parseJson(ev.data);
-      if (j?.error !== undefined || ev.event === 'error') {
-        this.failed = parseSseError(ev.data);
-        break;
-      }
-      const r = j ? this.event(j) : null;
-      if (r !== null) out += writeEvent(ev.event, r);
-    }
-    return out;
+    return this.events.push(chunk, (j, ev) => {
+      if (!j) return ev.data === '[DONE]' ? writeEvent(ev.event, ev.data) : '';
+      const r = this.event(j);
+      return r === null ? '' : writeEvent(ev.event, r);
+    });
   }
 
   /** llama-server ends every event it sends: an unfinished last one is not passed on. */
   end(): string {
-    this.sse.end();
+    this.events.end();
     return '';
+  }
+
+  get failed(): RelayError | null {
+    return this.events.failed;
   }
 
   private strip(field: string, s: string): string {
