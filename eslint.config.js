@@ -66,6 +66,6 @@ export default tseslint.config(
     // page by scripts/check-renderer.mjs, which knows the browser's globals).
     files: ['src/renderer/ui/*.js'],
     languageOptions: { sourceType: 'script', globals: { document: 'readonly', window: 'readonly' } },
-    rules: { 'no-unused-vars': ['error', { varsIgnorePattern: '^(esc|drawPool|placementDetails|machineDetails|record|mergeHistory|spark|lineChart)$' }] },
+    rules: { 'no-unused-vars': ['error', { varsIgnorePattern: '^(esc|drawPool|placementDetails|machineDetails|record|mergeHistory|spark|lineChart|usageBars)$' }] },
   },
 );

@@ -103,6 +103,12 @@ export const ErrorCode = {
   INVALID_API_KEY: 'INVALID_API_KEY',
   KEY_EXISTS: 'KEY_EXISTS',
   KEY_NOT_FOUND: 'KEY_NOT_FOUND',
+  /** A key's tokens for the day are used up (429; Retry-After: the next local midnight). */
+  KEY_QUOTA_EXCEEDED: 'KEY_QUOTA_EXCEEDED',
+  /** A key has as many requests in flight as it may (429). */
+  KEY_BUSY: 'KEY_BUSY',
+  /** A request asked for a class above its key's (X-Relay-Priority: interactive with a background key). */
+  PRIORITY_NOT_ALLOWED: 'PRIORITY_NOT_ALLOWED',
   FORBIDDEN: 'FORBIDDEN',
   NOT_FOUND: 'NOT_FOUND',
   /** The Host header does not name this hub (DNS rebinding). */
@@ -206,6 +212,9 @@ export const HTTP_ERRORS: Readonly<Partial<Record<ErrorCode, { status: number; t
   INVALID_API_KEY: { status: 401, type: 'authentication_error' },
   KEY_EXISTS: { status: 409, type: 'invalid_request_error' },
   KEY_NOT_FOUND: { status: 404, type: 'invalid_request_error' },
+  KEY_QUOTA_EXCEEDED: { status: 429, type: 'rate_limit_error' },
+  KEY_BUSY: { status: 429, type: 'rate_limit_error' },
+  PRIORITY_NOT_ALLOWED: { status: 403, type: 'permission_error' },
   FORBIDDEN: { status: 403, type: 'permission_error' },
   NOT_FOUND: { status: 404, type: 'invalid_request_error' },
   MISDIRECTED_REQUEST: { status: 421, type: 'invalid_request_error' },

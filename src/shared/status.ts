@@ -1,3 +1,6 @@
+import type { KeyDto, NoKeyUsageDto } from './keys.js';
+import type { MoveDto, RecentRequest } from './requests.js';
+export type { MoveDto, RecentRequest } from './requests.js';
 /**
  * The hub's /status (and /events, /api/nodes) as it goes over the wire: one set of shapes for the hub that
  * builds it (hub/observe/status.ts is typed against StatusDto), `relay status`, the tray and the tests. snake_case
@@ -189,47 +192,6 @@ export interface PushStatus {
   readonly started_at: string;
 }
 
-/** One request through /v1, as the dashboard's request log shows it. */
-export interface RecentRequest {
-  at: string;
-  model: string;
-  endpoint: string;
-  status: number;
-  prompt_tokens: number | null;
-  completion_tokens: number | null;
-  tokens_per_second: number | null;
-  ms: number;
-  /** How many times its answer moved to another placement mid-stream (its placement stopped); absent: none. */
-  moves?: number;
-}
-
-/** An answer in flight whose placement stopped: where it went on, or why it could not. */
-export interface MoveDto {
-  readonly at: string;
-  readonly model: string;
-  readonly endpoint: string;
-  /** The machines of the placement that stopped, and of the one that continued ("hub", "kitchen", "hub+attic"). */
-  readonly from: string;
-  readonly to: string | null;
-  readonly why: string; // why its placement stopped ("node kitchen paused (paused by the owner)")
-  /** Tokens the client had been sent before the stop. */
-  readonly sent_tokens: number;
-  /** From the stop to the continuation's first byte: the client's longest wait between two tokens (null: ended). */
-  readonly gap_ms: number | null;
-  /**
-   * Of the continuation's prompt (the original prompt and the sent answer), the tokens its placement found in its KV
-   * cache — the answer's own KV when it was carried there (slot-carry.ts) — once it has ended (null before, or ended).
-   */
-  cached_tokens: number | null;
-  /** The bytes of the answer's KV read into the continuation's placement (0: it evaluated its history again). */
-  readonly state_bytes: number;
-  readonly outcome: 'continued' | 'ended';
-  /** It went on from its first placement's own tokens, not from the sent text tokenized again (absent: it ended). */
-  readonly exact?: boolean;
-  /** Why it ended (no other placement, a tool call had begun…). */
-  readonly detail?: string;
-}
-
 /** One entry of GET /v1/models: OpenAI's fields, and whether the pool can serve the model now (and why not). */
 export interface V1ModelDto {
   readonly id: string;
@@ -313,7 +275,8 @@ export interface StatusDto {
   readonly shards: readonly ShardStatus[];
   readonly backoffs: readonly { node: string; model: string; failures: number; reason: string; since: string; until: string }[];
   readonly queues: readonly { model: string; waiting: number }[];
-  readonly api_keys: readonly { name: string; prefix: string; created_at: string; last_used_at: string | null }[];
+  readonly api_keys: readonly KeyDto[];
+  readonly no_key_usage: NoKeyUsageDto;
   readonly nodes: readonly NodeStatus[];
   /** The pool at a glance: every machine with its devices and what runs on them (built from the fields above). */
   readonly machines: readonly PictureMachine[];

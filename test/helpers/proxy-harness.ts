@@ -16,6 +16,7 @@ export async function throughProxy(upstream: RequestListener, shape: ErrorShape,
   await new Promise<void>((r) => up.listen(0, '127.0.0.1', r));
   const lease: Lease = {
     placementId: 'p',
+    who: { key: null, priority: 'interactive' },
     kind: 'host',
     where: 'hub',
     baseUrl: `http://127.0.0.1:${(up.address() as AddressInfo).port}`,

@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { AnswerRecords, stateTokens } from '../../src/main/core/scheduler/slots/answer-records.js';
+import { AnswerRecords } from '../../src/main/core/scheduler/slots/answer-records.js';
+import { stateTokens } from '../../src/main/core/llama/slot-state.js';
 import { piecesOf, type Pieces } from '../../src/main/core/gguf/pieces.js';
 import { alignSent } from '../../src/main/core/hub/proxy/exact.js';
 import { exactBody, exactPossible } from '../../src/main/core/hub/proxy/continuation.js';

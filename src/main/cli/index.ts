@@ -1,6 +1,7 @@
 import { isRelayError } from '../../shared/errors.js';
 import { packageVersion } from '../core/hub/index.js';
-import { cmdKeys, cmdDashboard } from './access.js';
+import { cmdDashboard } from './access.js';
+import { cmdKeys } from './keys.js';
 import { cmdCache } from './cache.js';
 import { cmdHub } from './hub.js';
 import { cmdDoctor, cmdLlamaBuild } from './llama.js';

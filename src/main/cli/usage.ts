@@ -23,8 +23,12 @@ Usage:
                          the pool at a glance: the hub, nodes, devices, placements, models, pushes, backoffs
   relay dashboard [--link [--read-only]] [--hub URL]
                          the dashboard's URL; --link: a one-time login link for a browser on another machine
-  relay keys create NAME | ls | revoke NAME [--hub URL]
-                         API keys for /v1 (a hub listening beyond loopback requires one); the key is printed once
+  relay keys create NAME [--priority interactive|background] [--max-tokens-per-day N] [--max-concurrent N] [--hub URL]
+  relay keys set NAME [--priority …] [--max-tokens-per-day N|none] [--max-concurrent N|none]
+  relay keys ls [--json] | revoke NAME
+                         API keys for /v1 (a hub listening beyond loopback requires one); the key is printed once.
+                         A background key's requests wait behind interactive ones and give their slots up to them;
+                         ls shows each key's rules and its tokens today and this month
   relay nodes token [--hub URL | --home HUB_DIR]
                          a join token for a new machine and the command to run there (Linux, Windows, npm);
                          the token is the last line. --home: minted offline from the hub's data dir

@@ -114,3 +114,32 @@ function lineChart(c) {
     `<ul class="legend">${lines.map((l) => `<li><span class="swatch" style="background:${l.color}"></span>${esc(l.name)} <span class="muted">${latest(l)}</span></li>`).join('')}</ul></figure>`
   );
 }
+
+/**
+ * Who used the pool today: one bar per key, its prompt tokens and its completion tokens side by side in one bar,
+ * scaled to the largest. @param {{ label: string, prompt: number, completion: number }[]} rows
+ */
+function usageBars(rows) {
+  if (rows.length === 0) return '<p class="muted">Nothing used today yet.</p>';
+  const peak = Math.max(1, ...rows.map((r) => r.prompt + r.completion));
+  const W = 360;
+  const L = 110;
+  const bar = 14;
+  const H = rows.length * (bar + 6) + 4;
+  const scale = (/** @type {number} */ v) => (v / peak) * (W - L - 60);
+  const g = rows
+    .map((r, i) => {
+      const y = 2 + i * (bar + 6);
+      const p = scale(r.prompt);
+      const c = scale(r.completion);
+      return (
+        `<text x="${L - 6}" y="${y + bar - 3}" text-anchor="end">${esc(r.label)}</text>` +
+        `<rect class="bar-in" x="${L}" y="${y}" width="${p.toFixed(1)}" height="${bar}"><title>${esc(r.label)}: ${r.prompt} prompt tokens today</title></rect>` +
+        `<rect class="bar-out" x="${(L + p).toFixed(1)}" y="${y}" width="${c.toFixed(1)}" height="${bar}"><title>${esc(r.label)}: ${r.completion} completion tokens today</title></rect>` +
+        `<text x="${(L + p + c + 4).toFixed(1)}" y="${y + bar - 3}">${fmt(r.prompt + r.completion)}</text>`
+      );
+    })
+    .join('');
+  const words = rows.map((r) => `${r.label} ${r.prompt} in, ${r.completion} out`).join('; ');
+  return `<svg class="usage" viewBox="0 0 ${W} ${H}" width="${W}" height="${H}" role="img" aria-label="Tokens used today by key: ${esc(words)}">${g}</svg>`;
+}

@@ -25,6 +25,8 @@ import { beyondLoopback } from './http/guard.js';
 import { HubMetrics } from './state/metrics.js';
 import { startHistory } from './state/history.js';
 import { PieceCache } from '../gguf/piece-cache.js';
+import { KeyUsage } from './state/usage.js';
+import { Admission } from './http/admission.js';
 import { NodeManager } from '../pool/manager.js';
 import { joinSecret } from '../pairing/tokens.js';
 import { certFingerprint, ensureHubCert } from '../pairing/hub-cert.js';
@@ -121,6 +123,7 @@ export async function startHub(config: HubConfig, deps: { log: Logger; install?:
   }
   const spares = new SpareSockets();
   const pieces = new PieceCache();
+  const usage = new KeyUsage(store);
   const charts = startHistory({
     counters: () => metrics.totals(),
     placements: () => [...scheduler.view.status(), ...scheduler.view.shardStatus()],
@@ -143,6 +146,8 @@ export async function startHub(config: HubConfig, deps: { log: Logger; install?:
     cpuBudgetMb: () => inventory.cpuBudget,
     history: charts.history,
     pieces: (m) => pieces.get(m),
+    usage,
+    admission: new Admission({ keys, usage }),
     llama: { tag: install.tag, version: install.version, backend: install.backend, backend_reason: install.backendReason },
   });
 
@@ -224,6 +229,7 @@ export async function startHub(config: HubConfig, deps: { log: Logger; install?:
       for (const h of httpServers) h.closeAllConnections();
       for (const sock of sockets) sock.destroy();
       await closed;
+      await usage.close(); // what was counted since the last write
       await store.close();
     })();
     return closing;

@@ -13,7 +13,8 @@ import type { Launcher } from './launch/launcher.js';
 import type { SlotTokens } from './slots/answer-records.js';
 import { armIdle, failPlacement, isLive, machinesOf, newPlacement, openLease, type Lease, type NewPlacement, type Placement } from './placements/placement.js';
 import { HUB, Placer } from './run/placer.js';
-import { newAttempts, strandedNow, WaitQueue, type Attempts, type Waiter } from './placements/queue.js';
+import { ANYONE, newAttempts, strandedNow, WaitQueue, type Attempts, type Requester, type Waiter } from './placements/queue.js';
+import { heldForPeople, holdForRecord, yieldFor } from './run/yields.js';
 import { wantsAnother } from './decide/routing.js';
 import { Router } from './placements/router.js';
 import type { PromptPrefix } from './decide/prefix.js';
@@ -22,11 +23,10 @@ import { PlacementWatch } from './run/watch.js';
 import { loadDeadlineMs } from './decide/deadline.js';
 
 /**
- * The scheduler: for a request naming model M, lease a slot of a placement of M — the ready one with the
- * most free slots — or queue the request and add placements while more requests wait than the placements
- * of M can take (planned by the Placer, made real by the Launcher). A request waits for whichever comes
- * first: a slot frees up or a new placement is ready. Placements stop after the keep-alive, when their
- * machine pauses or leaves, or to make room for a model that has none.
+ * The scheduler: for a request naming model M, lease a slot of a placement of M (router.ts), or queue it and add
+ * placements while more wait than M's can take (planned by the Placer, made real by the Launcher); it waits for a
+ * free slot or a new placement. Placements stop after the keep-alive, when their machine pauses or leaves, or to
+ * make room for a model that has none.
  */
 
 /** Attempts a request gets before the last error is its answer (loads that failed under it, failovers). */
@@ -121,29 +121,25 @@ export class Scheduler {
   }
 
   /**
-   * A slot of a ready placement of `name`, now or once one frees up or a new placement is ready. `attempts`
-   * carries a request's earlier failures across calls (see MAX_ATTEMPTS); `signal` withdraws a waiting request;
-   * `prefix`: its prompt's keys, for the placement that holds most of them (router.ts).
+   * A slot of a ready placement of `name`, now or once one frees up or a new placement is ready, for `who`.
+   * `attempts`: the request's earlier failures (MAX_ATTEMPTS); `signal` withdraws it; `prefix`: its prompt's keys.
    */
-  async acquire(name: string, attempts: Attempts = newAttempts(), signal?: AbortSignal, prefix: PromptPrefix | null = null): Promise<Lease> {
+  async acquire(name: string, attempts: Attempts = newAttempts(), signal?: AbortSignal, prefix: PromptPrefix | null = null, who: Requester = ANYONE): Promise<Lease> {
     if (this.closed) throw new RelayError(ErrorCode.MODEL_UNAVAILABLE, 'the hub is shutting down');
     const model = await this.current(name);
     // The client may have left while its model was re-hashed: no waiter for it (it would hold a slot for no one).
     if (signal?.aborted) throw new RelayError(ErrorCode.INVALID_REQUEST, 'the client went away while waiting');
     if (this.waiting.size(model.name) === 0) {
       const c = this.router.choose(model.name, this.of(model), attempts.exclude, prefix, this.now());
-      if (c) return this.lease(c, model, prefix);
+      if (c) return this.lease(c, model, prefix, who);
     }
-    this.waiting.checkRoom(model.name);
-    const { lease } = this.waiting.add(model, attempts, signal, { prefix, since: this.now() });
+    this.waiting.checkRoom(model.name, who.priority);
+    const { lease } = this.waiting.add(model, attempts, signal, { prefix, since: this.now() }, who);
     this.pump(model.name);
     return lease;
   }
 
-  /**
-   * The model as its file is now: a changed file is re-hashed first (once; requests meanwhile share the hash) and
-   * its placements stop only when the bytes differ, so a `touch` or a backup restore of the same bytes cuts nothing.
-   */
+  /** The model as its file is now: a changed file re-hashed (once), its placements stopped only if the bytes differ. */
   private async current(name: string): Promise<ModelRecord> {
     const { model, changed } = await this.deps.registry.verify(name);
     if (changed) await this.stopModel(name, 'model file changed on disk');
@@ -151,8 +147,9 @@ export class Scheduler {
   }
 
   /**
-   * Hand free slots to waiting requests in arrival order, add placements while more wait than the placements
-   * can take, and answer the waiters when the model has no placement and none can be made.
+   * Free slots to waiters (people first, keys by turns: decide/turns.ts), background answers yielding to people who
+   * still wait, placements added while more wait than they can take (never evicting a model people use for a
+   * background request), and the waiters answered when none can be made (a background one waits if it fits later).
    */
   private pump(name: string): void {
     const q = this.waiting.of(name);
@@ -161,42 +158,48 @@ export class Scheduler {
     const model = this.deps.registry.get(name) ?? q[0]!.model;
     for (const w of q) {
       const c = this.router.choose(name, this.of(model), w.attempts.exclude, w.prefix, w.since);
-      if (c) w.resolve(this.lease(c, model, w.prefix));
+      if (c) w.resolve(this.lease(c, model, w.prefix, w.who));
     }
     const left = (): Waiter[] => this.waiting.of(name);
+    yieldFor(this.of(model), left());
     // A waiter is stranded when every live placement of M already failed it (or M has none).
     const stranded = (): Waiter[] => left().filter((w) => !this.of(model).some((p) => isLive(p) && !w.attempts.exclude.has(p.id)));
     const max = this.deps.config.maxPlacementsPerModel;
     const below = (): boolean => max <= 0 || this.of(model).filter(isLive).length < max;
     while (left().length > 0 && ((stranded().length > 0 && below()) || wantsAnother(this.router.views(this.of(model)), left().length, max))) {
       const first = !this.of(model).some(isLive);
-      const plan = this.placer.place(model, first);
+      const forPeople = left().some((w) => w.who.priority === 'interactive');
+      const plan = this.placer.place(model, first, forPeople ? undefined : (v) => !heldForPeople(v, this.now(), this.deps.config.keepAliveMs));
       if (!plan) break;
       this.start(model, plan);
     }
     // Room that a stopping placement is about to give back may be what M needs: wait for it (every stop re-pumps).
     const roomComing = [...this.placements.values()].some((p) => p.state === 'stopping');
-    const out = roomComing ? [] : strandedNow(stranded(), () => void (this.closed || this.pump(name)));
+    // A background request the pool could hold later waits for it (bounded by RELAY_QUEUE_TIMEOUT_MS) rather than a 503.
+    const later = (w: Waiter): boolean => w.who.priority === 'background' && w.attempts.errors.length === 0 && this.placer.couldFitLater(model);
+    const out = roomComing ? [] : strandedNow(stranded(), () => void (this.closed || this.pump(name))).filter((w) => !later(w));
     if (out.length > 0) {
       const fallback = this.placer.refusal(model);
       for (const w of out) w.reject(w.attempts.errors.at(-1) ?? w.attempts.last ?? fallback);
     }
   }
 
-  /** A slot of `p` for one request (placement.ts): each release re-pumps M and re-arms the keep-alive. */
-  private lease({ p, warm }: { p: Placement; warm: boolean }, model: ModelRecord, prefix: PromptPrefix | null): Lease {
+  /** A slot of `p` for one request (placement.ts): each release re-pumps M (a yielded slot once recorded) and re-arms the keep-alive. */
+  private lease({ p, warm }: { p: Placement; warm: boolean }, model: ModelRecord, prefix: PromptPrefix | null, who: Requester): Lease {
     this.router.leased(p, prefix, warm);
     if (p.idleTimer) clearTimeout(p.idleTimer);
     p.idleTimer = null;
-    return openLease(p, model, {
+    this.waiting.served(p.model, who.key);
+    const released = (): void => {
+      if (p.state !== 'ready') return;
+      this.pump(p.model);
+      if (p.inFlight === 0) this.armIdleTimer(p);
+    };
+    return openLease(p, model, who, {
       now: () => this.now(),
       probe: () => this.watch.probe(p),
       adopted: (from) => this.router.adopt(p.model, from, p.id),
-      released: () => {
-        if (p.state !== 'ready') return;
-        this.pump(p.model);
-        if (p.inFlight === 0) this.armIdleTimer(p);
-      },
+      released: (yielded) => (yielded && p.state === 'ready' ? holdForRecord(p, this.deps.launcher, released) : released()),
     });
   }
 
@@ -295,10 +298,8 @@ export class Scheduler {
     else void stopped.kept.then((kept) => this.router.stopped(p.model, p.id, kept));
   }
 
-  /** A stopped placement's slots as token lists, the record its moved answers continue from (answer-records.ts). */
-  answerRecord(placementId: string, waitMs: number): Promise<SlotTokens[]> {
-    return this.deps.launcher.answerRecord?.(placementId, waitMs) ?? Promise.resolve([]);
-  }
+  /** A stopped (or yielded) placement's slots as token lists: the record its moved answers go on from (answer-records.ts). */
+  answerRecord = (placementId: string, waitMs: number): Promise<SlotTokens[]> => this.deps.launcher.answerRecord?.(placementId, waitMs) ?? Promise.resolve([]);
 
   /** Room came free somewhere: every model with waiting requests may now be placed. */
   private pumpAll(): void {
@@ -335,9 +336,7 @@ export class Scheduler {
   }
 
   /** After a hello or a heartbeat: the table made true to what the node runs (watch.ts). */
-  reconcile(conn: NodeConn): Promise<void> {
-    return this.watch.reconcile(conn);
-  }
+  reconcile = (conn: NodeConn): Promise<void> => this.watch.reconcile(conn);
 
   async close(): Promise<void> {
     if (this.closed) return;

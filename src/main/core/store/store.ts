@@ -100,14 +100,40 @@ export interface NodeRefusal {
   readonly at: string;
 }
 
+/** One /v1 API key as stored. The rules are absent on keys made before them: interactive, no quotas. */
+export interface ApiKeyRecord {
+  name: string;
+  sha256: string;
+  prefix: string;
+  created_at: string;
+  last_used_at: string | null;
+  /** Its class: `background` requests wait behind `interactive` ones and give their slots up to them. */
+  priority?: 'interactive' | 'background';
+  /** Prompt and completion tokens it may use per day (the hub's local day); absent: no limit. */
+  max_tokens_per_day?: number;
+  /** Requests it may have in flight (waiting or answered) at once; absent: no limit. */
+  max_concurrent?: number;
+}
+
+/** What one key used in one day. */
+export interface DayUsage {
+  prompt_tokens: number;
+  completion_tokens: number;
+  requests: number;
+  /** Its answers that gave their slot to an interactive request and went on afterwards. */
+  yields: number;
+}
+
 export interface StoreData {
   schemaVersion: number;
   models: ModelRecord[];
   nodes: NodeRecord[];
   /** Ids of join tokens already exchanged (each is good once). */
   used_join_tokens?: string[];
-  /** /v1 API keys: names and SHA-256 digests (the keys themselves are shown once, never stored). */
-  api_keys?: { name: string; sha256: string; prefix: string; created_at: string; last_used_at: string | null }[];
+  /** /v1 API keys: names and SHA-256 digests (the keys themselves are shown once, never stored), and their rules. */
+  api_keys?: ApiKeyRecord[];
+  /** Tokens and requests per key and day (the hub's local date), the last KEPT_DAYS days; "" is requests with no key. */
+  key_usage?: Record<string, Record<string, DayUsage>>;
   /** The hub's own devices: its owner's pause toggle, schedule and auto-pause (absent = always available). */
   hub_availability?: { paused: boolean; schedule: string; auto_pause: boolean };
 }

@@ -2,17 +2,33 @@ import { ErrorCode, RelayError } from '../../../../shared/errors.js';
 import { parseJson, textField } from '../http/request.js';
 import type { Mount } from '../http/context.js';
 import { hubView } from '../observe/status.js';
+import { keyViews } from '../observe/keys-view.js';
+import { keyRulesChange } from '../http/keys.js';
 
-/** /v1 API keys (the key is in the 201 answer only) and the hub's own availability. */
+/**
+ * /v1 API keys (the key is in the 201 answer only) with their rules — class, tokens per day, requests at once — and
+ * what each used (today, this month), and the hub's own availability.
+ */
 export const mountHubSettings: Mount = (app, { deps: d, raw, auth }) => {
   app.get('/api/keys', auth.requireAdmin(true), (_req, res) => {
-    res.json({ keys: d.keys.list(), required: auth.keyRequired() });
+    const { keys, noKey } = keyViews(d);
+    res.json({ keys, no_key: noKey, required: auth.keyRequired() });
   });
 
   app.post('/api/keys', auth.requireAdmin(false), raw, async (req, res, next) => {
     try {
       const body = parseJson(req);
-      res.status(201).json(await d.keys.create(textField(body.name)));
+      res.status(201).json(await d.keys.create(textField(body.name), keyRulesChange(body)));
+    } catch (err) {
+      next(err);
+    }
+  });
+
+  // A key's rules changed (a field left out stays); a bad value is refused and nothing changes.
+  app.patch('/api/keys/:name', auth.requireAdmin(false), raw, async (req, res, next) => {
+    try {
+      const change = keyRulesChange(parseJson(req));
+      res.json({ name: String(req.params.name), ...(await d.keys.update(String(req.params.name), change)) });
     } catch (err) {
       next(err);
     }

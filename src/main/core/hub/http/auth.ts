@@ -18,6 +18,8 @@ export interface HubAuth {
   /** Why a /v1 request is refused for its key (none, or not one of this hub's), or null. */
   apiKeyRefusal(req: IncomingMessage): RelayError | null;
   requireApiKey(req: Request, res: Response, next: NextFunction): void;
+  /** The name of the API key a request was let in with (checked by apiKeyRefusal), or null: none, or RELAY_API_KEY. */
+  keyOf(req: IncomingMessage): string | null;
   requireAdmin(readOnly: boolean): (req: Request, res: Response, next: NextFunction) => void;
   readonly logins: DashboardSessions;
 }
@@ -42,11 +44,15 @@ export function hubAuth(config: HubConfig, keys: ApiKeys): HubAuth {
   const keyRequired = (): boolean => Boolean(config.apiKey) || keys.any || beyondLoopback(config.host);
   const isApiKey = (token: string): boolean => Boolean((config.apiKey && safeEqual(token, config.apiKey)) || keys.verify(token));
   const logins = new DashboardSessions();
+  const names = new WeakMap<IncomingMessage, string>();
   const apiKeyRefusal = (req: IncomingMessage): RelayError | null => {
-    if (!keyRequired()) return null;
     // Anthropic's clients (Claude Code, the anthropic SDK) send the key as x-api-key.
     const token = bearer(req) ?? header(req, 'x-api-key');
-    if (token && isApiKey(token)) return null;
+    // A named key counts its requests whether or not the hub requires one (its class, quotas and usage).
+    const name = token ? keys.verify(token) : null;
+    if (name !== null) names.set(req, name);
+    if (!keyRequired()) return null;
+    if (name !== null || (token && config.apiKey && safeEqual(token, config.apiKey))) return null;
     return new RelayError(
       ErrorCode.INVALID_API_KEY,
       !config.apiKey && !keys.any
@@ -59,6 +65,7 @@ export function hubAuth(config: HubConfig, keys: ApiKeys): HubAuth {
     logins,
     apiKeyRefusal,
     requireApiKey: (req, _res, next) => next(apiKeyRefusal(req) ?? undefined),
+    keyOf: (req) => names.get(req) ?? null,
     requireAdmin: (readOnly) => (req, _res, next) => {
       const remote = config.loopbackAdmin ? req.socket.remoteAddress : undefined;
       if (adminAllowed(remote, bearer(req), config, readOnly, isApiKey)) return next();

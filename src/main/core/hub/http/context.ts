@@ -13,6 +13,8 @@ import type { History } from '../state/history.js';
 import type { ApiKeys } from './keys.js';
 import type { HubAuth } from './auth.js';
 import type { Recent } from '../state/recent.js';
+import type { KeyUsage } from '../state/usage.js';
+import type { Admission } from './admission.js';
 import type { ModelRecord } from '../../store/store.js';
 import type { Pieces } from '../../gguf/pieces.js';
 
@@ -38,6 +40,9 @@ export interface AppDeps {
   readonly cpuBudgetMb?: () => number;
   /** The charts' last minutes (history.ts), for a dashboard opened now. */
   readonly history?: History;
+  /** Who used what, per key and day (state/usage.ts), and whether a request may go to the pool now (http/admission.ts). */
+  readonly usage: KeyUsage;
+  readonly admission: Admission;
   /** A model's tokens as llama-server streams them (gguf/pieces.ts), read once: a moved answer's exact continuation needs them. */
   readonly pieces?: (m: ModelRecord) => Promise<Pieces | null>;
 }

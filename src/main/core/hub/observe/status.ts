@@ -8,6 +8,7 @@ import { serveEvents } from './events.js';
 import { poolPicture } from './picture.js';
 import type { AppDeps, HubHttp, Mount } from '../http/context.js';
 import { modelViewer } from './model-view.js';
+import { keyViews } from './keys-view.js';
 import type { HubAvailabilityStatus, StatusDto } from '../../../../shared/status.js';
 import { nodeDeviceStatus } from '../../pool/manager.js';
 
@@ -22,6 +23,7 @@ export function hubView(d: AppDeps): HubAvailabilityStatus {
 export function buildStatus({ deps: d, auth, recent, moves }: HubHttp): StatusDto {
   const modelView = modelViewer(d);
   const { config, registry, scheduler, nodes } = d;
+  const keys = keyViews(d);
   const parts = {
     hub: hubView(d),
     devices: scheduler.view.deviceStatus(),
@@ -74,7 +76,8 @@ export function buildStatus({ deps: d, auth, recent, moves }: HubHttp): StatusDt
       };
     }),
     queues: scheduler.view.queues(),
-    api_keys: d.keys.list(),
+    api_keys: keys.keys,
+    no_key_usage: keys.noKey,
     machines: poolPicture(parts),
     pulls: d.pulls.list(),
     recent: recent.list,

@@ -3,6 +3,8 @@ import { checkImages, inlineRemoteImages } from './images.js';
 import { promptPrefix } from './prompt-prefix.js';
 import { ErrorCode, isRelayError, RelayError } from '../../../../shared/errors.js';
 import { failedOn, MAX_ATTEMPTS, newAttempts } from '../../scheduler/scheduler.js';
+import { ANYONE, type Requester } from '../../scheduler/placements/queue.js';
+import type { Ticket } from '../http/admission.js';
 import type { Attempts } from '../../scheduler/placements/queue.js';
 import type { Lease } from '../../scheduler/placements/placement.js';
 import type { ModelRecord } from '../../store/store.js';
@@ -86,6 +88,11 @@ class PooledRequest {
   private translator: Translator | undefined;
   private readonly attempts: Attempts = newAttempts();
   private readonly gone = new AbortController();
+  /** The API key it came with (its name; null: none) and, once admitted, its class and whether it can yield. */
+  private readonly key: string | null;
+  private who: Requester = ANYONE;
+  /** Times its answer gave its slot to an interactive request and went on (not moves: no limit, no exclusion). */
+  private yields = 0;
 
   constructor(
     private readonly h: HubHttp,
@@ -97,11 +104,16 @@ class PooledRequest {
     res.on('close', () => {
       if (!res.writableFinished) this.gone.abort();
     });
+    this.key = h.auth.keyOf(req);
   }
 
   async run(prepare: () => Pooled): Promise<void> {
+    let ticket: Ticket | null = null;
     try {
       const r = await this.ready(prepare);
+      // Its key's class and quotas (admission.ts): a refusal is the answer, in the dialect's shape.
+      ticket = this.h.deps.admission.admit(this.key, this.req);
+      this.who = { ...ticket.who, canYield: r.reader !== null };
       for (;;) {
         const lease = await this.lease(r);
         if (!lease) return;
@@ -110,6 +122,8 @@ class PooledRequest {
       }
     } catch (err) {
       this.fail(err);
+    } finally {
+      ticket?.done();
     }
   }
 
@@ -136,7 +150,7 @@ class PooledRequest {
 
   /** A slot of a placement of the model; null when the client went away meanwhile. */
   private async lease(r: Ready): Promise<Lease | null> {
-    const lease = await this.h.deps.scheduler.acquire(r.p.model, this.attempts, this.gone.signal, r.prefix);
+    const lease = await this.h.deps.scheduler.acquire(r.p.model, this.attempts, this.gone.signal, r.prefix, this.who);
     if (!this.res.destroyed) return lease;
     lease.release();
     if (this.move) this.answered(499); // it went away between the two parts of its answer
@@ -189,8 +203,10 @@ class PooledRequest {
   private after(r: Ready, lease: Lease, outcome: ProxyOutcome): 'over' | 'again' {
     if (outcome.kind === 'done') return 'over';
     if (outcome.kind === 'moved') {
-      // Its placement stopped mid-answer: what the client has is the start of the answer another one continues.
-      this.attempts.exclude.add(lease.placementId);
+      // Its placement stopped mid-answer (or this answer gave its slot to a person: it may come back to the same one):
+      // what the client has is the start of the answer another slot continues.
+      if (outcome.yielded) this.yields++;
+      else this.attempts.exclude.add(lease.placementId);
       this.move = {
         sent: structuredClone(r.reader!.sent),
         head: outcome.head,
@@ -199,14 +215,14 @@ class PooledRequest {
         fromPlacement: lease.placementId,
         at: Date.now(),
       };
-      const why = ++this.moves > MAX_MOVES ? `it moved ${MAX_MOVES} times` : cannotGoOn(r.p.json, this.move.sent);
+      const why = !outcome.yielded && ++this.moves > MAX_MOVES ? `it moved ${MAX_MOVES} times` : cannotGoOn(r.p.json, this.move.sent);
       if (why === null) return 'again';
       this.endMoved(this.move, why);
       return 'over';
     }
-    // Its placement was stopped before it answered (a pause, an eviction): another one takes it, no attempt spent.
+    // Its placement was stopped before it answered (a pause, an eviction; or it yielded): another slot takes it, no attempt spent.
     if (outcome.halted) {
-      this.attempts.exclude.add(lease.placementId);
+      if (!outcome.yielded) this.attempts.exclude.add(lease.placementId);
       return 'again';
     }
     failedOn(this.attempts, lease.placementId, outcome.error);
@@ -219,9 +235,11 @@ class PooledRequest {
     const { metrics } = this.h.deps;
     const model = this.model;
     metrics.requests.add({ endpoint: this.endpoint, status: String(status) });
+    this.h.deps.usage.add(this.key, { requests: 1, yields: this.yields, prompt_tokens: usage?.promptTokens ?? 0, completion_tokens: usage?.completionTokens ?? 0 });
     this.h.recent.add({
       at: new Date(this.t0).toISOString(),
       model,
+      key: this.key,
       endpoint: this.endpoint,
       status,
       ms: Date.now() - this.t0,
@@ -229,10 +247,12 @@ class PooledRequest {
       completion_tokens: usage?.completionTokens ?? null,
       tokens_per_second: usage?.tokensPerSecond ?? null,
       ...(this.moves > 0 ? { moves: this.moves } : {}),
+      ...(this.yields > 0 ? { yields: this.yields } : {}),
     });
     if (usage) {
-      metrics.tokens.add({ model, kind: 'prompt' }, usage.promptTokens);
-      metrics.tokens.add({ model, kind: 'completion' }, usage.completionTokens);
+      const key = this.key ?? '';
+      metrics.tokens.add({ model, kind: 'prompt', key }, usage.promptTokens);
+      metrics.tokens.add({ model, kind: 'completion', key }, usage.completionTokens);
       if (usage.cachedTokens !== null) {
         metrics.promptTokens.add({ model, cache: 'cached' }, usage.cachedTokens);
         metrics.promptTokens.add({ model, cache: 'evaluated' }, Math.max(0, usage.promptTokens - usage.cachedTokens));

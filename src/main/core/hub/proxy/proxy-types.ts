@@ -25,12 +25,15 @@ export interface Translator {
 }
 
 /**
- * `retry`: nothing was sent, another placement may take it; `halted`: because its placement was stopped, not failed.
+ * `retry`: nothing was sent, another placement may take it; `halted`: because its placement was stopped, not failed;
+ * `yielded` (with `retry` or `moved`): only this answer was stopped, to give its slot to an interactive request.
  * `moved`: its placement was stopped mid-answer and the request said it can continue elsewhere (`reader`): the
  * client's response is still open, the reader holds what it was given, `head` is the stream's start (its usage).
  */
 export type ProxyOutcome =
-  { readonly kind: 'done' } | { readonly kind: 'retry'; readonly error: RelayError; readonly halted?: boolean } | { readonly kind: 'moved'; readonly error: RelayError; readonly head: Buffer };
+  | { readonly kind: 'done' }
+  | { readonly kind: 'retry'; readonly error: RelayError; readonly halted?: boolean; readonly yielded?: boolean }
+  | { readonly kind: 'moved'; readonly error: RelayError; readonly head: Buffer; readonly yielded?: boolean };
 
 /**
  * A continuation's stream made the rest of the first part's (stitch.ts: through the dialect's route; retell.ts: from

@@ -2,7 +2,7 @@ import type { Duplex } from 'node:stream';
 import type { ServerResponse } from 'node:http';
 import { ErrorCode, RelayError } from '../../../../shared/errors.js';
 import { OPENAI_ERRORS, type ErrorShape } from '../http/errors.js';
-import { FailedHalt, type Lease } from '../../scheduler/placements/placement.js';
+import { FailedHalt, YieldHalt, type Lease } from '../../scheduler/placements/placement.js';
 import { openUpstream, postUpstream, type UpstreamHead } from './upstream-http.js';
 import { sendJson } from '../http/answer.js';
 import { llamaRefusal } from './llama-answer.js';
@@ -288,9 +288,10 @@ class Exchange {
     lease.release();
     if (!lease.connect) this.opts.spares?.refill(url.hostname, Number(url.port));
     const halted = lease.halted.aborted;
+    const yielded = lease.halted.reason instanceof YieldHalt;
     this.opts.log[halted ? 'info' : 'warn']({ model: lease.model.name, placement: lease.placementId, why }, `placement ${halted ? 'stopped' : 'failed'} before the first byte: trying another`);
     const error = new RelayError(ErrorCode.UPSTREAM_ERROR, `the placement of "${lease.model.name}" failed before answering (${why})`, { model: lease.model.name });
-    this.resolveOutcome({ kind: 'retry', error, halted });
+    this.resolveOutcome({ kind: 'retry', error, halted, ...(yielded ? { yielded } : {}) });
   }
 
   /** The upstream failed: before the first byte another placement may take it; after it, the client's error. */
@@ -331,7 +332,7 @@ class Exchange {
     this.up.destroy();
     lease.release();
     this.opts.log.info({ model: lease.model.name, placement: lease.placementId, why }, 'placement stopped mid-response: moving the answer');
-    this.resolveOutcome({ kind: 'moved', error: this.stoppedMidResponse(why), head: this.kept.start() });
+    this.resolveOutcome({ kind: 'moved', error: this.stoppedMidResponse(why), head: this.kept.start(), ...(lease.halted.reason instanceof YieldHalt ? { yielded: true } : {}) });
   }
 
   private stoppedMidResponse(why: string): RelayError {

@@ -6,7 +6,7 @@ import { pipeline } from 'node:stream/promises';
 import type { Logger } from 'pino';
 import type { SavedSlot, SlotStreamHeader } from '../../../../shared/protocol.js';
 import type { YamuxStream } from '../../tunnel/yamux/session.js';
-import { slotStateBytes } from '../../llama/slot-state.js';
+import { idleSlotTokens, slotStateBytes } from '../../llama/slot-state.js';
 
 /**
  * A node's kept conversations (issue #44, item 3). A replica the hub started with `keepSlotsBytes` saves, when it
@@ -105,6 +105,11 @@ export class NodeSlots {
   async serve(st: YamuxStream, h: SlotStreamHeader, baseUrlOf: (replica: string) => string | undefined): Promise<void> {
     const answer = (line: Record<string, unknown>): void => void st.write(`${JSON.stringify(line)}\n`);
     try {
+      if (h.op === 'tokens') {
+        const base = baseUrlOf(h.replica);
+        if (!base) return void st.end(`${JSON.stringify({ ok: false, message: `replica ${h.replica} is not running here` })}\n`);
+        return void st.end(`${JSON.stringify({ ok: true, slots: await idleSlotTokens(base, this.d.dir, `yield-${h.replica}`) })}\n`);
+      }
       if (h.op === 'get') {
         const k = this.kept.get(h.replica)?.find((x) => x.slot === h.slot);
         if (!k) return void st.end(`${JSON.stringify({ ok: false, message: 'no such kept slot' })}\n`);

@@ -12,6 +12,7 @@ import type { Placement, Running } from '../placements/placement.js';
 import { describeNeed } from '../decide/plan.js';
 import { SlotKeeper, type SlotLayout } from '../slots/slot-keep.js';
 import { slotTokens, type AnswerRecords, type SlotTokens } from '../slots/answer-records.js';
+import { idleSlotTokens } from '../../llama/slot-state.js';
 import { START_RESTORE_WAIT_MS, TAKE_IN_WAIT_MS } from '../slots/slot-carry.js';
 import type { KeptSlots } from '../slots/slot-keep.js';
 import { KV_ROW_SCALE } from '../decide/fit.js';
@@ -154,6 +155,15 @@ export class HostLauncher {
   check(p: Placement): Promise<Liveness> {
     const held = this.servers.get(p.id);
     return liveness(held?.child ?? null, held?.url ? `${held.url}/health` : null);
+  }
+
+  /** Its idle slots' tokens into its record (an answer just yielded one of them; see Launcher.recordSlots). */
+  recordSlots(p: Placement): Promise<void> {
+    const held = this.servers.get(p.id);
+    if (!held?.url || !this.layout(held.model, p)) return Promise.resolve();
+    const tokens = idleSlotTokens(held.url, this.slots.dir, `yield-${p.id}`);
+    this.deps.records.expect(p.id, tokens);
+    return tokens.then(() => undefined);
   }
 
   /** Save the replica's slots for the model's next replica while it runs (and serves); see Launcher.keep. */

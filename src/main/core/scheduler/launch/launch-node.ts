@@ -13,7 +13,7 @@ import { launchError, slotLayout } from './launch-host.js';
 import { asLiveness, type Liveness } from '../../llama/liveness.js';
 import type { KeptFile, SlotKeeper, SlotLayout } from '../slots/slot-keep.js';
 import { slotTokens, type AnswerRecords, type SlotTokens } from '../slots/answer-records.js';
-import { fetchSlot, putSlot, savedSlots, slotsTooLarge, SLOT_CARRY_TIMEOUT_MS, START_RESTORE_WAIT_MS, TAKE_IN_WAIT_MS } from '../slots/slot-carry.js';
+import { fetchIdleSlotTokens, fetchSlot, putSlot, savedSlots, slotsTooLarge, SLOT_CARRY_TIMEOUT_MS, START_RESTORE_WAIT_MS, TAKE_IN_WAIT_MS } from '../slots/slot-carry.js';
 import type { NodeConn } from '../../pool/conn.js';
 import type { SavedSlot } from '../../../../shared/protocol.js';
 
@@ -96,6 +96,14 @@ export class NodeLauncher {
     } finally {
       this.starting.delete(p.id);
     }
+  }
+
+  /** Its idle slots' tokens into its record, asked of the node (an answer just yielded one; Launcher.recordSlots). */
+  recordSlots(p: Placement): Promise<void> {
+    if (!p.node?.alive || !this.keeping.has(p.id)) return Promise.resolve();
+    const tokens = fetchIdleSlotTokens(p.node, p.id);
+    this.deps.records.expect(p.id, tokens);
+    return tokens.then(() => undefined);
   }
 
   /** The node's own answer on its replica's llama-server (its process state, its /health on loopback). */

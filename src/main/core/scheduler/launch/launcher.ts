@@ -35,6 +35,11 @@ export interface Launcher {
   /** The token lists of a stopped placement's slots (its answers' record), waited for at most `waitMs`. */
   answerRecord?(placementId: string, waitMs: number): Promise<SlotTokens[]>;
   /**
+   * A running placement's idle slots read into its record (an answer just yielded one: the record it goes on from);
+   * settles when done or given up. Absent, or a placement that cannot (a shard, slots not kept): nothing.
+   */
+  recordSlots?(p: Placement): Promise<void>;
+  /**
    * Before an idle stop: a host replica saves its slots for the model's next one (slot-keep.ts) while it still
    * serves; what was kept (`discard` it when the replica is used meanwhile), or null. Never rejects.
    */
@@ -82,6 +87,11 @@ export class LlamaLauncher implements Launcher {
 
   answerRecord(placementId: string, waitMs: number): Promise<SlotTokens[]> {
     return this.records.wait(placementId, waitMs);
+  }
+
+  recordSlots(p: Placement): Promise<void> {
+    if (p.kind === 'node') return this.node?.recordSlots(p) ?? Promise.resolve();
+    return p.kind === 'host' ? this.host.recordSlots(p) : Promise.resolve();
   }
 
   keep(p: Placement): Promise<KeptSlots | null> {

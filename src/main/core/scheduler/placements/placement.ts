@@ -7,6 +7,7 @@ import type { Restored } from '../slots/slot-keep.js';
 import type { FitBreakdown } from '../decide/fit.js';
 import type { ShardPlan } from '../decide/shard.js';
 import type { PlacementFailure, PlacementStateName } from '../../../../shared/status.js';
+import type { RunningView, Who } from '../decide/turns.js';
 import { nextMsPerToken, nextPromptMsPerToken, stallMs } from '../decide/routing.js';
 
 /** Where a new placement goes, as the placer planned it (placer.ts), with the placements it stops to make room. */
@@ -80,6 +81,10 @@ export interface Placement {
   /** When it became ready (0 while loading): a device reading older than this does not count its memory yet. */
   readyAt: number;
   lastUsedAt: number;
+  /** Its leases in flight, as the turns rule sees them (decide/turns.ts): who, since when, whether one can yield. */
+  readonly leases: Map<string, LeaseInFlight>;
+  /** When it last took an interactive request (0: never): a model people use is not evicted for a background one. */
+  lastInteractiveAt: number;
   /** Recent milliseconds per generated token (moving average), null until a request reported its timings. */
   msPerToken: number | null;
   /** Recent milliseconds per prompt token evaluated (moving average; routing.ts), null until measured. */
@@ -104,9 +109,18 @@ export interface LeaseReport {
   readonly draftAccepted?: number | null;
 }
 
+/** A lease in flight on a placement: the turns rule's view of it (decide/turns.ts) and how to make it yield. */
+export interface LeaseInFlight extends RunningView {
+  yielding: boolean;
+  /** Stop the answer on its slot (YieldHalt): it goes on afterwards through the move path. */
+  yield(): void;
+}
+
 /** A claim on one slot of a ready placement for one request; release() exactly once when the response is done. */
 export interface Lease {
   readonly placementId: string;
+  /** Whom it serves (its key and class). */
+  readonly who: Who;
   /** What serves it: a host or node replica, or a shard (for the words of an error). */
   readonly kind: PlacementKind;
   /** Its machines by name ("hub", "kitchen", "hub+kitchen" for a shard), for what the pool shows. */
@@ -114,7 +128,10 @@ export interface Lease {
   readonly baseUrl: string;
   readonly connect?: () => Duplex;
   readonly model: ModelRecord;
-  /** Aborted when the scheduler stops its placement; `reason` says why ("node north paused (…)"). */
+  /**
+   * Aborted when the scheduler stops its placement — `reason` says why ("node north paused (…)") — or asks this one
+   * answer to give its slot to a person who waits (a YieldHalt).
+   */
   readonly halted: AbortSignal;
   /** Running.takeIn: the state `from` kept of an answer that moved here, read into the slot this lease holds (its bytes). */
   readonly takeIn?: (from: string) => Promise<number>;
@@ -181,6 +198,8 @@ export function newPlacement(model: ModelRecord, plan: NewPlacement, fit: FitBre
     idleTimer: null,
     failure: null,
     unresponsive: 0,
+    leases: new Map(),
+    lastInteractiveAt: 0,
   };
 }
 
@@ -190,6 +209,13 @@ export function failPlacement(p: Placement, message: string, tail: string, now: 
   p.failure = { message, tail, at: new Date(now).toISOString() };
   if (p.idleTimer) clearTimeout(p.idleTimer);
   p.halt.abort(new FailedHalt(message));
+}
+
+/** Why one answer was halted while its placement runs on: it gave its slot to an interactive request (decide/turns.ts). */
+export class YieldHalt {
+  toString(): string {
+    return 'yielded its slot to an interactive request';
+  }
 }
 
 /**
@@ -207,16 +233,39 @@ export class FailedHalt {
 /**
  * A lease on one slot of a ready placement: counts it in flight now, and on its one release counts it served
  * and folds the speed llama-server reported into the placement's recent time per token (routing by speed, the
- * stall limit) before telling the scheduler (`released`).
+ * stall limit) before telling the scheduler (`released`; `yielded` true when it had been asked to yield).
  */
-export function openLease(p: Placement, model: ModelRecord, hooks: { now(): number; probe(): Promise<void>; released(): void; adopted(from: string): void }): Lease {
+export function openLease(
+  p: Placement,
+  model: ModelRecord,
+  who: Who & { readonly canYield: boolean },
+  hooks: { now(): number; probe(): Promise<void>; released(yielded: boolean): void; adopted(from: string): void },
+): Lease {
   const running = p.running!;
   const { takeIn } = running;
   p.inFlight++;
   p.lastUsedAt = hooks.now();
+  if (who.priority === 'interactive') p.lastInteractiveAt = hooks.now();
   let released = false;
+  const own = haltController();
+  const id = randomUUID();
+  const inFlight: LeaseInFlight = {
+    id,
+    placementId: p.id,
+    priority: who.priority,
+    canYield: who.canYield,
+    yielding: false,
+    since: hooks.now(),
+    yield: () => {
+      if (inFlight.yielding || released) return;
+      inFlight.yielding = true;
+      own.abort(new YieldHalt());
+    },
+  };
+  p.leases.set(id, inFlight);
   return {
     placementId: p.id,
+    who: { key: who.key, priority: who.priority },
     kind: p.kind,
     where: machinesOf(p)
       .map((n) => n ?? 'hub')
@@ -234,12 +283,13 @@ export function openLease(p: Placement, model: ModelRecord, hooks: { now(): numb
       : {}),
     ...(running.restored ? { restored: running.restored } : {}),
     model,
-    halted: p.halt.signal,
+    halted: AbortSignal.any([p.halt.signal, own.signal]),
     stallMs: () => stallMs(p.msPerToken),
     probe: hooks.probe,
     release: (report) => {
       if (released) return;
       released = true;
+      p.leases.delete(id);
       p.inFlight--;
       p.served++;
       p.lastUsedAt = hooks.now();
@@ -247,7 +297,7 @@ export function openLease(p: Placement, model: ModelRecord, hooks: { now(): numb
       p.promptMsPerToken = nextPromptMsPerToken(p.promptMsPerToken, report?.promptMs, report?.promptEvaluated);
       p.drafted += report?.drafted ?? 0;
       p.draftAccepted += report?.draftAccepted ?? 0;
-      hooks.released();
+      hooks.released(inFlight.yielding);
     },
   };
 }

@@ -2,11 +2,13 @@ import { ErrorCode, RelayError } from '../../../../shared/errors.js';
 import type { ModelRecord } from '../../store/store.js';
 import type { Lease } from './placement.js';
 import type { PromptPrefix } from '../decide/prefix.js';
+import { servingOrder, type Priority, type Who } from '../decide/turns.js';
 
 /**
- * The per-model wait queue: requests that found no free slot wait here in arrival order, bounded in length
- * (a full queue answers 429 pool_busy) and in time (503 pool_busy), and leave when their client goes away.
- * The scheduler hands them leases; the queue only keeps them, their timers and their abort listeners.
+ * The per-model wait queue: requests that found no free slot wait here, bounded in length per class (a full queue
+ * answers 429 pool_busy: a batch job's requests never crowd out a person's) and in time (503 pool_busy), and leave
+ * when their client goes away. They are served interactive first and by turns between keys (decide/turns.ts), not in
+ * arrival order. The scheduler hands them leases; the queue keeps them, their turns, timers and abort listeners.
  */
 
 /**
@@ -43,8 +45,15 @@ export function strandedNow(stranded: readonly Waiter[], again: () => void): Wai
   return stranded.filter((w) => !fresh.includes(w));
 }
 
+/** Whom a request is for, and whether its answer can yield its slot (a streamed answer the move path carries). */
+export type Requester = Who & { readonly canYield: boolean };
+
+/** A request with no key and no say: interactive (the hub's own loopback, the dashboard). */
+export const ANYONE: Requester = { key: null, priority: 'interactive', canYield: false };
+
 export interface Waiter {
   readonly model: ModelRecord;
+  readonly who: Requester;
   readonly attempts: Attempts;
   /** Its prompt's prefix keys (prefix-aware routing) and when it began to wait (how long it may wait for them). */
   readonly prefix: PromptPrefix | null;
@@ -55,6 +64,9 @@ export interface Waiter {
 
 export class WaitQueue {
   private readonly byModel = new Map<string, Waiter[]>();
+  /** Per model, each key's last turn (a counter: higher is more recent). */
+  private readonly turns = new Map<string, Map<string | null, number>>();
+  private tick = 0;
 
   constructor(
     private readonly limits: {
@@ -68,9 +80,16 @@ export class WaitQueue {
     },
   ) {}
 
-  /** Waiting requests for a model, oldest first (a copy: settling one changes the queue). */
+  /** Waiting requests for a model in the order they are served (a copy: settling one changes the queue). */
   of(model: string): Waiter[] {
-    return [...(this.byModel.get(model) ?? [])];
+    return servingOrder(this.byModel.get(model) ?? [], this.turns.get(model) ?? new Map());
+  }
+
+  /** `key` was given a slot of `model`: its next request waits for the other keys' turns. */
+  served(model: string, key: string | null): void {
+    const t = this.turns.get(model) ?? new Map<string | null, number>();
+    t.set(key, ++this.tick);
+    this.turns.set(model, t);
   }
 
   size(model: string): number {
@@ -85,11 +104,11 @@ export class WaitQueue {
     return [...this.byModel].map(([model, q]) => ({ model, waiting: q.length }));
   }
 
-  /** Throws 429 pool_busy when the model's queue is full. */
-  checkRoom(model: string): void {
-    const n = this.size(model);
+  /** Throws 429 pool_busy when the model's queue is full for the request's class (each class has RELAY_QUEUE_MAX places). */
+  checkRoom(model: string, priority: Priority = 'interactive'): void {
+    const n = (this.byModel.get(model) ?? []).filter((w) => w.who.priority === priority).length;
     if (n >= this.limits.max) {
-      throw new RelayError(ErrorCode.POOL_BUSY, `${n} requests are already waiting for "${model}" (RELAY_QUEUE_MAX=${this.limits.max})`, { model, retry_after_s: 5 }, { status: 429 });
+      throw new RelayError(ErrorCode.POOL_BUSY, `${n} ${priority} requests are already waiting for "${model}" (RELAY_QUEUE_MAX=${this.limits.max})`, { model, retry_after_s: 5 }, { status: 429 });
     }
   }
 
@@ -99,6 +118,7 @@ export class WaitQueue {
     attempts: Attempts,
     signal?: AbortSignal,
     route: { prefix: PromptPrefix | null; since: number } = { prefix: null, since: Date.now() },
+    who: Requester = ANYONE,
   ): { waiter: Waiter; lease: Promise<Lease> } {
     let waiter!: Waiter;
     const lease = new Promise<Lease>((resolve, reject) => {
@@ -123,6 +143,7 @@ export class WaitQueue {
       };
       waiter = {
         model,
+        who,
         attempts,
         ...route,
         resolve: (l) => {

@@ -171,13 +171,14 @@ export class Placer {
 
   /**
    * A new placement for M, or null. `first`: M has no live placement, so a shard may be planned and idle
-   * placements of other models may be evicted (the fewest, least recently used first, and only when that makes
-   * the plan succeed). Extra placements for a busy model use free room only: they never cost anyone a model.
+   * placements of other models may be evicted (the fewest, least recently used first, among those `mayEvict`
+   * allows, and only when that makes the plan succeed). Extra placements for a busy model use free room only: they
+   * never cost anyone a model.
    */
-  place(model: ModelRecord, first: boolean): NewPlacement | null {
+  place(model: ModelRecord, first: boolean, mayEvict: (p: Placement) => boolean = () => true): NewPlacement | null {
     const plain = this.tryPlan(model, {}, first);
     if (plain || !first) return plain;
-    const idle = [...this.deps.placements()].filter((p) => p.state === 'ready' && p.inFlight === 0);
+    const idle = [...this.deps.placements()].filter((p) => p.state === 'ready' && p.inFlight === 0 && mayEvict(p));
     const victims = chooseEvictions(idle, (ev) => this.tryPlan(model, { evicting: ev }, true) !== null);
     return victims ? this.tryPlan(model, { evicting: new Set(victims.map((v) => v.id)) }, true) : null;
   }

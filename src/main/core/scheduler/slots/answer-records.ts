@@ -1,4 +1,6 @@
-import { open } from 'node:fs/promises';
+import { readStateTokens, type SlotTokens } from '../../llama/slot-state.js';
+
+export type { SlotTokens } from '../../llama/slot-state.js';
 
 /**
  * What a stopped placement's slots held, as token lists: the record a moved answer continues from
@@ -7,55 +9,6 @@ import { open } from 'node:fs/promises';
  * and their token lists are read from the files' heads here, whether the KV is then kept or not. A record serves the
  * answers of the stop that made it, and goes: at most a few stops' records are held, for RECORD_TTL_MS.
  */
-
-/** One slot's tokens: the prompts it evaluated and the answer it generated, as llama-server itself tokenized them. */
-export interface SlotTokens {
-  readonly slot: number;
-  readonly tokens: readonly number[];
-}
-
-/** llama.cpp's state file: magic 'ggsq', version 3, then the token count and the tokens (llama-context.cpp). */
-const MAGIC = 0x67677371;
-const VERSION = 3;
-/** The server's own token list inside it (server-common.cpp server_tokens::serialize): a marker, its version 1. */
-const PACKED_MARKER = -1;
-const PACKED_VERSION = 1;
-/** The most tokens a record is read with (a slot's context: 2^22 is above any model's). */
-const MAX_TOKENS = 1 << 22;
-
-/**
- * Pure: the text tokens a state file's head holds (`head` at least its first 12 + 4 × count bytes), or null: not a
- * slot state, another version, a state with images in it (their chunks are no tokens of the vocabulary), damaged.
- */
-export function stateTokens(head: Buffer): number[] | null {
-  if (head.byteLength < 12 || head.readUInt32LE(0) !== MAGIC || head.readUInt32LE(4) !== VERSION) return null;
-  const n = head.readUInt32LE(8);
-  if (n > MAX_TOKENS || head.byteLength < 12 + 4 * n) return null;
-  const words: number[] = [];
-  for (let i = 0; i < n; i++) words.push(head.readInt32LE(12 + 4 * i));
-  if (words[0] !== PACKED_MARKER) return words; // a plain list, as older servers wrote it
-  if (words[1] !== PACKED_VERSION || words.length < 4) return null;
-  const count = words[2]!;
-  if (count < 0 || 3 + count + 1 > words.length) return null;
-  if (words[3 + count] !== 0) return null; // media chunks follow
-  return words.slice(3, 3 + count);
-}
-
-/** The token list of the state file at `path` (its head read, not the KV after it). */
-export async function readStateTokens(path: string): Promise<number[] | null> {
-  const f = await open(path, 'r');
-  try {
-    const start = Buffer.alloc(12);
-    if ((await f.read(start, 0, 12, 0)).bytesRead < 12) return null;
-    const n = start.readUInt32LE(8);
-    if (n > MAX_TOKENS) return null;
-    const head = Buffer.alloc(12 + 4 * n);
-    const { bytesRead } = await f.read(head, 0, head.byteLength, 0);
-    return stateTokens(head.subarray(0, bytesRead));
-  } finally {
-    await f.close();
-  }
-}
 
 /** The token lists of state files just saved or fetched into the keeper's folder (a file that is not one: left out). */
 export async function slotTokens(keeper: { path(file: string): string }, files: readonly { slot: number; file: string }[]): Promise<SlotTokens[]> {

@@ -6,6 +6,7 @@ import type { NodeConn } from '../../pool/conn.js';
 import type { Duplex } from 'node:stream';
 import { slotStateBytes } from '../../llama/slot-state.js';
 import type { SlotLayout } from './slot-keep.js';
+import type { SlotTokens } from '../../llama/slot-state.js';
 
 /**
  * A node replica's kept conversations crossing the tunnel (`slot` streams, node/work/slots.ts): fetched into the hub's
@@ -147,4 +148,33 @@ function firstLine(st: Duplex): Promise<{ line: string; rest: Buffer }> {
     st.once('error', done);
     st.once('close', onEnd);
   });
+}
+
+/** The most a node's answer of idle slots' tokens may take (token ids of a few long contexts). */
+const MAX_TOKENS_ANSWER = 64 * 1024 * 1024;
+
+/** The token lists of `replica`'s idle slots on node `conn` (an answer just yielded one: its record), within `timeoutMs`. */
+export async function fetchIdleSlotTokens(conn: NodeConn, replica: string, timeoutMs = SLOT_CARRY_TIMEOUT_MS): Promise<SlotTokens[]> {
+  const st = conn.open({ kind: 'slot', op: 'tokens', replica });
+  st.on('error', () => undefined);
+  const timer = setTimeout(() => st.destroy(new Error("the slots' tokens did not arrive in time")), Math.max(1, timeoutMs));
+  try {
+    const parts: Buffer[] = [];
+    let got = 0;
+    for await (const b of st) {
+      got += (b as Buffer).byteLength;
+      if (got > MAX_TOKENS_ANSWER) throw new Error('the node sent more than a record can be');
+      parts.push(b as Buffer);
+    }
+    const r = JSON.parse(Buffer.concat(parts).toString('utf8')) as { ok?: boolean; message?: string; slots?: unknown };
+    if (!r.ok) throw new Error(r.message ?? 'the node could not read its slots');
+    // The node's word: only well-formed lists are kept (what they are worth is decided where they are used: exact.ts).
+    return (Array.isArray(r.slots) ? r.slots : []).filter(
+      (x): x is SlotTokens =>
+        typeof x === 'object' && x !== null && Number.isInteger((x as SlotTokens).slot) && Array.isArray((x as SlotTokens).tokens) && (x as SlotTokens).tokens.every(Number.isInteger),
+    );
+  } finally {
+    clearTimeout(timer);
+    st.destroy();
+  }
 }

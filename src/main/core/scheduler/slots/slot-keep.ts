@@ -87,6 +87,10 @@ export class SlotKeeper {
     return `${this.d.dir}/`;
   }
 
+  get dir(): string {
+    return this.d.dir;
+  }
+
   /** Held bytes, all models (tests, /status). */
   get bytes(): number {
     let n = 0;

@@ -1,0 +1,46 @@
+import type { Launcher } from '../launch/launcher.js';
+import { chooseYields } from '../decide/turns.js';
+import type { Placement } from '../placements/placement.js';
+import type { Waiter } from '../placements/queue.js';
+
+/**
+ * A person waits for a model whose every slot holds background answers (issue #54): some of those answers yield
+ * (decide/turns.ts says which): each stops on its slot and goes on afterwards through the move path, the same
+ * stream. Before its slot goes to the waiter, the slot's tokens are read into the answer's record (what it goes on
+ * from exactly: answer-records.ts) while nothing else can take that slot.
+ */
+export function yieldFor(placements: readonly Placement[], waiting: readonly Waiter[]): number {
+  const interactive = waiting.filter((w) => w.who.priority === 'interactive').length;
+  if (interactive === 0) return 0;
+  const ready = placements.filter((p) => p.state === 'ready');
+  const free = ready.reduce((n, p) => n + Math.max(0, p.fit.slots - p.inFlight), 0);
+  const yielding = chooseYields(
+    ready.flatMap((p) => [...p.leases.values()]),
+    interactive,
+    free,
+  );
+  for (const r of yielding)
+    ready
+      .find((p) => p.id === r.placementId)
+      ?.leases.get(r.id)
+      ?.yield();
+  return yielding.length;
+}
+
+/** A yielded answer's slot is held (counted in flight) until its tokens are recorded, then `then` runs. */
+export function holdForRecord(p: Placement, launcher: Launcher, then: () => void): void {
+  if (!launcher.recordSlots) return then();
+  p.inFlight++;
+  void launcher
+    .recordSlots(p)
+    .catch(() => undefined)
+    .finally(() => {
+      p.inFlight--;
+      then();
+    });
+}
+
+/** A placement people use now: it took an interactive request within its keep-alive (a background request never evicts it). */
+export function heldForPeople(p: Placement, now: number, keepAliveMs: number): boolean {
+  return p.lastInteractiveAt > 0 && now - p.lastInteractiveAt < keepAliveMs;
+}
