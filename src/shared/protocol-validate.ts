@@ -153,7 +153,7 @@ export function parseStreamHeader(line: string): StreamHeader | null {
         ? { kind: 'file', sha256: h.sha256 as string, offset: h.offset as number, size: h.size as number }
         : null;
     case 'slot':
-      if (h.op === 'tokens') return isId(h.replica) ? { kind: 'slot', op: 'tokens', replica: h.replica as string } : null;
+      if (h.op === 'tokens') return isId(h.replica) && isInt(h.busy) && (h.busy as number) <= 255 ? { kind: 'slot', op: 'tokens', replica: h.replica as string, busy: h.busy as number } : null;
       if (!isId(h.replica) || !isInt(h.slot) || (h.slot as number) > 255) return null;
       if (h.op === 'get') return { kind: 'slot', op: 'get', replica: h.replica as string, slot: h.slot as number };
       return h.op === 'put' && isInt(h.size) && isSha(h.sha256)

@@ -39,13 +39,13 @@ export type StreamHeader = { kind: 'control' } | { kind: 'http'; replica: string
  * when it stopped `replica` (the node answers a JSON line `{ok, bytes, sha256}` or `{ok: false, message}`, then the
  * bytes, and forgets the file); `put` sends `size` bytes that hash to `sha256` into slot `slot` of the running
  * `replica` (answered with a line `{ok, message?}` once llama-server has read them back); `tokens` asks for the token
- * lists of the running `replica`'s idle slots — an answer just yielded one (the node saves each, reads its head and
- * removes it) — answered with one JSON document `{ok, slots: [{slot, tokens}]}` or `{ok: false, message}`, then the end.
+ * lists of the running `replica`'s idle slots — an answer just yielded one; the node waits until at most `busy` slots
+ * still generate (the yielded one has stopped), saves each idle one, reads its head and removes it — answered with one JSON document `{ok, slots: [{slot, tokens}]}` or `{ok: false, message}`, then the end.
  */
 export type SlotStreamHeader =
   | { kind: 'slot'; op: 'get'; replica: string; slot: number }
   | { kind: 'slot'; op: 'put'; replica: string; slot: number; size: number; sha256: string }
-  | { kind: 'slot'; op: 'tokens'; replica: string };
+  | { kind: 'slot'; op: 'tokens'; replica: string; busy: number };
 
 /** One slot a node saved when it stopped a replica, as the stop-replica reply lists it (`data.slots`). */
 export interface SavedSlot {

@@ -84,7 +84,7 @@ export async function startHub(opts: { env?: Record<string, string>; args?: stri
 }
 
 /** Registers a GGUF with the hub at `hub.url` (a `relay hub` process or a hub embedded in the tray app). */
-export async function addModel(hub: { url: string }, body: { path: string; name?: string; required_vram_mb?: number; embedding?: boolean; reranker?: boolean }) {
+export async function addModel(hub: { url: string }, body: { path: string; name?: string; required_vram_mb?: number; embedding?: boolean; reranker?: boolean; parallel_slots?: number }) {
   const res = await fetch(`${hub.url}/api/models`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
   const j = (await res.json()) as { model?: ModelView; error?: { code: string; message: string } };
   if (res.status !== 201 && res.status !== 200) throw new Error(`add model failed: ${res.status} ${JSON.stringify(j)}`);

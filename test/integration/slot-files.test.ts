@@ -9,6 +9,7 @@ import { startLlamaServer, type RunningLlamaServer } from '../../src/main/core/l
 import { describe as describeModel } from '../../src/main/core/models/describe.js';
 import { SlotKeeper, type SlotLayout } from '../../src/main/core/scheduler/slots/slot-keep.js';
 import { NodeSlots } from '../../src/main/core/node/work/slots.js';
+import { idleSlotTokens } from '../../src/main/core/llama/slot-state.js';
 import { fixture, llama } from '../helpers/llama.js';
 import { complete } from '../helpers/openai.js';
 
@@ -128,5 +129,56 @@ describe("a node's kept slots", { timeout: 120_000 }, () => {
     // Over the budget alone: nothing kept, nothing left on disk.
     assert.deepEqual(await slots.save('r3', server.baseUrl, 16), []);
     assert.deepEqual(readdirSync(join(root, 'slots')), ['r2-0.bin']);
+  });
+});
+
+/**
+ * The record of a yielded answer (issue #54): the hub cancels the answer by closing its connection, and reads the
+ * slot's tokens at once. llama-server notices the cancel only at the answer's next token, so a `/slots` asked at
+ * once can still show the slot generating: the read waits until at most `busy` slots generate, and the record
+ * holds the prompt and every token the client had.
+ */
+describe("a yielded answer's record", { timeout: 120_000 }, () => {
+  let dir: string;
+  let server: RunningLlamaServer;
+
+  before(async () => {
+    dir = join(mkdtempSync(join(tmpdir(), 'relay-yield-')), 'slots');
+    mkdirSync(dir, { recursive: true });
+    server = await startLlamaServer(llama(), { model: fixture('dense'), ctx: 1024, slots: 1, cacheType: 'f16', threads: 1, slotSavePath: `${dir}/` });
+  });
+  after(async () => {
+    await server?.child.terminate(5000);
+    rmSync(join(dir, '..'), { recursive: true, force: true });
+  });
+
+  it('read the moment the answer is cancelled: its slot’s prompt and every token sent', async () => {
+    const stop = new AbortController();
+    const r = await fetch(`${server.baseUrl}/completion`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ prompt: 'Tell me a long story about the sea', n_predict: 800, ignore_eos: true, temperature: 0, stream: true, return_tokens: true }),
+      signal: stop.signal,
+    });
+    let sent = 0;
+    let prompt = 0;
+    const reader = r.body!.getReader();
+    let buf = '';
+    while (sent < 40) {
+      const { value } = await reader.read();
+      buf += new TextDecoder().decode(value);
+      const lines = buf.split('\n');
+      buf = lines.pop()!;
+      for (const l of lines.filter((x) => x.startsWith('data: '))) {
+        const ev = JSON.parse(l.slice(6)) as { tokens?: number[]; tokens_evaluated?: number };
+        sent += ev.tokens?.length ?? 0;
+        prompt = ev.tokens_evaluated ?? prompt;
+      }
+    }
+    stop.abort();
+    const [record] = await idleSlotTokens(server.baseUrl, dir, 'yield-test', 0);
+    assert.ok(record, 'the slot was read once its answer stopped');
+    assert.ok(record.tokens.length >= prompt + sent, `${record.tokens.length} tokens held; the prompt was ${prompt}, ${sent} were sent`);
+    assert.deepEqual(readdirSync(dir), [], 'the state file read is gone');
   });
 });

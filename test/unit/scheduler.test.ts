@@ -304,6 +304,58 @@ describe('scheduler with a manual launcher', () => {
     assert.equal((await second).placementId, leaseB.placementId);
   });
 
+  it('a background request never evicts a model people use: it waits (no 503), and is served once a person’s request makes the room', async () => {
+    const a = model('a', 300);
+    const b = model('b', 300);
+    const probe = setup({ models: [a] }).scheduler.need(a).needMb;
+    const { scheduler, launcher } = setup({ hubMb: Math.ceil(probe * 1.5), models: [a, b] });
+    const person = { key: null, priority: 'interactive', canYield: false } as const;
+    const agent = { key: 'agent', priority: 'background', canYield: true } as const;
+    const la = scheduler.acquire('a', undefined, undefined, null, person);
+    (await launcher.nth(0)).ok();
+    (await la).release(); // idle, but a person used it within its keep-alive
+    const background = scheduler.acquire('b', undefined, undefined, null, agent);
+    let settled = false;
+    void background.then(
+      () => (settled = true),
+      () => (settled = true),
+    );
+    await new Promise((r) => setTimeout(r, 20));
+    assert.equal(settled, false, 'the background request waits: neither answered nor refused');
+    assert.deepEqual(launcher.stopped, [], "the person's model stays");
+    assert.equal(launcher.starts.length, 1);
+    // A person asks for b: that may evict a; the waiting background request shares the new placement.
+    const lb = scheduler.acquire('b', undefined, undefined, null, person);
+    (await launcher.nth(1)).ok();
+    const first = await Promise.race([lb, background]);
+    assert.equal(first, await lb, 'the person is served first');
+    assert.deepEqual(launcher.stopped, [launcher.starts[0]!.p.id]);
+    first.release();
+    assert.equal((await background).model.name, 'b');
+  });
+
+  it('a person waits on a model whose slots background answers hold: the newest yields, and the person takes its slot', async () => {
+    const { scheduler, launcher } = setup({ hubMb: 4000, models: [model('a', 300)], env: { RELAY_PARALLEL_SLOTS: '2' }, config: { maxPlacementsPerModel: 1 } });
+    const agent = (key: string) => ({ key, priority: 'background', canYield: true }) as const;
+    const l1 = scheduler.acquire('a', undefined, undefined, null, agent('x'));
+    (await launcher.nth(0)).ok();
+    const older = await l1;
+    await new Promise((r) => setTimeout(r, 5));
+    const newer = await scheduler.acquire('a', undefined, undefined, null, agent('y'));
+    const person = scheduler.acquire('a', undefined, undefined, null, { key: 'voice', priority: 'interactive', canYield: false });
+    await tick();
+    assert.equal(newer.halted.aborted, true, 'the answer begun last is asked to yield');
+    assert.equal(older.halted.aborted, false);
+    newer.release();
+    const p = await person;
+    assert.equal(p.placementId, newer.placementId);
+    assert.equal(launcher.starts.length, 1, 'no new placement was started for the person: the yield was its slot');
+    // The yielded answer, back in the queue, waits its turn behind nobody else: it gets the next slot free.
+    const back = scheduler.acquire('a', undefined, undefined, null, agent('y'));
+    p.release();
+    assert.equal((await back).placementId, p.placementId);
+  });
+
   it("a placement that crashes while requests wait re-plans them; the hub's own pause sends new placements to nodes", async () => {
     const probe = setup({ models: [m] }).scheduler.need(m).needMb;
     let paused = false;

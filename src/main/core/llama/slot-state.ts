@@ -76,17 +76,27 @@ interface SlotInfo {
 
 /** How long reading a running server's idle slots may take in all (a save writes each one's KV). */
 const IDLE_SLOTS_BUDGET_MS = 10_000;
+/** How often `/slots` is asked while the yielded answer's slot has not stopped yet. */
+const SLOTS_POLL_MS = 10;
 
 /**
  * The token lists of the idle slots of the llama-server at `baseUrl` (one just given up by a yielded answer among
  * them): each saved under `dir` with `/slots/{id}?action=save` (its head read, the file removed). A slot that is
- * generating is left alone (its save would wait for its answer to end).
+ * generating is left alone (its save would wait for its answer to end). The yielded answer's request was cancelled
+ * by closing its connection, which llama-server notices at its next token: `/slots` is asked again until at most
+ * `busy` slots (the answers still running) generate.
  */
-export async function idleSlotTokens(baseUrl: string, dir: string, prefix: string): Promise<SlotTokens[]> {
+export async function idleSlotTokens(baseUrl: string, dir: string, prefix: string, busy: number): Promise<SlotTokens[]> {
   const signal = AbortSignal.timeout(IDLE_SLOTS_BUDGET_MS);
-  const r = await fetch(`${baseUrl}/slots`, { signal });
-  if (!r.ok) throw new Error(`/slots answered ${r.status}`);
-  const idle = ((await r.json()) as SlotInfo[]).filter((s) => !s.is_processing && (s.n_prompt_tokens ?? 0) > 0);
+  let slots: SlotInfo[];
+  for (;;) {
+    const r = await fetch(`${baseUrl}/slots`, { signal });
+    if (!r.ok) throw new Error(`/slots answered ${r.status}`);
+    slots = (await r.json()) as SlotInfo[];
+    if (slots.filter((s) => s.is_processing).length <= busy) break;
+    await new Promise((res) => setTimeout(res, SLOTS_POLL_MS));
+  }
+  const idle = slots.filter((s) => !s.is_processing && (s.n_prompt_tokens ?? 0) > 0);
   const out: SlotTokens[] = [];
   for (const s of idle) {
     const file = `${prefix}-${s.id}.bin`;

@@ -13,8 +13,8 @@ import type { Launcher } from './launch/launcher.js';
 import type { SlotTokens } from './slots/answer-records.js';
 import { armIdle, failPlacement, isLive, machinesOf, newPlacement, openLease, type Lease, type NewPlacement, type Placement } from './placements/placement.js';
 import { HUB, Placer } from './run/placer.js';
-import { ANYONE, newAttempts, strandedNow, WaitQueue, type Attempts, type Requester, type Waiter } from './placements/queue.js';
-import { heldForPeople, holdForRecord, yieldFor } from './run/yields.js';
+import { ANYONE, countStranding, newAttempts, strandedNow, WaitQueue, type Attempts, type Requester, type Waiter } from './placements/queue.js';
+import { holdForRecord, mayEvictFor, slotsYielding, yieldFor } from './run/yields.js';
 import { wantsAnother } from './decide/routing.js';
 import { Router } from './placements/router.js';
 import type { PromptPrefix } from './decide/prefix.js';
@@ -166,10 +166,9 @@ export class Scheduler {
     const stranded = (): Waiter[] => left().filter((w) => !this.of(model).some((p) => isLive(p) && !w.attempts.exclude.has(p.id)));
     const max = this.deps.config.maxPlacementsPerModel;
     const below = (): boolean => max <= 0 || this.of(model).filter(isLive).length < max;
-    while (left().length > 0 && ((stranded().length > 0 && below()) || wantsAnother(this.router.views(this.of(model)), left().length, max))) {
+    while (left().length > 0 && ((stranded().length > 0 && below()) || wantsAnother(this.router.views(this.of(model)), left().length - slotsYielding(this.of(model)), max))) {
       const first = !this.of(model).some(isLive);
-      const forPeople = left().some((w) => w.who.priority === 'interactive');
-      const plan = this.placer.place(model, first, forPeople ? undefined : (v) => !heldForPeople(v, this.now(), this.deps.config.keepAliveMs));
+      const plan = this.placer.place(model, first, mayEvictFor(left(), this.now(), this.deps.config.keepAliveMs));
       if (!plan) break;
       this.start(model, plan);
     }
@@ -260,12 +259,7 @@ export class Scheduler {
    */
   private placementFailed(name: string, err: RelayError): void {
     const live = [...this.placements.values()].filter((p) => p.model === name && isLive(p));
-    for (const w of this.waiting.of(name)) {
-      w.attempts.last = err;
-      if (live.some((p) => !w.attempts.exclude.has(p.id))) continue;
-      w.attempts.errors.push(err);
-      if (w.attempts.errors.length >= MAX_ATTEMPTS) w.reject(err);
-    }
+    countStranding(this.waiting.of(name), live, err, MAX_ATTEMPTS);
     this.pump(name);
   }
 

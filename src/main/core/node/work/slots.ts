@@ -108,7 +108,7 @@ export class NodeSlots {
       if (h.op === 'tokens') {
         const base = baseUrlOf(h.replica);
         if (!base) return void st.end(`${JSON.stringify({ ok: false, message: `replica ${h.replica} is not running here` })}\n`);
-        return void st.end(`${JSON.stringify({ ok: true, slots: await idleSlotTokens(base, this.d.dir, `yield-${h.replica}`) })}\n`);
+        return void st.end(`${JSON.stringify({ ok: true, slots: await idleSlotTokens(base, this.d.dir, `yield-${h.replica}`, h.busy) })}\n`);
       }
       if (h.op === 'get') {
         const k = this.kept.get(h.replica)?.find((x) => x.slot === h.slot);

@@ -161,7 +161,7 @@ export class HostLauncher {
   recordSlots(p: Placement): Promise<void> {
     const held = this.servers.get(p.id);
     if (!held?.url || !this.layout(held.model, p)) return Promise.resolve();
-    const tokens = idleSlotTokens(held.url, this.slots.dir, `yield-${p.id}`);
+    const tokens = idleSlotTokens(held.url, this.slots.dir, `yield-${p.id}`, p.leases.size);
     this.deps.records.expect(p.id, tokens);
     return tokens.then(() => undefined);
   }

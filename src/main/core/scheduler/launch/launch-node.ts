@@ -101,7 +101,7 @@ export class NodeLauncher {
   /** Its idle slots' tokens into its record, asked of the node (an answer just yielded one; Launcher.recordSlots). */
   recordSlots(p: Placement): Promise<void> {
     if (!p.node?.alive || !this.keeping.has(p.id)) return Promise.resolve();
-    const tokens = fetchIdleSlotTokens(p.node, p.id);
+    const tokens = fetchIdleSlotTokens(p.node, p.id, p.leases.size);
     this.deps.records.expect(p.id, tokens);
     return tokens.then(() => undefined);
   }

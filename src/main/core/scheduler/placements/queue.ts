@@ -45,6 +45,16 @@ export function strandedNow(stranded: readonly Waiter[], again: () => void): Wai
   return stranded.filter((w) => !fresh.includes(w));
 }
 
+/** A placement failed: each waiter notes it; those it stranded (no other live placement may serve them) count an attempt. */
+export function countStranding(waiting: readonly Waiter[], live: readonly { readonly id: string }[], err: RelayError, maxAttempts: number): void {
+  for (const w of waiting) {
+    w.attempts.last = err;
+    if (live.some((p) => !w.attempts.exclude.has(p.id))) continue;
+    w.attempts.errors.push(err);
+    if (w.attempts.errors.length >= maxAttempts) w.reject(err);
+  }
+}
+
 /** Whom a request is for, and whether its answer can yield its slot (a streamed answer the move path carries). */
 export type Requester = Who & { readonly canYield: boolean };
 

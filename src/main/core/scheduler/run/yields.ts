@@ -27,6 +27,17 @@ export function yieldFor(placements: readonly Placement[], waiting: readonly Wai
   return yielding.length;
 }
 
+/** Slots that answers asked to yield are freeing: on their way to waiters (no new placement is made for those). */
+export function slotsYielding(placements: readonly Placement[]): number {
+  return placements.reduce((n, p) => n + [...p.leases.values()].filter((l) => l.yielding).length, 0);
+}
+
+/** Which idle placements a new placement for `waiting` may evict: any for a person; for background ones only, none people use. */
+export function mayEvictFor(waiting: readonly Waiter[], now: number, keepAliveMs: number): ((p: Placement) => boolean) | undefined {
+  if (waiting.some((w) => w.who.priority === 'interactive')) return undefined;
+  return (p) => !heldForPeople(p, now, keepAliveMs);
+}
+
 /** A yielded answer's slot is held (counted in flight) until its tokens are recorded, then `then` runs. */
 export function holdForRecord(p: Placement, launcher: Launcher, then: () => void): void {
   if (!launcher.recordSlots) return then();

@@ -154,8 +154,8 @@ function firstLine(st: Duplex): Promise<{ line: string; rest: Buffer }> {
 const MAX_TOKENS_ANSWER = 64 * 1024 * 1024;
 
 /** The token lists of `replica`'s idle slots on node `conn` (an answer just yielded one: its record), within `timeoutMs`. */
-export async function fetchIdleSlotTokens(conn: NodeConn, replica: string, timeoutMs = SLOT_CARRY_TIMEOUT_MS): Promise<SlotTokens[]> {
-  const st = conn.open({ kind: 'slot', op: 'tokens', replica });
+export async function fetchIdleSlotTokens(conn: NodeConn, replica: string, busy: number, timeoutMs = SLOT_CARRY_TIMEOUT_MS): Promise<SlotTokens[]> {
+  const st = conn.open({ kind: 'slot', op: 'tokens', replica, busy });
   st.on('error', () => undefined);
   const timer = setTimeout(() => st.destroy(new Error("the slots' tokens did not arrive in time")), Math.max(1, timeoutMs));
   try {
