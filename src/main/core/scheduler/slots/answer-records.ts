@@ -6,8 +6,10 @@ export type { SlotTokens } from '../../llama/slot-state.js';
  * What a stopped placement's slots held, as token lists: the record a moved answer continues from
  * (hub/proxy/exact.ts). llama-server's `/slots/{id}?action=save` writes a slot's state file — its tokens first,
  * then its KV —, the same file a kept conversation is (slot-keep.ts): a stop with answers in flight saves its slots,
- * and their token lists are read from the files' heads here, whether the KV is then kept or not. A record serves the
- * answers of the stop that made it, and goes: at most a few stops' records are held, for RECORD_TTL_MS.
+ * and their token lists are read from the files' heads here, whether the KV is then kept or not. An answer that
+ * yields its slot to a person (run/yields.ts) leaves a record too: its placement's idle slots, read while the slot
+ * is held (Launcher.recordSlots); a newer record of a placement replaces its last. A record serves the answers of the
+ * stop or yield that made it, and goes: at most a few records are held, for RECORD_TTL_MS.
  */
 
 /** The token lists of state files just saved or fetched into the keeper's folder (a file that is not one: left out). */
