@@ -80,7 +80,12 @@ async function runBoth(p: Pool): Promise<void> {
   await Promise.all([ask(), ask()]);
 }
 
-const history = (words: number): string => Array.from({ length: words }, (_, i) => WORDS[i % WORDS.length]).join(' ');
+/**
+ * A history of `words` words, its opening new each time: no placement holds a conversation of it (a node that kept
+ * one would draw its next placement there, to read its KV back), so its first placement is the hub's own replica.
+ */
+let histories = 0;
+const history = (words: number): string => `Letter ${++histories}: ${Array.from({ length: words }, (_, i) => WORDS[i % WORDS.length]).join(' ')}`;
 
 /** An answer paused after its 8th token: the longest wait, the usual one, and what the continuation evaluated. */
 async function movedAnswer(p: Pool, words: number, warmOther: boolean) {

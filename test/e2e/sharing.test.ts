@@ -254,6 +254,15 @@ describe('a household shares fairly', { timeout: 600_000 }, () => {
       before.map((k) => [k.name, k.priority, k.max_tokens_per_day, k.max_concurrent]),
     );
     assert.ok(!after.some((k) => k.name === 'nope'));
+    // The same rules from the command line: set there, shown there; a bad one is a usage error (exit 2), nothing sent.
+    const made2 = await run(process.execPath, [relayBin, 'keys', 'create', 'nightly', '--priority', 'background', '--max-tokens-per-day', '5000', '--hub', hub.url]);
+    assert.match(made2.stdout, /^relay-/);
+    const set = await run(process.execPath, [relayBin, 'keys', 'set', 'nightly', '--max-concurrent', '2', '--max-tokens-per-day', 'none', '--hub', hub.url]);
+    assert.match(set.stdout, /nightly: background, no daily limit, 2 at once/);
+    const bad = await run(process.execPath, [relayBin, 'keys', 'set', 'nightly', '--max-concurrent', '-1', '--hub', hub.url]).catch((e: { code: number; stderr: string }) => e);
+    assert.equal((bad as { code: number }).code, 2);
+    const nightly = (await keys()).find((k) => k.name === 'nightly')!;
+    assert.deepEqual([nightly.priority, nightly.max_tokens_per_day, nightly.max_concurrent], ['background', null, 2]);
     // Lowering one's own class is allowed.
     const lower = await fetch(`${hub.url}/v1/completions`, {
       method: 'POST',

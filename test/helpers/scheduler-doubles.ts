@@ -79,12 +79,12 @@ export class ManualLauncher implements Launcher {
 
   /** Set: each stop says its slots are on their way to the hub's store, held there once the test settles this. */
   keptLater: Promise<boolean> | null = null;
-  /** The `answering` flag each stop was given, by placement id. */
-  readonly answering = new Map<string, boolean>();
+  /** The `save` flag each stop was given (its slots saved first), by placement id. */
+  readonly saved = new Map<string, boolean>();
 
-  async stop(p: Placement, answering = false): Promise<{ readonly kept: Promise<boolean> } | void> {
+  async stop(p: Placement, save = false): Promise<{ readonly kept: Promise<boolean> } | void> {
     this.stopped.push(p.id);
-    this.answering.set(p.id, answering);
+    this.saved.set(p.id, save);
     if (this.holdStops) await new Promise<void>((r) => this.held.push(r));
     return this.keptLater ? { kept: this.keptLater } : undefined;
   }

@@ -218,11 +218,35 @@ describe('scheduler with a manual launcher', () => {
     await reaches(() => launcher.stopped.length, 1);
     lease.release();
     await stopping;
-    assert.equal(launcher.answering.get(lease.placementId), true, 'stopped under an answer: its slots are recorded');
+    assert.equal(launcher.saved.get(lease.placementId), true, 'stopped under an answer: its slots are saved (their record)');
     assert.equal(router.parked.get('a'), undefined, 'not parked while its slots are still on their way');
     hold(true);
     await reaches(() => router.parked.size, 1);
     assert.equal(router.parked.get('a'), lease.placementId);
+  });
+
+  it('a replica stopped between two turns (a pause) has its slots saved too; one whose keep-alive parked them, or the hub closing, not again', async () => {
+    const { scheduler, launcher } = setup({ hubMb: 2000, models: [model('a', 300), model('b', 300)] });
+    const first = scheduler.acquire('a');
+    (await launcher.nth(0)).ok();
+    const a = await first;
+    a.release();
+    await scheduler.hubPaused('the owner paused it');
+    assert.equal(launcher.saved.get(a.placementId), true, 'an idle stop keeps its conversations for the next replica');
+    const { scheduler: s2, launcher: l2 } = setup({ hubMb: 2000, models: [model('a', 300)], config: { keepAliveMs: 20 } });
+    const second = s2.acquire('a');
+    (await l2.nth(0)).ok();
+    const b = await second;
+    b.release();
+    await reaches(() => l2.keeps.length, 1);
+    l2.keeps[0]!.settle(true);
+    await reaches(() => l2.stopped.length, 1);
+    assert.equal(l2.saved.get(b.placementId), false, 'parked by its keep-alive: saved once, not twice');
+    const third = s2.acquire('a');
+    (await l2.nth(1)).ok();
+    (await third).release();
+    await s2.close();
+    assert.equal(l2.saved.get(l2.starts[1]!.p.id), false, 'the hub shutting down saves nothing');
   });
 
   /** Model a's replica served once and idle past its 20 ms keep-alive: its slots' save has begun (and waits). */

@@ -284,7 +284,8 @@ export class Scheduler {
     p.halt.abort(reason); // its requests in flight end now (proxy.ts), not when its process is killed
     if (p.idleTimer) clearTimeout(p.idleTimer);
     this.deps.log.info({ placement: p.id, model: p.model, node: p.node?.name, reason }, 'stopping placement');
-    const stopped = await this.deps.launcher.stop(p, answering);
+    // Its slots are saved (kept for the model's next replica, the record of its answers) unless it just parked them.
+    const stopped = await this.deps.launcher.stop(p, answering || (!parked && !this.closed));
     this.placements.delete(p.id);
     this.pumpAll();
     // What it held is remembered for the model's next replica once its slots are in the hub's store.

@@ -176,15 +176,17 @@ export class HostLauncher {
   }
 
   /**
-   * Stops the replica, loading or ready; resolves once its process has exited. With `answering`, its slots are saved
-   * first: their token lists are the record the answers that moved off it continue from (answer-records.ts), and
-   * their KV is kept for the model's next replica, as an idle stop's would be.
+   * Stops the replica, loading or ready; resolves once its process has exited. With `save`, its slots are saved
+   * first: their KV is kept for the model's next replica (a pause between two turns costs the conversation nothing),
+   * and their token lists are the record the answers that moved off it continue from (answer-records.ts). `kept`
+   * says whether they were.
    */
-  async stop(p: Placement, answering = false): Promise<void> {
+  async stop(p: Placement, save = false): Promise<{ readonly kept: Promise<boolean> } | void> {
     const held = this.servers.get(p.id);
     if (!held) return;
     this.servers.delete(p.id);
-    const layout = answering && held.url ? this.layout(held.model, p) : null;
+    const layout = save && held.url ? this.layout(held.model, p) : null;
+    let kept = false;
     if (layout && held.url) {
       const tokens: SlotTokens[] = [];
       const saved = this.slots.save(held.model.name, p.id, layout, held.url, async (files) => void tokens.push(...(await slotTokens(this.slots, files))));
@@ -194,11 +196,12 @@ export class HostLauncher {
         p.id,
         saved.then(() => tokens),
       );
-      await saved;
+      kept = await saved;
     }
     held.stopped = true;
     if (held.child) this.deps.log.info({ placement: p.id, exit: describeExit(await held.child.terminate(HOST_STOP_GRACE_MS)) }, 'host replica stopped');
     else await held.settled; // not spawned yet: onSpawn kills it, and a failed start settles once it has exited
     await held.child?.exited;
+    return { kept: Promise.resolve(kept) };
   }
 }

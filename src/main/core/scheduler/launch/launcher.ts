@@ -27,11 +27,12 @@ export interface Launcher {
   start(p: Placement, model: ModelRecord): Promise<Running>;
   /**
    * Stops whatever the placement holds (also while it is still starting); never rejects; resolves once its memory is
-   * free. `answering`: answers were in flight when it was halted, and their record is made first (answer-records.ts).
-   * `kept`, when given, settles true once its slots are in the hub's store for the model's next replica (a node
+   * free. `save`: a host replica's slots are saved first, kept for the model's next replica (within
+   * RELAY_SLOT_KEEP_MB), and their token lists are the record of any answers that were in flight (answer-records.ts);
+   * a node saves its replica's slots as it stops it either way. `kept`, when given, settles true once its slots are in the hub's store for the model's next replica (a node
    * replica's are fetched after its process is gone: slot-carry.ts).
    */
-  stop(p: Placement, answering?: boolean): Promise<{ readonly kept: Promise<boolean> } | void>;
+  stop(p: Placement, save?: boolean): Promise<{ readonly kept: Promise<boolean> } | void>;
   /** The token lists of a stopped placement's slots (its answers' record), waited for at most `waitMs`. */
   answerRecord?(placementId: string, waitMs: number): Promise<SlotTokens[]>;
   /**
@@ -79,10 +80,10 @@ export class LlamaLauncher implements Launcher {
     return this.host.start(p, model);
   }
 
-  stop(p: Placement, answering = false): Promise<{ readonly kept: Promise<boolean> } | void> {
+  stop(p: Placement, save = false): Promise<{ readonly kept: Promise<boolean> } | void> {
     if (p.kind === 'node') return this.node?.stop(p) ?? Promise.resolve();
     if (p.kind === 'shard') return this.shard.stop(p);
-    return this.host.stop(p, answering);
+    return this.host.stop(p, save);
   }
 
   answerRecord(placementId: string, waitMs: number): Promise<SlotTokens[]> {
