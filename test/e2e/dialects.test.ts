@@ -24,7 +24,12 @@ async function post(base: string, path: string, body: unknown): Promise<{ status
 }
 
 /** What the oracle compares of each dialect's answer (ids, times and the model's echo are the server's own). */
-const messageOf = (m: Anthropic.Message) => ({ text: m.content.map((c) => (c.type === 'text' ? c.text : '')).join(''), stop: m.stop_reason, usage: [m.usage.input_tokens, m.usage.output_tokens] });
+/** The prompt's tokens whether the KV cache held some (a node may hold a conversation the hub's paused replica kept). */
+const messageOf = (m: Anthropic.Message) => ({
+  text: m.content.map((c) => (c.type === 'text' ? c.text : '')).join(''),
+  stop: m.stop_reason,
+  usage: [m.usage.input_tokens + (m.usage.cache_read_input_tokens ?? 0), m.usage.output_tokens],
+});
 const responseOf = (r: OpenAI.Responses.Response) => ({ text: r.output_text, usage: [r.usage?.input_tokens, r.usage?.output_tokens] });
 
 describe('client dialects through the pool', { timeout: 600_000 }, () => {

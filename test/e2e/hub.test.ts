@@ -125,7 +125,7 @@ describe('hub /v1 with the openai client', { timeout: 300_000 }, () => {
     assert.deepEqual([s.shards, s.nodes], [[], []]);
     const metrics = await (await fetch(`${hub.url}/metrics`)).text();
     assert.match(metrics, /relay_requests_total\{endpoint="chat\/completions",status="200"\} \d+/);
-    assert.match(metrics, /relay_tokens_total\{kind="completion",model="dense"\} \d+/);
+    assert.match(metrics, /relay_tokens_total\{key="",kind="completion",model="dense"\} \d+/);
     assert.match(metrics, /relay_replicas\{state="ready"\} [1-9]/);
   });
 

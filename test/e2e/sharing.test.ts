@@ -219,8 +219,10 @@ describe('a household shares fairly', { timeout: 600_000 }, () => {
     assert.match(((await ollama.json()) as { error: string }).error, /used its 30 tokens for today/);
 
     const one = await newKey('one-at-a-time', { max_concurrent: 1 });
-    const slow = openai(one).completions.create({ model: 'dense', prompt: 'A long walk', max_tokens: 200, ...GREEDY } as OpenAI.CompletionCreateParamsNonStreaming);
-    await new Promise((r) => setTimeout(r, 200));
+    // Its first request streams: while it does (its first token in), the second is refused.
+    const slow = await openai(one).completions.create({ model: 'dense', prompt: 'A long walk', max_tokens: 300, ...GREEDY, ignore_eos: true, stream: true } as OpenAI.CompletionCreateParamsStreaming);
+    const it = slow[Symbol.asyncIterator]();
+    await it.next();
     const second = await fetch(`${hub.url}/v1/completions`, {
       method: 'POST',
       headers: { 'content-type': 'application/json', authorization: `Bearer ${one}` },
@@ -229,7 +231,7 @@ describe('a household shares fairly', { timeout: 600_000 }, () => {
     assert.equal(second.status, 429);
     assert.equal(((await second.json()) as { error: { code: string } }).error.code, 'key_busy');
     assert.ok(Number(second.headers.get('retry-after')) >= 1);
-    await slow;
+    while (!(await it.next()).done);
   });
 
   it('bad rules are refused and change nothing: an unknown class, a negative quota, a header that raises the class', async () => {
