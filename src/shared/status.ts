@@ -164,6 +164,8 @@ export interface ModelStatus {
     flash_attn: boolean;
     largest: string;
   };
+  /** Where more context was asked than the GGUF was trained for: that each slot gets the training context; else null. */
+  readonly ctx_note: string | null;
   readonly fits_now: boolean;
   readonly shortfall: string | null;
   /** The shortfall in one line (need vs the largest free room, then what would make room); the 503's details.why_not. */

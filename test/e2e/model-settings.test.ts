@@ -54,26 +54,43 @@ describe('per-model settings', { timeout: 300_000 }, () => {
       const na = argvOf(onNode.pid!);
       assert.deepEqual([flag(na, '--ctx-size'), flag(na, '--cache-type-k'), flag(na, '--flash-attn')], ['1024', 'q4_0', 'on']);
 
-      // The fit uses them too: a context no device can hold is a 503 that says which settings it needed.
-      const big = await cli('set', 'long', '--ctx', '1048576', '--slots', '4');
-      assert.match(big.stdout, /long: ctx 1048576 × 4 slots/);
+      // More context than the model was trained for (dense: 2048): llama-server gives each slot 2048 whatever it is
+      // told, so relay reserves, launches and reports 2048 — and says so.
+      const capped = await cli('set', 'long', '--ctx', '1048576', '--slots', '4');
+      assert.match(capped.stdout, /long: ctx 2048 × 4 slots/);
+      assert.match(capped.stdout, /note: a context of 1048576 tokens was asked, but the model was trained for 2048: each slot gets 2048/);
       assert.ok(await waitGone(host.pid!, 30_000), 'the running replica stopped for the new settings');
-      const refused = await ask('long');
+      assert.equal((await ask('long')).status, 200);
+      const atTraining = await replicaOf(hub, 'long');
+      assert.deepEqual([atTraining.ctx, atTraining.slots, flag(argvOf(atTraining.pid!), '--ctx-size')], [2048, 4, '8192']);
+      const shown = (await hub.status()).models.find((m) => m.name === 'long')!;
+      assert.deepEqual([shown.need.ctx, shown.settings?.ctx], [2048, 1048576]);
+      assert.match(shown.ctx_note ?? '', /trained for 2048/);
+      assert.match((await cli('ls')).stdout, /note: a context of 1048576 tokens was asked/);
+      // What llama-server allows: a prompt past 2048 tokens is refused there, naming 2048.
+      const tooLong = await fetch(`${hub.url}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: 'long', prompt: 'sea '.repeat(2100), max_tokens: 2 }) });
+      assert.equal(tooLong.status, 400);
+      assert.match(JSON.stringify(await tooLong.json()), /2048/);
+
+      // The fit uses the settings: a context no device can hold (a model trained for 32k, 64 slots) is a 503 that says
+      // which settings it needed.
+      await cli('add', fixture('longwide'), '--name', 'wide', '--ctx', '32768', '--slots', '64', '--kv', 'q8_0');
+      const refused = await ask('wide');
       assert.equal(refused.status, 503);
       const why = ((await refused.json()) as { error: { message: string } }).error.message;
-      assert.match(why, /ctx 1048576 × 4 slots, q8_0 cache; the largest part: the KV cache at ctx 1048576 × 4 slots \(q8_0\), 2\d{3} MB/);
+      assert.match(why, /ctx 32768 × 64 slots, q8_0 cache; the largest part: the KV cache at ctx 32768 × 64 slots \(q8_0\), 1\d{3} MB/);
       // /api/models shows every part of the need: the spec's weights, KV and overhead, the measured additions.
       type Need = Record<'weights_mb' | 'kv_mb' | 'kv_window_mb' | 'state_mb' | 'blocks_mb' | 'overhead_mb' | 'compute_mb' | 'projector_mb' | 'draft_mb', number>;
-      const listed = (await hub.api<{ models: { name: string; need_mb: number; need: Need & { largest: string; flash_attn: boolean }; memory: { kv_layers: number } }[] }>('/api/models')).body.models;
-      const long = listed.find((m) => m.name === 'long')!;
+      const listed = (await hub.api<{ models: { name: string; need_mb: number; need: Need & { largest: string; flash_attn: boolean }; memory: { kv_layers: number }; ctx_note: string | null }[] }>('/api/models')).body.models;
+      const wide = listed.find((m) => m.name === 'wide')!;
       const parts = ['weights_mb', 'kv_mb', 'state_mb', 'blocks_mb', 'overhead_mb', 'compute_mb', 'projector_mb', 'draft_mb'] as const;
-      const sum = parts.reduce((a, k) => a + long.need[k], 0);
-      assert.ok(sum >= long.need_mb && sum - long.need_mb <= parts.length, `parts ${sum} vs need ${long.need_mb}`);
-      assert.deepEqual([long.need.flash_attn, long.need.kv_window_mb, long.need.state_mb, long.memory.kv_layers], [true, 0, 0, 4]);
-      // q8_0's block scales are counted, and flash attention's f16 copy of one layer's K and V (1048576 cells × 4
-      // slots × 128 values × 2 bytes = 1024 MB); the logits of 32,000 tokens × 512 (62.5 MB) fit in the overhead.
-      assert.deepEqual([long.need.blocks_mb > 0, long.need.compute_mb], [true, 1024]);
-      assert.match(long.need.largest, /the KV cache/);
+      const sum = parts.reduce((a, k) => a + wide.need[k], 0);
+      assert.ok(sum >= wide.need_mb && sum - wide.need_mb <= parts.length, `parts ${sum} vs need ${wide.need_mb}`);
+      assert.deepEqual([wide.need.flash_attn, wide.need.kv_window_mb, wide.need.state_mb, wide.memory.kv_layers, wide.ctx_note], [true, 0, 0, 2, null]);
+      // q8_0's block scales are counted, and flash attention's f16 copy of one layer's K and V (32768 cells × 64
+      // slots × 256 values × 2 bytes = 1024 MB).
+      assert.deepEqual([wide.need.blocks_mb > 0, wide.need.compute_mb], [true, 1024]);
+      assert.match(wide.need.largest, /the KV cache/);
 
       // Back to the pool's ctx and slots (the KV type stays the model's own).
       await cli('set', 'long', '--ctx', 'default', '--slots', 'default');

@@ -11,6 +11,7 @@ import { model, setup } from '../helpers/scheduler-doubles.js';
 describe('the fit and what flash attention resolved to', () => {
   const m = {
     ...model('g', 2000),
+    context_length: 32768,
     kv_bytes_per_token: 4 * 1024,
     memory: { layers: new Array(4).fill({ k: 512, v: 512, swa: false, state: 0 }), window: 0, heads: 32, vocab: 32000 },
   };

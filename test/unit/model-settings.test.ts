@@ -3,7 +3,7 @@ import { describe, it } from 'node:test';
 import { isRelayError } from '../../src/shared/errors.js';
 import { hubConfigFromEnv } from '../../src/main/core/config.js';
 import { fitNeed } from '../../src/main/core/scheduler/decide/fit.js';
-import { applySettings, settingsFor } from '../../src/main/core/scheduler/decide/model-settings.js';
+import { applySettings, contextCapNote, settingsFor } from '../../src/main/core/scheduler/decide/model-settings.js';
 
 describe('per-model settings', () => {
   const pool = hubConfigFromEnv({ HOME: '/tmp', RELAY_CONTEXT_SIZE: '4096', RELAY_REPLICA_CTX: '2048', RELAY_PARALLEL_SLOTS: '2', RELAY_KV_CACHE_TYPE: 'f16' }, { port: 0 });
@@ -23,6 +23,22 @@ describe('per-model settings', () => {
     assert.equal(n.kvMb, (131072 * 32768 * 1 * 0.5) / 1048576); // KV = bytes/token × ctx × slots × kv_scale
     const d = fitNeed(m, pool);
     assert.deepEqual([d.ctx, d.slots, d.kvMb], [2048, 2, (131072 * 2048 * 2 * 1.0) / 1048576]);
+  });
+
+  it('a slot never gets more than the GGUF was trained for (as llama-server caps it): the fit counts that, and a note says so', () => {
+    const trained = (ctx: number | null, settings?: { ctx?: number }) => ({ settings, context_length: ctx });
+    // The pool's 4096 (capped to 2048 by RELAY_REPLICA_CTX) fits a 2048 model; a model's own 32768 does not.
+    assert.equal(settingsFor(pool, trained(2048)), pool);
+    assert.equal(contextCapNote(pool, trained(2048)), null);
+    const own = settingsFor(pool, trained(2048, { ctx: 32768 }));
+    assert.deepEqual([own.contextSize, own.replicaCtx], [2048, 0]);
+    assert.equal(fitNeed({ requiredVramMb: 1000, sizeBytes: 0, kvBytesPerToken: 1024 }, own).ctx, 2048);
+    assert.equal(contextCapNote(pool, trained(2048, { ctx: 32768 })), "a context of 32768 tokens was asked, but the model was trained for 2048: each slot gets 2048 (llama-server's cap), and only that is reserved");
+    // Under the training context, or with no training context in the record (records from before it was read): as asked.
+    assert.equal(settingsFor(pool, trained(65536, { ctx: 32768 })).contextSize, 32768);
+    assert.equal(settingsFor(pool, trained(null, { ctx: 32768 })).contextSize, 32768);
+    const noReplicaCap = hubConfigFromEnv({ HOME: '/tmp', RELAY_CONTEXT_SIZE: '8192' }, { port: 0 });
+    assert.equal(settingsFor(noReplicaCap, trained(4096)).contextSize, 4096);
   });
 
   it('the API body: fields left out stay, null goes back to the pool default, bad values are coded errors', () => {

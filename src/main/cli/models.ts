@@ -102,6 +102,7 @@ export async function cmdModels(sub: string | undefined, args: string[]): Promis
         sha256: string;
         settings?: { ctx?: number; slots?: number; kv_cache_type?: string; flash_attn?: string };
         need?: Record<string, number | string | boolean>;
+        ctx_note?: string | null;
       }[];
       error?: { code: string; message: string };
     };
@@ -122,6 +123,7 @@ export async function cmdModels(sub: string | undefined, args: string[]): Promis
         `${m.name.padEnd(24)} ${String(m.arch).padEnd(10)} ${((m.size / 1048576).toFixed(1) + ' MB').padStart(10)}  needs ${m.need_mb} MB  ${m.fits_now ? 'available' : `unavailable: ${m.shortfall}`}${own ? `  (own settings: ${own})` : ''}`,
       );
       if (m.need) console.log(`  ${needParts(m.need)}`);
+      if (m.ctx_note) console.log(`  note: ${m.ctx_note}`);
     }
     return 0;
   }
@@ -137,7 +139,14 @@ export async function cmdModels(sub: string | undefined, args: string[]): Promis
     const body = { ...settings, mmproj, draft, draft_max: draftMax, draft_min: draftMin };
     const res = await api(base, `/api/models/${encodeURIComponent(name)}`, { method: 'PATCH', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
     const j = (await res.json()) as {
-      model?: { name: string; need_mb: number; need: { ctx: number; slots: number; draft_mb?: number }; settings?: Record<string, unknown>; draft?: { name: string; max: number; min: number } };
+      model?: {
+        name: string;
+        need_mb: number;
+        need: { ctx: number; slots: number; draft_mb?: number };
+        ctx_note?: string | null;
+        settings?: Record<string, unknown>;
+        draft?: { name: string; max: number; min: number };
+      };
       error?: { code: string; message: string };
     };
     if (!res.ok || !j.model) return apiFailure(j);
@@ -146,6 +155,7 @@ export async function cmdModels(sub: string | undefined, args: string[]): Promis
     console.log(
       `${m.name}: ctx ${m.need.ctx} × ${m.need.slots} slots, needs ${m.need_mb} MB${drafted}; own settings ${JSON.stringify(m.settings ?? {})} (running placements restart on the next request)`,
     );
+    if (m.ctx_note) console.log(`note: ${m.ctx_note}`);
     return 0;
   }
   if (sub === 'import') {

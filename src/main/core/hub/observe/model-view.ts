@@ -3,6 +3,7 @@ import type { MemorySummary } from '../../gguf/memory.js';
 import { memorySummary } from '../../gguf/memory.js';
 import { modelFiles } from '../../models/files.js';
 import { largestPart } from '../../scheduler/decide/fit.js';
+import { contextCapNote } from '../../scheduler/decide/model-settings.js';
 import type { ModelRecord } from '../../store/store.js';
 import type { ModelStatus } from '../../../../shared/status.js';
 import type { AppDeps } from '../http/context.js';
@@ -17,7 +18,7 @@ export type ModelView = Omit<ModelRecord, 'mtimeMs' | 'parts' | 'memory' | 'draf
 } & ModelViewExtra;
 
 /** What the admin API adds to a model record: the same fields /status shows for it. */
-export type ModelViewExtra = Pick<ModelStatus, 'file' | 'need_mb' | 'need' | 'fits_now' | 'shortfall' | 'why_not'>;
+export type ModelViewExtra = Pick<ModelStatus, 'file' | 'need_mb' | 'need' | 'ctx_note' | 'fits_now' | 'shortfall' | 'why_not'>;
 
 const gone = (m: ModelRecord): string => `the file is gone from ${modelFiles(m).find((f) => !existsSync(f.path))?.path ?? m.path} (register it again, or remove the model)`;
 
@@ -56,6 +57,7 @@ export function modelViewer(d: AppDeps): (m: ModelRecord) => ModelView {
         kv_cache_type: need.kvCacheType,
       },
       ...(memory !== undefined ? { memory: memorySummary(memory) } : {}),
+      ctx_note: contextCapNote(d.config, m),
       fits_now: a.available && file !== 'missing',
       shortfall: file === 'missing' ? gone(m) : a.reason,
       why_not: file === 'missing' ? gone(m) : a.whyNot,

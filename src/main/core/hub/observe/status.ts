@@ -67,6 +67,7 @@ export function buildStatus({ deps: d, auth, recent, moves }: HubHttp): StatusDt
         settings: m.settings ?? null,
         need_mb: v.need_mb,
         need: v.need,
+        ctx_note: v.ctx_note,
         fits_now: v.fits_now,
         shortfall: v.shortfall,
         why_not: v.why_not,

@@ -1,7 +1,7 @@
 import { ErrorCode, RelayError } from '../../../../shared/errors.js';
 import { KV_CACHE_TYPES, type FlashAttn, type KvCacheType } from '../../llama/argv.js';
 import type { ModelRecord, ModelSettings } from '../../store/store.js';
-import type { FitSettings } from './fit.js';
+import { contextPerSlot, type FitSettings } from './fit.js';
 
 export type { ModelSettings } from '../../store/store.js';
 
@@ -9,9 +9,33 @@ export type { ModelSettings } from '../../store/store.js';
  * A model's own llama-server settings, over the pool-wide ones (RELAY_CONTEXT_SIZE, RELAY_PARALLEL_SLOTS,
  * RELAY_KV_CACHE_TYPE, RELAY_FLASH_ATTN): a 32k context for one model, 1 slot for a big one. Every use of
  * those settings for a model goes through `settingsFor`: the fit, the 503 message, /status and every
- * llama-server launched for it (host replica, node replica, shard head), so they cannot disagree.
+ * llama-server launched for it (host replica, node replica, shard head), so they cannot disagree. The context per slot
+ * is capped at the one the GGUF was trained for (`<arch>.context_length`), as llama-server caps it: relay reserves and
+ * reports what a slot can use (contextCapNote says so where more was asked).
  */
-export function settingsFor<C extends FitSettings & { readonly flashAttn?: FlashAttn | undefined }>(c: C, m: { readonly settings?: ModelSettings | undefined } | undefined): C {
+export function settingsFor<C extends FitSettings & { readonly flashAttn?: FlashAttn | undefined }>(c: C, m: ModelOfSettings | undefined): C {
+  const own = ownSettings(c, m);
+  const train = m?.context_length;
+  // llama-server caps each slot at the training context (n_ctx_slot): what is asked beyond it is never used.
+  return train && contextPerSlot(own) > train ? { ...own, contextSize: train, replicaCtx: 0 } : own;
+}
+
+/** What a model's settings are read from: its own, and the context its GGUF was trained for. */
+export type ModelOfSettings = { readonly settings?: ModelSettings | undefined; readonly context_length?: number | null | undefined };
+
+/**
+ * Where the context asked for a model (its own, or the pool's) is more than its GGUF was trained for, the sentence
+ * that says so (the CLI, the dashboard, /status); null where it is not.
+ */
+export function contextCapNote(c: FitSettings, m: ModelOfSettings | undefined): string | null {
+  const asked = contextPerSlot(ownSettings(c, m));
+  const train = m?.context_length;
+  if (!train || asked <= train) return null;
+  return `a context of ${asked} tokens was asked, but the model was trained for ${train}: each slot gets ${train} (llama-server's cap), and only that is reserved`;
+}
+
+/** The model's own settings over the pool's, before the training context's cap. */
+function ownSettings<C extends FitSettings & { readonly flashAttn?: FlashAttn | undefined }>(c: C, m: ModelOfSettings | undefined): C {
   const s = m?.settings;
   if (!s) return c;
   return {
