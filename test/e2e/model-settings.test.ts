@@ -68,7 +68,11 @@ describe('per-model settings', { timeout: 300_000 }, () => {
       assert.match(shown.ctx_note ?? '', /trained for 2048/);
       assert.match((await cli('ls')).stdout, /note: a context of 1048576 tokens was asked/);
       // What llama-server allows: a prompt past 2048 tokens is refused there, naming 2048.
-      const tooLong = await fetch(`${hub.url}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: 'long', prompt: 'sea '.repeat(2100), max_tokens: 2 }) });
+      const tooLong = await fetch(`${hub.url}/v1/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ model: 'long', prompt: 'sea '.repeat(2100), max_tokens: 2 }),
+      });
       assert.equal(tooLong.status, 400);
       assert.match(JSON.stringify(await tooLong.json()), /2048/);
 
@@ -81,7 +85,9 @@ describe('per-model settings', { timeout: 300_000 }, () => {
       assert.match(why, /ctx 32768 × 64 slots, q8_0 cache; the largest part: the KV cache at ctx 32768 × 64 slots \(q8_0\), 1\d{3} MB/);
       // /api/models shows every part of the need: the spec's weights, KV and overhead, the measured additions.
       type Need = Record<'weights_mb' | 'kv_mb' | 'kv_window_mb' | 'state_mb' | 'blocks_mb' | 'overhead_mb' | 'compute_mb' | 'projector_mb' | 'draft_mb', number>;
-      const listed = (await hub.api<{ models: { name: string; need_mb: number; need: Need & { largest: string; flash_attn: boolean }; memory: { kv_layers: number }; ctx_note: string | null }[] }>('/api/models')).body.models;
+      const listed = (
+        await hub.api<{ models: { name: string; need_mb: number; need: Need & { largest: string; flash_attn: boolean }; memory: { kv_layers: number }; ctx_note: string | null }[] }>('/api/models')
+      ).body.models;
       const wide = listed.find((m) => m.name === 'wide')!;
       const parts = ['weights_mb', 'kv_mb', 'state_mb', 'blocks_mb', 'overhead_mb', 'compute_mb', 'projector_mb', 'draft_mb'] as const;
       const sum = parts.reduce((a, k) => a + wide.need[k], 0);

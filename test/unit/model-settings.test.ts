@@ -33,7 +33,10 @@ describe('per-model settings', () => {
     const own = settingsFor(pool, trained(2048, { ctx: 32768 }));
     assert.deepEqual([own.contextSize, own.replicaCtx], [2048, 0]);
     assert.equal(fitNeed({ requiredVramMb: 1000, sizeBytes: 0, kvBytesPerToken: 1024 }, own).ctx, 2048);
-    assert.equal(contextCapNote(pool, trained(2048, { ctx: 32768 })), "a context of 32768 tokens was asked, but the model was trained for 2048: each slot gets 2048 (llama-server's cap), and only that is reserved");
+    assert.equal(
+      contextCapNote(pool, trained(2048, { ctx: 32768 })),
+      "a context of 32768 tokens was asked, but the model was trained for 2048: each slot gets 2048 (llama-server's cap), and only that is reserved",
+    );
     // Under the training context, or with no training context in the record (records from before it was read): as asked.
     assert.equal(settingsFor(pool, trained(65536, { ctx: 32768 })).contextSize, 32768);
     assert.equal(settingsFor(pool, trained(null, { ctx: 32768 })).contextSize, 32768);
