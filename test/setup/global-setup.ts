@@ -5,6 +5,7 @@
  */
 import { BACKEND_PACKAGES, ensureLlama, ensurePackageModule, listDevicesWith } from '../../src/main/core/llama/index.js';
 import { ensureFixture, FIXTURES, type FixtureName } from '../fixtures/models.js';
+import { ensureAgents } from '../helpers/agents.js';
 import { lavapipeEnv } from '../helpers/llama.js';
 
 const progress = (l: string): void => console.error(`[llama] ${l}`);
@@ -25,3 +26,5 @@ for (const name of Object.keys(FIXTURES) as FixtureName[]) {
   const path = ensureFixture(name, { vocabDir: install.vocabDir });
   console.error(`[setup] fixture ${name}: ${path}`);
 }
+// The coding-agent CLIs test/e2e/agents.test.ts runs (pinned in test/agents; cached by the hash of their lock).
+console.error(`[setup] coding agents: ${ensureAgents((l) => console.error(`[agents] ${l}`))}`);
