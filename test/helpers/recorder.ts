@@ -5,6 +5,8 @@ import type { AddressInfo } from 'node:net';
 export interface Exchange {
   readonly method: string;
   readonly path: string;
+  /** The request's body, as sent. */
+  readonly request: string;
   readonly status: number;
   /**
    * `json:<object|type>`, `json:error`, `sse:<kinds>` (each event's name, or its data's object/type, `[DONE]`,
@@ -13,6 +15,9 @@ export interface Exchange {
   readonly form: string;
   /** The error's code (or type) where the answer is one. */
   readonly error: string | null;
+  /** The error's type and message where the answer is one. */
+  readonly errorType: string | null;
+  readonly message: string | null;
   /** The assistant text the answer carried (OpenAI chat, Responses, Anthropic Messages), streamed or not. */
   readonly text: string;
 }
@@ -28,6 +33,8 @@ export async function startRecorder(target: string): Promise<Recorder> {
   const up = new URL(target);
   const exchanges: Exchange[] = [];
   const server: Server = createServer((req, res) => {
+    const sent: Buffer[] = [];
+    req.on('data', (c: Buffer) => sent.push(c));
     const out = request({ host: up.hostname, port: up.port, method: req.method, path: req.url, headers: { ...req.headers, host: up.host } }, (answer) => {
       res.writeHead(answer.statusCode ?? 502, answer.headers);
       const chunks: Buffer[] = [];
@@ -38,7 +45,13 @@ export async function startRecorder(target: string): Promise<Recorder> {
       answer.on('end', () => {
         res.end();
         const body = Buffer.concat(chunks).toString('utf8');
-        exchanges.push({ method: req.method ?? '', path: (req.url ?? '').split('?')[0]!, status: answer.statusCode ?? 0, ...formOf(String(answer.headers['content-type'] ?? ''), body) });
+        exchanges.push({
+          method: req.method ?? '',
+          path: (req.url ?? '').split('?')[0]!,
+          request: Buffer.concat(sent).toString('utf8'),
+          status: answer.statusCode ?? 0,
+          ...formOf(String(answer.headers['content-type'] ?? ''), body),
+        });
       });
     });
     out.on('error', () => res.destroy());
@@ -63,10 +76,12 @@ function field(v: unknown, fallback: string): string {
   return typeof v === 'string' || typeof v === 'number' ? String(v) : fallback;
 }
 
-function formOf(contentType: string, body: string): Pick<Exchange, 'form' | 'error' | 'text'> {
+function formOf(contentType: string, body: string): Pick<Exchange, 'form' | 'error' | 'errorType' | 'message' | 'text'> {
   if (contentType.includes('text/event-stream')) {
     const kinds: string[] = [];
     let error: string | null = null;
+    let errorType: string | null = null;
+    let message: string | null = null;
     let text = '';
     for (const block of body.split(/\r?\n\r?\n/)) {
       const name = /^event:\s*(.+)$/m.exec(block)?.[1]?.trim();
@@ -78,7 +93,7 @@ function formOf(contentType: string, body: string): Pick<Exchange, 'form' | 'err
         const j = parse(data);
         if (j?.error) {
           kind = 'error';
-          error = errorCode(j);
+          ({ error, errorType, message } = errorOf(j));
         } else if (j) {
           kind ||= field(j.object ?? j.type, 'data');
           text += deltaText(j);
@@ -86,15 +101,15 @@ function formOf(contentType: string, body: string): Pick<Exchange, 'form' | 'err
       }
       if (kinds[kinds.length - 1] !== kind) kinds.push(kind);
     }
-    return { form: `sse:${kinds.join(',')}`, error, text };
+    return { form: `sse:${kinds.join(',')}`, error, errorType, message, text };
   }
   if (contentType.includes('json')) {
     const j = parse(body);
-    if (!j) return { form: 'json:unparsable', error: null, text: '' };
-    if (j.error) return { form: 'json:error', error: errorCode(j), text: '' };
-    return { form: `json:${field(j.object ?? j.type, 'object')}`, error: null, text: wholeText(j) };
+    if (!j) return { form: 'json:unparsable', ...NO_ERROR, text: '' };
+    if (j.error) return { form: 'json:error', ...errorOf(j), text: '' };
+    return { form: `json:${field(j.object ?? j.type, 'object')}`, ...NO_ERROR, text: wholeText(j) };
   }
-  return { form: 'other', error: null, text: '' };
+  return { form: 'other', ...NO_ERROR, text: '' };
 }
 
 function parse(s: string): Json | null {
@@ -106,10 +121,12 @@ function parse(s: string): Json | null {
   }
 }
 
-function errorCode(j: Json): string {
+const NO_ERROR = { error: null, errorType: null, message: null };
+
+function errorOf(j: Json): Pick<Exchange, 'error' | 'errorType' | 'message'> {
   const e = j.error as Json | string;
-  if (typeof e === 'string') return e;
-  return field(e.code ?? e.type, 'error');
+  if (typeof e === 'string') return { error: e, errorType: null, message: e };
+  return { error: field(e.code ?? e.type, 'error'), errorType: field(e.type, '') || null, message: field(e.message, '') || null };
 }
 
 /** The text one streamed event adds: a chat chunk's delta, a Responses output_text delta, a Messages text delta. */
