@@ -82,6 +82,7 @@ const SCHEMAS: Record<string, Check> = {
     mmproj: optional(isSha),
     draft: optional(shape({ sha256: isSha, max: isInt, min: isInt })),
     pooling: oneOf('mean', null),
+    nPredict: optional(isInt),
     alias: isId,
     device: isId,
     loadTimeoutMs: optional(isInt),

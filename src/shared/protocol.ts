@@ -149,6 +149,8 @@ export interface StartReplica {
   /** A draft model for speculative decoding, by sha256 (a file in the node's cache), and its tokens per step. */
   draft?: { sha256: string; max: number; min: number };
   pooling: 'mean' | null;
+  /** The model's own cap on an answer that asks for no length: --n-predict (absent: none). */
+  nPredict?: number;
   alias: string;
   /** The node device the hub placed it on: a llama.cpp device name, or CPU for the node's CPU budget. */
   device: string;

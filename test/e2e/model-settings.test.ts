@@ -104,6 +104,29 @@ describe('per-model settings', { timeout: 300_000 }, () => {
       const again = await replicaOf(hub, 'long');
       assert.deepEqual([again.ctx, again.slots, again.kv_cache_type], [512, 1, 'q8_0']);
       assert.equal(flag(argvOf(again.pid!), '--ctx-size'), '512');
+
+      // A model's own answer length (--max-tokens): llama-server's --n-predict on the host and on the node; it bounds
+      // an answer that asks for no length (the dense fixture never ends by itself), a request's own max_tokens wins.
+      const chat = async (model: string, extra: Record<string, unknown> = {}) => {
+        const r = await fetch(`${hub.url}/v1/chat/completions`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json' },
+          body: JSON.stringify({ model, messages: [{ role: 'user', content: 'hi' }], temperature: 0, ...extra }),
+        });
+        assert.equal(r.status, 200);
+        const j = (await r.json()) as { usage: { completion_tokens: number }; choices: { finish_reason: string }[] };
+        return [j.usage.completion_tokens, j.choices[0]!.finish_reason];
+      };
+      assert.match((await cli('set', 'long', '--max-tokens', '7')).stdout, /"max_tokens":7/);
+      await cli('set', 'long-node', '--max-tokens', '9');
+      assert.match((await cli('ls')).stdout, /long-node .*\(own settings: ctx 1024, kv q4_0, flash-attn on, max-tokens 9\)/);
+      assert.deepEqual(await chat('long'), [7, 'length']);
+      assert.deepEqual(await chat('long', { max_tokens: 12 }), [12, 'length']);
+      assert.equal(flag(argvOf((await replicaOf(hub, 'long')).pid!), '--n-predict'), '7');
+      assert.deepEqual(await chat('long-node'), [9, 'length']);
+      assert.equal(flag(argvOf((await replicaOf(hub, 'long-node')).pid!), '--n-predict'), '9');
+      const bad = await cli('set', 'long', '--max-tokens', '0').catch((e: { code: number; stderr: string }) => e);
+      assert.deepEqual([(bad as { code: number }).code, /max_tokens must be a whole number from 1/.test((bad as { stderr: string }).stderr)], [1, true]);
     } finally {
       await node.stop();
       await hub.stop();

@@ -29,6 +29,11 @@ describe('llamaServerArgv', () => {
     assert.equal(effectiveFlashAttn('f16', 'on'), 'on');
   });
 
+  it("a model's own answer length: --n-predict, absent unless set", () => {
+    assert.equal(flag(llamaServerArgv({ ...base, nPredict: 256 }), '--n-predict'), '256');
+    assert.ok(!llamaServerArgv(base).includes('--n-predict'));
+  });
+
   it('a draft model: --model-draft with the draft-simple speculator, its tokens per step, the cache type, its device', () => {
     const onGpu = llamaServerArgv({ ...base, cacheType: 'q8_0', ...draftPlacement({ path: '/d.gguf', max: 8, min: 1 }, 'CUDA0', 'cuda') });
     assert.equal(flag(onGpu, '--model-draft'), '/d.gguf');

@@ -3,7 +3,7 @@ import { describe, it } from 'node:test';
 import { isRelayError } from '../../src/shared/errors.js';
 import { hubConfigFromEnv } from '../../src/main/core/config.js';
 import { fitNeed } from '../../src/main/core/scheduler/decide/fit.js';
-import { applySettings, contextCapNote, settingsFor } from '../../src/main/core/scheduler/decide/model-settings.js';
+import { applySettings, contextCapNote, sameSettings, settingsFor } from '../../src/main/core/scheduler/decide/model-settings.js';
 
 describe('per-model settings', () => {
   const pool = hubConfigFromEnv({ HOME: '/tmp', RELAY_CONTEXT_SIZE: '4096', RELAY_REPLICA_CTX: '2048', RELAY_PARALLEL_SLOTS: '2', RELAY_KV_CACHE_TYPE: 'f16' }, { port: 0 });
@@ -49,7 +49,12 @@ describe('per-model settings', () => {
     assert.deepEqual(s, { ctx: 8192, kv_cache_type: 'q4_0' });
     s = applySettings(s, { parallel_slots: 3, context_size: null, flash_attn: 'auto' });
     assert.deepEqual(s, { kv_cache_type: 'q4_0', slots: 3, flash_attn: 'auto' });
-    for (const bad of [{ context_size: 100 }, { context_size: 1.5 }, { parallel_slots: 0 }, { parallel_slots: '2' }, { kv_cache_type: 'q5_1' }, { flash_attn: true }]) {
+    s = applySettings(s, { max_tokens: 4096 });
+    assert.deepEqual(s, { kv_cache_type: 'q4_0', slots: 3, flash_attn: 'auto', max_tokens: 4096 });
+    assert.equal(sameSettings(s, { ...s, max_tokens: 512 }), false, 'a new cap restarts the placements');
+    assert.deepEqual(applySettings(s, { max_tokens: null }), { kv_cache_type: 'q4_0', slots: 3, flash_attn: 'auto' });
+    const bads = [{ context_size: 100 }, { context_size: 1.5 }, { parallel_slots: 0 }, { parallel_slots: '2' }, { kv_cache_type: 'q5_1' }, { flash_attn: true }];
+    for (const bad of [...bads, { max_tokens: 0 }, { max_tokens: -5 }, { max_tokens: '100' }, { max_tokens: 2.5 }]) {
       assert.throws(
         () => applySettings(undefined, bad),
         (e: unknown) => isRelayError(e, 'INVALID_REQUEST'),

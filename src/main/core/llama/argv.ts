@@ -61,6 +61,8 @@ export interface LlamaServerOptions {
   readonly metrics?: boolean | undefined;
   /** --slot-save-path: the folder /slots/{id}?action=save|restore reads and writes (bench/slot-restore). */
   readonly slotSavePath?: string | undefined;
+  /** --n-predict: the most tokens an answer gets where the request asks for none (a model's own max_tokens). */
+  readonly nPredict?: number | undefined;
 }
 
 /**
@@ -133,6 +135,7 @@ export function llamaServerArgv(o: LlamaServerOptions): string[] {
   }
   if (o.fit !== undefined) a.push('--fit', o.fit);
   if (o.threads !== undefined) a.push('--threads', String(o.threads));
+  if (o.nPredict !== undefined) a.push('--n-predict', String(o.nPredict));
   if (o.alias !== undefined) a.push('--alias', o.alias);
   if (o.embedding) a.push('--embedding');
   if (o.reranking) a.push('--reranking');

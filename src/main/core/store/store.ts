@@ -13,6 +13,11 @@ export interface ModelSettings {
   slots?: number;
   kv_cache_type?: KvCacheType;
   flash_attn?: FlashAttn;
+  /**
+   * The most tokens an answer gets where its request asks for none (llama-server's --n-predict: a request's own
+   * max_tokens still wins): an agent that sends no limit cannot run a slot toward the end of its context.
+   */
+  max_tokens?: number;
 }
 
 export const SCHEMA_VERSION = 2;

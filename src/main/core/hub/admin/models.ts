@@ -2,7 +2,7 @@ import { existsSync } from 'node:fs';
 import { isAbsolute } from 'node:path';
 import { ErrorCode, httpError, isRelayError, RelayError } from '../../../../shared/errors.js';
 import { discover } from '../../models/import.js';
-import { applySettings, sameSettings } from '../../scheduler/decide/model-settings.js';
+import { applySettings, sameSettings, setsSettings } from '../../scheduler/decide/model-settings.js';
 import { parseJson, textField } from '../http/request.js';
 import type { AppDeps, Mount } from '../http/context.js';
 import { modelViewer } from '../observe/model-view.js';
@@ -38,7 +38,7 @@ export const mountModels: Mount = (app, { deps: d, raw, auth }) => {
         embedding: body.embedding === undefined ? undefined : Boolean(body.embedding),
         reranker: body.reranker === undefined ? undefined : Boolean(body.reranker),
         mmproj: body.mmproj === undefined || body.mmproj === null ? body.mmproj : textField(body.mmproj),
-        settings: ['context_size', 'parallel_slots', 'kv_cache_type', 'flash_attn'].some((k) => body[k] !== undefined) ? applySettings(undefined, body) : undefined,
+        settings: setsSettings(body) ? applySettings(undefined, body) : undefined,
       };
       if (req.query.progress === '1') {
         // NDJSON: progress lines while hashing, then the result (the CLI draws a progress bar from them).
@@ -93,7 +93,7 @@ export const mountModels: Mount = (app, { deps: d, raw, auth }) => {
       if (found.found.length === 0 && found.skipped.length === 0 && !existsSync(found.root)) {
         throw new RelayError(ErrorCode.MODEL_FILE_MISSING, `nothing to import: ${found.root} does not exist`, { path: found.root });
       }
-      const settings = ['context_size', 'parallel_slots', 'kv_cache_type', 'flash_attn'].some((k) => body[k] !== undefined) ? applySettings(undefined, body) : undefined;
+      const settings = setsSettings(body) ? applySettings(undefined, body) : undefined;
       const r = await registry.importAll(found, settings);
       // Models already registered whose settings this import changed: their placements restart with them.
       await Promise.all(r.registered.filter((x) => x.settingsChanged).map((x) => scheduler.stopModel(x.name, 'its settings changed')));

@@ -108,6 +108,7 @@ export class Workloads extends EventEmitter {
           embedding: c.embedding,
           reranking: c.reranking ?? false,
           pooling: c.pooling ?? undefined,
+          nPredict: c.nPredict,
           ...projectorPlacement(c.mmproj === undefined ? undefined : cache.pathOf(c.mmproj), c.device),
           ...draftPlacement(c.draft ? { path: cache.pathOf(c.draft.sha256), max: c.draft.max, min: c.draft.min } : null, c.device, this.deps.install.backend),
           metrics: true,

@@ -54,17 +54,23 @@ function ownSettings<C extends FitSettings & { readonly flashAttn?: FlashAttn | 
 }
 
 export function sameSettings(a: ModelSettings | undefined, b: ModelSettings | undefined): boolean {
-  const k = (s: ModelSettings | undefined) => JSON.stringify([s?.ctx, s?.slots, s?.kv_cache_type, s?.flash_attn]);
+  const k = (s: ModelSettings | undefined) => JSON.stringify([s?.ctx, s?.slots, s?.kv_cache_type, s?.flash_attn, s?.max_tokens]);
   return k(a) === k(b);
 }
 
+/** The API body's fields that are a model's own settings (applySettings reads them). */
+export const SETTING_FIELDS = ['context_size', 'parallel_slots', 'kv_cache_type', 'flash_attn', 'max_tokens'] as const;
+
+/** Whether an API body sets any of a model's own settings. */
+export const setsSettings = (body: Record<string, unknown>): boolean => SETTING_FIELDS.some((k) => body[k] !== undefined);
+
 /**
- * Settings from an API body: `context_size`, `parallel_slots`, `kv_cache_type`, `flash_attn`; a field left out
+ * Settings from an API body: `context_size`, `parallel_slots`, `kv_cache_type`, `flash_attn`, `max_tokens`; a field left out
  * is unchanged, `null` goes back to the pool-wide default. Applied to `prev` (a model's current settings).
  */
 export function applySettings(prev: ModelSettings | undefined, body: Record<string, unknown>): ModelSettings {
   const out: ModelSettings = { ...prev };
-  const int = (key: string, field: 'ctx' | 'slots', min: number, max: number): void => {
+  const int = (key: string, field: 'ctx' | 'slots' | 'max_tokens', min: number, max: number): void => {
     const v = body[key];
     if (v === undefined) return;
     if (v === null) return void delete out[field];
@@ -75,6 +81,7 @@ export function applySettings(prev: ModelSettings | undefined, body: Record<stri
   };
   int('context_size', 'ctx', 256, 1_048_576);
   int('parallel_slots', 'slots', 1, 64);
+  int('max_tokens', 'max_tokens', 1, 1_048_576);
   const kv = body.kv_cache_type;
   if (kv === null) delete out.kv_cache_type;
   else if (kv !== undefined) {

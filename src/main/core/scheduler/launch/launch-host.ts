@@ -46,6 +46,7 @@ export function serverOptions(config: HubConfig, model: ModelRecord, p: Placemen
     flashAttn: c.flashAttn,
     alias: model.name,
     threads: c.threads,
+    nPredict: model.settings?.max_tokens,
     metrics: true,
     readyTimeoutMs: p.deadlineMs,
   };

@@ -65,6 +65,7 @@ export class NodeLauncher {
           ...(model.mmproj ? { mmproj: model.mmproj.sha256 } : {}),
           ...(model.draft ? { draft: { sha256: model.draft.sha256, max: model.draft.max, min: model.draft.min } } : {}),
           pooling: poolingFor(model),
+          ...(model.settings?.max_tokens ? { nPredict: model.settings.max_tokens } : {}),
           alias: model.name,
           device: p.device,
           loadTimeoutMs: p.deadlineMs,
