@@ -83,6 +83,7 @@ const SCHEMAS: Record<string, Check> = {
     draft: optional(shape({ sha256: isSha, max: isInt, min: isInt })),
     pooling: oneOf('mean', null),
     nPredict: optional(isInt),
+    specType: optional(oneOf('draft-mtp', 'ngram-simple', 'ngram-map-k', 'ngram-map-k4v', 'ngram-mod', 'ngram-cache')),
     alias: isId,
     device: isId,
     loadTimeoutMs: optional(isInt),

@@ -149,6 +149,8 @@ export interface StartReplica {
   /** A draft model for speculative decoding, by sha256 (a file in the node's cache), and its tokens per step. */
   draft?: { sha256: string; max: number; min: number };
   pooling: 'mean' | null;
+  /** Speculation without a draft model: --spec-type (an n-gram type, or draft-mtp); absent: none, or `draft`'s. */
+  specType?: 'draft-mtp' | 'ngram-simple' | 'ngram-map-k' | 'ngram-map-k4v' | 'ngram-mod' | 'ngram-cache';
   /** The model's own cap on an answer that asks for no length: --n-predict (absent: none). */
   nPredict?: number;
   alias: string;

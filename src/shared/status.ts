@@ -35,7 +35,10 @@ export interface PlacementStatus {
   readonly prefix_hits: number;
   /** Recent prompt evaluation speed, milliseconds per token; null until measured. */
   readonly prompt_ms_per_token: number | null;
-  /** With a draft model (speculative decoding): tokens drafted and accepted so far; a low share means the draft slows it. */
+  /** Its speculative decoding (--spec-type: draft-simple, draft-mtp, an n-gram type) or null, and why. */
+  readonly spec: string | null;
+  readonly spec_why: string;
+  /** With speculation: tokens drafted and accepted so far; a low share means drafting slows it. */
   readonly draft_tokens: { readonly drafted: number; readonly accepted: number } | null;
   readonly failure: PlacementFailure | null;
   /**
@@ -175,6 +178,16 @@ export interface ModelStatus {
   readonly mmproj: { readonly path: string; readonly sha256: string; readonly size: number } | null;
   /** Its draft model for speculative decoding (relay models set NAME --draft OTHER), or null. */
   readonly draft: { readonly name: string; readonly path: string; readonly sha256: string; readonly size: number; readonly max: number; readonly min: number } | null;
+  /**
+   * Speculation: the owner's setting (auto unless set), what its next whole-model placement runs and why (a type
+   * that did not pay is turned off, said here), and what its placements drafted and had accepted since the hub started.
+   */
+  readonly spec: {
+    readonly setting: string;
+    readonly type: string | null;
+    readonly why: string;
+    readonly tally: { readonly type: string; readonly drafted: number; readonly accepted: number } | null;
+  };
 }
 
 export interface HubAvailabilityStatus {

@@ -149,19 +149,23 @@ describe('dashboard in chromium', { timeout: 300_000 }, () => {
     await page.getByRole('button', { name: 'Settings of small' }).click();
     await page.getByLabel('Context per slot (tokens)').fill('1024');
     await page.getByLabel('KV cache type').selectOption('q8_0');
+    await page.getByLabel('Answer length, where a client asks for none (tokens)').fill('64');
+    await page.getByLabel('Speculation').selectOption('ngram-cache');
     await page.getByRole('button', { name: 'Save' }).click();
-    await models.getByRole('row', { name: /^small .*ctx 1024 × 1 · q8_0 \(own\)/ }).waitFor();
+    await models.getByRole('row', { name: /^small .*speculation ngram-cache.*ctx 1024 × 1 · q8_0 \(own\)/ }).waitFor();
     const m = (await hub.api<{ models: { name: string; settings: unknown }[] }>('/api/models')).body.models.find((x) => x.name === 'small');
-    assert.deepEqual(m?.settings, { ctx: 1024, kv_cache_type: 'q8_0' });
+    assert.deepEqual(m?.settings, { ctx: 1024, kv_cache_type: 'q8_0', max_tokens: 64, spec: 'ngram-cache' });
     assert.equal((await post('/v1/completions', { model: 'small', prompt: 'hi', max_tokens: 2 })).status, 200);
     const rep = (await hub.status()).replicas.find((r) => r.model === 'small' && r.state === 'ready');
-    assert.deepEqual([rep?.ctx, rep?.kv_cache_type], [1024, 'q8_0']);
+    assert.deepEqual([rep?.ctx, rep?.kv_cache_type, rep?.spec], [1024, 'q8_0', 'ngram-cache']);
     // Back to the pool's defaults from the page.
     await page.getByRole('button', { name: 'Settings of small' }).click();
     await page.getByLabel('Context per slot (tokens)').fill('');
     await page.getByLabel('KV cache type').selectOption('');
+    await page.getByLabel('Answer length, where a client asks for none (tokens)').fill('');
+    await page.getByLabel('Speculation').selectOption('');
     await page.getByRole('button', { name: 'Save' }).click();
-    await models.getByRole('row', { name: /^small .*ctx 512 × 1 · f16 / }).waitFor();
+    await models.getByRole('row', { name: /^small .*speculation ngram-mod.*ctx 512 × 1 · f16 / }).waitFor();
   });
 
   it('"Add a node…" shows a one-time token that carries the hub\'s address and the command; relay up needs only the token', async () => {

@@ -9,7 +9,7 @@ import { addModel, type HubProcess, pauseHubDevices, startHub } from '../helpers
 import { fixture, llama } from '../helpers/llama.js';
 import { startNode } from '../helpers/node.js';
 import { GREEDY } from '../helpers/openai.js';
-import { sha256File } from '../fixtures/models.js';
+import { ensureSpecFixture, FIXTURES, sha256File } from '../fixtures/models.js';
 import { startLlamaServer } from '../../src/main/core/llama/processes.js';
 
 /**
@@ -154,6 +154,91 @@ describe('speculative decoding with a draft model', { timeout: 600_000 }, () => 
       const argv = readFileSync(`/proc/${rep.pid}/cmdline`, 'utf8').split('\0');
       assert.equal(argv[argv.indexOf('--model-draft') + 1], cached, "the node's replica reads its cached draft");
       assert.equal(sha256File(cached), draftSha, 'the pushed draft hashes to what the hub registered');
+    } finally {
+      await hub.api('/api/hub/availability', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ paused: false }) });
+      await node.stop();
+    }
+  });
+});
+
+/**
+ * Speculation without a second model (`relay models set NAME --spec …`, auto by default): n-grams of the prompt and
+ * the answer. `loop` has dense's sizes with every layer adding nothing, so its next token depends on the last one
+ * alone and its text at temperature 0 cycles within a few hundred tokens — what ngram-mod drafts from (an agent's rewrite of a file it was
+ * just given repeats the same way). The text with speculation equals the text without, on the hub and on a node.
+ */
+describe('speculation without a draft model: n-grams, chosen by auto', { timeout: 600_000 }, () => {
+  let hub: HubProcess;
+  const loop = ensureSpecFixture('loop', { ...FIXTURES.dense, residualFrom: 0 }, { vocabDir: llama().vocabDir });
+  const ask = (model: string) =>
+    fetch(`${hub.url}/v1/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model, prompt: 'Once upon a time', max_tokens: 1000, ...GREEDY }),
+    }).then(async (r) => {
+      const j = (await r.json()) as { choices: { text: string }[]; timings?: { draft_n?: number; draft_n_accepted?: number } };
+      assert.equal(r.status, 200, JSON.stringify(j));
+      return { text: j.choices[0]!.text, drafted: j.timings?.draft_n ?? 0, accepted: j.timings?.draft_n_accepted ?? 0 };
+    });
+  const argvOf = (pid: number) => readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0');
+  before(async () => {
+    hub = await startHub({ env: ENV, args: ['--cpu-budget-mb', '2000'] });
+    await addModel(hub, { path: loop, name: 'loop' });
+    await addModel(hub, { path: loop, name: 'loop-plain' });
+    // Its text cycles within a few hundred tokens: room for a thousand.
+    assert.equal((await patch(hub, 'loop-plain', { spec: 'none', context_size: 1536 })).status, 200);
+    assert.equal((await patch(hub, 'loop', { context_size: 1536 })).status, 200);
+  });
+  after(async () => {
+    await hub?.stop();
+  });
+
+  it('auto drafts from n-grams (ngram-mod): the same text as without, drafts accepted; /status says what runs and why', async () => {
+    const plain = await ask('loop-plain');
+    const drafted = await ask('loop');
+    assert.equal(drafted.text, plain.text);
+    assert.equal(plain.drafted, 0);
+    assert.ok(drafted.accepted > 0, JSON.stringify(drafted));
+    const st = await hub.status();
+    const shown = st.models.find((m) => m.name === 'loop')!.spec;
+    assert.deepEqual([shown.setting, shown.type, shown.tally?.type, shown.tally?.accepted], ['auto', 'ngram-mod', 'ngram-mod', drafted.accepted]);
+    assert.match(shown.why, /no draft model or next-token heads/);
+    assert.deepEqual(st.models.find((m) => m.name === 'loop-plain')!.spec.type, null);
+    const rep = st.replicas.find((r) => r.model === 'loop')!;
+    assert.deepEqual([rep.spec, rep.draft_tokens], ['ngram-mod', { drafted: drafted.drafted, accepted: drafted.accepted }]);
+    const argv = argvOf(rep.pid!);
+    assert.equal(argv[argv.indexOf('--spec-type') + 1], 'ngram-mod');
+    assert.ok(!argvOf(st.replicas.find((r) => r.model === 'loop-plain')!.pid!).includes('--spec-type'));
+  });
+
+  it('bad input: an unknown type, mtp without heads, draft without a draft model → 400 naming what is valid; nothing changes', async () => {
+    const unknown = await patch(hub, 'loop', { spec: 'eagle' });
+    assert.deepEqual([unknown.status, unknown.body.error.code], [400, 'invalid_request']);
+    assert.match(unknown.body.error.message, /auto, none, draft, mtp, ngram, ngram-simple, ngram-map-k, ngram-map-k4v, ngram-mod, ngram-cache/);
+    const mtp = await patch(hub, 'loop', { spec: 'mtp' });
+    assert.equal(mtp.status, 400);
+    assert.match(mtp.body.error.message, /no next-token \(nextn\) layers; choose auto, none, ngram/);
+    const cli = await promisify(execFile)(process.execPath, [relayBin, 'models', 'set', 'loop', '--spec', 'draft', '--hub', hub.url]).then(
+      () => null,
+      (e: { code: number; stderr: string }) => e,
+    );
+    assert.ok(cli && cli.code === 1 && /has no draft model/.test(cli.stderr), cli?.stderr);
+    assert.equal((await hub.status()).models.find((m) => m.name === 'loop')!.spec.setting, 'auto', 'nothing was set');
+  });
+
+  it("a node's replica runs the same n-gram speculation (start-replica's specType): the same text", async () => {
+    const want = (await ask('loop-plain')).text;
+    assert.equal((await patch(hub, 'loop', { spec: 'ngram-mod' })).status, 200);
+    const node = await startNode(hub, { name: 'n1', cpuBudgetMb: 2000, env: ENV });
+    try {
+      await pauseHubDevices(hub);
+      const got = await ask('loop');
+      assert.equal(got.text, want);
+      assert.ok(got.accepted > 0, JSON.stringify(got));
+      const rep = (await hub.status()).replicas.find((r) => r.model === 'loop')!;
+      assert.deepEqual([rep.node, rep.spec, rep.spec_why], ['n1', 'ngram-mod', 'set to ngram-mod']);
+      const argv = argvOf(rep.pid!);
+      assert.equal(argv[argv.indexOf('--spec-type') + 1], 'ngram-mod');
     } finally {
       await hub.api('/api/hub/availability', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ paused: false }) });
       await node.stop();

@@ -214,6 +214,17 @@ describe('deriveModelInfo', () => {
   ];
   const info = (meta: MetaEntry[]) => deriveModelInfo(parseGguf(bufferSource(smallGguf(meta, SMALL_TENSORS))));
 
+  it("next-token (MTP) layers: counted where the last block holds nextn.eh_proj (llama.cpp's own test), else 0", () => {
+    const head: TensorSpec = { name: 'blk.31.nextn.eh_proj.weight', dims: [8], type: 0, fill: (b) => b.fill(0) };
+    const elsewhere: TensorSpec = { ...head, name: 'blk.30.nextn.eh_proj.weight' };
+    const nextn: MetaEntry = ['qwen35.nextn_predict_layers', { type: T.UINT32, value: 1 }];
+    const of = (tensors: TensorSpec[], meta: MetaEntry[] = [nextn]) => deriveModelInfo(parseGguf(bufferSource(smallGguf(base('qwen35', meta), [...SMALL_TENSORS, ...tensors])))).mtpLayers;
+    assert.equal(of([head]), 1);
+    assert.equal(of([head], []), 1, 'the tensor alone: one layer, as llama.cpp reads it');
+    assert.equal(of([elsewhere]), 0, 'not in the last block');
+    assert.equal(of([]), 0, 'the key without the tensor');
+  });
+
   it('computes kv_bytes_per_token = layers × kv_heads × (k + v) × 2, defaulting k/v to embd / heads', () => {
     const i = info(base('llama', [['llama.attention.head_count_kv', { type: T.UINT32, value: 8 }]]));
     assert.equal(i.keyLength, 128);

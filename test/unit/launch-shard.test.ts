@@ -32,7 +32,10 @@ describe('shard launcher: a stop while the shard starts', () => {
       { node: 'north', device: 'CPU', kind: 'cpu', layers: [0, 2], needMb: 1500, freeMb: 4000, output: false },
       { node: null, device: 'CPU', kind: 'cpu', layers: [2, 4], needMb: 1500, freeMb: 4000, output: true },
     ];
-    const p = newPlacement(m, { kind: 'shard', plan: { kind: 'shard', stages }, evict: [] }, fitNeed({ requiredVramMb: 3000, sizeBytes: m.size, kvBytesPerToken: 1024 }, config), 0, 60_000);
+    const p = newPlacement(m, { kind: 'shard', plan: { kind: 'shard', stages }, evict: [] }, fitNeed({ requiredVramMb: 3000, sizeBytes: m.size, kvBytesPerToken: 1024 }, config), 0, 60_000, {
+      type: null,
+      why: 'set to none',
+    });
 
     const started = launcher.start(p, m);
     while (!sent.includes(`start-rpc ${p.id}-0`)) await new Promise((r) => setImmediate(r));

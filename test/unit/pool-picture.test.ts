@@ -22,6 +22,8 @@ const placement = {
   kv_cache_type: 'f16',
   prompt_ms_per_token: null,
   prefix_hits: 0,
+  spec: null,
+  spec_why: 'set to none',
   draft_tokens: null,
   failure: null,
 } as const;

@@ -26,6 +26,7 @@ export async function cmdModels(sub: string | undefined, args: string[]): Promis
       kv: { type: 'string' },
       'flash-attn': { type: 'string' },
       'max-tokens': { type: 'string' },
+      spec: { type: 'string' },
     },
   });
   // A model's own settings: a value, or "default" to go back to the pool's (null on the wire).
@@ -40,6 +41,8 @@ export async function cmdModels(sub: string | undefined, args: string[]): Promis
     kv_cache_type: setting(values.kv, '--kv', false),
     flash_attn: setting(values['flash-attn'], '--flash-attn', false),
     max_tokens: setting(values['max-tokens'], '--max-tokens', true),
+    // "auto" is the default: sent as null, like "default".
+    spec: values.spec === 'auto' ? null : setting(values.spec, '--spec', false),
   };
   const base = hubUrl(values.hub);
   if (sub === 'pull') return cmdPull(base, positionals[0], values.name);
@@ -102,7 +105,7 @@ export async function cmdModels(sub: string | undefined, args: string[]): Promis
         shortfall: string | null;
         arch: string | null;
         sha256: string;
-        settings?: { ctx?: number; slots?: number; kv_cache_type?: string; flash_attn?: string; max_tokens?: number };
+        settings?: { ctx?: number; slots?: number; kv_cache_type?: string; flash_attn?: string; max_tokens?: number; spec?: string };
         need?: Record<string, number | string | boolean>;
         ctx_note?: string | null;
       }[];
@@ -116,7 +119,14 @@ export async function cmdModels(sub: string | undefined, args: string[]): Promis
     if (j.models.length === 0) console.log('no models registered (relay models add FILE.gguf)');
     for (const m of j.models) {
       const own = m.settings
-        ? Object.entries({ ctx: m.settings.ctx, slots: m.settings.slots, kv: m.settings.kv_cache_type, 'flash-attn': m.settings.flash_attn, 'max-tokens': m.settings.max_tokens })
+        ? Object.entries({
+            ctx: m.settings.ctx,
+            slots: m.settings.slots,
+            kv: m.settings.kv_cache_type,
+            'flash-attn': m.settings.flash_attn,
+            'max-tokens': m.settings.max_tokens,
+            spec: m.settings.spec,
+          })
             .filter(([, v]) => v !== undefined)
             .map(([k, v]) => `${k} ${v}`)
             .join(', ')

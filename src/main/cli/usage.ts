@@ -11,7 +11,7 @@ Usage:
                          /api/chat …, dashboard at /, admin API at /api
   relay models add FILE [--name NAME] [--required-vram-mb N] [--embedding | --reranker] [--mmproj FILE|none] [--hub URL]
                    [--ctx N] [--slots N] [--kv f16|q8_0|q4_0] [--flash-attn on|off|auto]
-  relay models set NAME [--ctx N] [--slots N] [--kv …] [--flash-attn …] [--max-tokens N] [--mmproj FILE|none] [--draft MODEL|none] [--draft-max N] [--draft-min N]   ("default": the pool's value)
+  relay models set NAME [--ctx N] [--slots N] [--kv …] [--flash-attn …] [--max-tokens N] [--spec auto|none|draft|mtp|ngram|ngram-TYPE] [--mmproj FILE|none] [--draft MODEL|none] [--draft-max N] [--draft-min N]   ("default": the pool's value)
                          a model's own context per slot, parallel slots, KV cache type, flash attention
   relay models ls [--hub URL]
   relay models import ollama|lmstudio|DIR [--hub URL] [--json] [--ctx N] [--slots N] [--kv …] [--flash-attn …]

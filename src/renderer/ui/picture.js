@@ -130,7 +130,8 @@ function placementDetails(s, id) {
     ['prefix hits', p.prefix_hits],
     ['ms per token', p.ms_per_token],
     ['prompt ms per token', p.prompt_ms_per_token],
-    ['draft accepted', p.draft_tokens ? `${p.draft_tokens.accepted} of ${p.draft_tokens.drafted}` : null],
+    ['speculation', `${p.spec ?? 'none'} (${p.spec_why})`],
+    ['draft accepted', p.draft_tokens ? `${p.draft_tokens.accepted} of ${p.draft_tokens.drafted} (${Math.round((100 * p.draft_tokens.accepted) / p.draft_tokens.drafted)}%)` : null],
     ['loading', p.load ? `${dur(p.load.elapsed_ms)} of ${dur(p.load.deadline_ms)}` : null],
     ['port · pid', `${p.port ?? '–'} · ${p.pid ?? '–'}`],
   ];

@@ -31,6 +31,11 @@ export interface ModelInfo {
   readonly tensorBytes: number;
   /** Bytes of the MoE expert tensors (`blk.N.ffn_{gate,up,down}_exps.weight`): what a MoE shard moves to nodes. */
   readonly expertBytes: number;
+  /**
+   * Next-token (MTP) layers: `<arch>.nextn_predict_layers`, counted only where the last block holds
+   * `nextn.eh_proj` (llama.cpp's own test, common_speculative_types_from_gguf); 0 for none.
+   */
+  readonly mtpLayers: number;
   readonly fileSize: number;
 }
 
@@ -101,6 +106,7 @@ export function deriveModelInfo(file: GgufFile): ModelInfo {
     tensorCount: file.tensors.length,
     tensorBytes: file.tensors.reduce((s, t) => s + t.bytes, 0),
     expertBytes: file.tensors.filter((t) => /^blk\.\d+\.ffn_(gate|up|down)_exps\.weight$/.test(t.name)).reduce((s, t) => s + t.bytes, 0),
+    mtpLayers: blockCount !== null && file.tensors.some((t) => t.name === `blk.${blockCount - 1}.nextn.eh_proj.weight`) ? (posInt(k('nextn_predict_layers')) ?? 1) : 0,
     fileSize: file.fileSize,
   };
 }

@@ -26,6 +26,15 @@ export function wholeName(pattern: string): string {
   return `^(?:${pattern})$`;
 }
 
+/** llama-server's n-gram speculators (--spec-type; common/speculative.cpp): they draft without a second model. */
+export const NGRAM_TYPES = ['ngram-simple', 'ngram-map-k', 'ngram-map-k4v', 'ngram-mod', 'ngram-cache'] as const;
+export type NgramType = (typeof NGRAM_TYPES)[number];
+/** The --spec-type values relay runs: a draft model, the model's own next-token heads, or n-grams. */
+export type SpecType = 'draft-simple' | 'draft-mtp' | NgramType;
+/** What an owner sets per model (`relay models set NAME --spec …`; scheduler/decide/speculation.ts); absent = auto. */
+export const SPEC_SETTINGS = ['auto', 'none', 'draft', 'mtp', 'ngram', ...NGRAM_TYPES] as const;
+export type SpecSetting = (typeof SPEC_SETTINGS)[number];
+
 export interface LlamaServerOptions {
   readonly model: string;
   readonly host: string;
@@ -61,6 +70,8 @@ export interface LlamaServerOptions {
   readonly metrics?: boolean | undefined;
   /** --slot-save-path: the folder /slots/{id}?action=save|restore reads and writes (bench/slot-restore). */
   readonly slotSavePath?: string | undefined;
+  /** Speculation without a draft model (n-grams, next-token heads): --spec-type. A draft model is `draft`. */
+  readonly spec?: Exclude<SpecType, 'draft-simple'> | undefined;
   /** --n-predict: the most tokens an answer gets where the request asks for none (a model's own max_tokens). */
   readonly nPredict?: number | undefined;
 }
@@ -150,7 +161,7 @@ export function llamaServerArgv(o: LlamaServerOptions): string[] {
     a.push('--cache-type-k-draft', o.cacheType, '--cache-type-v-draft', o.cacheType);
     if (o.draft.devices && o.draft.devices.length > 0) a.push('--spec-draft-device', o.draft.devices.join(','));
     if (o.draft.gpuLayers !== undefined) a.push('--spec-draft-ngl', String(o.draft.gpuLayers));
-  }
+  } else if (o.spec) a.push('--spec-type', o.spec);
   if (o.metrics) a.push('--metrics');
   if (o.slotSavePath !== undefined) a.push('--slot-save-path', o.slotSavePath);
   if (o.logVerbosity !== undefined) a.push('--log-verbosity', String(o.logVerbosity));

@@ -74,6 +74,7 @@ export async function describe(
     pooling_type: info.poolingType,
     tensor_bytes: info.tensorBytes,
     expert_bytes: info.expertBytes,
+    ...(info.mtpLayers > 0 ? { mtp_layers: info.mtpLayers } : {}),
   };
   if (paths.length === 1) {
     const sha256 = knownFor(path) ?? (await sha256File(path, progress));

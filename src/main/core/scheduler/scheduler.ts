@@ -21,6 +21,7 @@ import type { PromptPrefix } from './decide/prefix.js';
 import { PoolView } from './run/view.js';
 import { PlacementWatch } from './run/watch.js';
 import { loadDeadlineMs } from './decide/deadline.js';
+import { SpecTallies } from './run/spec-tally.js';
 
 /**
  * The scheduler: for a request naming model M, lease a slot of a placement of M (router.ts), or queue it and add
@@ -59,6 +60,8 @@ export class Scheduler {
   private readonly router: Router;
   /** Reads of the table for /status, the dashboard, the tray and auto-pause (view.ts). */
   readonly view: PoolView;
+  /** What each model's speculation drafted and had accepted: a type that does not pay is turned off (speculation.ts). */
+  readonly specs = new SpecTallies();
 
   constructor(private readonly deps: SchedulerDeps) {
     this.failures = new FailureMemory(() => this.now());
@@ -198,6 +201,7 @@ export class Scheduler {
       now: () => this.now(),
       probe: () => this.watch.probe(p),
       adopted: (from) => this.router.adopt(p.model, from, p.id),
+      drafted: (d, a) => this.specs.add(p.model, p.spec.type, d, a),
       released: (yielded) => (yielded && p.state === 'ready' ? holdForRecord(p, this.deps.launcher, released) : released()),
     });
   }
@@ -207,7 +211,7 @@ export class Scheduler {
   }
 
   private start(model: ModelRecord, plan: NewPlacement): Placement {
-    const p = newPlacement(model, plan, this.need(model), this.now(), loadDeadlineMs(model.size, this.deps.config));
+    const p = newPlacement(model, plan, this.need(model), this.now(), loadDeadlineMs(model.size, this.deps.config), this.specs.choose(model, plan.kind === 'shard'));
     // Victims are marked stopping in this same tick, so a concurrent plan counts their room as taken.
     const stops = plan.evict
       .map((id) => this.placements.get(id))

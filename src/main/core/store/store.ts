@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { Low, type Adapter } from 'lowdb';
 import { readDurable, writeDurable } from '../durable.js';
 import { ErrorCode, RelayError } from '../../../shared/errors.js';
-import type { FlashAttn, KvCacheType } from '../llama/argv.js';
+import type { FlashAttn, KvCacheType, SpecSetting } from '../llama/argv.js';
 
 /** A model's own llama-server settings over the pool-wide ones; how they apply is scheduler/decide/model-settings.ts. */
 export interface ModelSettings {
@@ -18,6 +18,8 @@ export interface ModelSettings {
    * max_tokens still wins): an agent that sends no limit cannot run a slot toward the end of its context.
    */
   max_tokens?: number;
+  /** Speculative decoding (scheduler/decide/speculation.ts): absent = auto. */
+  spec?: SpecSetting;
 }
 
 export const SCHEMA_VERSION = 2;
@@ -66,6 +68,8 @@ export interface ModelRecord {
   expert_count: number;
   expert_used_count: number;
   context_length: number | null;
+  /** Next-token (MTP) layers the GGUF carries (`<arch>.nextn_predict_layers` with `blk.{last}.nextn.eh_proj`); absent: none. */
+  mtp_layers?: number;
   /** Served on /v1/embeddings (its replicas run with --embedding). */
   embedding: boolean;
   /** Served on /v1/rerank (its replicas run with --reranking); absent on older records: false. */

@@ -3,6 +3,7 @@ import { isAbsolute } from 'node:path';
 import { ErrorCode, httpError, isRelayError, RelayError } from '../../../../shared/errors.js';
 import { discover } from '../../models/import.js';
 import { applySettings, sameSettings, setsSettings } from '../../scheduler/decide/model-settings.js';
+import { refuseSpec } from '../../scheduler/decide/speculation.js';
 import { parseJson, textField } from '../http/request.js';
 import type { AppDeps, Mount } from '../http/context.js';
 import { modelViewer } from '../observe/model-view.js';
@@ -70,11 +71,17 @@ export const mountModels: Mount = (app, { deps: d, raw, auth }) => {
       const body = parseJson(req);
       const before = registry.require(name).settings;
       const settings = applySettings(before, body);
+      // A speculation the model cannot run (draft without a draft model, mtp without heads): refused before anything changes.
+      const current = registry.require(name);
+      if (settings.spec) refuseSpec({ ...current, draft: body.draft === null ? undefined : body.draft !== undefined ? body.draft : current.draft }, settings.spec);
       // A projector (a path) or none (null): its placements run with or without --mmproj.
       const projector = body.mmproj === undefined ? null : await registry.setProjector(name, body.mmproj === null ? null : textField(body.mmproj));
       const draft = await setDraft(registry, name, body);
       const m = await registry.setSettings(name, settings);
-      if (!sameSettings(before, m.settings) || projector?.changed || draft?.changed) await scheduler.stopModel(name, 'its settings changed');
+      if (!sameSettings(before, m.settings) || projector?.changed || draft?.changed) {
+        scheduler.specs.forget(name);
+        await scheduler.stopModel(name, 'its settings changed');
+      }
       res.json({ model: modelView(m) });
     } catch (err) {
       next(err);

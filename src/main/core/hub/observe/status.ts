@@ -74,6 +74,7 @@ export function buildStatus({ deps: d, auth, recent, moves }: HubHttp): StatusDt
         embedding: m.embedding,
         mmproj: m.mmproj ? { path: m.mmproj.path, sha256: m.mmproj.sha256, size: m.mmproj.size } : null,
         draft: m.draft ? { name: m.draft.name, path: m.draft.path, sha256: m.draft.sha256, size: m.draft.size, max: m.draft.max, min: m.draft.min } : null,
+        spec: { setting: m.settings?.spec ?? 'auto', ...scheduler.specs.choose(m, false), tally: scheduler.specs.get(m.name) },
       };
     }),
     queues: scheduler.view.queues(),

@@ -109,6 +109,7 @@ export class Workloads extends EventEmitter {
           reranking: c.reranking ?? false,
           pooling: c.pooling ?? undefined,
           nPredict: c.nPredict,
+          spec: c.specType,
           ...projectorPlacement(c.mmproj === undefined ? undefined : cache.pathOf(c.mmproj), c.device),
           ...draftPlacement(c.draft ? { path: cache.pathOf(c.draft.sha256), max: c.draft.max, min: c.draft.min } : null, c.device, this.deps.install.backend),
           metrics: true,

@@ -2,6 +2,7 @@ import { ErrorCode, RelayError } from '../../../../shared/errors.js';
 import { KV_CACHE_TYPES, type FlashAttn, type KvCacheType } from '../../llama/argv.js';
 import type { ModelRecord, ModelSettings } from '../../store/store.js';
 import { contextPerSlot, type FitSettings } from './fit.js';
+import { parseSpecSetting } from './speculation.js';
 
 export type { ModelSettings } from '../../store/store.js';
 
@@ -54,18 +55,18 @@ function ownSettings<C extends FitSettings & { readonly flashAttn?: FlashAttn | 
 }
 
 export function sameSettings(a: ModelSettings | undefined, b: ModelSettings | undefined): boolean {
-  const k = (s: ModelSettings | undefined) => JSON.stringify([s?.ctx, s?.slots, s?.kv_cache_type, s?.flash_attn, s?.max_tokens]);
+  const k = (s: ModelSettings | undefined) => JSON.stringify([s?.ctx, s?.slots, s?.kv_cache_type, s?.flash_attn, s?.max_tokens, s?.spec]);
   return k(a) === k(b);
 }
 
 /** The API body's fields that are a model's own settings (applySettings reads them). */
-export const SETTING_FIELDS = ['context_size', 'parallel_slots', 'kv_cache_type', 'flash_attn', 'max_tokens'] as const;
+export const SETTING_FIELDS = ['context_size', 'parallel_slots', 'kv_cache_type', 'flash_attn', 'max_tokens', 'spec'] as const;
 
 /** Whether an API body sets any of a model's own settings. */
 export const setsSettings = (body: Record<string, unknown>): boolean => SETTING_FIELDS.some((k) => body[k] !== undefined);
 
 /**
- * Settings from an API body: `context_size`, `parallel_slots`, `kv_cache_type`, `flash_attn`, `max_tokens`; a field left out
+ * Settings from an API body: `context_size`, `parallel_slots`, `kv_cache_type`, `flash_attn`, `max_tokens`, `spec`; a field left out
  * is unchanged, `null` goes back to the pool-wide default. Applied to `prev` (a model's current settings).
  */
 export function applySettings(prev: ModelSettings | undefined, body: Record<string, unknown>): ModelSettings {
@@ -82,6 +83,8 @@ export function applySettings(prev: ModelSettings | undefined, body: Record<stri
   int('context_size', 'ctx', 256, 1_048_576);
   int('parallel_slots', 'slots', 1, 64);
   int('max_tokens', 'max_tokens', 1, 1_048_576);
+  if (body.spec === null) delete out.spec;
+  else if (body.spec !== undefined) out.spec = parseSpecSetting(body.spec);
   const kv = body.kv_cache_type;
   if (kv === null) delete out.kv_cache_type;
   else if (kv !== undefined) {

@@ -47,6 +47,8 @@ export function serverOptions(config: HubConfig, model: ModelRecord, p: Placemen
     alias: model.name,
     threads: c.threads,
     nPredict: model.settings?.max_tokens,
+    // Speculation without a draft model (n-grams, next-token heads); a draft model comes with draftPlacement.
+    spec: p.spec.type === 'draft-simple' ? undefined : (p.spec.type ?? undefined),
     metrics: true,
     readyTimeoutMs: p.deadlineMs,
   };
@@ -90,7 +92,7 @@ interface Held {
  * with --mmproj).
  */
 export function slotLayout(slots: SlotKeeper, config: HubConfig, model: ModelRecord, p: Placement): SlotLayout | null {
-  if (!slots.enabled || model.draft || model.mmproj) return null;
+  if (!slots.enabled || model.draft || model.mmproj || p.spec.type === 'draft-mtp') return null;
   const cacheType = settingsFor(config, model).kvCacheType;
   // Every layer's KV a token takes (sliding layers keep at most a window of it: an upper bound) at the cache's block size.
   const perToken = model.memory ? model.memory.layers.reduce((s, l) => s + (l.k + l.v) * 2, 0) : model.kv_bytes_per_token;
@@ -129,7 +131,7 @@ export class HostLauncher {
           // A vision model's projector beside it, on its device (kept on the CPU with a CPU placement).
           ...projectorPlacement(model.mmproj?.path, p.device),
           // Its draft model (speculative decoding) on the same device.
-          ...draftPlacement(model.draft ?? null, p.device, this.deps.install.backend),
+          ...draftPlacement(p.spec.type === 'draft-simple' ? (model.draft ?? null) : null, p.device, this.deps.install.backend),
           ...replicaPlacement(p.device, this.deps.install.backend),
           slotSavePath: layout ? this.slots.savePath : undefined,
           onSpawn: (child) => {

@@ -6,6 +6,7 @@ import type { ModelRecord } from '../../store/store.js';
 import type { Restored } from '../slots/slot-keep.js';
 import type { FitBreakdown } from '../decide/fit.js';
 import type { ShardPlan } from '../decide/shard.js';
+import type { SpecChoice } from '../decide/speculation.js';
 import type { PlacementFailure, PlacementStateName } from '../../../../shared/status.js';
 import type { RunningView, Who } from '../decide/turns.js';
 import { nextMsPerToken, nextPromptMsPerToken, stallMs } from '../decide/routing.js';
@@ -91,7 +92,9 @@ export interface Placement {
   promptMsPerToken: number | null;
   /** Requests sent here because its KV cache held a prefix of their prompt (prefix-aware routing). */
   prefixHits: number;
-  /** With a draft model: tokens it proposed and the model accepted, over the requests served. */
+  /** The speculation it runs with (--spec-type), chosen at its start, and why. */
+  readonly spec: SpecChoice;
+  /** With speculation: tokens drafted and the tokens the model accepted, over the requests served. */
   drafted: number;
   draftAccepted: number;
   idleTimer: NodeJS.Timeout | null;
@@ -169,9 +172,10 @@ function haltController(): AbortController {
 }
 
 /** A placement about to start for `model` as the placer planned it (a fresh id; nothing running yet). */
-export function newPlacement(model: ModelRecord, plan: NewPlacement, fit: FitBreakdown, now: number, deadlineMs: number): Placement {
+export function newPlacement(model: ModelRecord, plan: NewPlacement, fit: FitBreakdown, now: number, deadlineMs: number, spec: SpecChoice): Placement {
   return {
     id: randomUUID().slice(0, 8),
+    spec,
     kind: plan.kind,
     model: model.name,
     sha256: model.sha256,
@@ -239,7 +243,7 @@ export function openLease(
   p: Placement,
   model: ModelRecord,
   who: Who & { readonly canYield: boolean },
-  hooks: { now(): number; probe(): Promise<void>; released(yielded: boolean): void; adopted(from: string): void },
+  hooks: { now(): number; probe(): Promise<void>; released(yielded: boolean): void; adopted(from: string): void; drafted?(drafted: number, accepted: number): void },
 ): Lease {
   const running = p.running!;
   const { takeIn } = running;
@@ -297,6 +301,7 @@ export function openLease(
       p.promptMsPerToken = nextPromptMsPerToken(p.promptMsPerToken, report?.promptMs, report?.promptEvaluated);
       p.drafted += report?.drafted ?? 0;
       p.draftAccepted += report?.draftAccepted ?? 0;
+      if (report?.drafted) hooks.drafted?.(report.drafted, report.draftAccepted ?? 0);
       hooks.released(inFlight.yielding);
     },
   };

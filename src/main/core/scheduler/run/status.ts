@@ -22,6 +22,8 @@ function placementStatus(p: Placement, c: HubConfig, now = Date.now()): Placemen
     kv_cache_type: c.kvCacheType,
     ms_per_token: p.msPerToken === null ? null : Math.round(p.msPerToken * 100) / 100,
     prefix_hits: p.prefixHits,
+    spec: p.spec.type,
+    spec_why: p.spec.why,
     draft_tokens: p.drafted > 0 ? { drafted: p.drafted, accepted: p.draftAccepted } : null,
     prompt_ms_per_token: p.promptMsPerToken === null ? null : Math.round(p.promptMsPerToken * 1000) / 1000,
     failure: p.failure,
