@@ -159,6 +159,26 @@ describe('speculative decoding with a draft model', { timeout: 600_000 }, () => 
       await node.stop();
     }
   });
+
+  it('a draft that does not pay is turned off under auto: /status says why, and the next start runs without it', async () => {
+    assert.equal((await patch(hub, 'deep', { draft: 'other-dense', draft_max: 8 })).status, 200);
+    let drafted = 0;
+    for (let i = 0; drafted < 512; i++) drafted += (await answer(hub.url, 'deep', PROMPTS[i % PROMPTS.length]!)).drafted;
+    const spec = (await hub.status()).models.find((m) => m.name === 'deep')!.spec;
+    assert.equal(spec.type, null);
+    assert.match(spec.why, /^draft-simple turned off: 0% of \d+ drafted tokens accepted \(it pays from 30%\)$/);
+    // The running replica keeps its draft until it stops (here: an Ollama client's unload); the next one runs without.
+    const unload = await fetch(`${hub.url}/api/generate`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: 'deep', keep_alive: 0 }) });
+    assert.equal(unload.status, 200);
+    const again = await answer(hub.url, 'deep', PROMPTS[0]!);
+    assert.deepEqual([again.text, again.drafted], [want[0], 0]);
+    const rep = (await hub.status()).replicas.find((r) => r.model === 'deep' && r.state === 'ready')!;
+    assert.deepEqual([rep.spec, rep.spec_why], [null, spec.why]);
+    assert.ok(!readFileSync(`/proc/${rep.pid}/cmdline`, 'utf8').split('\0').includes('--model-draft'));
+    // An owner who wants it anyway says so: an explicit type is never turned off.
+    assert.equal((await patch(hub, 'deep', { spec: 'draft' })).status, 200);
+    assert.equal((await hub.status()).models.find((m) => m.name === 'deep')!.spec.type, 'draft-simple');
+  });
 });
 
 /**

@@ -77,6 +77,8 @@ describe('speculation per model: what a placement runs', () => {
     const base = { model: '/m.gguf', host: '127.0.0.1', port: 1, ctx: 512, slots: 1, cacheType: 'f16' as const };
     const a = llamaServerArgv({ ...base, spec: 'ngram-mod' });
     assert.equal(a[a.indexOf('--spec-type') + 1], 'ngram-mod');
+    assert.deepEqual([a[a.indexOf('--spec-ngram-mod-n-max') + 1], a[a.indexOf('--spec-ngram-mod-n-min') + 1]], ['8', '1'], 'small drafts: the text stays exact');
+    assert.ok(!llamaServerArgv({ ...base, spec: 'ngram-cache' }).includes('--spec-ngram-mod-n-max'));
     assert.ok(!llamaServerArgv(base).includes('--spec-type'));
     const d = llamaServerArgv({ ...base, spec: 'ngram-mod', draft: { path: '/d.gguf', max: 8, min: 0 } });
     assert.equal(d.filter((x) => x === '--spec-type').length, 1);
