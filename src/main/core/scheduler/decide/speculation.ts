@@ -12,7 +12,7 @@ export { NGRAM_TYPES, SPEC_SETTINGS, type NgramType, type SpecSetting, type Spec
  *  - `ngram-*`: no model at all — tokens that followed the same n-gram earlier in the prompt or the answer (code an
  *    agent rewrites, a document quoted back).
  */
-/** The n-gram type `ngram` and `auto` mean: the one bench/spec measured to pay on repeated text (docs/benchmarks.md). */
+/** The n-gram type `ngram` and `auto` mean: the one of the five that drafted, and paid, in bench/spec (docs/benchmarks.md). */
 export const DEFAULT_NGRAM: NgramType = 'ngram-mod';
 
 /**
@@ -39,8 +39,8 @@ export const MTP_ARCHS: ReadonlySet<string> = new Set([
 /**
  * Judging whether a type pays: after this many drafted tokens, a model whose drafts are accepted less often than
  * MIN_ACCEPT_RATE runs without speculation from its next start. Where the line is (bench/spec, docs/benchmarks.md):
- * ngram-mod drafts 48–64 tokens, and on the bench's CPU a 64-token draft is verified in about the time of 13 single
- * steps (4.9× at 100% accepted), so a draft pays from about 19% of it accepted; 30% leaves room for a slower CPU.
+ * relay's ngram-mod drafts up to 8 tokens, and on the bench's CPU such a draft is verified in about the time of 2.3
+ * single steps (3.98× with every draft accepted), so a draft pays from about 16% of it accepted; 30% leaves room.
  */
 export const JUDGE_AFTER_DRAFTED = 512;
 export const MIN_ACCEPT_RATE = 0.3;
