@@ -107,7 +107,14 @@ describe('a household shares fairly', { timeout: 600_000 }, () => {
     const yielded = (await hub.status()).moves.find((m) => !earlier.has(JSON.stringify(m)) && m.why.includes('yielded'));
     assert.ok(yielded, 'an agent’s answer yielded its slot');
     assert.equal(yielded.outcome, 'continued');
-    assert.equal(yielded.exact, true, 'and went on from its own tokens');
+    assert.equal(
+      yielded.exact,
+      true,
+      `and went on from its own tokens: ${JSON.stringify(yielded)}\n${hub.logs
+        .filter((l) => /record|exact|slot/i.test(l))
+        .slice(-12)
+        .join('\n')}`,
+    );
   }
 
   it('OpenAI: a person is answered while two agents hold both slots; each agent still gets the answer it would have had alone', async () => {

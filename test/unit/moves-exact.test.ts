@@ -110,6 +110,10 @@ describe('a moved answer from its own tokens', () => {
     assert.deepEqual(a, { ids: [...prompt, id('▁the'), id('▁sea')], generated: 2 });
     // "a" is a word and a byte token: which one the model chose cannot be known.
     assert.equal(alignSent([...prompt, id('▁the')], ' thea', pieces, { promptTokens: null, events: 2 }), null);
+    // With speculation the record may go on with a draft that was being verified (never sent): cut before it.
+    const drafted = [...prompt, id('▁the'), id('▁was'), id('▁the')];
+    assert.deepEqual(alignSent(drafted, ' the sea', pieces, { promptTokens: null, events: 2 }), a);
+    assert.equal(alignSent(drafted, ' the sea was', pieces, { promptTokens: null, events: 3 }), null, 'more than one token missing');
   });
 
   it('reads a byte that is not UTF-8 as llama-server sends it: U+FFFD', () => {

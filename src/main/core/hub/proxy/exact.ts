@@ -92,13 +92,22 @@ function alignFrom(tokens: readonly number[], p: number, want: string, pieces: P
   const r = new Reading(want);
   for (let k = p; k < tokens.length; k++) {
     const piece = pieces.piece(tokens[k]!);
-    if (!piece || !r.add(piece)) return null;
+    const before = { text: r.text, clean: r.clean };
+    if (!piece) return null;
+    // The record goes on with a token that was never sent — with speculation, the draft being verified when it
+    // stopped — where the text lacks one last token: that one was sampled but not yet evaluated. Cut there.
+    if (!r.add(piece)) return before.clean && k > p ? lastSampled(tokens.slice(0, k), before.text, want, pieces, p) : null;
     if (r.whole) return { ids: tokens.slice(0, k + 1), generated: k + 1 - p };
   }
   // The record ends before the text does: the last token sent was sampled but not yet evaluated when it stopped.
-  if (!r.clean || !want.startsWith(r.text)) return null;
-  const rest = want.slice(r.text.length);
+  return r.clean ? lastSampled(tokens, r.text, want, pieces, p) : null;
+}
+
+/** `evaluated` spell `read`, and `want` is `read` and one more token: the ids with that token, or null. */
+function lastSampled(evaluated: readonly number[], read: string, want: string, pieces: Pieces, p: number): Aligned | null {
+  if (!want.startsWith(read)) return null;
+  const rest = want.slice(read.length);
   if (rest === '' || rest.includes(FFFD)) return null;
   const last = pieces.onlyToken(new TextEncoder().encode(rest));
-  return last === null ? null : { ids: [...tokens, last], generated: tokens.length - p + 1 };
+  return last === null ? null : { ids: [...evaluated, last], generated: evaluated.length - p + 1 };
 }

@@ -92,6 +92,8 @@ export interface Placement {
   promptMsPerToken: number | null;
   /** Requests sent here because its KV cache held a prefix of their prompt (prefix-aware routing). */
   prefixHits: number;
+  /** Slots of yielded answers held while their tokens are recorded (run/yields.ts): promised to a waiting person. */
+  recording: number;
   /** The speculation it runs with (--spec-type), chosen at its start, and why. */
   readonly spec: SpecChoice;
   /** With speculation: tokens drafted and the tokens the model accepted, over the requests served. */
@@ -197,6 +199,7 @@ export function newPlacement(model: ModelRecord, plan: NewPlacement, fit: FitBre
     msPerToken: null,
     promptMsPerToken: null,
     prefixHits: 0,
+    recording: 0,
     drafted: 0,
     draftAccepted: 0,
     idleTimer: null,

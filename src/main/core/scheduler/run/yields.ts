@@ -13,7 +13,8 @@ export function yieldFor(placements: readonly Placement[], waiting: readonly Wai
   const interactive = waiting.filter((w) => w.who.priority === 'interactive').length;
   if (interactive === 0) return 0;
   const ready = placements.filter((p) => p.state === 'ready');
-  const free = ready.reduce((n, p) => n + Math.max(0, p.fit.slots - p.inFlight), 0);
+  // A yielded answer's slot held for its record is on its way to the person too: no second answer yields for it.
+  const free = ready.reduce((n, p) => n + Math.max(0, p.fit.slots - p.inFlight) + p.recording, 0);
   const yielding = chooseYields(
     ready.flatMap((p) => [...p.leases.values()]),
     interactive,
@@ -29,7 +30,7 @@ export function yieldFor(placements: readonly Placement[], waiting: readonly Wai
 
 /** Slots that answers asked to yield are freeing: on their way to waiters (no new placement is made for those). */
 export function slotsYielding(placements: readonly Placement[]): number {
-  return placements.reduce((n, p) => n + [...p.leases.values()].filter((l) => l.yielding).length, 0);
+  return placements.reduce((n, p) => n + [...p.leases.values()].filter((l) => l.yielding).length + p.recording, 0);
 }
 
 /** Which idle placements a new placement for `waiting` may evict: any for a person; for background ones only, none people use. */
@@ -42,11 +43,13 @@ export function mayEvictFor(waiting: readonly Waiter[], now: number, keepAliveMs
 export function holdForRecord(p: Placement, launcher: Launcher, then: () => void): void {
   if (!launcher.recordSlots) return then();
   p.inFlight++;
+  p.recording++;
   void launcher
     .recordSlots(p)
     .catch(() => undefined)
     .finally(() => {
       p.inFlight--;
+      p.recording--;
       then();
     });
 }
