@@ -65,6 +65,9 @@ export class ManualLauncher implements Launcher {
     });
   }
 
+  /** Set by a test: a yielded answer's slot is held until the promise this returns settles (its tokens recorded). */
+  recordSlots?: (p: Placement) => Promise<void>;
+
   /** Stops wait for release() while set (a process still exiting), like a llama-server killed mid-load. */
   holdStops = false;
   private held: (() => void)[] = [];

@@ -380,6 +380,32 @@ describe('scheduler with a manual launcher', () => {
     assert.equal((await back).placementId, p.placementId);
   });
 
+  it('while a yielded slot is held for its record, no second answer yields for the same person', { timeout: 10_000 }, async () => {
+    const { scheduler, launcher } = setup({ hubMb: 4000, models: [model('a', 300)], env: { RELAY_PARALLEL_SLOTS: '2' }, config: { maxPlacementsPerModel: 1 } });
+    let recorded!: () => void;
+    launcher.recordSlots = () => new Promise<void>((r) => (recorded = r));
+    const agent = (key: string) => ({ key, priority: 'background', canYield: true }) as const;
+    const l1 = scheduler.acquire('a', undefined, undefined, null, agent('x'));
+    (await launcher.nth(0)).ok();
+    const older = await l1;
+    await new Promise((r) => setTimeout(r, 5));
+    const newer = await scheduler.acquire('a', undefined, undefined, null, agent('y'));
+    const person = scheduler.acquire('a', undefined, undefined, null, { key: 'voice', priority: 'interactive', canYield: false });
+    await tick();
+    assert.equal(newer.halted.aborted, true);
+    newer.release(); // its slot is now held while its tokens are read
+    // The yielded answer queues again (a pump): the held slot is already the person's, so nothing else yields.
+    const back = scheduler.acquire('a', undefined, undefined, null, agent('y'));
+    await tick();
+    assert.equal(older.halted.aborted, false, 'the older answer runs on');
+    recorded();
+    const p = await person;
+    assert.equal(p.placementId, newer.placementId);
+    p.release();
+    older.release();
+    (await back).release();
+  });
+
   it("a placement that crashes while requests wait re-plans them; the hub's own pause sends new placements to nodes", async () => {
     const probe = setup({ models: [m] }).scheduler.need(m).needMb;
     let paused = false;
