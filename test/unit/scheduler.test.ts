@@ -358,9 +358,12 @@ describe('scheduler with a manual launcher', () => {
     assert.equal((await background).model.name, 'b');
   });
 
-  it('a person waits on a model whose slots background answers hold: the newest yields, and the person takes its slot', async () => {
+  const agent = (key: string) => ({ key, priority: 'background', canYield: true }) as const;
+
+  /** Two agents' answers hold both slots of `a` (x's begun first), then a person asks; `record` holds a yield's record. */
+  async function personAfterTwoAgents(record?: () => Promise<void>) {
     const { scheduler, launcher } = setup({ hubMb: 4000, models: [model('a', 300)], env: { RELAY_PARALLEL_SLOTS: '2' }, config: { maxPlacementsPerModel: 1 } });
-    const agent = (key: string) => ({ key, priority: 'background', canYield: true }) as const;
+    if (record) launcher.recordSlots = record;
     const l1 = scheduler.acquire('a', undefined, undefined, null, agent('x'));
     (await launcher.nth(0)).ok();
     const older = await l1;
@@ -368,6 +371,11 @@ describe('scheduler with a manual launcher', () => {
     const newer = await scheduler.acquire('a', undefined, undefined, null, agent('y'));
     const person = scheduler.acquire('a', undefined, undefined, null, { key: 'voice', priority: 'interactive', canYield: false });
     await tick();
+    return { scheduler, launcher, older, newer, person };
+  }
+
+  it('a person waits on a model whose slots background answers hold: the newest yields, and the person takes its slot', async () => {
+    const { scheduler, launcher, older, newer, person } = await personAfterTwoAgents();
     assert.equal(newer.halted.aborted, true, 'the answer begun last is asked to yield');
     assert.equal(older.halted.aborted, false);
     newer.release();
@@ -381,17 +389,8 @@ describe('scheduler with a manual launcher', () => {
   });
 
   it('while a yielded slot is held for its record, no second answer yields for the same person', { timeout: 10_000 }, async () => {
-    const { scheduler, launcher } = setup({ hubMb: 4000, models: [model('a', 300)], env: { RELAY_PARALLEL_SLOTS: '2' }, config: { maxPlacementsPerModel: 1 } });
     let recorded!: () => void;
-    launcher.recordSlots = () => new Promise<void>((r) => (recorded = r));
-    const agent = (key: string) => ({ key, priority: 'background', canYield: true }) as const;
-    const l1 = scheduler.acquire('a', undefined, undefined, null, agent('x'));
-    (await launcher.nth(0)).ok();
-    const older = await l1;
-    await new Promise((r) => setTimeout(r, 5));
-    const newer = await scheduler.acquire('a', undefined, undefined, null, agent('y'));
-    const person = scheduler.acquire('a', undefined, undefined, null, { key: 'voice', priority: 'interactive', canYield: false });
-    await tick();
+    const { scheduler, older, newer, person } = await personAfterTwoAgents(() => new Promise<void>((r) => (recorded = r)));
     assert.equal(newer.halted.aborted, true);
     newer.release(); // its slot is now held while its tokens are read
     // The yielded answer queues again (a pump): the held slot is already the person's, so nothing else yields.
