@@ -1,7 +1,6 @@
 import assert from 'node:assert/strict';
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, readFileSync } from 'node:fs';
-import { createServer } from 'node:net';
+import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
@@ -9,7 +8,8 @@ import { promisify } from 'node:util';
 import { AGENTS, runAgent, type Agent, type AgentRun } from '../helpers/agents.js';
 import { startHub, type HubProcess } from '../helpers/hub.js';
 import { fixture } from '../helpers/llama.js';
-import { signalIfRunning, until } from '../helpers/proc.js';
+import { argvOf, signalIfRunning, until } from '../helpers/proc.js';
+import { freePort } from '../../src/main/core/llama/ports.js';
 import { startRecorder, type Exchange } from '../helpers/recorder.js';
 
 /**
@@ -28,16 +28,6 @@ const PROMPT = 'Say hello in three words.';
 /** The same fixture with less context than any agent's first prompt (their system prompts are 3k–14k tokens). */
 const SMALL = 'agent-small';
 const SMALL_CTX = 1024;
-
-const argvOf = (pid: number): string[] => readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0').filter(Boolean);
-
-async function freePort(): Promise<number> {
-  const s = createServer();
-  await new Promise<void>((r) => s.listen(0, '127.0.0.1', r));
-  const port = (s.address() as { port: number }).port;
-  await new Promise<void>((r) => s.close(() => r()));
-  return port;
-}
 
 /**
  * What must match between the two servers, order aside (an agent sends some requests side by side): status, form,

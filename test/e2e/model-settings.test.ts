@@ -1,12 +1,11 @@
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
-import { readFileSync } from 'node:fs';
 import { describe, it } from 'node:test';
 import { promisify } from 'node:util';
 import { startHub, type HubProcess } from '../helpers/hub.js';
 import { fixture } from '../helpers/llama.js';
 import { startNode } from '../helpers/node.js';
-import { until, waitGone } from '../helpers/proc.js';
+import { argvOf, until, waitGone } from '../helpers/proc.js';
 
 /**
  * A model's own settings with a real hub, a real node and llama-server: set at `relay models add`, they reach
@@ -17,7 +16,6 @@ const run = promisify(execFile);
 const relay = new URL('../../../bin/relay.js', import.meta.url).pathname;
 const ENV = { RELAY_CONTEXT_SIZE: '512', RELAY_PARALLEL_SLOTS: '1', RELAY_THREADS: '1' };
 
-const argvOf = (pid: number): string[] => readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0');
 const flag = (argv: string[], name: string): string | undefined => argv[argv.indexOf(name) + 1];
 
 async function replicaOf(hub: HubProcess, model: string) {

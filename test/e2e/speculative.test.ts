@@ -8,6 +8,7 @@ import { promisify } from 'node:util';
 import { addModel, type HubProcess, pauseHubDevices, startHub } from '../helpers/hub.js';
 import { fixture, llama } from '../helpers/llama.js';
 import { startNode } from '../helpers/node.js';
+import { argvOf } from '../helpers/proc.js';
 import { GREEDY } from '../helpers/openai.js';
 import { ensureSpecFixture, FIXTURES, sha256File } from '../fixtures/models.js';
 import { startLlamaServer } from '../../src/main/core/llama/processes.js';
@@ -200,7 +201,6 @@ describe('speculation without a draft model: n-grams, chosen by auto', { timeout
       assert.equal(r.status, 200, JSON.stringify(j));
       return { text: j.choices[0]!.text, drafted: j.timings?.draft_n ?? 0, accepted: j.timings?.draft_n_accepted ?? 0 };
     });
-  const argvOf = (pid: number) => readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0');
   before(async () => {
     hub = await startHub({ env: ENV, args: ['--cpu-budget-mb', '2000'] });
     await addModel(hub, { path: loop, name: 'loop' });

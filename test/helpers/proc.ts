@@ -84,3 +84,8 @@ export function startJsonLineProcess(args: string[], env: NodeJS.ProcessEnv): Js
 export function killAllJsonLineProcesses(): void {
   for (const p of started) signalIfRunning(p, 'SIGKILL');
 }
+
+/** A running process's command line, as the kernel holds it (what relay actually launched). */
+export function argvOf(pid: number): string[] {
+  return readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0').filter(Boolean);
+}
