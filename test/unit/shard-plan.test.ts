@@ -2,12 +2,24 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { readGgufFile } from '../../src/main/core/gguf/index.js';
 import { llamaServerArgv, type TensorOverride } from '../../src/main/core/llama/argv.js';
-import { hostStageLast, planShard, shardFlags, splitLayers, stageNeedMb, type ShardDevice, type ShardModel } from '../../src/main/core/scheduler/decide/shard.js';
+import { hostStageLast, planShard, shardFlags, splitLayers, stageNeedMb, type ShardDevice, type ShardModel, type ShardPlan } from '../../src/main/core/scheduler/decide/shard.js';
 import { unitFixture as fixture } from '../fixtures/synthetic-vocab.js';
 
 const settings = { contextSize: 512, replicaCtx: 0, parallelSlots: 1, kvCacheType: 'f16' as const };
 const dense: ShardModel = { name: 'm', blockCount: 40, weightsMb: 9000, kvBytesPerToken: 163840, isMoe: false };
-const gpu = (node: string | null, device: string, freeMb: number, weight?: number): ShardDevice => ({ node, device, kind: 'gpu', freeMb, totalMb: freeMb, ...(weight ? { weight } : {}) });
+const gpu = (node: string | null, device: string, freeMb: number, msPerLayer?: number, hopMs?: number): ShardDevice => ({
+  node,
+  device,
+  kind: 'gpu',
+  freeMb,
+  totalMb: freeMb,
+  ...(msPerLayer ? { msPerLayer } : {}),
+  ...(hopMs ? { hopMs } : {}),
+});
+const layersOf = (plan: ShardPlan, node: string | null): number => {
+  const st = plan.kind === 'shard' ? plan.stages.find((x) => x.node === node) : undefined;
+  return st ? st.layers[1] - st.layers[0] : 0;
+};
 
 describe('shard planner', () => {
   it('splits layers in proportion, every stage at least one, summing to n', () => {
@@ -52,7 +64,7 @@ describe('shard planner', () => {
     assert.ok(Math.abs(plan.stages[1]!.needMb - stageNeedMb(dense, [27, 40], settings, 'hub')) < 1e-9);
   });
 
-  it('uses the fewest stages that fit, preferring the nodes with most free memory × throughput', () => {
+  it('with nothing measured, uses the fewest stages that fit, preferring the nodes with most free memory', () => {
     const devices = [gpu(null, 'CUDA0', 4000), gpu('a', 'CUDA0', 6000), gpu('b', 'CUDA0', 8000), gpu('c', 'CUDA0', 3000)];
     const two = planShard(devices, dense, settings); // 9 GB fits on b + the hub
     assert.deepEqual(two.kind === 'shard' && two.stages.map((s) => s.node), ['b', null]);
@@ -63,8 +75,8 @@ describe('shard planner', () => {
       plan.stages.map((s) => s.node),
       ['b', 'a', null],
     );
-    const weighted = planShard([gpu(null, 'CUDA0', 4000), gpu('a', 'CUDA0', 6000, 3), gpu('b', 'CUDA0', 8000)], { ...dense, weightsMb: 5000 }, settings);
-    assert.equal(weighted.kind === 'shard' && weighted.stages[0]!.node, 'a');
+    const faster = planShard([gpu(null, 'CUDA0', 4000), gpu('a', 'CUDA0', 6000, 0.3), gpu('b', 'CUDA0', 8000)], { ...dense, weightsMb: 5000 }, settings);
+    assert.equal(faster.kind === 'shard' && faster.stages[0]!.node, 'a');
   });
 
   it('a node lending two GPUs can hold two stages, one per device, each pinned in start-rpc', () => {
@@ -229,5 +241,75 @@ describe('each stage of a shard checked on its own (llama.cpp --tensor-split: a 
     if (plan.kind !== 'shard') return;
     for (const st of plan.stages) assert.ok(st.needMb <= st.freeMb, `${st.node ?? 'hub'}: ${st.needMb} > ${st.freeMb}`);
     assert.ok(plan.stages.find((s) => s.output)!.node === null);
+  });
+});
+
+describe('shard planner by measured speed (Σ stage layers × ms/layer + Σ hops)', () => {
+  const memory = (devices: ShardDevice[], m: ShardModel) => planShard(devices, m, settings, { by: 'memory' });
+  const predicted = (plan: ShardPlan, devices: readonly ShardDevice[]): number => {
+    if (plan.kind !== 'shard') return Infinity;
+    return plan.stages.reduce((a, st) => {
+      const d = devices.find((x) => x.node === st.node && x.device === st.device)!;
+      return a + (st.layers[1] - st.layers[0]) * (d.msPerLayer ?? 1) + (st.node === null ? 0 : (d.hopMs ?? 0));
+    }, 0);
+  };
+
+  it('nothing measured: the same plan as splitting by free memory', () => {
+    for (const devices of [
+      [gpu(null, 'CUDA0', 5500), gpu('node', 'CUDA0', 11000)],
+      [gpu(null, 'CUDA0', 4000), gpu('a', 'CUDA0', 6000), gpu('b', 'CUDA0', 8000), gpu('c', 'CUDA0', 3000)],
+      [gpu(null, 'CUDA0', 3000), gpu('twin', 'CUDA0', 4000), gpu('twin', 'CUDA1', 4000)],
+    ])
+      for (const weightsMb of [9000, 14000])
+        assert.deepEqual(
+          planShard(devices, { ...dense, weightsMb }, settings),
+          memory(devices, { ...dense, weightsMb }),
+        );
+  });
+
+  it('a fast and a slow device: the fast one is filled first, the slow one gets what is left, and the prediction is the sum', () => {
+    const devices = [gpu(null, 'CUDA0', 4000, 1), gpu('fast', 'CUDA0', 6000, 0.4, 2), gpu('slow', 'CUDA0', 8000, 2.5, 2)];
+    const m = { ...dense, weightsMb: 14000 }; // needs all three
+    const plan = planShard(devices, m, settings);
+    const old = memory(devices, m);
+    assert.equal(plan.kind, 'shard');
+    assert.ok(layersOf(plan, 'slow') < layersOf(old, 'slow'), `slow: ${layersOf(plan, 'slow')} layers, by memory ${layersOf(old, 'slow')}`);
+    assert.ok(layersOf(plan, 'fast') > layersOf(old, 'fast'));
+    for (const st of plan.kind === 'shard' ? plan.stages : []) assert.ok(st.needMb <= st.freeMb, `${st.node}: ${st.needMb} of ${st.freeMb}`);
+    assert.equal(plan.kind === 'shard' && plan.stages.at(-1)!.node, null, 'the GPU hub still runs the last stage');
+    assert.ok(Math.abs((plan.kind === 'shard' ? plan.predictedMsPerToken! : 0) - predicted(plan, devices)) < 1e-9);
+    assert.ok(predicted(plan, devices) < predicted(old, devices));
+  });
+
+  it('a slow link: of two equal nodes the one behind the long round trip is left out', () => {
+    const devices = [gpu(null, 'CUDA0', 5000), gpu('near', 'CUDA0', 7000, 1, 1), gpu('far', 'CUDA0', 8000, 1, 40)];
+    const plan = planShard(devices, dense, settings);
+    assert.deepEqual(plan.kind === 'shard' && plan.stages.map((s) => s.node), ['near', null]);
+    assert.deepEqual(memory(devices, dense).kind === 'shard' && (memory(devices, dense) as { stages: { node: string | null }[] }).stages.map((s) => s.node), ['far', null]);
+  });
+
+  it('a member that only slows the shard is left out when the model fits without it, and kept (with fewer layers) when it does not', () => {
+    // Memory alone picks `slow` (most free); hub + fast hold the model too and are predicted faster.
+    const devices = [gpu(null, 'CUDA0', 5000, 1), gpu('fast', 'CUDA0', 6000, 0.5, 1), gpu('slow', 'CUDA0', 9000, 4, 1)];
+    assert.deepEqual(memory(devices, dense).kind === 'shard' && (memory(devices, dense) as { stages: { node: string | null }[] }).stages.map((s) => s.node), ['slow', null]);
+    const plan = planShard(devices, dense, settings);
+    assert.deepEqual(plan.kind === 'shard' && plan.stages.map((s) => s.node), ['fast', null]);
+    // A model only all three hold: slow is in, with the fewest layers that leave the others full.
+    const big = { ...dense, weightsMb: 16000 };
+    const all = planShard(devices, big, settings);
+    assert.equal(all.kind === 'shard' && all.stages.length, 3);
+    assert.ok(layersOf(all, 'slow') < layersOf(memory(devices, big), 'slow'));
+    // A faster plan needs room: one that fits nowhere stays a refusal.
+    assert.equal(planShard(devices, { ...dense, weightsMb: 40000 }, settings).kind, 'none');
+  });
+
+  it('a slow node is still used where adding it saves more than its hop costs', () => {
+    // The hub is slow; a fast node with a short link takes layers off it even though the hub and `fast` both hold the model.
+    const devices = [gpu(null, 'CUDA0', 11000, 3), gpu('fast', 'CUDA0', 11000, 0.5, 1), gpu('mid', 'CUDA0', 11000, 1, 1)];
+    const plan = planShard(devices, dense, settings);
+    assert.equal(plan.kind, 'shard');
+    assert.equal(layersOf(plan, null), 1, 'the hub keeps one layer and the output');
+    assert.equal(layersOf(plan, 'fast'), 39);
+    assert.equal(layersOf(plan, 'mid'), 0, 'mid only adds a hop');
   });
 });

@@ -19,8 +19,10 @@ export interface ShardDevice {
   readonly kind: 'gpu' | 'cpu';
   readonly freeMb: number;
   readonly totalMb: number;
-  /** Relative throughput when known (1 = unknown/average): layers are split by free VRAM × this. */
-  readonly weight?: number;
+  /** Predicted ms per layer per token of the model being planned (speed.ts layerMs); absent: every device alike. */
+  readonly msPerLayer?: number;
+  /** A remote stage's link cost per token (speed.ts hopMs); absent: 0. */
+  readonly hopMs?: number;
 }
 
 export interface ShardModel {
@@ -67,9 +69,11 @@ export interface Stage {
   readonly freeMb: number;
   /** The output layer (and so sampling) runs here. */
   readonly output: boolean;
+  /** The plan's prediction of this stage's ms per token (its layers and, remote, its hop). */
+  readonly predictedMs?: number;
 }
 
-export type ShardPlan = { readonly kind: 'shard'; readonly stages: readonly Stage[] } | { readonly kind: 'none'; readonly reason: string };
+export type ShardPlan = { readonly kind: 'shard'; readonly stages: readonly Stage[]; readonly predictedMsPerToken?: number } | { readonly kind: 'none'; readonly reason: string };
 
 /** Split `n` layers in proportion to `shares` (largest remainder), every share at least one layer. */
 export function splitLayers(n: number, shares: readonly number[]): number[] {
@@ -124,117 +128,126 @@ export function hostStageLast<T extends { node: string | null; layers: readonly 
   return reorder(stages, false);
 }
 
-/**
- * The fewest stages that fit: the hub's device (when it has one) plus the remote devices with the most free
- * memory, layers in proportion to free memory × throughput weight, each stage checked against its device.
- */
-export function planShard(devices: readonly ShardDevice[], model: ShardModel, s: FitSettings): ShardPlan {
-  const hub = devices.filter((d) => d.node === null).sort((a, b) => b.freeMb - a.freeMb)[0];
-  const remote = devices.filter((d) => d.node !== null).sort((a, b) => b.freeMb * (b.weight ?? 1) - a.freeMb * (a.weight ?? 1));
-  if (remote.length === 0) return { kind: 'none', reason: 'no connected node to shard with' };
-  for (let k = 1; k <= remote.length; k++) {
-    const members = [...remote.slice(0, k), ...(hub ? [hub] : [])];
-    if (members.length < 2 || members.length > model.blockCount) continue;
-    const counts = splitLayers(
-      model.blockCount,
-      members.map((d) => d.freeMb * (d.weight ?? 1)),
-    );
-    let at = 0;
-    const drafted: Stage[] = members.map((d, i) => {
-      const n = counts[i]!;
-      const st: Stage = { node: d.node, device: d.device, kind: d.kind, layers: [at, at + n], needMb: 0, freeMb: d.freeMb, output: false };
-      at += n;
-      return st;
-    });
-    // GPU hub: its stage goes last. CPU hub: llama.cpp runs CPU layers first (see above). Each stage's need is
-    // counted on its final layer range: which layers slide or keep state depends on where they are.
-    const ordered = reorder(drafted, hub?.kind === 'cpu');
-    const outputAt = hub ? ordered.findIndex((st) => st.node === null) : ordered.length - 1;
-    const stages = ordered.map((st, i) => ({ ...st, output: i === outputAt, needMb: stageNeedMb(model, st.layers, s, st.node === null ? 'hub' : 'remote', i === outputAt) }));
-    if (!stages.every((st) => st.needMb <= st.freeMb)) continue;
-    return { kind: 'shard', stages };
-  }
-  return { kind: 'none', reason: 'the hub and the connected nodes together cannot hold it' };
+/** Remote devices beyond this many are tried as prefixes (by free memory, by speed), not as every subset. */
+const EVERY_SUBSET_UP_TO = 10;
+/** A candidate replaces the best so far only when predicted this much faster: ties keep the simpler plan. */
+const BETTER_BY = 0.005;
+
+export interface PlanOptions {
+  /** `memory`: the pre-measurement planner (layers by free memory, the fewest members that fit); the shard bench's baseline. */
+  readonly by?: 'speed' | 'memory';
 }
 
-export interface ShardFlags {
-  readonly rpc: string[];
-  readonly devices: string[];
-  readonly gpuLayers: number;
-  readonly tensorSplit: number[];
-  readonly overrides: { pattern: string; bufferType: string }[];
-  readonly fit: 'off' | undefined;
-  readonly warnings: string[];
-}
-
-function withOutputSlot(split: number[]): number[] {
-  return split.map((x, i) => (i === split.length - 1 ? x + 1 : x));
-}
-
-function layerAlternation(first: number, end: number): string {
-  return Array.from({ length: end - first }, (_, i) => first + i).join('|');
-}
-
-/** The output weight (argv.ts writes every override as a whole name: not any layer's attn_output.weight). */
-const OUTPUT_WEIGHT = 'output\\.weight';
-
-/**
- * llama-server flags for a plan. `endpoints[i]` is the 127.0.0.1 bridge of remote stage i (in plan order,
- * remote stages only); a missing endpoint means that stage's device could not be resolved.
- * `outputRemote` is the hub-first experiment: the output layer moved to the last remote stage.
- */
-export function shardFlags(plan: Extract<ShardPlan, { kind: 'shard' }>, model: ShardModel, endpoints: readonly (string | undefined)[], opts: { outputRemote?: boolean } = {}): ShardFlags {
-  const remote = plan.stages.filter((s) => s.node !== null);
-  const hubStage = plan.stages.find((s) => s.node === null);
-  const rpc = endpoints.filter((e): e is string => e !== undefined);
-  const rpcNames = rpc.map((_, i) => `RPC${i}`);
-  const warnings: string[] = [];
-  const n = model.blockCount;
-  const remoteLayers = remote.reduce((a, s) => a + (s.layers[1] - s.layers[0]), 0);
-  const hubGpu = hubStage && hubStage.kind === 'gpu' ? hubStage.device : null;
-  const devices = hubGpu ? [...rpcNames, hubGpu] : rpcNames;
-
-  if (model.isMoe) {
-    // Experts of each remote stage's layers go to that stage's device; attention, router and embeddings
-    // stay on the hub for every layer. A stage without a resolvable device is left out, never guessed.
-    const overrides: { pattern: string; bufferType: string }[] = [];
-    try {
-      remote.forEach((st, i) => {
-        const ep = endpoints[i];
-        if (!ep) {
-          warnings.push(`stage ${i} (${st.node}) has no rpc endpoint: its experts stay on the hub`);
-          return;
-        }
-        overrides.push({ pattern: `blk\\.(${layerAlternation(st.layers[0], st.layers[1])})\\.ffn_(gate|up|down)_exps\\.weight`, bufferType: `RPC0[${ep}]` });
-      });
-      return {
-        rpc,
-        devices,
-        gpuLayers: hubGpu ? n + 1 : 0,
-        tensorSplit: hubGpu ? [...rpcNames.map(() => 0), 1] : [],
-        overrides,
-        fit: 'off',
-        warnings,
-      };
-    } catch (err) {
-      warnings.push(`could not build expert overrides (${(err as Error).message}): plain layer split instead`);
+/** The remote member sets to try: by size, the ones with the most free memory first in each size. */
+function* memberSets(remote: readonly ShardDevice[], memoryOnly: boolean): Generator<ShardDevice[]> {
+  const n = remote.length;
+  const bySpeed = [...remote].sort((a, b) => (a.msPerLayer ?? 1) - (b.msPerLayer ?? 1) || b.freeMb - a.freeMb);
+  for (let k = 1; k <= n; k++) {
+    yield remote.slice(0, k);
+    if (memoryOnly) continue;
+    if (n > EVERY_SUBSET_UP_TO) {
+      yield bySpeed.slice(0, k);
+      continue;
+    }
+    for (let mask = 1; mask < 1 << n; mask++) {
+      const set = remote.filter((_, i) => mask & (1 << i));
+      if (set.length === k && !set.every((d, i) => d === remote[i])) yield set;
     }
   }
-  // llama.cpp offloads the last -ngl "layers" counting the output layer as one, so the output lands on the
-  // last device. A GPU hub is that last device. A CPU hub is not a device: the output weight is pinned to the
-  // CPU buffer so the output layer and sampling still run on the hub (the hub-first experiment skips that).
-  const lastRemote = rpc[rpc.length - 1];
-  const overrides: { pattern: string; bufferType: string }[] = [];
-  if (opts.outputRemote && hubGpu && lastRemote) overrides.push({ pattern: OUTPUT_WEIGHT, bufferType: `RPC0[${lastRemote}]` });
-  if (!opts.outputRemote && !hubGpu && hubStage) overrides.push({ pattern: OUTPUT_WEIGHT, bufferType: 'CPU' });
-  return {
-    rpc,
-    devices,
-    gpuLayers: hubGpu || !hubStage ? n + 1 : remoteLayers + 1,
-    // The split is over the offloaded slots, output included: the last device's share counts it (+1).
-    tensorSplit: withOutputSlot(hubGpu ? [...remote.map((s) => s.layers[1] - s.layers[0]), hubStage!.layers[1] - hubStage!.layers[0]] : remote.map((s) => s.layers[1] - s.layers[0])),
-    overrides,
-    fit: overrides.length > 0 ? 'off' : undefined,
-    warnings,
-  };
 }
+
+/** The most layers of the model one member could hold (its need counted as a first stage; checked again on the final ranges). */
+function capacity(d: ShardDevice, model: ShardModel, s: FitSettings): number {
+  const role = d.node === null ? 'hub' : 'remote';
+  let lo = 0;
+  let hi = model.blockCount;
+  while (lo < hi) {
+    const mid = Math.ceil((lo + hi) / 2);
+    if (stageNeedMb(model, [0, mid], s, role, role === 'hub') <= d.freeMb) lo = mid;
+    else hi = mid - 1;
+  }
+  return lo;
+}
+
+/** Fastest first: each member in order of ms per layer takes as many layers as it holds, leaving one for each after it. */
+function fillFastest(members: readonly ShardDevice[], caps: readonly number[], n: number): number[] | null {
+  const order = members.map((_, i) => i).sort((a, b) => (members[a]!.msPerLayer ?? 1) - (members[b]!.msPerLayer ?? 1) || members[b]!.freeMb - members[a]!.freeMb);
+  const counts = members.map(() => 0);
+  let left = n;
+  order.forEach((i, j) => {
+    const c = Math.min(caps[i]!, left - (order.length - 1 - j));
+    counts[i] = c;
+    left -= c;
+  });
+  return left === 0 && counts.every((c) => c >= 1) ? counts : null;
+}
+
+/** Stages for members holding `counts` layers, in execution order, each need counted on its final range; null when one does not fit. */
+function stagesOf(members: readonly ShardDevice[], counts: readonly number[], model: ShardModel, s: FitSettings, hubFirst: boolean): { stages: Stage[]; over: number[] } {
+  let at = 0;
+  const drafted = members.map((d, i) => {
+    const n = counts[i]!;
+    const st = { node: d.node, device: d.device, kind: d.kind, layers: [at, at + n] as const, needMb: 0, freeMb: d.freeMb, output: false, member: i };
+    at += n;
+    return st;
+  });
+  // GPU hub: its stage goes last. CPU hub: llama.cpp runs CPU layers first (see above). Each stage's need is
+  // counted on its final layer range: which layers slide or keep state depends on where they are.
+  const ordered = reorder(drafted, hubFirst);
+  const hasHub = members.some((d) => d.node === null);
+  const outputAt = hasHub ? ordered.findIndex((st) => st.node === null) : ordered.length - 1;
+  const stages = ordered.map((st, i) => ({ ...st, output: i === outputAt, needMb: stageNeedMb(model, st.layers, s, st.node === null ? 'hub' : 'remote', i === outputAt) }));
+  return { stages: stages.map(({ member: _m, ...st }) => st), over: stages.filter((st) => st.needMb > st.freeMb).map((st) => st.member) };
+}
+
+/** A token's predicted time through the stages: each stage's layers at its device's speed, each remote stage's hop. */
+function predictOf(members: readonly ShardDevice[], stages: readonly Stage[]): Stage[] {
+  return stages.map((st) => {
+    const d = members.find((m) => m.node === st.node && m.device === st.device)!;
+    return { ...st, predictedMs: (st.layers[1] - st.layers[0]) * (d.msPerLayer ?? 1) + (st.node === null ? 0 : (d.hopMs ?? 0)) };
+  });
+}
+
+/**
+ * The shard predicted fastest among the member sets that can hold the model: the hub's device (when it has one)
+ * and each set of remote devices, layers split in proportion to free memory or filled fastest device first, a
+ * token's time predicted as Σ stage layers × ms/layer + Σ remote hops. With nothing measured every layer costs
+ * the same: the fewest members, split by free memory (what relay did before it measured). `by: 'memory'` plans
+ * only that way.
+ */
+export function planShard(devices: readonly ShardDevice[], model: ShardModel, s: FitSettings, opts: PlanOptions = {}): ShardPlan {
+  const hub = devices.filter((d) => d.node === null).sort((a, b) => b.freeMb - a.freeMb)[0];
+  const remote = devices.filter((d) => d.node !== null).sort((a, b) => b.freeMb - a.freeMb);
+  if (remote.length === 0) return { kind: 'none', reason: 'no connected node to shard with' };
+  const memoryOnly = opts.by === 'memory';
+  let best: { stages: Stage[]; ms: number } | null = null;
+  for (const set of memberSets(remote, memoryOnly)) {
+    const members = [...set, ...(hub ? [hub] : [])];
+    if (members.length < 2 || members.length > model.blockCount) continue;
+    const tries: (number[] | null)[] = [splitLayers(model.blockCount, members.map((d) => d.freeMb))];
+    const caps = memoryOnly ? [] : members.map((d) => capacity(d, model, s));
+    for (let round = 0; !memoryOnly && round < 4; round++) {
+      const counts = fillFastest(members, caps, model.blockCount);
+      if (!counts) break;
+      const { over } = stagesOf(members, counts, model, s, hub?.kind === 'cpu');
+      if (over.length === 0) {
+        tries.push(counts);
+        break;
+      }
+      for (const i of over) caps[i] = counts[i]! - 1; // held less than its first-stage estimate where it landed
+    }
+    for (const counts of tries) {
+      if (!counts || counts.length === 0) continue;
+      const { stages, over } = stagesOf(members, counts, model, s, hub?.kind === 'cpu');
+      if (over.length > 0) continue;
+      const predicted = predictOf(members, stages);
+      const ms = predicted.reduce((a, st) => a + (st.predictedMs ?? 0), 0);
+      if (!best || ms < best.ms * (1 - BETTER_BY)) best = { stages: predicted, ms };
+    }
+    if (memoryOnly && best) break;
+  }
+  if (!best) return { kind: 'none', reason: 'the hub and the connected nodes together cannot hold it' };
+  return { kind: 'shard', stages: best.stages, predictedMsPerToken: best.ms };
+}
+
+export { shardFlags, type ShardFlags } from './shard-flags.js';
