@@ -260,11 +260,7 @@ describe('shard planner by measured speed (Σ stage layers × ms/layer + Σ hops
       [gpu(null, 'CUDA0', 4000), gpu('a', 'CUDA0', 6000), gpu('b', 'CUDA0', 8000), gpu('c', 'CUDA0', 3000)],
       [gpu(null, 'CUDA0', 3000), gpu('twin', 'CUDA0', 4000), gpu('twin', 'CUDA1', 4000)],
     ])
-      for (const weightsMb of [9000, 14000])
-        assert.deepEqual(
-          planShard(devices, { ...dense, weightsMb }, settings),
-          memory(devices, { ...dense, weightsMb }),
-        );
+      for (const weightsMb of [9000, 14000]) assert.deepEqual(planShard(devices, { ...dense, weightsMb }, settings), memory(devices, { ...dense, weightsMb }));
   });
 
   it('a fast and a slow device: the fast one is filled first, the slow one gets what is left, and the prediction is the sum', () => {

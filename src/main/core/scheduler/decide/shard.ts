@@ -224,7 +224,12 @@ export function planShard(devices: readonly ShardDevice[], model: ShardModel, s:
   for (const set of memberSets(remote, memoryOnly)) {
     const members = [...set, ...(hub ? [hub] : [])];
     if (members.length < 2 || members.length > model.blockCount) continue;
-    const tries: (number[] | null)[] = [splitLayers(model.blockCount, members.map((d) => d.freeMb))];
+    const tries: (number[] | null)[] = [
+      splitLayers(
+        model.blockCount,
+        members.map((d) => d.freeMb),
+      ),
+    ];
     const caps = memoryOnly ? [] : members.map((d) => capacity(d, model, s));
     for (let round = 0; !memoryOnly && round < 4; round++) {
       const counts = fillFastest(members, caps, model.blockCount);
