@@ -1,5 +1,7 @@
 import type { KeyDto, NoKeyUsageDto } from './keys.js';
 import type { MoveDto, RecentRequest } from './requests.js';
+import type { DeviceSpeedStatus, LinkStatus, ReplanStatus } from './speeds.js';
+export type { DeviceSpeedStatus, LinkStatus, ReplanStatus } from './speeds.js';
 export type { MoveDto, RecentRequest } from './requests.js';
 /**
  * The hub's /status (and /events, /api/nodes) as it goes over the wire: one set of shapes for the hub that
@@ -72,10 +74,18 @@ export interface StageStatus {
   rpc_endpoint: string | null;
   rpc_bytes: number | null;
   rpc_round_trips: number | null;
+  /** The plan's predicted ms per token for this stage (its layers, and a remote stage's hop). */
+  predicted_ms: number | null;
+  /** Its measured share of the shard's ms per token (a remote stage: the hub's wait on it less the link's round trip). */
+  measured_ms: number | null;
 }
 
 export interface ShardStatus extends PlacementStatus {
   readonly stages: StageStatus[];
+  /** The plan's predicted ms per generated token, beside the measured `ms_per_token`. */
+  readonly predicted_ms_per_token: number | null;
+  /** Measured and predicted differ past the threshold and the planner would now split it otherwise (else null). */
+  readonly replan: ReplanStatus | null;
   readonly warnings: readonly string[];
   /** llama-server's own report of where the weights went (its "model buffer size" lines). */
   readonly buffers: readonly string[];
@@ -91,6 +101,7 @@ export interface DeviceStatus {
   readonly utilization_pct: number | null;
   readonly source: string;
   readonly bus_id: string | null;
+  readonly speed?: DeviceSpeedStatus;
 }
 
 /** A node's device as its last report gave it (in /status: with the hub's reservations taken off). */
@@ -102,6 +113,7 @@ export interface NodeDeviceStatus {
   readonly free_mb: number;
   /** How old the node's reading was when it reported. */
   readonly age_ms: number | null;
+  readonly speed?: DeviceSpeedStatus;
 }
 
 /** A node as the hub sees it (also GET /api/nodes). */
@@ -120,6 +132,8 @@ export interface NodeStatus {
   readonly created_at: string;
   readonly revoked_at: string | null;
   readonly bytes: { http: number; rpc: number; file: number } | null;
+  /** Its link as measured (null: not connected). */
+  readonly link: LinkStatus | null;
   /** The relay version its hello carried (null: relay 0.1.0 or older, or never connected). */
   readonly relay_version: string | null;
   /** Refused at its last hello (pool/versions.ts): which side to update; null once it connects. Its `reason` says it in short. */
@@ -260,6 +274,7 @@ export interface PictureDevice {
   readonly free_mb: number;
   readonly other_mb: number;
   readonly segments: readonly PictureSegment[];
+  readonly speed: DeviceSpeedStatus | null;
 }
 
 /** A machine of the pool (the hub, then each node) as the dashboard's picture draws it. */
@@ -271,6 +286,8 @@ export interface PictureMachine {
   /** Why it is paused (its owner, its schedule, auto-pause), or null. */
   readonly reason: string | null;
   readonly devices: readonly PictureDevice[];
+  /** A node's link (null: the hub, or not connected). */
+  readonly link: LinkStatus | null;
   /** Models kept off this machine after a failure. */
   readonly backoffs: readonly { readonly model: string; readonly reason: string; readonly until: string }[];
   /** Weight pushes to this machine in progress (bytes). */

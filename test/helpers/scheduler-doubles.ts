@@ -134,6 +134,7 @@ export function fakeNode(name: string, freeMb: number, extra: Partial<NodeConn> 
     devices: [{ id: 'CPU', kind: 'cpu', description: 'cpu', totalMb: freeMb, freeMb }],
     command: async () => ({ ok: true, data: {} }),
     probe: async () => true,
+    link: () => ({ rttMs: null, bytesPerMs: null }),
     ...extra,
   } as unknown as NodeConn;
 }

@@ -55,6 +55,8 @@ const stage = (index: number, node: string | null, layers: [number, number], out
   rpc_endpoint: null,
   rpc_bytes: null,
   rpc_round_trips: null,
+  predicted_ms: null,
+  measured_ms: null,
 });
 const node = (name: string, state: NodeStatus['state'], extra: Partial<NodeStatus> = {}): NodeStatus => ({
   name,
@@ -70,6 +72,7 @@ const node = (name: string, state: NodeStatus['state'], extra: Partial<NodeStatu
   created_at: '',
   revoked_at: null,
   bytes: null,
+  link: null,
   relay_version: null,
   refused: null,
   ...extra,
@@ -134,6 +137,18 @@ describe('the pool picture (pure)', () => {
     // A reservation larger than the reading (not yet seen by the GPU's counter) never draws negative use.
     const over = poolPicture({ ...parts, devices: [{ ...parts.devices[0]!, free_mb: 700 }] });
     assert.equal(over[0]!.devices[0]!.other_mb, 0);
+  });
+
+  it("each device's measured speed and each node's link ride along; the hub has no link", () => {
+    const speed = { ms_per_gib: 52.5, source: 'measured' as const, samples: 3, per_layer_ms: { big: 1.2 }, measured_at: '2026-12-06T10:00:00.000Z' };
+    const link = { rtt_ms: 4.2, bytes_per_s: 1_250_000 };
+    const north = node('north', 'idle', { link, devices: [{ id: 'CPU', kind: 'cpu', description: 'cpu', total_mb: 1000, free_mb: 300, age_ms: 0, speed }] });
+    const pic = poolPicture({ ...parts, devices: [{ ...parts.devices[0]!, speed }], nodes: [north] });
+    assert.equal(pic[0]!.link, null);
+    assert.deepEqual(pic[0]!.devices[0]!.speed, speed);
+    assert.deepEqual(pic[1]!.link, link);
+    assert.deepEqual(pic[1]!.devices[0]!.speed, speed);
+    assert.equal(poolPicture(parts)[0]!.devices[0]!.speed, null, 'a status without speeds: none drawn');
   });
 
   it('backoffs and pushes are marked on the machine they concern', () => {

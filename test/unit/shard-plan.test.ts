@@ -2,7 +2,8 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { readGgufFile } from '../../src/main/core/gguf/index.js';
 import { llamaServerArgv, type TensorOverride } from '../../src/main/core/llama/argv.js';
-import { hostStageLast, planShard, shardFlags, splitLayers, stageNeedMb, type ShardDevice, type ShardModel, type ShardPlan } from '../../src/main/core/scheduler/decide/shard.js';
+import { shardFlags } from '../../src/main/core/scheduler/decide/shard-flags.js';
+import { hostStageLast, planShard, splitLayers, stageNeedMb, type ShardDevice, type ShardModel, type ShardPlan } from '../../src/main/core/scheduler/decide/shard.js';
 import { unitFixture as fixture } from '../fixtures/synthetic-vocab.js';
 
 const settings = { contextSize: 512, replicaCtx: 0, parallelSlots: 1, kvCacheType: 'f16' as const };
@@ -16,6 +17,7 @@ const gpu = (node: string | null, device: string, freeMb: number, msPerLayer?: n
   ...(msPerLayer ? { msPerLayer } : {}),
   ...(hopMs ? { hopMs } : {}),
 });
+const nodesOf = (plan: ShardPlan): (string | null)[] => (plan.kind === 'shard' ? plan.stages.map((s) => s.node) : []);
 const layersOf = (plan: ShardPlan, node: string | null): number => {
   const st = plan.kind === 'shard' ? plan.stages.find((x) => x.node === node) : undefined;
   return st ? st.layers[1] - st.layers[0] : 0;
@@ -281,13 +283,13 @@ describe('shard planner by measured speed (Σ stage layers × ms/layer + Σ hops
     const devices = [gpu(null, 'CUDA0', 5000), gpu('near', 'CUDA0', 7000, 1, 1), gpu('far', 'CUDA0', 8000, 1, 40)];
     const plan = planShard(devices, dense, settings);
     assert.deepEqual(plan.kind === 'shard' && plan.stages.map((s) => s.node), ['near', null]);
-    assert.deepEqual(memory(devices, dense).kind === 'shard' && (memory(devices, dense) as { stages: { node: string | null }[] }).stages.map((s) => s.node), ['far', null]);
+    assert.deepEqual(nodesOf(memory(devices, dense)), ['far', null]);
   });
 
   it('a member that only slows the shard is left out when the model fits without it, and kept (with fewer layers) when it does not', () => {
     // Memory alone picks `slow` (most free); hub + fast hold the model too and are predicted faster.
     const devices = [gpu(null, 'CUDA0', 5000, 1), gpu('fast', 'CUDA0', 6000, 0.5, 1), gpu('slow', 'CUDA0', 9000, 4, 1)];
-    assert.deepEqual(memory(devices, dense).kind === 'shard' && (memory(devices, dense) as { stages: { node: string | null }[] }).stages.map((s) => s.node), ['slow', null]);
+    assert.deepEqual(nodesOf(memory(devices, dense)), ['slow', null]);
     const plan = planShard(devices, dense, settings);
     assert.deepEqual(plan.kind === 'shard' && plan.stages.map((s) => s.node), ['fast', null]);
     // A model only all three hold: slow is in, with the fewest layers that leave the others full.

@@ -78,6 +78,8 @@ export interface HubConfig {
   readonly fetchImages: boolean;
   /** Route a conversation to the placement whose KV cache holds its prompt's prefix (RELAY_PREFIX_ROUTING=0: least loaded only). */
   readonly prefixRouting: boolean;
+  /** How shards are split (RELAY_SHARD_PLAN): `speed` (the default: predicted time per token) or `memory` (free memory, the older rule). */
+  readonly shardPlan: 'speed' | 'memory';
   /** A request's headers and body must arrive within this (RELAY_REQUEST_TIMEOUT_MS); the response is not limited. */
   readonly requestTimeoutMs: number;
   /** Open connections the hub accepts at once, nodes included (RELAY_MAX_CONNECTIONS). */
@@ -256,6 +258,7 @@ export function hubConfigFromEnv(env: NodeJS.ProcessEnv = processEnv(), override
     loopbackAdmin: env.RELAY_LOOPBACK_ADMIN !== '0',
     fetchImages: env.RELAY_FETCH_IMAGES === '1',
     prefixRouting: env.RELAY_PREFIX_ROUTING !== '0',
+    shardPlan: (env.RELAY_SHARD_PLAN || 'speed') as HubConfig['shardPlan'],
     allowedHosts: `${env.RELAY_ALLOWED_HOSTS ?? ''},${allowedHostsFlag}`
       .split(',')
       .map((h) => h.trim())
@@ -295,6 +298,7 @@ export function verifyConfig(c: HubConfig): void {
   if (Boolean(c.tlsCertPath) !== Boolean(c.tlsKeyPath)) bad('TLS needs both a certificate and a key (--tls-cert and --tls-key)');
   if (c.requestTimeoutMs < 1000) bad(`RELAY_REQUEST_TIMEOUT_MS must be at least 1000, got ${c.requestTimeoutMs}`);
   if (c.maxConnections < 8) bad(`RELAY_MAX_CONNECTIONS must be at least 8, got ${c.maxConnections}`);
+  if (!['speed', 'memory'].includes(c.shardPlan)) bad(`RELAY_SHARD_PLAN must be speed or memory, got "${c.shardPlan}"`);
   if (c.queueMax < 0) bad(`RELAY_QUEUE_MAX must be >= 0, got ${c.queueMax}`);
   if (c.queueTimeoutMs < 1) bad(`RELAY_QUEUE_TIMEOUT_MS must be >= 1, got ${c.queueTimeoutMs}`);
   if (c.maxPlacementsPerModel < 0) bad(`RELAY_MAX_PLACEMENTS_PER_MODEL must be >= 0 (0 = no bound), got ${c.maxPlacementsPerModel}`);

@@ -67,6 +67,7 @@ export async function describe(
     arch: info.architecture,
     block_count: info.blockCount,
     kv_bytes_per_token: info.kvBytesPerToken,
+    embedding_length: info.embeddingLength,
     memory: info.memory,
     expert_count: info.expertCount,
     expert_used_count: info.expertUsedCount,

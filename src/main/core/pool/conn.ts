@@ -55,6 +55,14 @@ export class NodeConn extends EventEmitter {
     this.rpcs = hello.rpcs ?? [];
     for (const f of hello.cache) this.cache.set(f.sha256, f.size);
     this.partials = hello.partials.map((f) => f.sha256);
+    // The link's round trip from the start (the keep-alive's first ping is seconds away): the shard planner's hop cost.
+    session.ping(PROBE_TIMEOUT_MS).catch(() => undefined);
+  }
+
+  /** The link as the tunnel measured it: the least ping round trip (ms) and the push read rate (bytes/ms), null until seen. */
+  link(): { rttMs: number | null; bytesPerMs: number | null } {
+    const l = this.session.link();
+    return { rttMs: l.minRttMs, bytesPerMs: l.bytesPerMs };
   }
 
   get alive(): boolean {

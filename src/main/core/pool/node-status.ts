@@ -1,5 +1,5 @@
 import type { DeviceInfo } from '../../../shared/protocol.js';
-import type { NodeDeviceStatus, NodeStatus } from '../../../shared/status.js';
+import type { LinkStatus, NodeDeviceStatus, NodeStatus } from '../../../shared/status.js';
 import type { NodeRecord } from '../store/store.js';
 import type { NodeConn } from './conn.js';
 
@@ -29,7 +29,13 @@ export function nodeStatus(r: NodeRecord, c: NodeConn | undefined): NodeStatus {
     created_at: r.created_at,
     revoked_at: r.revoked_at,
     bytes: c?.bytes ?? null,
+    link: alive ? linkStatus(c!.link()) : null,
     relay_version: c?.relay ?? refused?.node_relay ?? null,
     refused: refused ? { code: refused.code, update: refused.update, message: refused.message, node_relay: refused.node_relay, hub_relay: refused.hub_relay, at: refused.at } : null,
   };
+}
+
+/** A link's measures as /status shows them (bytes per second, whole ms to the tenth). */
+export function linkStatus(l: { rttMs: number | null; bytesPerMs: number | null }): LinkStatus {
+  return { rtt_ms: l.rttMs === null ? null : Math.round(l.rttMs * 10) / 10, bytes_per_s: l.bytesPerMs === null ? null : Math.round(l.bytesPerMs * 1000) };
 }

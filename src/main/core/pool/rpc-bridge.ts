@@ -20,6 +20,11 @@ export interface RpcBridge {
    * latency once; the shard bench's per-token measures).
    */
   readonly bytes: { toNode: number; fromNode: number; roundTrips: number };
+  /**
+   * The median of the recent round trips' waits (ms from the head's last byte of a request to the node's first
+   * byte back): the stage's compute plus the link's round trip (speed.ts stageTimes); null before one.
+   */
+  medianWaitMs(): number | null;
   /** Connections refused: not the head's. */
   readonly refused: { readonly count: number };
   close(): Promise<void>;
@@ -28,6 +33,7 @@ export interface RpcBridge {
 /** `head()`: the pid of the shard head that may connect, null before it is spawned. */
 export async function openRpcBridge(conn: NodeConn, rpcId: string, head: () => number | null, log?: Logger): Promise<RpcBridge> {
   const bytes = { toNode: 0, fromNode: 0, roundTrips: 0 };
+  const waits = new RecentWaits();
   const sockets = new Set<Socket>();
   const refused = { count: 0 };
   let port = 0;
@@ -50,13 +56,18 @@ export async function openRpcBridge(conn: NodeConn, rpcId: string, head: () => n
       return;
     }
     let asked = false;
+    let askedAt = 0;
     sock.on('data', (c: Buffer) => {
       asked = true;
+      askedAt = performance.now();
       bytes.toNode += c.byteLength;
       conn.bytes.rpc += c.byteLength;
     });
     st.on('data', (c: Buffer) => {
-      if (asked) bytes.roundTrips++;
+      if (asked) {
+        bytes.roundTrips++;
+        waits.add(performance.now() - askedAt);
+      }
       asked = false;
       bytes.fromNode += c.byteLength;
       conn.bytes.rpc += c.byteLength;
@@ -79,6 +90,7 @@ export async function openRpcBridge(conn: NodeConn, rpcId: string, head: () => n
     endpoint: `127.0.0.1:${port}`,
     port,
     bytes,
+    medianWaitMs: () => waits.median(),
     refused,
     close: () =>
       new Promise<void>((resolve) => {
@@ -86,4 +98,24 @@ export async function openRpcBridge(conn: NodeConn, rpcId: string, head: () => n
         server.close(() => resolve());
       }),
   };
+}
+
+/** The last WAITS_KEPT round-trip waits (a generation's one per token outnumber a prompt's few long ones). */
+const WAITS_KEPT = 64;
+
+class RecentWaits {
+  private readonly ms: number[] = [];
+  private at = 0;
+
+  add(ms: number): void {
+    if (this.ms.length < WAITS_KEPT) this.ms.push(ms);
+    else this.ms[this.at] = ms;
+    this.at = (this.at + 1) % WAITS_KEPT;
+  }
+
+  median(): number | null {
+    if (this.ms.length === 0) return null;
+    const sorted = [...this.ms].sort((a, b) => a - b);
+    return sorted[sorted.length >> 1]!;
+  }
 }

@@ -22,6 +22,7 @@ import { PoolView } from './run/view.js';
 import { PlacementWatch } from './run/watch.js';
 import { loadDeadlineMs } from './decide/deadline.js';
 import { SpecTallies } from './run/spec-tally.js';
+import { answered } from './run/speeds.js';
 
 /**
  * The scheduler: for a request naming model M, lease a slot of a placement of M (router.ts), or queue it and add
@@ -201,7 +202,7 @@ export class Scheduler {
       now: () => this.now(),
       probe: () => this.watch.probe(p),
       adopted: (from) => this.router.adopt(p.model, from, p.id),
-      drafted: (d, a) => this.specs.add(p.model, p.spec.type, d, a),
+      answered: (r) => answered(p, model, r, { specs: this.specs, speeds: this.placer.speeds, launcher: this.deps.launcher, nodes: this.deps.nodes }),
       released: (yielded) => (yielded && p.state === 'ready' ? holdForRecord(p, this.deps.launcher, released) : released()),
     });
   }

@@ -60,6 +60,8 @@ export interface ModelRecord {
   arch: string | null;
   block_count: number | null;
   kv_bytes_per_token: number | null;
+  /** The model's width (`<arch>.embedding_length`): a shard's hidden state per token is 4 × this bytes; absent on older records. */
+  embedding_length?: number | null;
   /**
    * Per layer: K/V elements per token, sliding window, recurrent state (gguf/memory.ts), what the fit counts.
    * Absent on records made before relay read it: the fit then counts every layer at the whole context.

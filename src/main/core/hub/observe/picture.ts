@@ -1,4 +1,4 @@
-import type { PictureDevice, PictureMachine, PictureSegment, PlacementStatus, StatusDto } from '../../../../shared/status.js';
+import type { DeviceSpeedStatus, PictureDevice, PictureMachine, PictureSegment, PlacementStatus, StatusDto } from '../../../../shared/status.js';
 import { HUB } from '../../scheduler/decide/backoff.js';
 
 type Parts = Pick<StatusDto, 'hub' | 'devices' | 'nodes' | 'replicas' | 'shards' | 'backoffs' | 'pushes'>;
@@ -24,10 +24,10 @@ function segmentsByDevice(s: Parts): Map<string, PictureSegment[]> {
   return out;
 }
 
-function device(d: { id: string; kind: 'gpu' | 'cpu'; description: string; total_mb: number; free_mb: number }, segments: readonly PictureSegment[]): PictureDevice {
+function device(d: { id: string; kind: 'gpu' | 'cpu'; description: string; total_mb: number; free_mb: number; speed?: DeviceSpeedStatus }, segments: readonly PictureSegment[]): PictureDevice {
   const used = Math.max(0, d.total_mb - d.free_mb);
   const mine = segments.reduce((a, x) => a + x.mb, 0);
-  return { id: d.id, kind: d.kind, description: d.description, total_mb: d.total_mb, free_mb: d.free_mb, other_mb: Math.max(0, Math.round(used - mine)), segments };
+  return { id: d.id, kind: d.kind, description: d.description, total_mb: d.total_mb, free_mb: d.free_mb, other_mb: Math.max(0, Math.round(used - mine)), segments, speed: d.speed ?? null };
 }
 
 /**
@@ -48,6 +48,7 @@ export function poolPicture(s: Parts): PictureMachine[] {
     state: s.hub.availability,
     reason: s.hub.reason,
     devices: s.devices.map((d) => device(d, segs.get(`${HUB}/${d.id}`) ?? [])),
+    link: null,
     ...on(HUB),
   };
   const nodes = s.nodes
@@ -58,6 +59,7 @@ export function poolPicture(s: Parts): PictureMachine[] {
       state: n.state,
       reason: n.reason,
       devices: n.connected ? n.devices.map((d) => device(d, segs.get(`${n.name}/${d.id}`) ?? [])) : [],
+      link: n.link ?? null,
       ...on(n.name),
     }));
   return [hub, ...nodes];

@@ -254,5 +254,3 @@ export function planShard(devices: readonly ShardDevice[], model: ShardModel, s:
   if (!best) return { kind: 'none', reason: 'the hub and the connected nodes together cannot hold it' };
   return { kind: 'shard', stages: best.stages, predictedMsPerToken: best.ms };
 }
-
-export { shardFlags, type ShardFlags } from './shard-flags.js';

@@ -17,8 +17,6 @@ export const SPEED_DECAY = 0.3;
 export const DEFAULT_LINK = { rttMs: 1, bytesPerMs: 12_500 } as const;
 /** A shard whose measured ms/token differs from its plan's prediction by more than this share is re-planned at its next cold start. */
 export const REPLAN_THRESHOLD = 0.25;
-/** Generated tokens a shard must have measured before its prediction is judged. */
-export const REPLAN_MIN_TOKENS = 16;
 
 export type DeviceKind = 'gpu' | 'cpu';
 
@@ -104,7 +102,7 @@ export function stageTimes(totalMs: number, remote: readonly { waitMs: number | 
 }
 
 /** Whether a shard's measured speed is far enough from its prediction that its next cold start plans again. */
-export function wantsReplan(predictedMs: number | null | undefined, measuredMs: number | null | undefined, tokens: number): boolean {
-  if (!predictedMs || !measuredMs || tokens < REPLAN_MIN_TOKENS) return false;
+export function wantsReplan(predictedMs: number | null | undefined, measuredMs: number | null | undefined): boolean {
+  if (!predictedMs || !measuredMs) return false;
   return Math.abs(measuredMs - predictedMs) / predictedMs > REPLAN_THRESHOLD;
 }

@@ -15,7 +15,8 @@ import { StageWeights } from '../../llama/rpc-weights.js';
 import type { ModelRecord } from '../../store/store.js';
 import { loadReport, localRunning, serverOptions } from './launch-host.js';
 import type { Placement, Running } from '../placements/placement.js';
-import { shardFlags, shardModel, type Stage } from '../decide/shard.js';
+import { shardModel, type Stage } from '../decide/shard.js';
+import { shardFlags } from '../decide/shard-flags.js';
 
 /** A shard head gets less time than a host replica to exit: its stages' servers go down right after it. */
 const HEAD_STOP_GRACE_MS = 5000;
@@ -23,7 +24,7 @@ const START_RPC_TIMEOUT_MS = 60_000;
 const STOP_RPC_TIMEOUT_MS = 30_000;
 
 export interface ShardInfo {
-  readonly members: readonly { node: string; endpoint: string | null; bytes: number | null; roundTrips: number | null }[];
+  readonly members: readonly { node: string; endpoint: string | null; bytes: number | null; roundTrips: number | null; waitMs: number | null }[];
   readonly warnings: readonly string[];
   readonly buffers: readonly string[];
 }
@@ -246,6 +247,7 @@ export class ShardLauncher {
         endpoint: m.bridge?.endpoint ?? null,
         bytes: m.bridge ? m.bridge.bytes.toNode + m.bridge.bytes.fromNode : null,
         roundTrips: m.bridge?.bytes.roundTrips ?? null,
+        waitMs: m.bridge?.medianWaitMs() ?? null,
       })),
       warnings: h.warnings,
       buffers: h.buffers,

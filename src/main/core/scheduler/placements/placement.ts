@@ -88,6 +88,8 @@ export interface Placement {
   lastInteractiveAt: number;
   /** Recent milliseconds per generated token (moving average), null until a request reported its timings. */
   msPerToken: number | null;
+  /** A shard's measured share of its ms per token, by stage in plan order (run/speeds.ts); null until split. */
+  stageMs: number[] | null;
   /** Recent milliseconds per prompt token evaluated (moving average; routing.ts), null until measured. */
   promptMsPerToken: number | null;
   /** Requests sent here because its KV cache held a prefix of their prompt (prefix-aware routing). */
@@ -197,6 +199,7 @@ export function newPlacement(model: ModelRecord, plan: NewPlacement, fit: FitBre
     readyAt: 0,
     lastUsedAt: now,
     msPerToken: null,
+    stageMs: null,
     promptMsPerToken: null,
     prefixHits: 0,
     recording: 0,
@@ -246,7 +249,7 @@ export function openLease(
   p: Placement,
   model: ModelRecord,
   who: Who & { readonly canYield: boolean },
-  hooks: { now(): number; probe(): Promise<void>; released(yielded: boolean): void; adopted(from: string): void; drafted?(drafted: number, accepted: number): void },
+  hooks: { now(): number; probe(): Promise<void>; released(yielded: boolean): void; adopted(from: string): void; answered?(report: LeaseReport | null | undefined): void },
 ): Lease {
   const running = p.running!;
   const { takeIn } = running;
@@ -304,7 +307,7 @@ export function openLease(
       p.promptMsPerToken = nextPromptMsPerToken(p.promptMsPerToken, report?.promptMs, report?.promptEvaluated);
       p.drafted += report?.drafted ?? 0;
       p.draftAccepted += report?.draftAccepted ?? 0;
-      if (report?.drafted) hooks.drafted?.(report.drafted, report.draftAccepted ?? 0);
+      hooks.answered?.(report);
       hooks.released(inFlight.yielding);
     },
   };

@@ -13,6 +13,9 @@ import { planShard, shardModel, type ShardDevice, type ShardPlan } from '../deci
 import { settingsFor } from '../decide/model-settings.js';
 import { cachedIn } from '../../models/files.js';
 import { whyNotLine } from '../decide/why-not.js';
+import { hiddenBytes, hopMs, wantsReplan } from '../decide/speed.js';
+import { SpeedBook } from './speeds.js';
+import type { ReplanStatus } from '../../../../shared/status.js';
 
 export interface PlacerDeps {
   readonly config: HubConfig;
@@ -57,6 +60,8 @@ const FLASH_ATTN_OFF = /Flash Attention not supported/;
  * busy placements finish, paused machines return or backoffs expire (pool_busy).
  */
 export class Placer {
+  /** Each device's measured speed (run/speeds.ts): the shard planner's ms per layer. */
+  readonly speeds = new SpeedBook();
   /** Models whose `auto` flash attention a load resolved to off: their fit counts the attention scores from then on. */
   private readonly noFlashAttn = new Set<string>();
 
@@ -146,15 +151,37 @@ export class Placer {
   private planShardFor(model: ModelRecord, w: WhatIf): ShardPlan {
     const sm = shardModel(model);
     if (!sm) return { kind: 'none', reason: 'the GGUF header gives no layer count to split' };
+    // Each device with its measured (or default) ms per layer of this model; each node's hop from its link.
+    const speed = (machine: string, dv: { id: string; kind: 'gpu' | 'cpu' }) => ({ msPerLayer: this.speeds.layerMs(machine, dv.id, dv.kind, model)?.ms ?? 1 });
     const devices: ShardDevice[] = this.hubUsable(model.name, w)
-      ? freeAfterReservations(this.hubDevices(w), this.views(null, w.evicting)).map((dv) => ({ node: null, device: dv.id, kind: dv.kind, freeMb: dv.freeMb, totalMb: dv.totalMb }))
+      ? freeAfterReservations(this.hubDevices(w), this.views(null, w.evicting)).map((dv) => ({ node: null, device: dv.id, kind: dv.kind, freeMb: dv.freeMb, totalMb: dv.totalMb, ...speed(HUB, dv) }))
       : [];
     for (const conn of this.deps.nodes?.connected() ?? []) {
       if (!this.usable(conn, model.name, w)) continue;
       const free = freeAfterReservations(nodeDevices(conn), this.views(conn.name, w.evicting));
-      for (const dv of free) devices.push({ node: conn.name, device: dv.id, kind: dv.kind, freeMb: dv.freeMb, totalMb: dv.totalMb });
+      const hop = hopMs(conn.link(), hiddenBytes(model.embedding_length));
+      for (const dv of free) devices.push({ node: conn.name, device: dv.id, kind: dv.kind, freeMb: dv.freeMb, totalMb: dv.totalMb, ...speed(conn.name, dv), hopMs: hop });
     }
-    return planShard(devices, sm, this.fitSettings(model));
+    return planShard(devices, sm, this.fitSettings(model), { by: this.deps.config.shardPlan });
+  }
+
+  /**
+   * A running shard whose measured ms/token is off its prediction by more than the threshold: the plan its next
+   * cold start would take with what is measured now, when that differs from the running one; else null.
+   */
+  replan(model: ModelRecord, p: Placement): ReplanStatus | null {
+    const running = p.shardPlan;
+    if (!running || p.state !== 'ready' || !wantsReplan(running.predictedMsPerToken, p.msPerToken)) return null;
+    const next = this.planShardFor(model, { evicting: new Set([p.id]) });
+    if (next.kind !== 'shard') return null;
+    const key = (st: { node: string | null; device: string; layers: readonly [number, number] }) => `${st.node}/${st.device}/${st.layers.join('-')}`;
+    if (next.stages.map(key).join() === running.stages.map(key).join()) return null;
+    const off = Math.round((100 * (p.msPerToken! - running.predictedMsPerToken!)) / running.predictedMsPerToken!);
+    return {
+      reason: `measured ${p.msPerToken!.toFixed(1)} ms/token, predicted ${running.predictedMsPerToken!.toFixed(1)} (${off > 0 ? '+' : ''}${off}%): its next cold start takes this plan`,
+      predicted_ms_per_token: Math.round((next.predictedMsPerToken ?? 0) * 100) / 100,
+      stages: next.stages.map((st) => ({ node: st.node, device: st.device, layers: st.layers })),
+    };
   }
 
   /** One try in the spec's order with the given what-ifs; no evictions beyond `w.evicting`. */

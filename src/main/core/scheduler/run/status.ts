@@ -4,6 +4,7 @@ import { effectiveFlashAttn } from '../../llama/argv.js';
 import type { ShardInfo } from '../launch/launcher.js';
 import type { Placement, PlacementStatus, ReplicaStatus, ShardStatus } from '../placements/placement.js';
 import { freeAfterReservations, type Reservation } from '../decide/plan.js';
+import type { ReplanStatus } from '../../../../shared/status.js';
 
 /** How /status shows placements and devices: projections of the scheduler's table, no decisions. */
 
@@ -46,7 +47,7 @@ export function replicaStatus(p: Placement, c: HubConfig): ReplicaStatus {
   };
 }
 
-export function shardStatus(p: Placement, c: HubConfig, info: ShardInfo | null): ShardStatus {
+export function shardStatus(p: Placement, c: HubConfig, info: ShardInfo | null, replan: ReplanStatus | null = null): ShardStatus {
   let remote = 0;
   return {
     ...placementStatus(p, c),
@@ -63,8 +64,12 @@ export function shardStatus(p: Placement, c: HubConfig, info: ShardInfo | null):
         rpc_endpoint: m?.endpoint ?? null,
         rpc_bytes: m?.bytes ?? null,
         rpc_round_trips: m?.roundTrips ?? null,
+        predicted_ms: st.predictedMs === undefined ? null : round2(st.predictedMs),
+        measured_ms: p.stageMs?.[index] === undefined ? null : round2(p.stageMs[index]),
       };
     }),
+    predicted_ms_per_token: p.shardPlan?.predictedMsPerToken === undefined ? null : round2(p.shardPlan.predictedMsPerToken),
+    replan,
     warnings: info?.warnings ?? [],
     buffers: info?.buffers ?? [],
   };
@@ -93,3 +98,5 @@ export function deviceStatus(devices: readonly Device[], views: readonly Reserva
     bus_id: d.busId,
   }));
 }
+
+const round2 = (x: number): number => Math.round(x * 100) / 100;

@@ -8,6 +8,7 @@ import type { Placer } from './placer.js';
 import type { WaitQueue } from '../placements/queue.js';
 import { deviceStatus, nodeDevicesFree, replicaStatus, shardStatus } from './status.js';
 import { settingsFor } from '../decide/model-settings.js';
+import { HUB } from '../decide/backoff.js';
 
 /**
  * What the scheduler's table looks like from outside (/status, the dashboard, the tray, auto-pause): reads
@@ -63,11 +64,14 @@ export class PoolView {
   shardStatus() {
     return this.all()
       .filter((p) => p.kind === 'shard')
-      .map((p) => shardStatus(p, settingsFor(this.s.config, this.s.registry.get(p.model)), this.s.launcher.shardInfo(p)));
+      .map((p) => {
+        const model = this.s.registry.get(p.model);
+        return shardStatus(p, settingsFor(this.s.config, model), this.s.launcher.shardInfo(p), model ? this.s.placer.replan(model, p) : null);
+      });
   }
 
   nodeDevicesFree(node: string, devices: readonly { id: string; kind: 'gpu' | 'cpu'; description: string; totalMb: number; freeMb: number }[]) {
-    return nodeDevicesFree(devices, this.s.placer.views(node));
+    return nodeDevicesFree(devices, this.s.placer.views(node)).map((d) => ({ ...d, speed: this.s.placer.speeds.status(node, d.id, d.kind) }));
   }
 
   /** The placements ready now, for Ollama's /api/ps: what each holds, its context, its last use, whether only CPUs run it. */
@@ -86,6 +90,6 @@ export class PoolView {
   }
 
   deviceStatus() {
-    return deviceStatus(this.s.devices(), this.s.placer.views(null));
+    return deviceStatus(this.s.devices(), this.s.placer.views(null)).map((d) => ({ ...d, speed: this.s.placer.speeds.status(HUB, d.id, d.kind) }));
   }
 }

@@ -33,6 +33,11 @@ export class BulkPacer {
     return this.rate === 0 ? START_BYTES : Math.max(MIN_BYTES, Math.floor(this.rate * (TARGET_MS + this.minRtt)));
   }
 
+  /** What this session measured of its link: the least ping round trip (ms) and the bulk read rate (bytes/ms); null until seen. */
+  link(): { minRttMs: number | null; bytesPerMs: number | null } {
+    return { minRttMs: this.minRtt === 0 ? null : this.minRtt, bytesPerMs: this.rate === 0 ? null : this.rate };
+  }
+
   /** A ping's round trip, in ms. */
   sawRtt(ms: number): void {
     if (Number.isFinite(ms) && ms >= 0 && (this.minRtt === 0 || ms < this.minRtt)) this.minRtt = ms;

@@ -168,6 +168,11 @@ export class Session extends EventEmitter implements StreamOwner {
     return this.pings.ping(quietMs, maxMs);
   }
 
+  /** The link as measured so far: the least ping round trip and the rate bulk streams were read at (null until seen). */
+  link(): { minRttMs: number | null; bytesPerMs: number | null } {
+    return this.writer.link();
+  }
+
   /** Tell the peer no new streams will be accepted; existing ones finish. */
   goAway(code: number = GoAwayCode.NORMAL): void {
     if (this.localGoAway || this.dead) return;

@@ -56,6 +56,11 @@ export class FrameWriter {
     this.wakePaced(); // its bytes no longer count: the others may have room now
   }
 
+  /** The link as the pacer measured it (pacer.ts link). */
+  link(): { minRttMs: number | null; bytesPerMs: number | null } {
+    return this.pacer.link();
+  }
+
   /** A ping came back in `ms`: the link's round trip, for the pacer. */
   sawRtt(ms: number): void {
     this.pacer.sawRtt(ms);

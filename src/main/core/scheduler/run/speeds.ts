@@ -1,0 +1,100 @@
+import type { DeviceSpeedStatus } from '../../../../shared/status.js';
+import type { ModelRecord } from '../../store/store.js';
+import { DEFAULT_MS_PER_GIB, layerMs, observeDevice, stageTimes, type DeviceKind, type DeviceSpeed, type LayerModel, type SpeedSource } from '../decide/speed.js';
+import type { Stage } from '../decide/shard.js';
+import { HUB } from '../decide/backoff.js';
+import type { Launcher } from '../launch/launcher.js';
+import type { NodeManager } from '../../pool/manager.js';
+import type { LeaseReport, Placement } from '../placements/placement.js';
+import type { SpecTallies } from './spec-tally.js';
+
+/** The model as the speed estimates see it: its layers and their weights (the fit's weights: required_vram_mb when registered). */
+export function layerModel(model: ModelRecord): LayerModel | null {
+  if (!model.block_count) return null;
+  return { name: model.name, blockCount: model.block_count, weightsMb: model.required_vram_mb ?? model.size / (1024 * 1024) };
+}
+
+/** One remote stage of a shard as the hub waited on it: its bridge's median round trip and the node's link round trip. */
+export interface StageWait {
+  readonly waitMs: number | null;
+  readonly rttMs: number | null;
+}
+
+/**
+ * Every device's measured speed, keyed by machine (HUB or a node's name) and device id: fed by each answer's
+ * generation timings (a replica: its whole model on one device; a shard: split by stage from the hub's waits on
+ * each remote stage), read by the shard planner. In memory: a restarted hub measures again (until then, defaults).
+ * Answers that accepted drafted tokens are not counted: speculation is not the device's speed.
+ */
+export class SpeedBook {
+  private readonly byDevice = new Map<string, DeviceSpeed>();
+
+  constructor(private readonly now: () => number = () => Date.now()) {}
+
+  private static key(machine: string, device: string): string {
+    return `${machine}\u0000${device}`;
+  }
+
+  private observe(machine: string, device: string, m: LayerModel, layers: number, ms: number): void {
+    const k = SpeedBook.key(machine, device);
+    const next = observeDevice(this.byDevice.get(k), m, layers, ms, this.now());
+    if (next) this.byDevice.set(k, next);
+  }
+
+  /** A replica's answer: the whole model ran on `device` of `machine` at `msPerToken`. */
+  replica(machine: string, device: string, model: ModelRecord, msPerToken: number): void {
+    const m = layerModel(model);
+    if (m) this.observe(machine, device, m, m.blockCount, msPerToken);
+  }
+
+  /**
+   * A shard's answer at `msPerToken`: each remote stage measured by what the hub waited on it less its link's round
+   * trip, the hub's stage by what is left (`waits`: the remote stages in plan order). Returns each stage's share (ms),
+   * in plan order, or null where the whole could not be split.
+   */
+  shard(stages: readonly Stage[], hubMachine: string, model: ModelRecord, msPerToken: number, waits: readonly StageWait[]): number[] | null {
+    const m = layerModel(model);
+    const split = stageTimes(msPerToken, waits);
+    if (!m || !split) return null;
+    let r = 0;
+    const shares = stages.map((st) => (st.node === null ? split.hubMs : split.remoteMs[r++]!));
+    stages.forEach((st, i) => this.observe(st.node ?? hubMachine, st.device, m, st.layers[1] - st.layers[0], shares[i]!));
+    return shares;
+  }
+
+  /** Predicted ms per layer per token of `model` on a device, and whence. */
+  layerMs(machine: string, device: string, kind: DeviceKind, model: ModelRecord): { ms: number; source: SpeedSource } | null {
+    const m = layerModel(model);
+    return m ? layerMs(this.byDevice.get(SpeedBook.key(machine, device)), kind, m) : null;
+  }
+
+  /** A device's speed for /status: measured, or its kind's default. */
+  status(machine: string, device: string, kind: DeviceKind): DeviceSpeedStatus {
+    const s = this.byDevice.get(SpeedBook.key(machine, device));
+    if (!s) return { ms_per_gib: DEFAULT_MS_PER_GIB[kind], source: 'default', samples: 0, per_layer_ms: {}, measured_at: null };
+    const perLayer = Object.fromEntries(Object.entries(s.perLayer).map(([k, v]) => [k, round(v)]));
+    return { ms_per_gib: round(s.msPerGib), source: 'measured', samples: s.samples, per_layer_ms: perLayer, measured_at: new Date(s.at).toISOString() };
+  }
+}
+
+const round = (x: number): number => Math.round(x * 1000) / 1000;
+
+/**
+ * One answer's measures, when its lease is released: its speculation's drafts (the spec tally) and, for an answer
+ * that accepted no drafted token, its generation speed (the device speeds; a shard's split by stage).
+ */
+export function answered(
+  p: Placement,
+  model: ModelRecord,
+  r: LeaseReport | null | undefined,
+  to: { specs: SpecTallies; speeds: SpeedBook; launcher: Launcher; nodes?: NodeManager | undefined },
+): void {
+  if (r?.drafted) to.specs.add(p.model, p.spec.type, r.drafted, r.draftAccepted ?? 0);
+  const tps = r?.tokensPerSecond;
+  if (!tps || !Number.isFinite(tps) || tps <= 0 || (r?.draftAccepted ?? 0) > 0) return;
+  const ms = 1000 / tps;
+  if (!p.shardPlan) return to.speeds.replica(p.node?.name ?? HUB, p.device, model, ms);
+  const members = to.launcher.shardInfo(p)?.members ?? [];
+  const waits = members.map((m) => ({ waitMs: m.waitMs, rttMs: to.nodes?.get(m.node)?.link().rttMs ?? null }));
+  p.stageMs = to.speeds.shard(p.shardPlan.stages, HUB, model, ms, waits) ?? p.stageMs;
+}
