@@ -12,7 +12,7 @@ const benchTmp = mkdtempSync(join(tmpdir(), 'relay-bench-run-'));
 process.env.TMPDIR = benchTmp;
 process.on('exit', () => rmSync(benchTmp, { recursive: true, force: true }));
 
-const ALL = ['hub-overhead', 'tunnel', 'shard', 'scale', 'conversations', 'speculative', 'spec', 'slot-restore', 'migrate', 'share', 'rpc-fill', 'push-large', 'link', 'release'];
+const ALL = ['hub-overhead', 'tunnel', 'shard', 'scale', 'conversations', 'speculative', 'spec', 'plan', 'slot-restore', 'migrate', 'share', 'rpc-fill', 'push-large', 'link', 'release'];
 const names = process.argv.slice(2).length > 0 ? process.argv.slice(2) : ALL;
 for (const n of names) {
   if (!ALL.includes(n)) throw new Error(`unknown benchmark "${n}" (${ALL.join(', ')})`);

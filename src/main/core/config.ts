@@ -122,7 +122,7 @@ export interface HubConfig {
 
 /** What `relay up` and the tray's node mode read from the environment. */
 export interface NodeConfig {
-  /** CPU threads per llama-server (RELAY_THREADS); undefined = llama.cpp's choice. */
+  /** CPU threads per llama-server and per ggml-rpc-server (RELAY_THREADS); undefined = llama.cpp's choice. */
   readonly threads: number | undefined;
   /** How long the node keeps its work after losing the hub before it stops everything (RELAY_NODE_ORPHAN_MS). */
   readonly orphanMs: number;

@@ -33,7 +33,7 @@ export function buildStatus({ deps: d, auth, recent, moves }: HubHttp): StatusDt
     // Each connected node's devices with what relay's placements there have reserved taken off.
     nodes: nodes.status().map((n) => {
       const conn = nodes.get(n.name);
-      return conn ? { ...n, devices: scheduler.view.nodeDevicesFree(n.name, conn.devices).map(nodeDeviceStatus) } : n;
+      return conn ? { ...n, devices: scheduler.view.nodeDevicesFree(n.name, conn.devices).map((dv) => ({ ...nodeDeviceStatus(dv), speed: dv.speed })) } : n;
     }),
     pushes: [...nodes.pushes.values()],
   };

@@ -202,7 +202,7 @@ export class Workloads extends EventEmitter {
       try {
         // LLAMA_CACHE=<cache>/llama: ggml-rpc-server's tensor cache is <cache>/llama/rpc, inside the node's budget.
         // One rpc-server per stage, pinned to the stage's device (-d): two stages on this node use two devices.
-        const r = await startRpcServer(this.deps.install, { cache, cacheDir: join(this.deps.cache.root, 'llama'), name: `ggml-rpc-server[${id}]`, device });
+        const r = await startRpcServer(this.deps.install, { cache, cacheDir: join(this.deps.cache.root, 'llama'), name: `ggml-rpc-server[${id}]`, device, threads: this.deps.threads });
         if (starting.stopped) {
           await r.child.terminate(CHILD_STOP_GRACE_MS);
           throw new RelayError(ErrorCode.REPLICA_FAILED, `rpc-server ${id} was stopped while it started`);
