@@ -129,6 +129,40 @@ describe('the pool at a glance, in chromium', { timeout: 300_000 }, () => {
     assert.ok(order.includes('north') || order.includes('south'), `a node runs a stage: ${order.join(' → ')}`);
   });
 
+  it("shows each device's speed, each node's link and a shard's predicted beside its measured ms per token, as /status says", async () => {
+    const read = (): Promise<{ speeds: string[]; links: string[]; timing: string[] }> =>
+      page.evaluate(`({
+        speeds: [...document.querySelectorAll('#pool article.machine')].flatMap((m) => [...m.querySelectorAll('.device')].map((d) => m.dataset.machine + '/' + d.dataset.device + ': ' + (d.querySelector('.speed')?.textContent ?? ''))),
+        links: [...document.querySelectorAll('#pool article.machine')].map((m) => m.dataset.machine + ': ' + (m.querySelector('.link-speed')?.textContent ?? '')),
+        timing: [...document.querySelectorAll('#pool li.flow .timing')].map((t) => t.textContent),
+      })`);
+    const want = (s: StatusDto) => {
+      const speed = (sp: StatusDto['devices'][number]['speed']) => (sp ? `${sp.ms_per_gib} ms/GiB${sp.source === 'measured' ? '' : ' (default)'}` : '');
+      return {
+        speeds: [...s.devices.map((d) => `hub/${d.id}: ${speed(d.speed)}`), ...s.nodes.flatMap((n) => n.devices.map((d) => `${n.name}/${d.id}: ${speed(d.speed)}`))],
+        links: ['hub: ', ...s.nodes.map((n) => `${n.name}: ${n.link?.rtt_ms == null ? 'round trip not yet measured' : `${n.link.rtt_ms} ms round trip`}`)],
+        timing: s.shards.map((sh) => `predicted ${sh.predicted_ms_per_token} ms/token${sh.ms_per_token !== null ? `, measured ${sh.ms_per_token}` : ''}`),
+      };
+    };
+    let s = await hub.status();
+    const shown = await until(
+      async () => {
+        s = await hub.status();
+        return read();
+      },
+      (got) => JSON.stringify(got) === JSON.stringify(want(s)),
+      10_000,
+    );
+    assert.deepEqual(shown, want(s));
+    // The shard's answers measured every device it ran on (and the node replica's its own).
+    const measured = [...s.devices.map((d) => d.speed?.source), ...s.nodes.flatMap((n) => n.devices.map((d) => d.speed?.source))];
+    assert.ok(
+      measured.every((x) => x === 'measured'),
+      measured.join(),
+    );
+    assert.ok(s.nodes.every((n) => n.link?.rtt_ms != null));
+  });
+
   it('clicking a placement or a machine opens its details', async () => {
     const s = await hub.status();
     const rep = s.replicas.find((r) => r.model === 'small')!;

@@ -97,10 +97,12 @@ describe('shards planned by measured speed', { timeout: 600_000 }, () => {
     assert.deepEqual(await texts('trio'), want);
     const first = await shardOf('trio');
     assert.equal(first.stages.length, 3);
-    const offered = (await until(
-      () => shardOf('trio'),
-      (x) => x.replan !== null,
-    ))!.replan!;
+    const offered = (
+      await until(
+        () => shardOf('trio'),
+        (x) => x.replan !== null,
+      )
+    ).replan!;
     assert.match(offered.reason, /measured .* ms\/token, predicted .* its next cold start takes this plan/);
     assert.notDeepEqual(
       offered.stages.map((st) => st.layers),

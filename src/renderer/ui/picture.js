@@ -22,6 +22,20 @@ function segmentWords(g) {
   return `${g.model}, ${kind}, ${state}, ${g.in_flight} of ${g.slots} in flight${speed}, ${MB(g.mb)}`;
 }
 
+/** A device's speed as the shard planner sees it. @param {PictureDevice} d */
+function speedWords(d) {
+  if (!d.speed) return '';
+  return `${d.speed.ms_per_gib} ms per GiB per token (${d.speed.source === 'measured' ? `measured, ${d.speed.samples} answers` : 'default for its kind'})`;
+}
+
+/** A node's link as measured. @param {PictureMachine} m */
+function linkWords(m) {
+  if (!m.link) return '';
+  const rtt = m.link.rtt_ms === null ? 'round trip not yet measured' : `${m.link.rtt_ms} ms round trip`;
+  const rate = m.link.bytes_per_s === null ? '' : `, pushes at ${MB(m.link.bytes_per_s / (1024 * 1024))}/s`;
+  return rtt + rate;
+}
+
 /** @param {string} machine @param {PictureDevice} d */
 function deviceHtml(machine, d) {
   const used = d.total_mb - d.free_mb;
@@ -40,7 +54,9 @@ function deviceHtml(machine, d) {
     )
     .join('');
   return (
-    `<div class="device" data-device="${esc(d.id)}"><div class="devhead"><b>${esc(d.id)}</b> <span class="muted">${esc(d.description)}</span> <span class="nowrap">${MB(used)} of ${MB(d.total_mb)} used</span></div>` +
+    `<div class="device" data-device="${esc(d.id)}"><div class="devhead"><b>${esc(d.id)}</b> <span class="muted">${esc(d.description)}</span> <span class="nowrap">${MB(used)} of ${MB(d.total_mb)} used</span>` +
+    (d.speed ? ` <span class="muted speed nowrap" title="${esc(speedWords(d))}">${d.speed.ms_per_gib} ms/GiB${d.speed.source === 'measured' ? '' : ' (default)'}</span>` : '') +
+    '</div>' +
     `<div class="membar" role="img" aria-label="${esc(words)}">${parts}</div>` +
     `<ul class="segments">${list || '<li class="muted">nothing of relay\'s runs here</li>'}</ul></div>`
   );
@@ -58,7 +74,9 @@ function machineHtml(m) {
   return (
     `<article class="machine state-${m.state}" data-machine="${esc(m.name)}" data-state="${m.state}" aria-label="${esc(label)}">` +
     `<header><button type="button" class="link machine-name" data-machine="${esc(m.name)}" aria-label="Details of ${esc(label)}">${esc(m.role === 'hub' ? 'hub' : m.name)}</button>` +
-    ` <span class="pill ${m.state}">${esc(m.state)}</span>${m.reason ? ` <span class="muted reason">${esc(m.reason)}</span>` : ''}</header>` +
+    ` <span class="pill ${m.state}">${esc(m.state)}</span>${m.reason ? ` <span class="muted reason">${esc(m.reason)}</span>` : ''}` +
+    (m.link ? ` <span class="muted link-speed">${esc(linkWords(m))}</span>` : '') +
+    '</header>' +
     (m.devices.map((d) => deviceHtml(m.name, d)).join('') || `<p class="muted">${m.state === 'offline' ? 'not connected' : 'no devices'}</p>`) +
     (marks ? `<ul class="marks">${marks}</ul>` : '') +
     '</article>'
@@ -78,15 +96,22 @@ function shardFlows(s) {
       const outputLast = stages.length > 0 && stages[stages.length - 1].output;
       const out = stages.find((st) => st.output);
       const tail = !outputLast && out ? `<li class="stage output" data-machine="${esc(out.node ?? 'hub')}">${esc(out.node ?? 'hub')} · ${esc(out.device)} · <b>output layer and sampling</b></li>` : '';
+      const timing =
+        sh.predicted_ms_per_token !== null
+          ? ` <span class="muted timing">predicted ${sh.predicted_ms_per_token} ms/token${sh.ms_per_token !== null ? `, measured ${sh.ms_per_token}` : ''}</span>`
+          : '';
+      const replan = sh.replan
+        ? `<p class="replan">Re-plan at its next cold start: ${esc(sh.replan.stages.map((st) => `${st.node ?? 'hub'} layers ${st.layers[0]}–${st.layers[1] - 1}`).join(' → '))}, predicted ${sh.replan.predicted_ms_per_token} ms/token <span class="muted">(${esc(sh.replan.reason)})</span></p>`
+        : '';
       return (
-        `<li class="flow" data-shard="${esc(sh.id)}"><button type="button" class="link" data-placement="${esc(sh.id)}" aria-label="Details of the shard of ${esc(sh.model)}"><b>${esc(sh.model)}</b></button> <span class="muted">${esc(sh.state)}</span>` +
+        `<li class="flow" data-shard="${esc(sh.id)}"><button type="button" class="link" data-placement="${esc(sh.id)}" aria-label="Details of the shard of ${esc(sh.model)}"><b>${esc(sh.model)}</b></button> <span class="muted">${esc(sh.state)}</span>${timing}` +
         `<ol class="stages" aria-label="stages of ${esc(sh.model)} in execution order">${stages
           .map(
             (st) =>
               `<li class="stage${st.output && outputLast ? ' output' : ''}" data-machine="${esc(st.node ?? 'hub')}">` +
               `${esc(st.node ?? 'hub')} · ${esc(st.device)} · layers ${st.layers[0]}–${st.layers[1] - 1}${st.output && outputLast ? ' · <b>last stage, output</b>' : ''}</li>`,
           )
-          .join('')}${tail}</ol></li>`
+          .join('')}${tail}</ol>${replan}</li>`
       );
     })
     .join('');
@@ -144,17 +169,24 @@ function placementDetails(s, id) {
     title: `${p.model}: shard of ${sh?.stages.length} stages`,
     body: dl([
       ...common,
-      ['stages', sh?.stages.map((st) => `${st.node ?? 'hub'} ${st.device} layers ${st.layers[0]}–${st.layers[1] - 1} ${MB(st.need_mb)}`).join(' → ')],
+      ['stages', sh?.stages.map((st) => `${st.node ?? 'hub'} ${st.device} layers ${st.layers[0]}–${st.layers[1] - 1} ${MB(st.need_mb)}${stageTiming(st)}`).join(' → ')],
+      ['predicted ms per token', sh?.predicted_ms_per_token],
+      ['re-plan', sh?.replan ? `${sh.replan.reason}: ${sh.replan.stages.map((st) => `${st.node ?? 'hub'} ${st.layers[0]}–${st.layers[1] - 1}`).join(' → ')}` : null],
       ['warnings', sh?.warnings.join('; ')],
     ]),
   };
 }
 
+/** A stage's predicted and measured ms per token. @param {import('relay-dto').StageStatus} st */
+const stageTiming = (st) => (st.predicted_ms === null ? '' : ` (${st.predicted_ms} ms predicted${st.measured_ms === null ? '' : `, ${st.measured_ms} measured`})`);
+
 /** The details of a machine by name ("hub" or a node), or null. @param {PoolStatus} s @param {string} name */
 function machineDetails(s, name) {
   const m = s.machines.find((x) => x.name === name);
   if (!m) return null;
-  const devices = m.devices.map((d) => `${d.id} (${d.description}): ${MB(d.total_mb - d.free_mb)} of ${MB(d.total_mb)} used, ${MB(d.other_mb)} by other programs`).join('; ');
+  const devices = m.devices
+    .map((d) => `${d.id} (${d.description}): ${MB(d.total_mb - d.free_mb)} of ${MB(d.total_mb)} used, ${MB(d.other_mb)} by other programs${d.speed ? `; ${speedWords(d)}` : ''}`)
+    .join('; ');
   if (m.role === 'hub') {
     return {
       title: 'The hub',
@@ -178,6 +210,7 @@ function machineDetails(s, name) {
       ['last seen', n?.last_seen],
       ['joined', n?.created_at],
       ['devices', devices],
+      ['link', linkWords(m)],
       ['replicas', n?.replicas.length],
       ['shard stages (rpc servers)', n?.rpcs.length],
       ['cached models', n?.cache.length],

@@ -221,6 +221,9 @@ export function planShard(devices: readonly ShardDevice[], model: ShardModel, s:
   if (remote.length === 0) return { kind: 'none', reason: 'no connected node to shard with' };
   const memoryOnly = opts.by === 'memory';
   let best: { stages: Stage[]; ms: number } | null = null;
+  // What each device could hold, worked out once per plan (every member set asks again).
+  const held = new Map<ShardDevice, number>();
+  const capOf = (d: ShardDevice): number => held.get(d) ?? held.set(d, capacity(d, model, s)).get(d)!;
   for (const set of memberSets(remote, memoryOnly)) {
     const members = [...set, ...(hub ? [hub] : [])];
     if (members.length < 2 || members.length > model.blockCount) continue;
@@ -230,7 +233,7 @@ export function planShard(devices: readonly ShardDevice[], model: ShardModel, s:
         members.map((d) => d.freeMb),
       ),
     ];
-    const caps = memoryOnly ? [] : members.map((d) => capacity(d, model, s));
+    const caps = memoryOnly ? [] : members.map((d) => capOf(d));
     for (let round = 0; !memoryOnly && round < 4; round++) {
       const counts = fillFastest(members, caps, model.blockCount);
       if (!counts) break;
