@@ -140,7 +140,14 @@ describe('the pool at a glance, in chromium', { timeout: 300_000 }, () => {
       const speed = (sp: StatusDto['devices'][number]['speed']) => (sp ? `${sp.ms_per_gib} ms/GiB${sp.source === 'measured' ? '' : ' (default)'}` : '');
       return {
         speeds: [...s.devices.map((d) => `hub/${d.id}: ${speed(d.speed)}`), ...s.nodes.flatMap((n) => n.devices.map((d) => `${n.name}/${d.id}: ${speed(d.speed)}`))],
-        links: ['hub: ', ...s.nodes.map((n) => `${n.name}: ${n.link?.rtt_ms == null ? 'round trip not yet measured' : `${n.link.rtt_ms} ms round trip`}`)],
+        links: [
+          'hub: ',
+          ...s.nodes.map(
+            (n) =>
+              `${n.name}: ${n.link?.rtt_ms == null ? 'round trip not yet measured' : `${n.link.rtt_ms} ms round trip`}` +
+              (n.link?.bytes_per_s == null ? '' : `, pushes at ${Math.round(n.link.bytes_per_s / 1048576)} MB/s`),
+          ),
+        ],
         timing: s.shards.map((sh) => `predicted ${sh.predicted_ms_per_token} ms/token${sh.ms_per_token !== null ? `, measured ${sh.ms_per_token}` : ''}`),
       };
     };
