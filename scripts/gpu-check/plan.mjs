@@ -8,7 +8,8 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 const here = dirname(fileURLToPath(import.meta.url));
-const { planShard, shardFlags } = await import(join(here, '..', '..', 'dist', 'src', 'main', 'core', 'scheduler', 'decide', 'shard.js'));
+const { planShard } = await import(join(here, '..', '..', 'dist', 'src', 'main', 'core', 'scheduler', 'decide', 'shard.js'));
+const { shardFlags } = await import(join(here, '..', '..', 'dist', 'src', 'main', 'core', 'scheduler', 'decide', 'shard-flags.js'));
 const { llamaServerArgv } = await import(join(here, '..', '..', 'dist', 'src', 'main', 'core', 'llama', 'argv.js'));
 
 export function checkPlan(blockCount) {
