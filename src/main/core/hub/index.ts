@@ -26,6 +26,7 @@ import { HubMetrics } from './state/metrics.js';
 import { startHistory } from './state/history.js';
 import { PieceCache } from '../gguf/piece-cache.js';
 import { KeyUsage } from './state/usage.js';
+import { keepSpeeds } from './state/speeds-store.js';
 import { Admission } from './http/admission.js';
 import { NodeManager } from '../pool/manager.js';
 import { joinSecret } from '../pairing/tokens.js';
@@ -124,6 +125,7 @@ export async function startHub(config: HubConfig, deps: { log: Logger; install?:
   const spares = new SpareSockets();
   const pieces = new PieceCache();
   const usage = new KeyUsage(store);
+  const speeds = keepSpeeds(scheduler.placer.speeds, store);
   const charts = startHistory({
     counters: () => metrics.totals(),
     placements: () => [...scheduler.view.status(), ...scheduler.view.shardStatus()],
@@ -230,6 +232,7 @@ export async function startHub(config: HubConfig, deps: { log: Logger; install?:
       for (const sock of sockets) sock.destroy();
       await closed;
       await usage.close(); // what was counted since the last write
+      await speeds.close();
       await store.close();
     })();
     return closing;

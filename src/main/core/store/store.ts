@@ -90,6 +90,16 @@ export interface ModelRecord {
   added_at: string;
 }
 
+/** One device's speed as the store keeps it (scheduler/decide/speed.ts DeviceSpeed, with its machine and device). */
+export interface StoredSpeed {
+  machine: string;
+  device: string;
+  ms_per_gib: number;
+  per_layer_ms: Record<string, number>;
+  samples: number;
+  at: number;
+}
+
 export interface NodeRecord {
   name: string;
   /** sha256 of the node's credential; the credential itself lives only on the node. */
@@ -145,6 +155,8 @@ export interface StoreData {
   api_keys?: ApiKeyRecord[];
   /** Tokens and requests per key and day (the hub's local date), the last KEPT_DAYS days; "" is requests with no key. */
   key_usage?: Record<string, Record<string, DayUsage>>;
+  /** Each device's measured speed (scheduler/run/speeds.ts), kept across restarts so a plan need not wait for new answers. */
+  device_speeds?: StoredSpeed[];
   /** The hub's own devices: its owner's pause toggle, schedule and auto-pause (absent = always available). */
   hub_availability?: { paused: boolean; schedule: string; auto_pause: boolean };
 }

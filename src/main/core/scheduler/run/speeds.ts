@@ -1,5 +1,5 @@
 import type { DeviceSpeedStatus } from '../../../../shared/status.js';
-import type { ModelRecord } from '../../store/store.js';
+import type { ModelRecord, StoredSpeed } from '../../store/store.js';
 import { DEFAULT_MS_PER_GIB, layerMs, observeDevice, stageTimes, type DeviceKind, type DeviceSpeed, type LayerModel, type SpeedSource } from '../decide/speed.js';
 import type { Stage } from '../decide/shard.js';
 import { HUB } from '../decide/backoff.js';
@@ -23,13 +23,33 @@ export interface StageWait {
 /**
  * Every device's measured speed, keyed by machine (HUB or a node's name) and device id: fed by each answer's
  * generation timings (a replica: its whole model on one device; a shard: split by stage from the hub's waits on
- * each remote stage), read by the shard planner. In memory: a restarted hub measures again (until then, defaults).
+ * each remote stage), read by the shard planner. The hub keeps it in its store across restarts (hub/state/speeds-store.ts).
  * Answers that accepted drafted tokens are not counted: speculation is not the device's speed.
  */
 export class SpeedBook {
   private readonly byDevice = new Map<string, DeviceSpeed>();
+  /** Called after each change (the hub writes the book to its store: hub/state/speeds-store.ts). */
+  onChange: () => void = () => undefined;
 
   constructor(private readonly now: () => number = () => Date.now()) {}
+
+  /** What the store kept: entries whose numbers are not positive and finite are dropped, not trusted. */
+  restore(entries: readonly StoredSpeed[]): void {
+    const ok = (x: unknown): x is number => typeof x === 'number' && Number.isFinite(x) && x > 0;
+    for (const e of entries) {
+      if (typeof e?.machine !== 'string' || typeof e.device !== 'string' || !ok(e.ms_per_gib)) continue;
+      const perLayer = Object.fromEntries(Object.entries(e.per_layer_ms ?? {}).filter(([, v]) => ok(v)));
+      this.byDevice.set(SpeedBook.key(e.machine, e.device), { msPerGib: e.ms_per_gib, perLayer, samples: ok(e.samples) ? e.samples : 1, at: ok(e.at) ? e.at : 0 });
+    }
+  }
+
+  /** Every device's speed, for the store. */
+  entries(): StoredSpeed[] {
+    return [...this.byDevice].map(([k, v]) => {
+      const [machine, device] = k.split('\u0000') as [string, string];
+      return { machine, device, ms_per_gib: v.msPerGib, per_layer_ms: { ...v.perLayer }, samples: v.samples, at: v.at };
+    });
+  }
 
   private static key(machine: string, device: string): string {
     return `${machine}\u0000${device}`;
@@ -38,7 +58,9 @@ export class SpeedBook {
   private observe(machine: string, device: string, m: LayerModel, layers: number, ms: number): void {
     const k = SpeedBook.key(machine, device);
     const next = observeDevice(this.byDevice.get(k), m, layers, ms, this.now());
-    if (next) this.byDevice.set(k, next);
+    if (!next) return;
+    this.byDevice.set(k, next);
+    this.onChange();
   }
 
   /** A replica's answer: the whole model ran on `device` of `machine` at `msPerToken`. */
