@@ -21,8 +21,16 @@ describe('relay status (pure formatting)', () => {
       relay: '0.1.0',
       llama_cpp: { tag: 'b7000', backend: 'cpu' },
       hub: { availability: 'paused', reason: 'paused by the owner' },
-      devices: [{ id: 'CPU', description: 'cpu budget', total_mb: 4000, free_mb: 3000 }],
-      nodes: [{ name: 'attic', state: 'idle', reason: null, devices: [{ id: 'CUDA0', description: 'RTX 3060', total_mb: 12288, free_mb: 9000 }] }],
+      devices: [{ id: 'CPU', description: 'cpu budget', total_mb: 4000, free_mb: 3000, speed: { ms_per_gib: 40, source: 'default', samples: 0, per_layer_ms: {}, measured_at: null } }],
+      nodes: [
+        {
+          name: 'attic',
+          state: 'idle',
+          reason: null,
+          link: { rtt_ms: 2.4, bytes_per_s: null },
+          devices: [{ id: 'CUDA0', description: 'RTX 3060', total_mb: 12288, free_mb: 9000, speed: { ms_per_gib: 3.1, source: 'measured', samples: 4, per_layer_ms: {}, measured_at: null } }],
+        },
+      ],
       replicas: [{ model: 'qwen', state: 'ready', in_flight: 1, slots: 2, ctx: 4096, node: 'attic', device: 'CUDA0', ms_per_token: 12.34 }],
       shards: [
         {
@@ -36,6 +44,24 @@ describe('relay status (pure formatting)', () => {
             { node: 'attic', device: 'CUDA0', layers: [0, 20] },
             { node: null, device: 'CPU', layers: [20, 32] },
           ],
+        },
+        {
+          model: 'wide',
+          state: 'ready',
+          in_flight: 0,
+          slots: 1,
+          ctx: 2048,
+          ms_per_token: 30.5,
+          predicted_ms_per_token: 20,
+          replan: {
+            reason: 'measured 30.5 ms/token, predicted 20.0 (+53%)',
+            predicted_ms_per_token: 24.5,
+            stages: [
+              { node: null, device: 'CPU', layers: [0, 8] },
+              { node: 'attic', device: 'CUDA0', layers: [8, 32] },
+            ],
+          },
+          stages: [{ node: 'attic', device: 'CUDA0', layers: [0, 32] }],
         },
       ],
       models: [
@@ -51,9 +77,11 @@ describe('relay status (pure formatting)', () => {
     });
     const text = lines.join('\n');
     assert.match(text, /^relay 0\.1\.0 · llama\.cpp b7000 \(cpu\)\nhub: paused \(paused by the owner\)/);
-    assert.match(text, /\n {2}attic {2}idle/);
-    assert.match(text, /\n {2}hub +CPU +cpu budget +3000 of 4000 MB free/);
-    assert.match(text, /\n {2}attic +CUDA0 +RTX 3060 +9000 of 12288 MB free/);
+    assert.match(text, /\n {2}attic {2}idle +2\.4 ms/);
+    assert.match(text, /\n {2}hub +CPU +cpu budget +3000 of 4000 MB free +40 ms\/GiB \(default\)/);
+    assert.match(text, /\n {2}attic +CUDA0 +RTX 3060 +9000 of 12288 MB free +3\.1 ms\/GiB$/m);
+    assert.match(text, /\n {2}wide +shard .* +30\.5 \(predicted 20\.0\)/);
+    assert.match(text, /RE-PLANS AT THE NEXT COLD START\n.*\n {2}wide +hub:CPU\[0-8\) → attic:CUDA0\[8-32\) +24\.5 +measured 30\.5 ms\/token/);
     assert.match(text, /\n {2}qwen +replica +attic +CUDA0 +ready +1\/2 +4096 +12\.3/);
     assert.match(text, /\n {2}big +shard +attic:CUDA0\[0-20\) → hub:CPU\[20-32\) +starting +0\/2 +4096/);
     assert.match(text, /\n {2}huge +1\.0 MB +99999 MB +unavailable: needs 99999 MB/);

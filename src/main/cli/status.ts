@@ -6,22 +6,22 @@
 
 import { parseArgs } from 'node:util';
 import { api, apiFailure, hubUrl } from './api.js';
-import type { DeviceStatus, HubAvailabilityStatus, ModelStatus, NodeStatus, PushStatus, ReplicaStatus, StageStatus, StatusDto } from '../../shared/status.js';
+import type { DeviceStatus, HubAvailabilityStatus, ModelStatus, NodeStatus, PushStatus, ReplicaStatus, ShardStatus, StageStatus, StatusDto } from '../../shared/status.js';
 
 /**
  * What `relay status` reads of /status, picked from the DTO (a field renamed there fails to compile here). Every
  * section is optional: a hub of another version still gets the sections it sends printed.
  */
-type Dev = Pick<DeviceStatus, 'id'> & Partial<Pick<DeviceStatus, 'description' | 'total_mb' | 'free_mb'>>;
+type Dev = Pick<DeviceStatus, 'id'> & Partial<Pick<DeviceStatus, 'description' | 'total_mb' | 'free_mb' | 'speed'>>;
 type Row = Pick<ReplicaStatus, 'model' | 'state' | 'in_flight' | 'slots' | 'ctx' | 'ms_per_token'> & Partial<Pick<ReplicaStatus, 'load'>>;
 export interface StatusView {
   readonly relay?: StatusDto['relay'];
   readonly llama_cpp?: Pick<StatusDto['llama_cpp'], 'tag' | 'backend'>;
   readonly hub?: Pick<HubAvailabilityStatus, 'availability' | 'reason'>;
   readonly devices?: readonly Dev[];
-  readonly nodes?: readonly (Pick<NodeStatus, 'name' | 'state' | 'reason'> & { readonly devices: readonly Dev[] })[];
+  readonly nodes?: readonly (Pick<NodeStatus, 'name' | 'state' | 'reason'> & Partial<Pick<NodeStatus, 'link'>> & { readonly devices: readonly Dev[] })[];
   readonly replicas?: readonly (Row & Pick<ReplicaStatus, 'node' | 'device'>)[];
-  readonly shards?: readonly (Row & { readonly stages: readonly Pick<StageStatus, 'node' | 'device' | 'layers'>[] })[];
+  readonly shards?: readonly (Row & Partial<Pick<ShardStatus, 'predicted_ms_per_token' | 'replan'>> & { readonly stages: readonly Pick<StageStatus, 'node' | 'device' | 'layers'>[] })[];
   readonly models?: readonly Pick<ModelStatus, 'name' | 'size' | 'need_mb' | 'fits_now' | 'shortfall'>[];
   readonly pushes?: readonly Pick<PushStatus, 'node' | 'model' | 'done' | 'total'>[];
   readonly queues?: StatusDto['queues'];
@@ -50,6 +50,9 @@ const mem = (d: Dev): string => {
   return `${d.free_mb ?? '?'} of ${d.total_mb ?? '?'} MB free`;
 };
 
+/** A device's speed as the shard planner sees it: measured, or its kind's default. */
+const speed = (d: Dev): string => (d.speed ? `${d.speed.ms_per_gib} ms/GiB${d.speed.source === 'measured' ? '' : ' (default)'}` : '');
+
 export function statusLines(s: StatusView): string[] {
   const out: string[] = [];
   const section = (title: string, lines: string[], empty: string): void => {
@@ -58,19 +61,22 @@ export function statusLines(s: StatusView): string[] {
   out.push(`relay ${s.relay ?? '?'} · llama.cpp ${s.llama_cpp?.tag ?? '?'} (${s.llama_cpp?.backend ?? '?'})`);
   out.push(`hub: ${s.hub?.availability ?? '?'}${s.hub?.reason ? ` (${s.hub.reason})` : ''}`);
 
-  const devices = [...(s.devices ?? []).map((d) => ['hub', d.id, d.description ?? '', mem(d)]), ...(s.nodes ?? []).flatMap((n) => n.devices.map((d) => [n.name, d.id, d.description ?? '', mem(d)]))];
+  const devices = [
+    ...(s.devices ?? []).map((d) => ['hub', d.id, d.description ?? '', mem(d), speed(d)]),
+    ...(s.nodes ?? []).flatMap((n) => n.devices.map((d) => [n.name, d.id, d.description ?? '', mem(d), speed(d)])),
+  ];
   const nodes = s.nodes ?? [];
   section(
     'machines',
     nodes.length > 0
       ? table(
-          ['NODE', 'STATE', 'REASON'],
-          nodes.map((n) => [n.name, n.state, n.reason ?? '']),
+          ['NODE', 'STATE', 'LINK', 'REASON'],
+          nodes.map((n) => [n.name, n.state, n.link?.rtt_ms == null ? '' : `${n.link.rtt_ms} ms`, n.reason ?? '']),
         )
       : [],
     'no nodes joined (relay nodes token)',
   );
-  section('devices', devices.length > 0 ? table(['MACHINE', 'DEVICE', 'DESCRIPTION', "MEMORY (after relay's reservations)"], devices) : [], 'none');
+  section('devices', devices.length > 0 ? table(['MACHINE', 'DEVICE', 'DESCRIPTION', "MEMORY (after relay's reservations)", 'SPEED'], devices) : [], 'none');
 
   const placements = [
     ...(s.replicas ?? []).map((r) => [
@@ -91,7 +97,7 @@ export function statusLines(s: StatusView): string[] {
       stateOf(r),
       `${r.in_flight}/${r.slots}`,
       String(r.ctx),
-      r.ms_per_token === null ? '' : r.ms_per_token.toFixed(1),
+      (r.ms_per_token === null ? '' : r.ms_per_token.toFixed(1)) + (r.predicted_ms_per_token == null ? '' : ` (predicted ${r.predicted_ms_per_token.toFixed(1)})`),
     ]),
   ];
   section(
@@ -99,6 +105,21 @@ export function statusLines(s: StatusView): string[] {
     placements.length > 0 ? table(['MODEL', 'KIND', 'WHERE', 'DEVICE', 'STATE', 'IN FLIGHT', 'CTX', 'MS/TOKEN'], placements) : [],
     'none running (the first request for a model places it)',
   );
+  const replans = (s.shards ?? []).filter((r) => r.replan);
+  if (replans.length > 0)
+    section(
+      're-plans at the next cold start',
+      table(
+        ['MODEL', 'PLAN', 'PREDICTED MS/TOKEN', 'WHY'],
+        replans.map((r) => [
+          r.model,
+          r.replan!.stages.map((st) => `${st.node ?? 'hub'}:${st.device}[${st.layers[0]}-${st.layers[1]})`).join(' → '),
+          String(r.replan!.predicted_ms_per_token),
+          r.replan!.reason,
+        ]),
+      ),
+      '',
+    );
   section(
     'models',
     (s.models ?? []).length > 0
