@@ -151,6 +151,9 @@ describe('the pool at a glance, in chromium', { timeout: 300_000 }, () => {
         timing: s.shards.map((sh) => `predicted ${sh.predicted_ms_per_token} ms/token${sh.ms_per_token !== null ? `, measured ${sh.ms_per_token}` : ''}`),
       };
     };
+    // A shard's stages are measured once its bridges saw 8 round trips since the load: one answer long enough.
+    const r = await post('/v1/completions', { model: 'big', prompt: 'Once upon a time', max_tokens: 24, temperature: 0 });
+    assert.equal(r.status, 200, await r.text());
     let s = await hub.status();
     const shown = await until(
       async () => {

@@ -301,6 +301,21 @@ describe('shard planner by measured speed (Σ stage layers × ms/layer + Σ hops
     assert.equal(planShard(devices, { ...dense, weightsMb: 40000 }, settings).kind, 'none');
   });
 
+  it("a MoE remote stage pays its hop once per layer (its experts between the hub's attention), a dense one once", () => {
+    const moe: ShardModel = { ...dense, isMoe: true, expertWeightsMb: 6000 };
+    const devices = [gpu(null, 'CUDA0', 5000, 1), gpu('n', 'CUDA0', 9000, 1, 3)];
+    for (const [m, perLayer] of [
+      [dense, false],
+      [moe, true],
+    ] as const) {
+      const plan = planShard(devices, m, settings);
+      if (plan.kind !== 'shard') return assert.fail(JSON.stringify(plan));
+      const remote = plan.stages.find((st) => st.node === 'n')!;
+      const n = remote.layers[1] - remote.layers[0];
+      assert.equal(remote.predictedMs, n * 1 + (perLayer ? n * 3 : 3));
+    }
+  });
+
   it('a slow node is still used where adding it saves more than its hop costs', () => {
     // The hub is slow; a fast node with a short link takes layers off it even though the hub and `fast` both hold the model.
     const devices = [gpu(null, 'CUDA0', 11000, 3), gpu('fast', 'CUDA0', 11000, 0.5, 1), gpu('mid', 'CUDA0', 11000, 1, 1)];

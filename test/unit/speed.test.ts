@@ -76,6 +76,15 @@ describe('device speeds and links (pure)', () => {
     assert.equal(book.layerMs('south', 'CPU', 'cpu', record)!.ms, 5);
     assert.equal(book.layerMs('hub', 'CPU', 'cpu', record)!.ms, 5);
     assert.equal(book.layerMs('north', 'CPU', 'cpu', record)!.ms, 2 * 0.7 + 2 * 0.3);
+    // Not split: a MoE model (its remote stages are waited on once per layer), or waits that do not match the stages.
+    assert.equal(
+      book.shard(stages, 'hub', { ...record, expert_count: 8 } as ModelRecord, 30, [
+        { waitMs: 9, rttMs: 1 },
+        { waitMs: 11, rttMs: 1 },
+      ]),
+      null,
+    );
+    assert.equal(book.shard(stages, 'hub', record, 30, []), null);
     const st = book.status('south', 'CPU', 'cpu');
     assert.deepEqual([st.source, st.samples, st.per_layer_ms, st.measured_at], ['measured', 1, { m: 5 }, '2026-12-06T12:00:00.000Z']);
   });

@@ -97,8 +97,8 @@ function shardFlows(s) {
       const out = stages.find((st) => st.output);
       const tail = !outputLast && out ? `<li class="stage output" data-machine="${esc(out.node ?? 'hub')}">${esc(out.node ?? 'hub')} · ${esc(out.device)} · <b>output layer and sampling</b></li>` : '';
       const timing =
-        sh.predicted_ms_per_token !== null
-          ? ` <span class="muted timing">predicted ${sh.predicted_ms_per_token} ms/token${sh.ms_per_token !== null ? `, measured ${sh.ms_per_token}` : ''}</span>`
+        sh.predicted_ms_per_token != null
+          ? ` <span class="muted timing">predicted ${sh.predicted_ms_per_token} ms/token${sh.ms_per_token != null ? `, measured ${sh.ms_per_token}` : ''}</span>`
           : '';
       const replan = sh.replan
         ? `<p class="replan">Re-plan at its next cold start: ${esc(sh.replan.stages.map((st) => `${st.node ?? 'hub'} layers ${st.layers[0]}–${st.layers[1] - 1}`).join(' → '))}, predicted ${sh.replan.predicted_ms_per_token} ms/token <span class="muted">(${esc(sh.replan.reason)})</span></p>`
@@ -178,7 +178,7 @@ function placementDetails(s, id) {
 }
 
 /** A stage's predicted and measured ms per token. @param {import('relay-dto').StageStatus} st */
-const stageTiming = (st) => (st.predicted_ms === null ? '' : ` (${st.predicted_ms} ms predicted${st.measured_ms === null ? '' : `, ${st.measured_ms} measured`})`);
+const stageTiming = (st) => (st.predicted_ms == null ? '' : ` (${st.predicted_ms} ms predicted${st.measured_ms == null ? '' : `, ${st.measured_ms} measured`})`);
 
 /** The details of a machine by name ("hub" or a node), or null. @param {PoolStatus} s @param {string} name */
 function machineDetails(s, name) {

@@ -25,6 +25,8 @@ export interface RpcBridge {
    * byte back): the stage's compute plus the link's round trip (speed.ts stageTimes); null before one.
    */
   medianWaitMs(): number | null;
+  /** Forget the waits so far (the load's and warm-up's round trips are no stage's speed). */
+  resetWaits(): void;
   /** Connections refused: not the head's. */
   readonly refused: { readonly count: number };
   close(): Promise<void>;
@@ -91,6 +93,7 @@ export async function openRpcBridge(conn: NodeConn, rpcId: string, head: () => n
     port,
     bytes,
     medianWaitMs: () => waits.median(),
+    resetWaits: () => waits.clear(),
     refused,
     close: () =>
       new Promise<void>((resolve) => {
@@ -102,6 +105,7 @@ export async function openRpcBridge(conn: NodeConn, rpcId: string, head: () => n
 
 /** The last WAITS_KEPT round-trip waits (a generation's one per token outnumber a prompt's few long ones). */
 const WAITS_KEPT = 64;
+const MIN_WAITS = 8;
 
 class RecentWaits {
   private readonly ms: number[] = [];
@@ -113,8 +117,14 @@ class RecentWaits {
     this.at = (this.at + 1) % WAITS_KEPT;
   }
 
+  clear(): void {
+    this.ms.length = 0;
+    this.at = 0;
+  }
+
+  /** Null until MIN_WAITS were seen: a few round trips say nothing of a stage. */
   median(): number | null {
-    if (this.ms.length === 0) return null;
+    if (this.ms.length < MIN_WAITS) return null;
     const sorted = [...this.ms].sort((a, b) => a - b);
     return sorted[sorted.length >> 1]!;
   }

@@ -129,7 +129,7 @@ export function hostStageLast<T extends { node: string | null; layers: readonly 
 }
 
 /** Remote devices beyond this many are tried as prefixes (by free memory, by speed), not as every subset. */
-const EVERY_SUBSET_UP_TO = 10;
+const EVERY_SUBSET_UP_TO = 6;
 /** A candidate replaces the best so far only when predicted this much faster: ties keep the simpler plan. */
 const BETTER_BY = 0.005;
 
@@ -201,10 +201,13 @@ function stagesOf(members: readonly ShardDevice[], counts: readonly number[], mo
 }
 
 /** A token's predicted time through the stages: each stage's layers at its device's speed, each remote stage's hop. */
-function predictOf(members: readonly ShardDevice[], stages: readonly Stage[]): Stage[] {
+function predictOf(members: readonly ShardDevice[], stages: readonly Stage[], model: ShardModel): Stage[] {
   return stages.map((st) => {
     const d = members.find((m) => m.node === st.node && m.device === st.device)!;
-    return { ...st, predictedMs: (st.layers[1] - st.layers[0]) * (d.msPerLayer ?? 1) + (st.node === null ? 0 : (d.hopMs ?? 0)) };
+    const n = st.layers[1] - st.layers[0];
+    // A dense remote stage is waited on once per token; a MoE one once per layer (its experts, between the hub's attention).
+    const hops = st.node === null ? 0 : model.isMoe ? n : 1;
+    return { ...st, predictedMs: n * (d.msPerLayer ?? 1) + hops * (d.hopMs ?? 0) };
   });
 }
 
@@ -248,7 +251,7 @@ export function planShard(devices: readonly ShardDevice[], model: ShardModel, s:
       if (!counts || counts.length === 0) continue;
       const { stages, over } = stagesOf(members, counts, model, s, hub?.kind === 'cpu');
       if (over.length > 0) continue;
-      const predicted = predictOf(members, stages);
+      const predicted = predictOf(members, stages, model);
       const ms = predicted.reduce((a, st) => a + (st.predictedMs ?? 0), 0);
       if (!best || ms < best.ms * (1 - BETTER_BY)) best = { stages: predicted, ms };
     }

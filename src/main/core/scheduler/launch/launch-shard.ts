@@ -141,6 +141,7 @@ export class ShardLauncher {
       await unlessStopped();
       // Where the weights went, and what flash attention resolved to (the fit reads it: placer.ts).
       h.buffers = loadReport(head).filter((l) => /model buffer size|Flash Attention/.test(l));
+      for (const m of h.members) m.bridge?.resetWaits(); // the load's round trips are no stage's speed
       // Loaded: what each stage's rpc-server saved to its cache so far are weights; later saves are not (rpc-cache.ts).
       // Told before the first request, whose activations would otherwise be named weights too.
       await Promise.all(

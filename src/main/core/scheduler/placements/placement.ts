@@ -88,6 +88,8 @@ export interface Placement {
   lastInteractiveAt: number;
   /** Recent milliseconds per generated token (moving average), null until a request reported its timings. */
   msPerToken: number | null;
+  /** msPerToken over the answers that drafted nothing: the placement's own speed, what a plan's prediction is judged by. */
+  plainMsPerToken: number | null;
   /** A shard's measured share of its ms per token, by stage in plan order (run/speeds.ts); null until split. */
   stageMs: number[] | null;
   /** Recent milliseconds per prompt token evaluated (moving average; routing.ts), null until measured. */
@@ -200,6 +202,7 @@ export function newPlacement(model: ModelRecord, plan: NewPlacement, fit: FitBre
     lastUsedAt: now,
     msPerToken: null,
     stageMs: null,
+    plainMsPerToken: null,
     promptMsPerToken: null,
     prefixHits: 0,
     recording: 0,

@@ -171,14 +171,15 @@ export class Placer {
    */
   replan(model: ModelRecord, p: Placement): ReplanStatus | null {
     const running = p.shardPlan;
-    if (!running || p.state !== 'ready' || !wantsReplan(running.predictedMsPerToken, p.msPerToken)) return null;
+    const measured = p.plainMsPerToken;
+    if (!running || p.state !== 'ready' || !wantsReplan(running.predictedMsPerToken, measured)) return null;
     const next = this.planShardFor(model, { evicting: new Set([p.id]) });
     if (next.kind !== 'shard') return null;
     const key = (st: { node: string | null; device: string; layers: readonly [number, number] }) => `${st.node}/${st.device}/${st.layers.join('-')}`;
     if (next.stages.map(key).join() === running.stages.map(key).join()) return null;
-    const off = Math.round((100 * (p.msPerToken! - running.predictedMsPerToken!)) / running.predictedMsPerToken!);
+    const off = Math.round((100 * (measured! - running.predictedMsPerToken!)) / running.predictedMsPerToken!);
     return {
-      reason: `measured ${p.msPerToken!.toFixed(1)} ms/token, predicted ${running.predictedMsPerToken!.toFixed(1)} (${off > 0 ? '+' : ''}${off}%): its next cold start takes this plan`,
+      reason: `measured ${measured!.toFixed(1)} ms/token, predicted ${running.predictedMsPerToken!.toFixed(1)} (${off > 0 ? '+' : ''}${off}%): its next cold start takes this plan`,
       predicted_ms_per_token: Math.round((next.predictedMsPerToken ?? 0) * 100) / 100,
       stages: next.stages.map((st) => ({ node: st.node, device: st.device, layers: st.layers })),
     };

@@ -7,6 +7,7 @@ import type { Launcher } from '../launch/launcher.js';
 import type { NodeManager } from '../../pool/manager.js';
 import type { LeaseReport, Placement } from '../placements/placement.js';
 import type { SpecTallies } from './spec-tally.js';
+import { nextMsPerToken } from '../decide/routing.js';
 
 /** The model as the speed estimates see it: its layers and their weights (the fit's weights: required_vram_mb when registered). */
 export function layerModel(model: ModelRecord): LayerModel | null {
@@ -24,7 +25,7 @@ export interface StageWait {
  * Every device's measured speed, keyed by machine (HUB or a node's name) and device id: fed by each answer's
  * generation timings (a replica: its whole model on one device; a shard: split by stage from the hub's waits on
  * each remote stage), read by the shard planner. The hub keeps it in its store across restarts (hub/state/speeds-store.ts).
- * Answers that accepted drafted tokens are not counted: speculation is not the device's speed.
+ * Answers that drafted tokens are not counted: speculation is not the device's speed.
  */
 export class SpeedBook {
   private readonly byDevice = new Map<string, DeviceSpeed>();
@@ -38,8 +39,9 @@ export class SpeedBook {
     const ok = (x: unknown): x is number => typeof x === 'number' && Number.isFinite(x) && x > 0;
     for (const e of entries) {
       if (typeof e?.machine !== 'string' || typeof e.device !== 'string' || !ok(e.ms_per_gib)) continue;
+      const at = ok(e.at) && e.at < 8.64e15 ? e.at : 0; // a date Date can hold
       const perLayer = Object.fromEntries(Object.entries(e.per_layer_ms ?? {}).filter(([, v]) => ok(v)));
-      this.byDevice.set(SpeedBook.key(e.machine, e.device), { msPerGib: e.ms_per_gib, perLayer, samples: ok(e.samples) ? e.samples : 1, at: ok(e.at) ? e.at : 0 });
+      this.byDevice.set(SpeedBook.key(e.machine, e.device), { msPerGib: e.ms_per_gib, perLayer, samples: ok(e.samples) ? e.samples : 1, at });
     }
   }
 
@@ -76,8 +78,10 @@ export class SpeedBook {
    */
   shard(stages: readonly Stage[], hubMachine: string, model: ModelRecord, msPerToken: number, waits: readonly StageWait[]): number[] | null {
     const m = layerModel(model);
+    // One wait per remote stage per token holds for dense layers only: a MoE stage is waited on once per layer.
+    if (!m || model.expert_count > 0 || waits.length !== stages.filter((st) => st.node !== null).length) return null;
     const split = stageTimes(msPerToken, waits);
-    if (!m || !split) return null;
+    if (!split) return null;
     let r = 0;
     const shares = stages.map((st) => (st.node === null ? split.hubMs : split.remoteMs[r++]!));
     stages.forEach((st, i) => this.observe(st.node ?? hubMachine, st.device, m, st.layers[1] - st.layers[0], shares[i]!));
@@ -94,8 +98,9 @@ export class SpeedBook {
   status(machine: string, device: string, kind: DeviceKind): DeviceSpeedStatus {
     const s = this.byDevice.get(SpeedBook.key(machine, device));
     if (!s) return { ms_per_gib: DEFAULT_MS_PER_GIB[kind], source: 'default', samples: 0, per_layer_ms: {}, measured_at: null };
+    const measuredAt = s.at > 0 ? new Date(s.at).toISOString() : null;
     const perLayer = Object.fromEntries(Object.entries(s.perLayer).map(([k, v]) => [k, round(v)]));
-    return { ms_per_gib: round(s.msPerGib), source: 'measured', samples: s.samples, per_layer_ms: perLayer, measured_at: new Date(s.at).toISOString() };
+    return { ms_per_gib: round(s.msPerGib), source: 'measured', samples: s.samples, per_layer_ms: perLayer, measured_at: measuredAt };
   }
 }
 
@@ -113,8 +118,9 @@ export function answered(
 ): void {
   if (r?.drafted) to.specs.add(p.model, p.spec.type, r.drafted, r.draftAccepted ?? 0);
   const tps = r?.tokensPerSecond;
-  if (!tps || !Number.isFinite(tps) || tps <= 0 || (r?.draftAccepted ?? 0) > 0) return;
+  if (!tps || !Number.isFinite(tps) || tps <= 0 || (r?.drafted ?? 0) > 0) return;
   const ms = 1000 / tps;
+  p.plainMsPerToken = nextMsPerToken(p.plainMsPerToken, tps);
   if (!p.shardPlan) return to.speeds.replica(p.node?.name ?? HUB, p.device, model, ms);
   const members = to.launcher.shardInfo(p)?.members ?? [];
   const waits = members.map((m) => ({ waitMs: m.waitMs, rttMs: to.nodes?.get(m.node)?.link().rttMs ?? null }));
