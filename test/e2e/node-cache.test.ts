@@ -85,7 +85,7 @@ describe("node caches follow the hub's models", { timeout: 300_000 }, () => {
       assert.equal((await ask('c')).status, 200);
       // relay status reads the same pool as a person would.
       const st = (await run(process.execPath, [relay, 'status', '--hub', hub.url])).stdout;
-      assert.match(st, /MACHINES\n\s+NODE\s+STATE\s+REASON\n\s+north\s+(idle|busy)/, st);
+      assert.match(st, /MACHINES\n\s+NODE\s+STATE\s+LINK\s+REASON\n\s+north\s+(idle|busy)\s+[\d.]+ ms/, st);
       assert.match(st, /north\s+CPU\s+.*\d+ of 1000 MB free/, st);
       assert.match(st, /\n\s+c\s+replica\s+north\s+CPU\s+ready\s+0\/1\s+512/, st);
       assert.match(st, /MODELS\n\s+MODEL\s+SIZE\s+NEEDS\s+NOW\n\s+c\s+34\.2 MB\s+\d+ MB\s+available/, st);
