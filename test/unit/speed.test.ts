@@ -78,7 +78,7 @@ describe('device speeds and links (pure)', () => {
     assert.equal(book.layerMs('north', 'CPU', 'cpu', record)!.ms, 2 * 0.7 + 2 * 0.3);
     // Not split: a MoE model (its remote stages are waited on once per layer), or waits that do not match the stages.
     assert.equal(
-      book.shard(stages, 'hub', { ...record, expert_count: 8 }, 30, [
+      book.shard(stages, 'hub', { ...record, expert_count: 8, expert_used_count: 2 }, 30, [
         { waitMs: 9, rttMs: 1 },
         { waitMs: 11, rttMs: 1 },
       ]),

@@ -1,14 +1,13 @@
 import type { DayUsage, Store } from '../../store/store.js';
+import { deferredWrite } from './deferred-write.js';
 
 /**
  * Who used what (issue #54): tokens in and out, requests and yields per key and day — the hub's local day, which is
  * a household's —, read for quotas, `relay keys ls`, /status, /metrics and the dashboard. Kept in the store across
- * restarts: counted in memory and written with the next store update at most every FLUSH_MS (and at close), so a
+ * restarts: counted in memory and written with the next store update at most every FLUSH_MS (deferred-write.ts) and at close, so a
  * request costs no disk write. The last KEPT_DAYS days are kept. Requests without a key count under "" ("no key").
  */
 
-/** How often what was counted is written to the store. */
-const FLUSH_MS = 5000;
 /** Days of usage kept per key (this month's and the last one's). */
 const KEPT_DAYS = 62;
 
@@ -39,14 +38,16 @@ function addInto(a: DayUsage, b: Partial<DayUsage>): void {
 export class KeyUsage {
   /** Key → day → usage: everything, the store's and what came since. */
   private readonly days = new Map<string, Map<string, DayUsage>>();
-  private dirty = false;
-  private timer: NodeJS.Timeout | null = null;
+  private readonly writes: { changed(): void; flush(): Promise<void> };
 
   constructor(
-    private readonly store: Store,
+    store: Store,
     private readonly now: () => number = Date.now,
   ) {
     for (const [key, byDay] of Object.entries(store.data.key_usage ?? {})) this.days.set(key, new Map(Object.entries(byDay).map(([d, u]) => [d, { ...zero(), ...u }])));
+    this.writes = deferredWrite(store, (d) => {
+      d.key_usage = this.snapshot();
+    });
   }
 
   /** Count what `key` (null: none) used now. */
@@ -58,8 +59,7 @@ export class KeyUsage {
     const today = byDay.get(day) ?? zero();
     byDay.set(day, today);
     addInto(today, u);
-    this.dirty = true;
-    this.timer ??= setTimeout(() => void this.flush(), FLUSH_MS).unref();
+    this.writes.changed();
   }
 
   /** What `key` used today. */
@@ -80,28 +80,19 @@ export class KeyUsage {
     return [...this.days.keys()];
   }
 
-  /** Write what was counted (the last KEPT_DAYS days) to the store. */
-  async flush(): Promise<void> {
-    if (this.timer) clearTimeout(this.timer);
-    this.timer = null;
-    if (!this.dirty) return;
-    this.dirty = false;
+  /** What was counted, the last KEPT_DAYS days (older days are dropped here). */
+  private snapshot(): Record<string, Record<string, DayUsage>> {
     const oldest = localDay(this.now() - KEPT_DAYS * 86_400_000);
     const snapshot: Record<string, Record<string, DayUsage>> = {};
     for (const [key, byDay] of this.days) {
       for (const day of [...byDay.keys()]) if (day < oldest) byDay.delete(day);
       if (byDay.size > 0) snapshot[key] = Object.fromEntries([...byDay].map(([d, u]) => [d, { ...u }]));
     }
-    await this.store
-      .update((d) => {
-        d.key_usage = snapshot;
-      })
-      .catch(() => {
-        this.dirty = true; // a full disk: counted still, written with the next try
-      });
+    return snapshot;
   }
 
+  /** Write what was counted since the last write (also a few seconds after each count). */
   close(): Promise<void> {
-    return this.flush();
+    return this.writes.flush();
   }
 }

@@ -1,7 +1,7 @@
 import type { DeviceSpeedStatus } from '../../../../shared/status.js';
 import type { ModelRecord, StoredSpeed } from '../../store/store.js';
 import { DEFAULT_MS_PER_GIB, layerMs, observeDevice, stageTimes, type DeviceKind, type DeviceSpeed, type LayerModel, type SpeedSource } from '../decide/speed.js';
-import type { Stage } from '../decide/shard.js';
+import { shardModel, type Stage } from '../decide/shard.js';
 import { HUB } from '../decide/backoff.js';
 import type { Launcher } from '../launch/launcher.js';
 import type { NodeManager } from '../../pool/manager.js';
@@ -79,7 +79,7 @@ export class SpeedBook {
   shard(stages: readonly Stage[], hubMachine: string, model: ModelRecord, msPerToken: number, waits: readonly StageWait[]): number[] | null {
     const m = layerModel(model);
     // One wait per remote stage per token holds for dense layers only: a MoE stage is waited on once per layer.
-    if (!m || model.expert_count > 0 || waits.length !== stages.filter((st) => st.node !== null).length) return null;
+    if (!m || shardModel(model)?.isMoe || waits.length !== stages.filter((st) => st.node !== null).length) return null;
     const split = stageTimes(msPerToken, waits);
     if (!split) return null;
     let r = 0;

@@ -21,7 +21,7 @@ function placementStatus(p: Placement, c: HubConfig, now = Date.now()): Placemen
     in_flight: p.inFlight,
     served: p.served,
     kv_cache_type: c.kvCacheType,
-    ms_per_token: p.msPerToken === null ? null : Math.round(p.msPerToken * 100) / 100,
+    ms_per_token: p.msPerToken === null ? null : round2(p.msPerToken),
     prefix_hits: p.prefixHits,
     spec: p.spec.type,
     spec_why: p.spec.why,
