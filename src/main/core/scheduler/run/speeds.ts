@@ -9,11 +9,6 @@ import type { LeaseReport, Placement } from '../placements/placement.js';
 import type { SpecTallies } from './spec-tally.js';
 import { nextMsPerToken } from '../decide/routing.js';
 
-/** The model as the speed estimates see it: its layers and their weights (the fit's weights: required_vram_mb when registered). */
-export function layerModel(model: ModelRecord): LayerModel | null {
-  if (!model.block_count) return null;
-  return { name: model.name, blockCount: model.block_count, weightsMb: model.required_vram_mb ?? model.size / (1024 * 1024) };
-}
 
 /** One remote stage of a shard as the hub waited on it: its bridge's median round trip and the node's link round trip. */
 export interface StageWait {
@@ -67,7 +62,7 @@ export class SpeedBook {
 
   /** A replica's answer: the whole model ran on `device` of `machine` at `msPerToken`. */
   replica(machine: string, device: string, model: ModelRecord, msPerToken: number): void {
-    const m = layerModel(model);
+    const m = shardModel(model);
     if (m) this.observe(machine, device, m, m.blockCount, msPerToken);
   }
 
@@ -77,9 +72,9 @@ export class SpeedBook {
    * in plan order, or null where the whole could not be split.
    */
   shard(stages: readonly Stage[], hubMachine: string, model: ModelRecord, msPerToken: number, waits: readonly StageWait[]): number[] | null {
-    const m = layerModel(model);
+    const m = shardModel(model);
     // One wait per remote stage per token holds for dense layers only: a MoE stage is waited on once per layer.
-    if (!m || shardModel(model)?.isMoe || waits.length !== stages.filter((st) => st.node !== null).length) return null;
+    if (!m || m.isMoe || waits.length !== stages.filter((st) => st.node !== null).length) return null;
     const split = stageTimes(msPerToken, waits);
     if (!split) return null;
     let r = 0;
@@ -90,7 +85,7 @@ export class SpeedBook {
 
   /** Predicted ms per layer per token of `model` on a device, and whence. */
   layerMs(machine: string, device: string, kind: DeviceKind, model: ModelRecord): { ms: number; source: SpeedSource } | null {
-    const m = layerModel(model);
+    const m = shardModel(model);
     return m ? layerMs(this.byDevice.get(SpeedBook.key(machine, device)), kind, m) : null;
   }
 
