@@ -9,7 +9,6 @@ import type { LeaseReport, Placement } from '../placements/placement.js';
 import type { SpecTallies } from './spec-tally.js';
 import { nextMsPerToken } from '../decide/routing.js';
 
-
 /** One remote stage of a shard as the hub waited on it: its bridge's median round trip and the node's link round trip. */
 export interface StageWait {
   readonly waitMs: number | null;
