@@ -29,7 +29,7 @@ const shape =
   (v) =>
     typeof v === 'object' && v !== null && !Array.isArray(v) && Object.entries(fields).every(([k, c]) => c((v as Record<string, unknown>)[k]));
 
-const device = shape({ id: isId, kind: oneOf('gpu', 'cpu'), description: isStr, totalMb: isNum, freeMb: isNum, ageMs: optional(isNum) });
+const device = shape({ id: isId, kind: oneOf('gpu', 'cpu'), description: isStr, totalMb: isNum, freeMb: isNum, ageMs: optional(isNum), memGBps: optional(isNum) });
 const cached = shape({ sha256: isSha, size: isInt });
 const running = shape({ replica: isId, sha256: isSha, pid: (v) => v === null || isInt(v), state: optional(oneOf('loading', 'ready')) });
 const runningRpc = shape({ rpc: isId, pid: (v) => v === null || isInt(v) });

@@ -67,6 +67,8 @@ export interface DeviceInfo {
    * its own clock from it, so a replica that became ready after the reading still counts as using memory.
    */
   ageMs?: number;
+  /** The device memory's peak bandwidth (GB/s) where the driver tells it (NVML); absent from older nodes. */
+  memGBps?: number;
 }
 
 export interface CachedFile {

@@ -5,9 +5,11 @@
 
 /** A device's speed: what the shard planner predicts a stage's time from. */
 export interface DeviceSpeedStatus {
-  /** ms per GiB of layer weights per generated token: measured here, or the default for its kind. */
+  /** ms per GiB of layer weights per generated token: measured here, else from its memory's bandwidth (NVML), else the default for its kind. */
   readonly ms_per_gib: number;
-  readonly source: 'measured' | 'default';
+  readonly source: 'measured' | 'bandwidth' | 'default';
+  /** The memory bandwidth (GB/s) a `bandwidth` figure comes from. */
+  readonly mem_gbps?: number;
   readonly samples: number;
   /** ms per layer per generated token, by model, where this device ran it. */
   readonly per_layer_ms: Readonly<Record<string, number>>;

@@ -137,7 +137,8 @@ describe('the pool at a glance, in chromium', { timeout: 300_000 }, () => {
         timing: [...document.querySelectorAll('#pool li.flow .timing')].map((t) => t.textContent),
       })`);
     const want = (s: StatusDto) => {
-      const speed = (sp: StatusDto['devices'][number]['speed']) => (sp ? `${sp.ms_per_gib} ms/GiB${sp.source === 'measured' ? '' : ' (default)'}` : '');
+      const speed = (sp: StatusDto['devices'][number]['speed']) =>
+        sp ? `${sp.ms_per_gib} ms/GiB${sp.source === 'measured' ? '' : sp.source === 'bandwidth' ? ` (from ${sp.mem_gbps} GB/s)` : ' (default)'}` : '';
       return {
         speeds: [...s.devices.map((d) => `hub/${d.id}: ${speed(d.speed)}`), ...s.nodes.flatMap((n) => n.devices.map((d) => `${n.name}/${d.id}: ${speed(d.speed)}`))],
         links: [

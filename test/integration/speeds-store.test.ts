@@ -30,7 +30,7 @@ describe('measured speeds across a hub restart', () => {
       const s = (await (await fetch(`${again.url}/status`)).json()) as StatusDto;
       const cpu = s.devices.find((d) => d.id === 'CPU')!;
       assert.deepEqual([cpu.speed!.source, cpu.speed!.ms_per_gib, cpu.speed!.per_layer_ms], ['measured', 16, { m: 2 }]);
-      assert.equal(again.scheduler.placer.speeds.layerMs('north', 'CPU', 'cpu', record)!.ms, 5);
+      assert.equal(again.scheduler.placer.speeds.layerMs('north', 'CPU', { kind: 'cpu' }, record)!.ms, 5);
     } finally {
       await again.close();
     }

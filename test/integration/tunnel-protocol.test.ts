@@ -19,6 +19,8 @@ import { complete } from '../helpers/openai.js';
 import { rawNode as rawNodeOf } from '../helpers/raw-node.js';
 import { packageVersion } from '../../src/main/core/app-files.js';
 import { PROTOCOL_VERSION } from '../../src/shared/protocol.js';
+import type { StatusDto } from '../../src/shared/status.js';
+import { bandwidthMsPerGib, DEFAULT_MS_PER_GIB } from '../../src/main/core/scheduler/decide/speed.js';
 
 const log = createLogger({ level: 'warn', pretty: false });
 let hub: Hub;
@@ -53,6 +55,27 @@ describe('control protocol', { timeout: 120_000 }, () => {
     for (let i = 0; i < 100 && hub.nodes.get('prober')?.availability !== 'busy'; i++) await new Promise((r) => setTimeout(r, 10));
     assert.equal(hub.nodes.get('prober')?.availability, 'busy');
     assert.equal(n.session.closed, false);
+    n.session.close();
+  });
+
+  it("a node's GPU with its memory's bandwidth: /status predicts its speed from it until measured; a bad bandwidth is refused", async () => {
+    const n = await rawNode('bandwidth');
+    const gpu = { id: 'CUDA0', kind: 'gpu', description: 'NVIDIA GeForce RTX 4070 SUPER', totalMb: 12282, freeMb: 11000, memGBps: 504.048 };
+    n.send({ ...n.hello, devices: [gpu, { ...gpu, id: 'Vulkan0', description: 'llvmpipe', memGBps: undefined }] });
+    assert.equal((await n.next()).type, 'welcome');
+    const s = (await (await fetch(`${hub.url}/status`)).json()) as StatusDto;
+    const devices = s.nodes.find((x) => x.name === 'bandwidth')!.devices;
+    assert.deepEqual(
+      devices.map((d) => [d.id, d.speed?.source, d.speed?.mem_gbps, d.speed?.ms_per_gib]),
+      [
+        ['CUDA0', 'bandwidth', 504, Math.round(bandwidthMsPerGib(504.048) * 1000) / 1000],
+        ['Vulkan0', 'default', undefined, DEFAULT_MS_PER_GIB.gpu],
+      ],
+    );
+    n.send({ type: 'heartbeat', devices: [{ ...gpu, memGBps: -1 }], availability: 'idle', reason: null, replicas: [], cache: [] });
+    const reply = await n.next();
+    assert.deepEqual([reply.type, reply.code], ['error', 'bad_message'], JSON.stringify(reply));
+    assert.equal(hub.nodes.get('bandwidth')?.devices[0]?.memGBps, 504.048, 'the last good report stands');
     n.session.close();
   });
 

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { matchReading, mergeDevices, normalizeBusId } from '../../src/main/core/gpu/inventory.js';
-import { otherProcessesMb, type GpuReading } from '../../src/main/core/gpu/nvml.js';
+import { memoryBandwidthGBps, otherProcessesMb, type GpuReading } from '../../src/main/core/gpu/nvml.js';
 import { parseNvidiaSmi } from '../../src/main/core/gpu/smi.js';
 import { backendCandidates, describeCandidate, type MachineProbe } from '../../src/main/core/llama/backend-choice.js';
 import { backendEnv, resolveBackend } from '../../src/main/core/llama/backends.js';
@@ -137,6 +137,25 @@ describe('NVML ↔ llama.cpp device matching (pure): by PCI bus id or UUID, not 
       [
         ['CUDA0', 10999, 'nvml', '00000000:01:00.0', 77],
         ['Vulkan0', 9000, 'llama-server', null, 42],
+      ],
+    );
+  });
+
+  it("a GPU's memory bandwidth: bus width × NVML's top memory clock × 2, carried onto its llama.cpp device", () => {
+    // Published peaks: GTX 1060 6GB 192 GB/s, RTX 4070 SUPER 504, H100 SXM 3352.
+    assert.equal(memoryBandwidthGBps(192, 4004), 192.192);
+    assert.equal(memoryBandwidthGBps(192, 10501), 504.048);
+    assert.equal(memoryBandwidthGBps(5120, 2619), 3352.32);
+    assert.equal(memoryBandwidthGBps(0, 10501), undefined, 'a driver that does not tell');
+    assert.equal(memoryBandwidthGBps(192, NaN), undefined);
+    const withBw = [{ ...reading(0, '00000000:01:00.0'), memGBps: 504.048 }];
+    const merged = mergeDevices([dev('CUDA0'), dev('Vulkan0', 'llvmpipe')], withBw, 512);
+    assert.deepEqual(
+      merged.map((d) => [d.id, d.memGBps]),
+      [
+        ['CUDA0', 504.048],
+        ['Vulkan0', undefined],
+        ['CPU', undefined],
       ],
     );
   });

@@ -28,7 +28,16 @@ describe('relay status (pure formatting)', () => {
           state: 'idle',
           reason: null,
           link: { rtt_ms: 2.4, bytes_per_s: null },
-          devices: [{ id: 'CUDA0', description: 'RTX 3060', total_mb: 12288, free_mb: 9000, speed: { ms_per_gib: 3.1, source: 'measured', samples: 4, per_layer_ms: {}, measured_at: null } }],
+          devices: [
+            { id: 'CUDA0', description: 'RTX 3060', total_mb: 12288, free_mb: 9000, speed: { ms_per_gib: 3.1, source: 'measured', samples: 4, per_layer_ms: {}, measured_at: null } },
+            {
+              id: 'CUDA1',
+              description: 'RTX 4070 SUPER',
+              total_mb: 12282,
+              free_mb: 11000,
+              speed: { ms_per_gib: 2.841, source: 'bandwidth', mem_gbps: 504, samples: 0, per_layer_ms: {}, measured_at: null },
+            },
+          ],
         },
       ],
       replicas: [{ model: 'qwen', state: 'ready', in_flight: 1, slots: 2, ctx: 4096, node: 'attic', device: 'CUDA0', ms_per_token: 12.34 }],
@@ -80,6 +89,7 @@ describe('relay status (pure formatting)', () => {
     assert.match(text, /\n {2}attic {2}idle +2\.4 ms/);
     assert.match(text, /\n {2}hub +CPU +cpu budget +3000 of 4000 MB free +40 ms\/GiB \(default\)/);
     assert.match(text, /\n {2}attic +CUDA0 +RTX 3060 +9000 of 12288 MB free +3\.1 ms\/GiB$/m);
+    assert.match(text, /\n {2}attic +CUDA1 +RTX 4070 SUPER +11000 of 12282 MB free +2\.841 ms\/GiB \(from 504 GB\/s\)$/m);
     assert.match(text, /\n {2}wide +shard .* +30\.5 \(predicted 20\.0\)/);
     assert.match(text, /RE-PLANS AT THE NEXT COLD START\n.*\n {2}wide +hub:CPU\[0-8\) → attic:CUDA0\[8-32\) +24\.5 +measured 30\.5 ms\/token/);
     assert.match(text, /\n {2}qwen +replica +attic +CUDA0 +ready +1\/2 +4096 +12\.3/);

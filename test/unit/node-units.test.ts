@@ -11,6 +11,7 @@ import { PROTOCOL_VERSION } from '../../src/shared/protocol.js';
 import { checkJoinToken, mintJoinToken } from '../../src/main/core/pairing/tokens.js';
 import { AutoPause, availabilityOf, inPauseWindow, parseSchedule } from '../../src/main/core/availability.js';
 import { ModelCache } from '../../src/main/core/node/cache/cache.js';
+import { deviceInfo } from '../../src/main/core/node/reports.js';
 import { cacheBudgetFlag } from '../../src/main/cli/cache.js';
 
 const sha = (b: Buffer) => createHash('sha256').update(b).digest('hex');
@@ -39,6 +40,16 @@ describe('protocol validation', () => {
     // Direction matters: a node may not send commands, the hub may not send hellos.
     assert.equal((parseNodeMessage('{"type":"stop-replica","id":1,"replica":"r"}') as { code: string }).code, 'unknown_type');
     assert.equal((parseHubMessage(JSON.stringify(hello)) as { code: string }).code, 'unknown_type');
+  });
+
+  it("a device's report: free memory dated by its age, its memory's bandwidth only where the driver told it", () => {
+    const gpu = { id: 'CUDA0', kind: 'gpu', description: 'RTX 4070 SUPER', totalMb: 12282, reportedFreeMb: 11000, utilizationPct: 3, source: 'nvml', busId: null, readAt: 900 } as const;
+    assert.deepEqual(deviceInfo({ ...gpu, memGBps: 504.048 }, 1000), { id: 'CUDA0', kind: 'gpu', description: 'RTX 4070 SUPER', totalMb: 12282, freeMb: 11000, ageMs: 100, memGBps: 504.048 });
+    assert.equal('memGBps' in deviceInfo(gpu, 800), false);
+    assert.equal(deviceInfo(gpu, 800).ageMs, 0, 'a reading from the future is not older than now');
+    const hello = { type: 'hello', protocol: PROTOCOL_VERSION, node: 'n1', llama: 'v', cache: [], partials: [], replicas: [], availability: 'idle', reason: null };
+    assert.equal(parseNodeMessage(JSON.stringify({ ...hello, devices: [deviceInfo({ ...gpu, memGBps: 504 }, 1000)] })).ok, true);
+    for (const bad of [-1, 'fast', null]) assert.equal(parseNodeMessage(JSON.stringify({ ...hello, devices: [{ ...deviceInfo(gpu, 1000), memGBps: bad }] })).ok, false, String(bad));
   });
 
   it('commands carry only safe identifiers: a path in a sha256 or replica id is refused', () => {

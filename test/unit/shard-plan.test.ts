@@ -4,6 +4,7 @@ import { readGgufFile } from '../../src/main/core/gguf/index.js';
 import { llamaServerArgv, type TensorOverride } from '../../src/main/core/llama/argv.js';
 import { shardFlags } from '../../src/main/core/scheduler/decide/shard-flags.js';
 import { hostStageLast, planShard, splitLayers, stageNeedMb, type ShardDevice, type ShardModel, type ShardPlan } from '../../src/main/core/scheduler/decide/shard.js';
+import { hiddenBytes, hopMs, layerMs } from '../../src/main/core/scheduler/decide/speed.js';
 import { unitFixture as fixture } from '../fixtures/synthetic-vocab.js';
 
 const settings = { contextSize: 512, replicaCtx: 0, parallelSlots: 1, kvCacheType: 'f16' as const };
@@ -277,6 +278,19 @@ describe('shard planner by measured speed (Σ stage layers × ms/layer + Σ hops
     assert.equal(plan.kind === 'shard' && plan.stages.at(-1)!.node, null, 'the GPU hub still runs the last stage');
     assert.ok(Math.abs((plan.kind === 'shard' ? plan.predictedMsPerToken! : 0) - predicted(plan, devices)) < 1e-9);
     assert.ok(predicted(plan, devices) < predicted(old, devices));
+  });
+
+  it("the spec's 1060 + 4070 SUPER never measured, their bandwidths from NVML: the faster card takes more layers than by memory", () => {
+    const shard = { name: dense.name, blockCount: dense.blockCount, weightsMb: dense.weightsMb };
+    const per = (memGBps: number) => layerMs(undefined, { kind: 'gpu', memGBps }, shard).ms;
+    // The hub's GTX 1060 (192 GB/s, 5.5 GB free), a node's RTX 4070 SUPER (504 GB/s, 11 GB free) over the default link.
+    const devices = [gpu(null, 'CUDA0', 5500, per(192)), gpu('node', 'CUDA0', 11000, per(504), hopMs(undefined, hiddenBytes(5120)))];
+    const plan = planShard(devices, dense, settings);
+    const old = memory(devices, dense);
+    assert.deepEqual(nodesOf(plan), ['node', null], 'the hub still runs the last stage');
+    assert.ok(layersOf(plan, 'node') > layersOf(old, 'node'), `4070 SUPER: ${layersOf(plan, 'node')} layers, by memory ${layersOf(old, 'node')}`);
+    assert.ok(predicted(plan, devices) < predicted(old, devices));
+    for (const st of plan.kind === 'shard' ? plan.stages : []) assert.ok(st.needMb <= st.freeMb, `${st.node}: ${st.needMb} of ${st.freeMb}`);
   });
 
   it('a slow link: of two equal nodes the one behind the long round trip is left out', () => {

@@ -1,6 +1,18 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { DEFAULT_LINK, DEFAULT_MS_PER_GIB, hiddenBytes, hopMs, layerMs, observeDevice, REPLAN_THRESHOLD, stageTimes, wantsReplan } from '../../src/main/core/scheduler/decide/speed.js';
+import {
+  bandwidthMsPerGib,
+  BANDWIDTH_SHARE,
+  DEFAULT_LINK,
+  DEFAULT_MS_PER_GIB,
+  hiddenBytes,
+  hopMs,
+  layerMs,
+  observeDevice,
+  REPLAN_THRESHOLD,
+  stageTimes,
+  wantsReplan,
+} from '../../src/main/core/scheduler/decide/speed.js';
 import { SpeedBook } from '../../src/main/core/scheduler/run/speeds.js';
 import type { ModelRecord } from '../../src/main/core/store/store.js';
 import type { Stage } from '../../src/main/core/scheduler/decide/shard.js';
@@ -23,10 +35,32 @@ describe('device speeds and links (pure)', () => {
 
   it('a prediction comes from the model measured there, else the device across models, else the default for its kind', () => {
     const d = observeDevice(undefined, m, 8, 40, 1)!;
-    assert.deepEqual(layerMs(d, 'gpu', m), { ms: 5, source: 'model' });
-    assert.deepEqual(layerMs(d, 'gpu', { name: 'other', blockCount: 4, weightsMb: 2048 }), { ms: 20, source: 'device' });
-    assert.deepEqual(layerMs(undefined, 'gpu', m), { ms: DEFAULT_MS_PER_GIB.gpu / 8, source: 'default' });
-    assert.ok(layerMs(undefined, 'cpu', m).ms > layerMs(undefined, 'gpu', m).ms);
+    assert.deepEqual(layerMs(d, { kind: 'gpu' }, m), { ms: 5, source: 'model' });
+    assert.deepEqual(layerMs(d, { kind: 'gpu' }, { name: 'other', blockCount: 4, weightsMb: 2048 }), { ms: 20, source: 'device' });
+    assert.deepEqual(layerMs(undefined, { kind: 'gpu' }, m), { ms: DEFAULT_MS_PER_GIB.gpu / 8, source: 'default' });
+    assert.ok(layerMs(undefined, { kind: 'cpu' }, m).ms > layerMs(undefined, { kind: 'gpu' }, m).ms);
+  });
+
+  it('a device never measured whose bandwidth the driver gives: predicted from it, slower memory slower in proportion', () => {
+    const fast = layerMs(undefined, { kind: 'gpu', memGBps: 504 }, m);
+    const slow = layerMs(undefined, { kind: 'gpu', memGBps: 192 }, m);
+    assert.deepEqual(fast, { ms: bandwidthMsPerGib(504) / 8, source: 'bandwidth' });
+    // 1 GiB read at 75% of 504 GB/s: 1.0737 GB / 378 GB/s ≈ 2.84 ms.
+    assert.ok(Math.abs(bandwidthMsPerGib(504) - 1073.741824 / (504 * BANDWIDTH_SHARE)) < 1e-9);
+    assert.ok(Math.abs(slow.ms / fast.ms - 504 / 192) < 1e-9);
+    // What the device measured wins; a bandwidth that is not a positive number is the kind's default.
+    const d = observeDevice(undefined, m, 8, 40, 1)!;
+    assert.deepEqual(layerMs(d, { kind: 'gpu', memGBps: 504 }, m), { ms: 5, source: 'model' });
+    for (const bad of [0, -5, NaN, null, undefined]) assert.equal(layerMs(undefined, { kind: 'gpu', memGBps: bad }, m).source, 'default');
+    const book = new SpeedBook();
+    assert.deepEqual(book.status('hub', 'CUDA0', { kind: 'gpu', memGBps: 504.048 }), {
+      ms_per_gib: Math.round(bandwidthMsPerGib(504.048) * 1000) / 1000,
+      source: 'bandwidth',
+      mem_gbps: 504,
+      samples: 0,
+      per_layer_ms: {},
+      measured_at: null,
+    });
   });
 
   it("a remote stage's hop: the link's round trip plus the hidden state there and back at its rate", () => {
@@ -60,9 +94,9 @@ describe('device speeds and links (pure)', () => {
 
   it('the speed book: a replica measures its device; a shard each of its stages on its own machine', () => {
     const book = new SpeedBook(() => Date.parse('2026-12-06T12:00:00Z'));
-    assert.equal(book.status('hub', 'CPU', 'cpu').source, 'default');
+    assert.equal(book.status('hub', 'CPU', { kind: 'cpu' }).source, 'default');
     book.replica('north', 'CPU', record, 16);
-    assert.equal(book.layerMs('north', 'CPU', 'cpu', record)!.ms, 2);
+    assert.equal(book.layerMs('north', 'CPU', { kind: 'cpu' }, record)!.ms, 2);
     const stages: Stage[] = [
       { node: 'north', device: 'CPU', kind: 'cpu', layers: [0, 4], needMb: 1, freeMb: 1, output: false },
       { node: 'south', device: 'CPU', kind: 'cpu', layers: [4, 6], needMb: 1, freeMb: 1, output: false },
@@ -73,9 +107,9 @@ describe('device speeds and links (pure)', () => {
       { waitMs: 11, rttMs: 1 },
     ]);
     assert.deepEqual(shares, [8, 10, 10]);
-    assert.equal(book.layerMs('south', 'CPU', 'cpu', record)!.ms, 5);
-    assert.equal(book.layerMs('hub', 'CPU', 'cpu', record)!.ms, 5);
-    assert.equal(book.layerMs('north', 'CPU', 'cpu', record)!.ms, 2 * 0.7 + 2 * 0.3);
+    assert.equal(book.layerMs('south', 'CPU', { kind: 'cpu' }, record)!.ms, 5);
+    assert.equal(book.layerMs('hub', 'CPU', { kind: 'cpu' }, record)!.ms, 5);
+    assert.equal(book.layerMs('north', 'CPU', { kind: 'cpu' }, record)!.ms, 2 * 0.7 + 2 * 0.3);
     // Not split: a MoE model (its remote stages are waited on once per layer), or waits that do not match the stages.
     assert.equal(
       book.shard(stages, 'hub', { ...record, expert_count: 8, expert_used_count: 2 }, 30, [
@@ -85,7 +119,7 @@ describe('device speeds and links (pure)', () => {
       null,
     );
     assert.equal(book.shard(stages, 'hub', record, 30, []), null);
-    const st = book.status('south', 'CPU', 'cpu');
+    const st = book.status('south', 'CPU', { kind: 'cpu' });
     assert.deepEqual([st.source, st.samples, st.per_layer_ms, st.measured_at], ['measured', 1, { m: 5 }, '2026-12-06T12:00:00.000Z']);
   });
 });

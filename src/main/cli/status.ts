@@ -50,8 +50,12 @@ const mem = (d: Dev): string => {
   return `${d.free_mb ?? '?'} of ${d.total_mb ?? '?'} MB free`;
 };
 
-/** A device's speed as the shard planner sees it: measured, or its kind's default. */
-const speed = (d: Dev): string => (d.speed ? `${d.speed.ms_per_gib} ms/GiB${d.speed.source === 'measured' ? '' : ' (default)'}` : '');
+/** A device's speed as the shard planner sees it: measured, else from its memory's bandwidth, else its kind's default. */
+const speed = (d: Dev): string => {
+  if (!d.speed) return '';
+  const whence = d.speed.source === 'measured' ? '' : d.speed.source === 'bandwidth' ? ` (from ${d.speed.mem_gbps} GB/s)` : ' (default)';
+  return `${d.speed.ms_per_gib} ms/GiB${whence}`;
+};
 
 export function statusLines(s: StatusView): string[] {
   const out: string[] = [];

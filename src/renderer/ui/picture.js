@@ -25,8 +25,13 @@ function segmentWords(g) {
 /** A device's speed as the shard planner sees it. @param {PictureDevice} d */
 function speedWords(d) {
   if (!d.speed) return '';
-  return `${d.speed.ms_per_gib} ms per GiB per token (${d.speed.source === 'measured' ? `measured, ${d.speed.samples} answers` : 'default for its kind'})`;
+  const s = d.speed;
+  const whence = s.source === 'measured' ? `measured, ${s.samples} answers` : s.source === 'bandwidth' ? `not yet measured: from its memory's ${s.mem_gbps} GB/s` : 'default for its kind';
+  return `${s.ms_per_gib} ms per GiB per token (${whence})`;
 }
+
+/** The speed's short form beside a device. @param {NonNullable<PictureDevice['speed']>} s */
+const speedShort = (s) => `${s.ms_per_gib} ms/GiB${s.source === 'measured' ? '' : s.source === 'bandwidth' ? ` (from ${s.mem_gbps} GB/s)` : ' (default)'}`;
 
 /** A node's link as measured. @param {PictureMachine} m */
 function linkWords(m) {
@@ -55,7 +60,7 @@ function deviceHtml(machine, d) {
     .join('');
   return (
     `<div class="device" data-device="${esc(d.id)}"><div class="devhead"><b>${esc(d.id)}</b> <span class="muted">${esc(d.description)}</span> <span class="nowrap">${MB(used)} of ${MB(d.total_mb)} used</span>` +
-    (d.speed ? ` <span class="muted speed nowrap" title="${esc(speedWords(d))}">${d.speed.ms_per_gib} ms/GiB${d.speed.source === 'measured' ? '' : ' (default)'}</span>` : '') +
+    (d.speed ? ` <span class="muted speed nowrap" title="${esc(speedWords(d))}">${speedShort(d.speed)}</span>` : '') +
     '</div>' +
     `<div class="membar" role="img" aria-label="${esc(words)}">${parts}</div>` +
     `<ul class="segments">${list || '<li class="muted">nothing of relay\'s runs here</li>'}</ul></div>`
@@ -97,9 +102,7 @@ function shardFlows(s) {
       const out = stages.find((st) => st.output);
       const tail = !outputLast && out ? `<li class="stage output" data-machine="${esc(out.node ?? 'hub')}">${esc(out.node ?? 'hub')} · ${esc(out.device)} · <b>output layer and sampling</b></li>` : '';
       const timing =
-        sh.predicted_ms_per_token != null
-          ? ` <span class="muted timing">predicted ${sh.predicted_ms_per_token} ms/token${sh.ms_per_token != null ? `, measured ${sh.ms_per_token}` : ''}</span>`
-          : '';
+        sh.predicted_ms_per_token != null ? ` <span class="muted timing">predicted ${sh.predicted_ms_per_token} ms/token${sh.ms_per_token != null ? `, measured ${sh.ms_per_token}` : ''}</span>` : '';
       const replan = sh.replan
         ? `<p class="replan">Re-plan at its next cold start: ${esc(sh.replan.stages.map((st) => `${st.node ?? 'hub'} layers ${st.layers[0]}–${st.layers[1] - 1}`).join(' → '))}, predicted ${sh.replan.predicted_ms_per_token} ms/token <span class="muted">(${esc(sh.replan.reason)})</span></p>`
         : '';

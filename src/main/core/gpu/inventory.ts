@@ -26,6 +26,8 @@ export interface Device {
   readonly busId: string | null;
   /** When `reportedFreeMb` was read (ms since the epoch): replicas that became ready later are not in it yet. */
   readonly readAt: number;
+  /** Its memory's peak bandwidth (GB/s) where the driver tells it (NVML): a never-measured device's speed comes from it. */
+  readonly memGBps?: number;
 }
 
 /** `00000000:19:00.0` and `0000:19:00.0` name one bus id: compare without the domain's leading zeros. */
@@ -82,6 +84,7 @@ export function mergeDevices(
       utilizationPct: r?.utilizationPct ?? null,
       source: r?.source ?? 'llama-server',
       busId: r?.busId ?? null,
+      ...(r?.memGBps ? { memGBps: r.memGBps } : {}),
       // A driver reading is at most a second old; llama-server's list is as old as its last refresh.
       readAt: r ? (opts.readingsAt ?? readAt) : readAt,
     });

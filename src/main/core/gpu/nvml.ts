@@ -18,6 +18,8 @@ export interface GpuReading {
   readonly busId: string | null;
   readonly uuid: string | null;
   readonly source: 'nvml' | 'nvidia-smi';
+  /** Peak memory bandwidth (GB/s): bus width × the memory's top clock (NVML only; absent where it cannot tell). */
+  readonly memGBps?: number;
 }
 
 type Fn = (...args: unknown[]) => number;
@@ -32,6 +34,21 @@ interface Nvml {
   uuid: Fn | null;
   /** Compute and graphics process lists (a game is a graphics process); null on a driver without them. */
   procs: { compute: Fn; graphics: Fn } | null;
+  /** The memory bus width and top clocks, for the memory's bandwidth; null on a driver without them. */
+  bandwidth: { busWidth: Fn; maxClock: Fn } | null;
+}
+
+/** nvmlClockType_t's NVML_CLOCK_MEM. */
+const NVML_CLOCK_MEM = 2;
+
+/**
+ * Pure: a GPU memory's peak bandwidth (GB/s) from its bus width (bits) and NVML's top memory clock (MHz), two
+ * transfers per clock as NVML reports clocks for GDDR5/6/6X and HBM alike (GTX 1060: 192 bits × 4004 MHz →
+ * 192 GB/s; RTX 4070 SUPER: 192 × 10501 → 504; H100 SXM: 5120 × 2619 → 3352). Undefined where either is unknown.
+ */
+export function memoryBandwidthGBps(busWidthBits: number, memClockMhz: number): number | undefined {
+  if (!(busWidthBits > 0) || !(memClockMhz > 0) || !Number.isFinite(busWidthBits * memClockMhz)) return undefined;
+  return ((busWidthBits / 8) * memClockMhz * 2) / 1000;
 }
 
 /**
@@ -97,6 +114,7 @@ function load(): Nvml | null {
       pci: null,
       uuid: null,
       procs: null,
+      bandwidth: null,
     };
     try {
       nvmlStruct(koffi, 'nvmlPciInfo_t', 'nvmlPciInfo_t');
@@ -114,6 +132,14 @@ function load(): Nvml | null {
       };
     } catch {
       cached.procs = null; // an old driver: auto-pause says it is unavailable
+    }
+    try {
+      cached.bandwidth = {
+        busWidth: lib.func('int nvmlDeviceGetMemoryBusWidth(void *device, _Out_ uint32 *busWidth)') as Fn,
+        maxClock: lib.func('int nvmlDeviceGetMaxClockInfo(void *device, int type, _Out_ uint32 *clock)') as Fn,
+      };
+    } catch {
+      cached.bandwidth = null; // an old driver: devices start from their kind's default speed
     }
   } catch {
     cached = null; // no driver: the normal case on a CPU-only machine
@@ -159,6 +185,20 @@ function cString(buf: unknown): string | null {
 
 const MIB = 1024 * 1024;
 
+/** Each GPU's memory bandwidth by NVML index, read once: it does not change while relay runs. */
+const bandwidths = new Map<number, number | undefined>();
+
+function readBandwidth(n: Nvml, index: number, device: unknown): number | undefined {
+  if (!n.bandwidth) return undefined;
+  if (!bandwidths.has(index)) {
+    const bus = [0];
+    const clock = [0];
+    const ok = n.bandwidth.busWidth(device, bus) === 0 && n.bandwidth.maxClock(device, NVML_CLOCK_MEM, clock) === 0;
+    bandwidths.set(index, ok ? memoryBandwidthGBps(bus[0]!, clock[0]!) : undefined);
+  }
+  return bandwidths.get(index);
+}
+
 /** One reading per NVIDIA GPU, or null when NVML cannot be used here. */
 export function readNvml(): GpuReading[] | null {
   const n = session();
@@ -185,7 +225,9 @@ export function readNvml(): GpuReading[] | null {
       const u = Buffer.alloc(96);
       if (n.uuid(h[0], u, u.length) === 0) uuid = u.toString('utf8').replace(/\0.*$/s, '') || null;
     }
+    const memGBps = readBandwidth(n, i, h[0]);
     out.push({
+      ...(memGBps ? { memGBps } : {}),
       index: i,
       name: nameBuf.toString('utf8').replace(/\0.*$/s, ''),
       totalMb: Math.floor(Number(mem.total) / MIB),

@@ -21,7 +21,7 @@ import { ownChildPids } from '../llama/supervisor.js';
 import { openTunnel } from './link/link.js';
 import { applyChange, cacheBudgetBytes, writeSettings, type NodeSettings, type NodeSettingsChange } from './link/settings.js';
 import { Workloads } from './work/workloads.js';
-import { heartbeatOf, helloOf, type ReportSource } from './reports.js';
+import { deviceInfo, heartbeatOf, helloOf, type ReportSource } from './reports.js';
 import { startLocalApi } from './link/local-api.js';
 import { nodeConfigFromEnv, type NodeConfig } from '../config.js';
 
@@ -148,7 +148,7 @@ export class NodeAgent extends EventEmitter {
 
   devices(): DeviceInfo[] {
     const now = Date.now();
-    return this.inventory.devices().map((d) => ({ id: d.id, kind: d.kind, description: d.description, totalMb: d.totalMb, freeMb: d.reportedFreeMb, ageMs: Math.max(0, now - d.readAt) }));
+    return this.inventory.devices().map((d) => deviceInfo(d, now));
   }
 
   runningReplicas(): RunningReplica[] {

@@ -1,5 +1,6 @@
 import { PROTOCOL_VERSION, type Availability, type DeviceInfo, type Heartbeat, type Hello } from '../../../shared/protocol.js';
 import { packageVersion } from '../app-files.js';
+import type { Device } from '../gpu/inventory.js';
 import type { ModelCache } from './cache/cache.js';
 import type { Workloads } from './work/workloads.js';
 
@@ -15,6 +16,12 @@ export interface ReportSource {
   readonly cache: ModelCache;
   devices(): DeviceInfo[];
   availability(): { state: Availability; reason: string | null };
+}
+
+/** A device as the hub hears of it: free memory dated by its age, and its memory's bandwidth where the driver told it. */
+export function deviceInfo(d: Device, now: number): DeviceInfo {
+  const { id, kind, description, totalMb } = d;
+  return { id, kind, description, totalMb, freeMb: d.reportedFreeMb, ageMs: Math.max(0, now - d.readAt), ...(d.memGBps ? { memGBps: d.memGBps } : {}) };
 }
 
 export function heartbeatOf(s: ReportSource): Heartbeat {

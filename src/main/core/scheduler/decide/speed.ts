@@ -6,11 +6,17 @@
  * A device's speed is kept two ways: per model, as ms per layer (what its placements of that model measured),
  * and across models, as ms per GiB of layer weights read (a token's generation reads every weight once, so on
  * one device the time per token follows the bytes). A model never run on a device is predicted from the second;
- * a device never measured from a default by its kind (DEFAULT_MS_PER_GIB).
+ * a device never measured from its memory's bandwidth where the driver tells it (an NVIDIA GPU through NVML:
+ * bandwidthMsPerGib), else from a default by its kind (DEFAULT_MS_PER_GIB).
  */
 
 /** ms per GiB of weights per generated token on a device never measured: a mid-range GPU (~300 GB/s) and a desktop's RAM (~25 GB/s). */
 export const DEFAULT_MS_PER_GIB = { gpu: 4, cpu: 40 } as const;
+/**
+ * The share of a GPU's peak memory bandwidth llama.cpp's token generation reads weights at (~70–80% on
+ * NVIDIA cards), for a device never measured whose bandwidth the driver gives.
+ */
+export const BANDWIDTH_SHARE = 0.75;
 /** Each new measurement's weight in the running estimate (older ones decay). */
 export const SPEED_DECAY = 0.3;
 /** A node's link before its first ping or push: 1 ms, 100 Mbit/s. */
@@ -19,6 +25,24 @@ export const DEFAULT_LINK = { rttMs: 1, bytesPerMs: 12_500 } as const;
 export const REPLAN_THRESHOLD = 0.25;
 
 export type DeviceKind = 'gpu' | 'cpu';
+
+/** What a device is before it is measured: its kind and, where the driver tells it, its memory's peak bandwidth (GB/s). */
+export interface DeviceHardware {
+  readonly kind: DeviceKind;
+  readonly memGBps?: number | null | undefined;
+}
+
+/** ms per GiB of weights per token on a device that reads them at `gbps` peak (a token reads every weight once). */
+export function bandwidthMsPerGib(gbps: number): number {
+  return (1000 * 1.073741824) / (gbps * BANDWIDTH_SHARE);
+}
+
+/** A never-measured device's ms per GiB: from its bandwidth where known, else its kind's default. */
+export function defaultMsPerGib(hw: DeviceHardware): { msPerGib: number; source: 'bandwidth' | 'default' } {
+  const bw = hw.memGBps;
+  if (typeof bw === 'number' && Number.isFinite(bw) && bw > 0) return { msPerGib: bandwidthMsPerGib(bw), source: 'bandwidth' };
+  return { msPerGib: DEFAULT_MS_PER_GIB[hw.kind], source: 'default' };
+}
 
 export interface DeviceSpeed {
   /** ms per GiB of layer weights per token, across the models measured here. */
@@ -63,14 +87,15 @@ export function observeDevice(prev: DeviceSpeed | undefined, m: LayerModel, laye
   };
 }
 
-export type SpeedSource = 'model' | 'device' | 'default';
+export type SpeedSource = 'model' | 'device' | 'bandwidth' | 'default';
 
 /** Predicted ms per layer per token of model `m` on a device, and what the number comes from. */
-export function layerMs(speed: DeviceSpeed | undefined, kind: DeviceKind, m: LayerModel): { ms: number; source: SpeedSource } {
+export function layerMs(speed: DeviceSpeed | undefined, hw: DeviceHardware, m: LayerModel): { ms: number; source: SpeedSource } {
   const own = speed?.perLayer[m.name];
   if (own !== undefined) return { ms: own, source: 'model' };
   if (speed) return { ms: speed.msPerGib * gibPerLayer(m), source: 'device' };
-  return { ms: DEFAULT_MS_PER_GIB[kind] * gibPerLayer(m), source: 'default' };
+  const d = defaultMsPerGib(hw);
+  return { ms: d.msPerGib * gibPerLayer(m), source: d.source };
 }
 
 /**

@@ -13,7 +13,7 @@ import { planShard, shardModel, type ShardDevice, type ShardPlan } from '../deci
 import { settingsFor } from '../decide/model-settings.js';
 import { cachedIn } from '../../models/files.js';
 import { whyNotLine } from '../decide/why-not.js';
-import { hiddenBytes, hopMs, wantsReplan } from '../decide/speed.js';
+import { hiddenBytes, hopMs, wantsReplan, type DeviceHardware } from '../decide/speed.js';
 import { SpeedBook } from './speeds.js';
 import type { ReplanStatus } from '../../../../shared/status.js';
 
@@ -43,7 +43,7 @@ export { HUB } from '../decide/backoff.js';
 
 /** A node's devices for the pure planner, each dated by the hub's clock (see DeviceInfo.ageMs). */
 function nodeDevices(conn: NodeConn) {
-  return conn.devices.map((dv) => ({ id: dv.id, kind: dv.kind, totalMb: dv.totalMb, reportedFreeMb: dv.freeMb, readAt: conn.devicesAt - (dv.ageMs ?? 0) }));
+  return conn.devices.map((dv) => ({ id: dv.id, kind: dv.kind, totalMb: dv.totalMb, reportedFreeMb: dv.freeMb, readAt: conn.devicesAt - (dv.ageMs ?? 0), memGBps: dv.memGBps }));
 }
 
 /** llama-server's word that `--flash-attn auto` resolved to off where the model loaded (launch-host.ts loadReport). */
@@ -152,15 +152,23 @@ export class Placer {
     const sm = shardModel(model);
     if (!sm) return { kind: 'none', reason: 'the GGUF header gives no layer count to split' };
     // Each device with its measured (or default) ms per layer of this model; each node's hop from its link.
-    const speed = (machine: string, dv: { id: string; kind: 'gpu' | 'cpu' }) => ({ msPerLayer: this.speeds.layerMs(machine, dv.id, dv.kind, model)?.ms ?? 1 });
-    const devices: ShardDevice[] = this.hubUsable(model.name, w)
-      ? freeAfterReservations(this.hubDevices(w), this.views(null, w.evicting)).map((dv) => ({ node: null, device: dv.id, kind: dv.kind, freeMb: dv.freeMb, totalMb: dv.totalMb, ...speed(HUB, dv) }))
-      : [];
+    // (freeAfterReservations keeps the order of the devices it is given: `hw[i]` is `dv`'s hardware.)
+    const speed = (machine: string, dv: { id: string }, hw: DeviceHardware) => ({ msPerLayer: this.speeds.layerMs(machine, dv.id, hw, model)?.ms ?? 1 });
+    const hub = this.hubUsable(model.name, w) ? this.hubDevices(w) : [];
+    const devices: ShardDevice[] = freeAfterReservations(hub, this.views(null, w.evicting)).map((dv, i) => ({
+      node: null,
+      device: dv.id,
+      kind: dv.kind,
+      freeMb: dv.freeMb,
+      totalMb: dv.totalMb,
+      ...speed(HUB, dv, hub[i]!),
+    }));
     for (const conn of this.deps.nodes?.connected() ?? []) {
       if (!this.usable(conn, model.name, w)) continue;
-      const free = freeAfterReservations(nodeDevices(conn), this.views(conn.name, w.evicting));
+      const hw = nodeDevices(conn);
+      const free = freeAfterReservations(hw, this.views(conn.name, w.evicting));
       const hop = hopMs(conn.link(), hiddenBytes(model.embedding_length));
-      for (const dv of free) devices.push({ node: conn.name, device: dv.id, kind: dv.kind, freeMb: dv.freeMb, totalMb: dv.totalMb, ...speed(conn.name, dv), hopMs: hop });
+      free.forEach((dv, i) => devices.push({ node: conn.name, device: dv.id, kind: dv.kind, freeMb: dv.freeMb, totalMb: dv.totalMb, ...speed(conn.name, dv, hw[i]!), hopMs: hop }));
     }
     return planShard(devices, sm, this.fitSettings(model), { by: this.deps.config.shardPlan });
   }

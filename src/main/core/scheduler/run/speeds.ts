@@ -1,6 +1,6 @@
 import type { DeviceSpeedStatus } from '../../../../shared/status.js';
 import type { ModelRecord, StoredSpeed } from '../../store/store.js';
-import { DEFAULT_MS_PER_GIB, layerMs, observeDevice, stageTimes, type DeviceKind, type DeviceSpeed, type LayerModel, type SpeedSource } from '../decide/speed.js';
+import { defaultMsPerGib, layerMs, observeDevice, stageTimes, type DeviceHardware, type DeviceSpeed, type LayerModel, type SpeedSource } from '../decide/speed.js';
 import { shardModel, type Stage } from '../decide/shard.js';
 import { HUB } from '../decide/backoff.js';
 import type { Launcher } from '../launch/launcher.js';
@@ -83,15 +83,19 @@ export class SpeedBook {
   }
 
   /** Predicted ms per layer per token of `model` on a device, and whence. */
-  layerMs(machine: string, device: string, kind: DeviceKind, model: ModelRecord): { ms: number; source: SpeedSource } | null {
+  layerMs(machine: string, device: string, hw: DeviceHardware, model: ModelRecord): { ms: number; source: SpeedSource } | null {
     const m = shardModel(model);
-    return m ? layerMs(this.byDevice.get(SpeedBook.key(machine, device)), kind, m) : null;
+    return m ? layerMs(this.byDevice.get(SpeedBook.key(machine, device)), hw, m) : null;
   }
 
-  /** A device's speed for /status: measured, or its kind's default. */
-  status(machine: string, device: string, kind: DeviceKind): DeviceSpeedStatus {
+  /** A device's speed for /status: measured, else from its memory's bandwidth, else its kind's default. */
+  status(machine: string, device: string, hw: DeviceHardware): DeviceSpeedStatus {
     const s = this.byDevice.get(SpeedBook.key(machine, device));
-    if (!s) return { ms_per_gib: DEFAULT_MS_PER_GIB[kind], source: 'default', samples: 0, per_layer_ms: {}, measured_at: null };
+    if (!s) {
+      const d = defaultMsPerGib(hw);
+      const from = d.source === 'bandwidth' ? { mem_gbps: Math.round(hw.memGBps!) } : {};
+      return { ms_per_gib: round(d.msPerGib), source: d.source, ...from, samples: 0, per_layer_ms: {}, measured_at: null };
+    }
     const measuredAt = s.at > 0 ? new Date(s.at).toISOString() : null;
     const perLayer = Object.fromEntries(Object.entries(s.perLayer).map(([k, v]) => [k, round(v)]));
     return { ms_per_gib: round(s.msPerGib), source: 'measured', samples: s.samples, per_layer_ms: perLayer, measured_at: measuredAt };

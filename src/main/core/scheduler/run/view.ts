@@ -70,8 +70,8 @@ export class PoolView {
       });
   }
 
-  nodeDevicesFree(node: string, devices: readonly { id: string; kind: 'gpu' | 'cpu'; description: string; totalMb: number; freeMb: number }[]) {
-    return nodeDevicesFree(devices, this.s.placer.views(node)).map((d) => ({ ...d, speed: this.s.placer.speeds.status(node, d.id, d.kind) }));
+  nodeDevicesFree(node: string, devices: readonly { id: string; kind: 'gpu' | 'cpu'; description: string; totalMb: number; freeMb: number; memGBps?: number }[]) {
+    return nodeDevicesFree(devices, this.s.placer.views(node)).map((d) => ({ ...d, speed: this.s.placer.speeds.status(node, d.id, d) }));
   }
 
   /** The placements ready now, for Ollama's /api/ps: what each holds, its context, its last use, whether only CPUs run it. */
@@ -90,6 +90,7 @@ export class PoolView {
   }
 
   deviceStatus() {
-    return deviceStatus(this.s.devices(), this.s.placer.views(null)).map((d) => ({ ...d, speed: this.s.placer.speeds.status(HUB, d.id, d.kind) }));
+    const devices = this.s.devices();
+    return deviceStatus(devices, this.s.placer.views(null)).map((d, i) => ({ ...d, speed: this.s.placer.speeds.status(HUB, d.id, devices[i]!) }));
   }
 }
