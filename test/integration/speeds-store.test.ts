@@ -9,7 +9,7 @@ import { createLogger } from '../../src/main/core/log.js';
 import { SpeedBook } from '../../src/main/core/scheduler/run/speeds.js';
 import type { ModelRecord } from '../../src/main/core/store/store.js';
 import type { StatusDto } from '../../src/shared/status.js';
-import { llama } from '../helpers/llama.js';
+import { fixture, llama } from '../helpers/llama.js';
 
 const log = createLogger({ level: 'warn', pretty: false });
 const record = { name: 'm', block_count: 8, required_vram_mb: 1024, size: 0 } as unknown as ModelRecord;
@@ -33,6 +33,27 @@ describe('measured speeds across a hub restart', () => {
       assert.equal(again.scheduler.placer.speeds.layerMs('north', 'CPU', { kind: 'cpu' }, record)!.ms, 5);
     } finally {
       await again.close();
+    }
+  });
+
+  it("a model removed from the registry takes its per-layer figures with it, from /status and the store; the device's own figure stays", async () => {
+    const home = mkdtempSync(join(tmpdir(), 'relay-hub-'));
+    const hub = await startHub(hubConfigFromEnv({ HOME: tmpdir() }, { port: 0, home, cpuBudgetMb: 500 }), { log, install: llama() });
+    try {
+      const add = await fetch(`${hub.url}/api/models`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ path: fixture('dense'), name: 'm' }) });
+      assert.equal(add.status, 201);
+      hub.scheduler.placer.speeds.replica('hub', 'CPU', record, 12);
+      hub.scheduler.placer.speeds.replica('hub', 'CPU', { ...record, name: 'other' }, 12);
+      const cpu = async () => ((await (await fetch(`${hub.url}/status`)).json()) as StatusDto).devices.find((d) => d.id === 'CPU')!.speed!;
+      assert.deepEqual(Object.keys((await cpu()).per_layer_ms).sort(), ['m', 'other']);
+      const before = (await cpu()).ms_per_gib;
+      assert.equal((await fetch(`${hub.url}/api/models/m`, { method: 'DELETE' })).status, 200);
+      assert.deepEqual([Object.keys((await cpu()).per_layer_ms), (await cpu()).ms_per_gib], [['other'], before]);
+      await hub.close();
+      const stored = JSON.parse(readFileSync(join(home, 'relay.json'), 'utf8')) as { device_speeds: { per_layer_ms: Record<string, number> }[] };
+      assert.deepEqual(Object.keys(stored.device_speeds[0]!.per_layer_ms), ['other']);
+    } finally {
+      await hub.close();
     }
   });
 

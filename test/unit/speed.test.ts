@@ -84,6 +84,20 @@ describe('device speeds and links (pure)', () => {
     assert.ok(stageTimes(30, [{ waitMs: 10, rttMs: 20 }])!.remoteMs[0]! > 0);
   });
 
+  it('a model removed: its per-layer figure goes from every device, the devices’ own figures stay', () => {
+    const book = new SpeedBook();
+    book.replica('north', 'CPU', record, 16);
+    book.replica('south', 'CPU', { ...record, name: 'other' }, 8);
+    let changes = 0;
+    book.onChange = () => changes++;
+    book.forgetModel('m');
+    assert.deepEqual([book.status('north', 'CPU', { kind: 'cpu' }).per_layer_ms, book.status('north', 'CPU', { kind: 'cpu' }).ms_per_gib, changes], [{}, 16, 1]);
+    assert.equal(book.layerMs('north', 'CPU', { kind: 'cpu' }, record)!.source, 'device', 'predicted from the device across models');
+    assert.deepEqual(book.status('south', 'CPU', { kind: 'cpu' }).per_layer_ms, { other: 1 });
+    book.forgetModel('m');
+    assert.equal(changes, 1, 'nothing left to forget: no write');
+  });
+
   it('a re-plan is wanted only past the threshold either way', () => {
     assert.equal(wantsReplan(10, 10 * (1 + REPLAN_THRESHOLD) - 0.01), false);
     assert.equal(wantsReplan(10, 10 * (1 + REPLAN_THRESHOLD) + 0.01), true);

@@ -116,6 +116,9 @@ export const mountModels: Mount = (app, { deps: d, raw, auth }) => {
       registry.require(name);
       await scheduler.stopModel(name, 'model removed from the registry');
       const m = await registry.remove(name);
+      // What was measured of it goes too: the name may next be registered for another GGUF.
+      scheduler.specs.forget(name);
+      scheduler.placer.speeds.forgetModel(name);
       // Every node's copy goes too (unless another registered name uses the same file).
       await nodes.evictUnregistered();
       res.json({ removed: modelView(m) });

@@ -82,6 +82,21 @@ export class SpeedBook {
     return shares;
   }
 
+  /**
+   * A model removed from the registry: its ms per layer goes from every device (the name may next be registered
+   * for another GGUF); what the devices measured across models stays.
+   */
+  forgetModel(name: string): void {
+    let changed = false;
+    for (const [k, s] of this.byDevice) {
+      if (!(name in s.perLayer)) continue;
+      const { [name]: _gone, ...perLayer } = s.perLayer;
+      this.byDevice.set(k, { ...s, perLayer });
+      changed = true;
+    }
+    if (changed) this.onChange();
+  }
+
   /** Predicted ms per layer per token of `model` on a device, and whence. */
   layerMs(machine: string, device: string, hw: DeviceHardware, model: ModelRecord): { ms: number; source: SpeedSource } | null {
     const m = shardModel(model);
