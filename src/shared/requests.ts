@@ -41,6 +41,6 @@ export interface MoveDto {
   readonly outcome: 'continued' | 'ended';
   /** It went on from its first placement's own tokens, not from the sent text tokenized again (absent: it ended). */
   readonly exact?: boolean;
-  /** Why it ended (no other placement, a tool call had begun…). */
+  /** Why it ended (no other placement, a tool call had begun…), or why it went on from its text, not its own tokens. */
   readonly detail?: string;
 }

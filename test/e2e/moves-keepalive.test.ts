@@ -62,7 +62,7 @@ describe('a moved answer whose continuation is silent longer than the keep-alive
     const m = (await hub.status()).moves[0]!;
     console.log(`moved ${m.from} → ${m.to} after ${m.sent_tokens} tokens, exact: ${m.exact}; the client waited ${m.gap_ms} ms`);
     assert.equal(m.outcome, 'continued');
-    assert.equal(m.exact, true);
+    assert.equal(m.exact, true, m.detail);
     assert.ok(text.startsWith(atMove) && text.length > atMove.length, 'what the client had, then the rest');
     return { text, atMove };
   }

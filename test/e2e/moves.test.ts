@@ -81,7 +81,7 @@ describe('an answer in flight moves when its node is paused', { timeout: 600_000
     return { text, paused: paused.name };
   }
 
-  async function lastMove(): Promise<{ from: string; to: string | null; outcome: string; sent_tokens: number; endpoint: string; cached_tokens: number | null; exact?: boolean }> {
+  async function lastMove(): Promise<{ from: string; to: string | null; outcome: string; sent_tokens: number; endpoint: string; cached_tokens: number | null; exact?: boolean; detail?: string }> {
     const m = (await hub.status()).moves[0]!;
     console.log(
       `${m.endpoint}: moved ${m.from} → ${m.to} after ${m.sent_tokens} tokens; the client waited ${m.gap_ms} ms between two tokens; ${m.cached_tokens} of the continuation's prompt cached there`,
@@ -268,6 +268,23 @@ describe('an answer in flight moves when its node is paused', { timeout: 600_000
       await browser.close();
     }
   });
+
+  it('a request asking for log-probabilities goes on from its text (the chat route gives them), and /status says why', async () => {
+    const body = { model: 'dense', messages: [{ role: 'user' as const, content: PROMPT }], max_tokens: TOKENS, logprobs: true, ...GREEDY };
+    const stream = await openai.chat.completions.create({ ...body, stream: true });
+    let logprobs = 0;
+    const got = await pausedMidway(
+      (async function* () {
+        for await (const c of stream) {
+          logprobs += c.choices[0]?.logprobs?.content?.length ?? 0;
+          yield c.choices[0]?.delta?.content ?? '';
+        }
+      })(),
+    );
+    const m = await lastMove();
+    assert.deepEqual([m.outcome, m.exact, m.detail], ['continued', false, "it offers tools or asks for log-probabilities (llama-server's chat route parses those)"]);
+    assert.ok(got.text.length > 0 && logprobs > m.sent_tokens, `${logprobs} log-probabilities over both parts, ${m.sent_tokens} before the move`);
+  });
 });
 
 /**
@@ -410,7 +427,7 @@ describe("a moved answer's KV goes with it from the hub's own replica", { timeou
     );
     assert.equal(m.outcome, 'continued');
     assert.equal(m.to, 'kitchen');
-    assert.equal(m.exact, true);
+    assert.equal(m.exact, true, m.detail);
     assert.ok(m.cached_tokens! >= want.usage!.prompt_tokens + m.sent_tokens - 1, `the continuation found ${m.cached_tokens} tokens cached`);
     assert.ok(m.state_bytes > 0, 'the move says how much KV went with it');
     return m;

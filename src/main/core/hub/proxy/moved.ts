@@ -34,6 +34,8 @@ export interface Continuation {
   readonly stream: Continuing;
   /** It starts from the first placement's own tokens (exact.ts), not from its text tokenized again. */
   readonly exact: boolean;
+  /** Where it starts from the text: why not from the tokens. */
+  readonly textWhy?: string;
 }
 
 /** Why an answer cannot go on whatever the way (a tool call begun, no tokens left…), or null. */
@@ -51,20 +53,23 @@ export async function continuationFor(deps: AppDeps, p: { readonly model: string
   const why = m.sent.stuck ?? cannotContinue(m.sent.format, p.json);
   if (why) return why;
   const exact = await exactContinuation(deps, p, m);
-  if (exact) return exact;
+  if (typeof exact !== 'object' || 'path' in exact) return exact;
   const next = continuationBody(p.json, m.sent);
   if (typeof next === 'string') return next;
-  return { path: p.path, body: Buffer.from(JSON.stringify(next)), stream: new Stitcher(m.sent), exact: false };
+  return { path: p.path, body: Buffer.from(JSON.stringify(next)), stream: new Stitcher(m.sent), exact: false, textWhy: exact.textWhy };
 }
 
-/** From the record of the stopped placement's slots, the one that spells what the client got; null when none does. */
-async function exactContinuation(deps: AppDeps, p: { readonly model: string; readonly json: Json }, m: Move): Promise<Continuation | string | null> {
-  if (!exactPossible(p.json) || m.sent.reasoning !== '' || m.sent.text === '') return null;
+/** From the record of the stopped placement's slots, the one that spells what the client got; else why there is none. */
+async function exactContinuation(deps: AppDeps, p: { readonly model: string; readonly json: Json }, m: Move): Promise<Continuation | string | { readonly textWhy: string }> {
+  if (!exactPossible(p.json)) return { textWhy: "it offers tools or asks for log-probabilities (llama-server's chat route parses those)" };
+  if (m.sent.reasoning !== '') return { textWhy: 'reasoning had been sent' };
+  if (m.sent.text === '') return { textWhy: 'no text had been sent' };
   const { scheduler, registry, pieces } = deps;
   const slots = await scheduler.answerRecord(m.fromPlacement, RECORD_WAIT_MS);
+  if (slots.length === 0) return { textWhy: `no record of its slots within ${RECORD_WAIT_MS / 1000} s` };
   const record = registry.get(p.model);
-  const vocab = slots.length > 0 && record && pieces ? await pieces(record).catch(() => null) : null;
-  if (!vocab) return null;
+  const vocab = record && pieces ? await pieces(record).catch(() => null) : null;
+  if (!vocab) return { textWhy: "the model's vocabulary could not be read" };
   for (const s of slots) {
     const a = alignSent(s.tokens, m.sent.text, vocab, { promptTokens: m.sent.promptTokens, events: m.sent.tokens });
     if (!a) continue;
@@ -73,5 +78,5 @@ async function exactContinuation(deps: AppDeps, p: { readonly model: string; rea
     const usage = ((p.json.stream_options as Json | undefined)?.include_usage ?? false) === true;
     return { path: '/completion', body: Buffer.from(JSON.stringify(body)), stream: new Retell(m.sent, { generated: a.generated, prompt: a.ids.length - a.generated, usage }), exact: true };
   }
-  return null;
+  return { textWhy: `none of the ${slots.length} slots recorded spells the text sent` };
 }

@@ -188,7 +188,7 @@ class PooledRequest {
       spares: this.h.deps.spares,
       translate: this.translator,
       ...(r.reader ? { reader: r.reader } : {}),
-      ...(m && c ? { continuing: { stream: c.stream, head: m.head }, onStart: () => (noted = this.noteMove(m, lease.where, carried, c.exact)) } : {}),
+      ...(m && c ? { continuing: { stream: c.stream, head: m.head }, onStart: () => (noted = this.noteMove(m, lease.where, carried, c.exact, c.textWhy)) } : {}),
       onDone: (status, usage) => {
         if (noted && c) noted.cached_tokens = c.stream.carried;
         // A continuation that ended before its first byte: refused by llama-server there, or its client left.
@@ -260,6 +260,7 @@ class PooledRequest {
     }
   }
 
+  /** `detail`: why it ended, or (continued) why from its text. */
   private noteMove(m: Move, to: string | null, stateBytes: number, exact: boolean, detail?: string): MoveDto {
     const outcome = to === null ? 'ended' : 'continued';
     const dto: MoveDto = {
