@@ -3,6 +3,7 @@ import { ErrorCode, RelayError, fromWireCode } from '../../../shared/errors.js';
 import type { Availability, CommandBody, DeviceInfo, Hello, HubToNode, NodeToHub, Reply, RunningReplica, RunningRpc, StreamHeader } from '../../../shared/protocol.js';
 import { ControlChannel, openStream } from '../tunnel/channel.js';
 import type { Session, YamuxStream } from '../tunnel/yamux/session.js';
+import type { LinkMeasure } from '../tunnel/yamux/pacer.js';
 
 /**
  * How long a node may stay silent after a ping when something waits on it (a stalled request, a command, a push):
@@ -60,9 +61,8 @@ export class NodeConn extends EventEmitter {
   }
 
   /** The link as the tunnel measured it: the least ping round trip (ms) and the push read rate (bytes/ms), null until seen. */
-  link(): { rttMs: number | null; bytesPerMs: number | null } {
-    const l = this.session.link();
-    return { rttMs: l.minRttMs, bytesPerMs: l.bytesPerMs };
+  link(): LinkMeasure {
+    return this.session.link();
   }
 
   get alive(): boolean {

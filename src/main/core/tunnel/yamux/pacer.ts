@@ -17,6 +17,12 @@
  * Both ends must grant every GRANT_STEP: a peer that grants at half an 8 MiB window would never answer a 1 MiB cap
  * (relay's tunnel protocol 2; a hashicorp/yamux peer with its 256 KiB window grants every 128 KiB).
  */
+/** A link as a session measured it: the least ping round trip (ms) and the bulk read rate (bytes/ms), null until seen. */
+export interface LinkMeasure {
+  readonly rttMs: number | null;
+  readonly bytesPerMs: number | null;
+}
+
 export class BulkPacer {
   constructor(private readonly now: () => number = () => performance.now()) {}
 
@@ -34,8 +40,8 @@ export class BulkPacer {
   }
 
   /** What this session measured of its link: the least ping round trip (ms) and the bulk read rate (bytes/ms); null until seen. */
-  link(): { minRttMs: number | null; bytesPerMs: number | null } {
-    return { minRttMs: this.minRtt === 0 ? null : this.minRtt, bytesPerMs: this.rate === 0 ? null : this.rate };
+  link(): LinkMeasure {
+    return { rttMs: this.minRtt === 0 ? null : this.minRtt, bytesPerMs: this.rate === 0 ? null : this.rate };
   }
 
   /** A ping's round trip, in ms. */

@@ -3,7 +3,7 @@ import type { Duplex } from 'node:stream';
 import { ErrorCode, RelayError } from '../../../../shared/errors.js';
 import { Flag, FrameDecoder, FrameType, GoAwayCode, HEADER_BYTES, INITIAL_WINDOW, ProtocolError, type FrameHeader } from './frame.js';
 import { stateOf, YamuxStream, type StreamOwner } from './stream.js';
-import { GRANT_STEP } from './pacer.js';
+import { GRANT_STEP, type LinkMeasure } from './pacer.js';
 import { Pings } from './pings.js';
 import { FrameWriter } from './writer.js';
 
@@ -169,7 +169,7 @@ export class Session extends EventEmitter implements StreamOwner {
   }
 
   /** The link as measured so far: the least ping round trip and the rate bulk streams were read at (null until seen). */
-  link(): { minRttMs: number | null; bytesPerMs: number | null } {
+  link(): LinkMeasure {
     return this.writer.link();
   }
 

@@ -1,6 +1,6 @@
 import type { Duplex } from 'node:stream';
 import { encodeHeader, Flag, FrameType } from './frame.js';
-import { BulkPacer, STREAM_FLOOR } from './pacer.js';
+import { BulkPacer, STREAM_FLOOR, type LinkMeasure } from './pacer.js';
 import { stateOf, type StreamState, type YamuxStream } from './stream.js';
 
 type Frame = Buffer[];
@@ -57,7 +57,7 @@ export class FrameWriter {
   }
 
   /** The link as the pacer measured it (pacer.ts link). */
-  link(): { minRttMs: number | null; bytesPerMs: number | null } {
+  link(): LinkMeasure {
     return this.pacer.link();
   }
 
