@@ -142,17 +142,19 @@ export interface PlanOptions {
 function* memberSets(remote: readonly ShardDevice[], memoryOnly: boolean): Generator<ShardDevice[]> {
   const n = remote.length;
   const bySpeed = [...remote].sort((a, b) => (a.msPerLayer ?? 1) - (b.msPerLayer ?? 1) || b.freeMb - a.freeMb);
+  // Every other subset, grouped by size once (each size's prefix by free memory is tried first, above them).
+  const bySize: ShardDevice[][][] = Array.from({ length: n + 1 }, () => []);
+  if (!memoryOnly && n <= EVERY_SUBSET_UP_TO) {
+    for (let mask = 1; mask < 1 << n; mask++) {
+      const set = remote.filter((_, i) => mask & (1 << i));
+      if (!set.every((d, i) => d === remote[i])) bySize[set.length]!.push(set);
+    }
+  }
   for (let k = 1; k <= n; k++) {
     yield remote.slice(0, k);
     if (memoryOnly) continue;
-    if (n > EVERY_SUBSET_UP_TO) {
-      yield bySpeed.slice(0, k);
-      continue;
-    }
-    for (let mask = 1; mask < 1 << n; mask++) {
-      const set = remote.filter((_, i) => mask & (1 << i));
-      if (set.length === k && !set.every((d, i) => d === remote[i])) yield set;
-    }
+    if (n > EVERY_SUBSET_UP_TO) yield bySpeed.slice(0, k);
+    else yield* bySize[k]!;
   }
 }
 
