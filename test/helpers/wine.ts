@@ -20,8 +20,8 @@ export interface WinePrefix {
   start(exe: string, args: readonly string[], name: string, env?: Record<string, string>): WineProcess;
   /**
    * Run `exe` to its end: its exit code and output ('hung' when it has not ended after `limitMs`: it is stopped).
-   * Once, if Wine's own server for the prefix died under it (the stand-in for Windows failed, not the program), it
-   * starts the server again and reruns, saying so on stderr.
+   * Once more when Wine itself failed under it (its server for the prefix died — then started again — or it could not
+   * load its own kernel32.dll): the stand-in for Windows failed, not the program. Said on stderr.
    */
   run(exe: string, args: readonly string[], name: string, opts?: { env?: Record<string, string>; limitMs?: number }): Promise<{ code: number | null | 'hung'; output: string }>;
   /** True when this prefix's wineserver died: what it left is stopped and it is started again (said on stderr). */
@@ -100,7 +100,7 @@ export function winePrefix(): WinePrefix {
         if (code === 'hung') await p.stop();
         return { code, output: p.output() };
       };
-      return onceMoreIfServerLost(prefix, name, attempt, (r) => r.code !== 'hung');
+      return onceMoreIfWineFailed(prefix, name, attempt, (r) => (r.code !== 'hung' ? r.output : null));
     },
     start(exe, args, name, extra = {}) {
       const log = join(dir, `${name}.log`);
@@ -193,7 +193,7 @@ export async function startWineNode(
   const node = await windowsNodeExe();
   const env = { NODE_SKIP_PLATFORM_CHECK: '1', RELAY_LLAMA_BIN_DIR: winPath(opts.winBin), RELAY_LLAMA_BACKEND: 'cpu', RELAY_HEARTBEAT_MS: '500', ...opts.env };
   const args = [...(opts.nodeArgs ?? []), winPath(relayBin), 'up', '--hub', hub.url, '--token', opts.token, '--name', opts.name, '--home', winPath(home), '--cpu-budget-mb', String(opts.cpuBudgetMb)];
-  const { proc, gone } = await onceMoreIfServerLost(
+  const { proc, gone } = await onceMoreIfWineFailed(
     prefix,
     `node-${opts.name}`,
     async (logName) => {
@@ -208,20 +208,27 @@ export async function startWineNode(
       );
       return { proc: p, gone: ended };
     },
-    (r) => r.gone,
+    (r) => (r.gone ? r.proc.output() : null),
   );
   if (!gone && /connected to/.test(proc.output())) return { home, proc, log: () => proc.output() };
   throw new Error(`relay up under Wine did not connect (${gone ? `exited ${proc.child.exitCode ?? proc.child.signalCode}` : 'still running'}):\n${proc.output().slice(-3000)}`);
 }
 
+/** Wine's loader failing on its own DLLs (seen once as a fresh prefix's first program started): no program ran. */
+const WINE_LOADER_FAILED = /wine: could not load kernel32\.dll/;
+
 /**
- * Wine's own failure, not the program's: `attempt` (given the name of its log) once more when its program `ended`
- * and the prefix's wineserver died under it (serverLost() has then cleared up and started it again).
+ * Wine's own failure, not the program's: `attempt` (given the name of its log) once more when its program ended
+ * (`ended`: its output, null while it runs) and the prefix's wineserver died under it (serverLost() has then cleared
+ * up and started it again), or Wine could not load its own kernel32.dll.
  */
-async function onceMoreIfServerLost<T>(prefix: WinePrefix, name: string, attempt: (logName: string) => Promise<T>, ended: (r: T) => boolean): Promise<T> {
+async function onceMoreIfWineFailed<T>(prefix: WinePrefix, name: string, attempt: (logName: string) => Promise<T>, ended: (r: T) => string | null): Promise<T> {
   const first = await attempt(name);
-  if (!ended(first) || !prefix.serverLost()) return first;
-  console.error(`[wine] ${name} ended when Wine's server died under it; running it again`);
+  const output = ended(first);
+  if (output === null) return first;
+  const why = prefix.serverLost() ? "Wine's server died under it" : WINE_LOADER_FAILED.test(output) ? 'Wine could not load its own kernel32.dll' : null;
+  if (!why) return first;
+  console.error(`[wine] ${name} ended when ${why}; running it again`);
   return attempt(`${name}-2`);
 }
 
